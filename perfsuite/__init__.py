@@ -1,0 +1,24 @@
+"""perfsuite: performance regression tests for training transformer models.
+
+The registries and the case description are importable without torch; training
+happens in worker processes (:mod:`perfsuite.worker`).
+"""
+
+from __future__ import annotations
+
+from perfsuite.case import CaseSkipped, CaseSpec
+from perfsuite.models import MODELS, ModelSpec, get_model_spec
+from perfsuite.strategies import STRATEGIES, Strategy, UnknownNameError, compose, resolve
+
+__all__ = [
+    "MODELS",
+    "STRATEGIES",
+    "CaseSkipped",
+    "CaseSpec",
+    "ModelSpec",
+    "Strategy",
+    "UnknownNameError",
+    "compose",
+    "get_model_spec",
+    "resolve",
+]

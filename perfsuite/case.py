@@ -1,0 +1,222 @@
+"""One model × strategy case: what to run, and the run itself (inside a worker).
+
+Order of a case: build, warm-up steps (loss kept, time dropped), timed steps (the
+device's step timer only: nothing samples memory while they run), then untimed
+profiling steps: one under MemTracker for the memory breakdown, one under
+FlopCounterMode for FLOPs and the dtypes the matmuls ran in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import resource
+from dataclasses import dataclass
+from typing import Any
+
+from perfsuite.models import get_model_spec
+from perfsuite.stats import first_non_finite, summarize
+from perfsuite.strategies import resolve
+
+
+class CaseSkipped(Exception):
+    """The case cannot run here (missing package, unsupported precision); the message says why."""
+
+
+class NonFiniteLoss(RuntimeError):
+    """A NaN or infinite loss; the message names the optimizer step."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseSpec:
+    """One model × strategy run and its knobs."""
+
+    model: str
+    """Registered model name."""
+    strategy: str
+    """Registered strategy name or a ``+`` combination."""
+    steps: int = 10
+    """Timed optimizer steps."""
+    warmup_steps: int = 2
+    """Optimizer steps before timing starts (allocator, autotuning, lazy optimizer state)."""
+    batch_size: int | None = None
+    """Samples per optimizer step; the model's default when ``None``."""
+    seq_len: int | None = None
+    """Maximum sequence length; the model's default when ``None``."""
+    seed: int = 0
+    """Seeds the weights, the data and the batch order."""
+    lr: float | None = None
+    """Learning rate; 1e-3 for tiny models, 1e-4 for full-size ones when ``None``."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (the HF Trainer default)."""
+    dropout: bool = True
+    """Keep the architecture's dropout; equivalence checks turn it off (see tests)."""
+    device: str = "auto"
+    """``auto``, ``cpu`` or ``cuda``."""
+    pretrained: str | None = None
+    """A ``save_pretrained`` directory, or ``hub-cache`` for locally cached hub weights."""
+    dataset: str | None = None
+    """A local data file or cached ``datasets`` name instead of generated data."""
+    tokenizer: str | None = None
+    """Tokenizer directory for ``dataset``."""
+    num_samples: int = 1024
+    """Generated dataset size (epochs repeat with a new seeded order)."""
+    profile: bool = True
+    """Run the untimed memory-breakdown and FLOP-count steps."""
+
+    def __post_init__(self) -> None:
+        get_model_spec(self.model)
+        resolve(self.strategy)
+        if self.steps < 1 or self.warmup_steps < 0:
+            raise ValueError("steps must be >= 1 and warmup_steps >= 0")
+        if self.dataset is not None and self.tokenizer is None:
+            raise ValueError("a dataset needs --tokenizer (a local tokenizer directory)")
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}-{self.strategy}"
+
+
+def failed_record(spec: CaseSpec, *, status: str, error: str) -> dict[str, Any]:
+    """The record of a case that produced no measurements."""
+    return {"model": spec.model, "strategy": spec.strategy, "status": status, "error": error}
+
+
+def _host_peak_rss() -> int:
+    # ru_maxrss is a kernel high-water mark (KiB on Linux): reading it samples nothing.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def run_case(spec: CaseSpec) -> dict[str, Any]:
+    """Build and run one case; returns its result record. Runs inside a worker."""
+    import torch
+
+    from perfsuite import measure
+    from perfsuite.data import build_loader, generate_dataset, load_text_dataset
+    from perfsuite.device import get_device
+    from perfsuite.engine import Trainer
+    from perfsuite.models import build_model
+
+    strategy = resolve(spec.strategy)
+    model_spec = get_model_spec(spec.model)
+    missing = strategy.missing_requirements()
+    if missing:
+        extra = {"deepspeed": "deepspeed", "bitsandbytes": "bnb"}
+        raise CaseSkipped(
+            f"{strategy.name} needs {', '.join(missing)}: "
+            f"pip install 'perfsuite[{','.join(extra[m] for m in missing)}]'"
+        )
+    device = get_device(spec.device)
+    reason = device.precision_unsupported(strategy.precision)
+    if reason:
+        raise CaseSkipped(reason)
+
+    batch_size = spec.batch_size or model_spec.batch_size
+    seq_len = spec.seq_len or model_spec.seq_len
+    lr = spec.lr or (1e-3 if model_spec.tiny else 1e-4)
+    torch.manual_seed(spec.seed)
+    vocab_size = None
+    if spec.dataset is not None:
+        assert spec.tokenizer is not None
+        dataset = load_text_dataset(spec.dataset, tokenizer=spec.tokenizer, task=model_spec.task, seq_len=seq_len)
+        from transformers import AutoTokenizer
+
+        if spec.pretrained is None:
+            vocab_size = len(AutoTokenizer.from_pretrained(spec.tokenizer, local_files_only=True))
+    else:
+        needed = batch_size * (spec.warmup_steps + spec.steps + 2)
+        dataset = generate_dataset(
+            model_spec, num_samples=max(spec.num_samples, needed), seq_len=seq_len, seed=spec.seed
+        )
+    model = build_model(
+        model_spec, seed=spec.seed, dropout=spec.dropout, pretrained=spec.pretrained, vocab_size=vocab_size
+    )
+    num_parameters = sum(p.numel() for p in model.parameters())
+    model_config = model.config.to_diff_dict()
+    loader = build_loader(
+        dataset,
+        strategy,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        target_len=model_spec.target_len,
+        seed=spec.seed,
+        pin_memory=strategy.pin_memory and device.pins_memory,
+    )
+    trainer = Trainer(model, strategy, loader, device, lr=lr, max_grad_norm=spec.max_grad_norm, batch_size=batch_size)
+    try:
+        warm = [trainer.step() for _ in range(spec.warmup_steps)]
+        device.reset_peak_memory()
+        timer = device.timer()
+        timed = []
+        for _ in range(spec.steps):
+            timer.start()
+            timed.append(trainer.step())
+            timer.stop()
+        step_times = timer.elapsed()
+        allocator_peaks = device.peak_memory()
+        outputs = warm + timed
+        losses = [float(o.loss) for o in outputs]
+        bad = first_non_finite(losses)
+        if bad is not None:
+            raise NonFiniteLoss(f"loss is {losses[bad]} at optimizer step {bad} (of {len(losses)})")
+        grad_norms = [None if o.grad_norm is None else float(o.grad_norm) for o in outputs]
+
+        breakdown: dict[str, Any] = {}
+        flops: dict[str, Any] = {}
+        if spec.profile:
+            breakdown = measure.memory_breakdown(trainer)
+            flops = measure.count_flops(trainer)
+        evidence = trainer.evidence()
+    finally:
+        trainer.close()
+
+    time_stats = summarize(step_times)
+    real = sum(o.real_tokens for o in timed)
+    padded = sum(o.padded_tokens for o in timed)
+    total_time = sum(step_times)
+    flops_per_step = flops.get("flops_per_step")
+    peak_rate = device.peak_flops(strategy.precision)
+    mfu = flops_per_step / time_stats["median"] / peak_rate if flops_per_step and peak_rate else None
+    if allocator_peaks is not None:
+        peak_bytes: int | None = allocator_peaks["max_memory_allocated"]
+    else:
+        peak_bytes = breakdown.get("peak_bytes")
+    return {
+        "model": spec.model,
+        "strategy": spec.strategy,
+        "status": "ok",
+        "error": None,
+        "device": device.type,
+        "num_parameters": num_parameters,
+        "model_config": model_config,
+        "task": model_spec.task,
+        "batch_size": batch_size,
+        "micro_batch_size": batch_size // strategy.grad_accum_steps,
+        "seq_len": seq_len,
+        "seed": spec.seed,
+        "learning_rate": lr,
+        "dropout": spec.dropout,
+        "pretrained": spec.pretrained,
+        "dataset": spec.dataset or f"generated:{model_spec.task}",
+        "warmup_steps": spec.warmup_steps,
+        "steps": spec.steps,
+        "strategy_config": dataclasses.asdict(strategy),
+        "step_time_s": time_stats,
+        "samples_per_s": batch_size * spec.steps / total_time,
+        "tokens_per_s": {"real": real / total_time, "padded": padded / total_time},
+        "padding_fraction": 1 - real / padded if padded else 0.0,
+        "peak_memory_bytes": peak_bytes,
+        "peak_memory_source": "max_memory_allocated" if allocator_peaks is not None else "memtracker",
+        "allocator_peaks_bytes": allocator_peaks,
+        "memory_breakdown_bytes": breakdown.get("categories"),
+        "memory_breakdown_error": breakdown.get("error"),
+        "host_peak_rss_bytes": _host_peak_rss(),
+        "flops_per_step": flops_per_step,
+        "mfu": mfu,
+        "matmul_dtypes": flops.get("matmul_dtypes"),
+        "loss": losses,
+        "grad_norm": grad_norms,
+        "skipped_optimizer_steps": sum(o.skipped for o in outputs),
+        "applied": evidence,
+        "pid": os.getpid(),
+    }

@@ -1,0 +1,200 @@
+"""The ``perfsuite`` command: ``perfsuite run`` measures the matrix and prints the table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfsuite.models import FULL_SIZE, MODELS, TINY, get_model_spec
+from perfsuite.strategies import STRATEGIES, UnknownNameError, resolve
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunDefaults:
+    """What ``perfsuite run`` does on a device when not told otherwise."""
+
+    models: tuple[str, ...]
+    steps: int
+    warmup: int
+    timeout: float
+
+
+# CPU runs the tiny models briefly; a GPU the full-size ones longer.
+DEFAULTS = {
+    "cpu": RunDefaults(models=TINY, steps=8, warmup=2, timeout=300.0),
+    "cuda": RunDefaults(models=FULL_SIZE, steps=20, warmup=5, timeout=900.0),
+}
+
+
+def _names(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write JSON so that an interrupted write leaves the old file (or none), never half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f, indent=2, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="perfsuite", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the model × strategy matrix and print the table")
+    run.add_argument(
+        "--models",
+        type=_names,
+        help=f"comma-separated; default: tiny models on CPU, full-size on a GPU ({', '.join(MODELS)})",
+    )
+    run.add_argument(
+        "--strategies", type=_names, help=f"comma-separated, 'a+b' composes; default: all ({', '.join(STRATEGIES)})"
+    )
+    run.add_argument("--steps", type=int, help="timed optimizer steps per case (default 8 on CPU, 20 on GPU)")
+    run.add_argument("--warmup", type=int, help="untimed warm-up steps (default 2 on CPU, 5 on GPU)")
+    run.add_argument("--batch-size", type=int, help="samples per optimizer step (default: the model's)")
+    run.add_argument("--seq-len", type=int, help="maximum sequence length (default: the model's)")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    run.add_argument(
+        "--timeout", type=float, help="seconds before a case's worker is killed (default 300 CPU, 900 GPU)"
+    )
+    run.add_argument("--pretrained", help="a save_pretrained directory (one model only), or 'hub-cache'")
+    run.add_argument("--dataset", help="a local csv/json/parquet file or a cached datasets name")
+    run.add_argument("--tokenizer", help="local tokenizer directory for --dataset")
+    run.add_argument(
+        "--no-profile", dest="profile", action="store_false", help="skip the memory-breakdown and FLOP steps"
+    )
+    run.add_argument("--json", type=Path, help="write every figure to this JSON file")
+    sub.add_parser("list", help="list the registered models and strategies")
+    return parser
+
+
+def _cmd_list() -> int:
+    print("models:")
+    for spec in MODELS.values():
+        print(f"  {spec.name:<26} {spec.task:<15} {'tiny (CPU)' if spec.tiny else 'full size'}")
+    print("strategies:")
+    for strategy in STRATEGIES.values():
+        print(f"  {strategy.name:<26} {strategy.description}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from perfsuite.case import CaseSpec
+    from perfsuite.device import default_device_type
+    from perfsuite.report import render
+    from perfsuite.worker import run_isolated
+
+    console = Console(stderr=True)
+    try:
+        models = args.models or None
+        for name in models or ():
+            get_model_spec(name)
+        strategies = args.strategies or list(STRATEGIES)
+        for name in strategies:
+            resolve(name)
+    except (UnknownNameError, ValueError) as exc:
+        console.print(f"perfsuite: error: {exc}", markup=False, highlight=False)
+        return 2
+    device_type = default_device_type() if args.device == "auto" else args.device
+    defaults = DEFAULTS[device_type]
+    if args.pretrained and args.pretrained != "hub-cache" and len(models or defaults.models) != 1:
+        console.print("perfsuite: error: --pretrained PATH needs exactly one --models name")
+        return 2
+    specs = [
+        CaseSpec(
+            model=model,
+            strategy=strategy,
+            steps=args.steps or defaults.steps,
+            warmup_steps=defaults.warmup if args.warmup is None else args.warmup,
+            batch_size=args.batch_size,
+            seq_len=args.seq_len,
+            seed=args.seed,
+            device=device_type,
+            pretrained=args.pretrained,
+            dataset=args.dataset,
+            tokenizer=args.tokenizer,
+            profile=args.profile,
+        )
+        for model in (models or defaults.models)
+        for strategy in strategies
+    ]
+    timeout = args.timeout or defaults.timeout
+    started = time.monotonic()
+    results: list[dict[str, Any]] = []
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        task = progress.add_task("starting", total=len(specs))
+        for spec in specs:
+            progress.update(task, description=spec.id)
+            record = run_isolated(spec, timeout_s=timeout)
+            results.append(record)
+            line = f"{spec.id}: {record['status']}"
+            if record["status"] == "ok":
+                line += f", {record['step_time_s']['median'] * 1e3:.1f} ms/step, {record['wall_s']:.1f} s"
+            else:
+                line += f" ({record['error']})"
+            progress.console.print(line, markup=False, highlight=False)
+            progress.advance(task)
+    wall = time.monotonic() - started
+    render(results, Console())
+    failed = sum(r["status"] == "failed" for r in results)
+    skipped = sum(r["status"] == "skipped" for r in results)
+    startups = [r["worker_startup_s"] for r in results if r.get("worker_startup_s") is not None]
+    startup = ""
+    if startups:
+        # The first launch also boots the forkserver (imports torch and friends once).
+        startup = f"; first worker {startups[0]:.1f} s (forkserver boot)"
+        if len(startups) > 1:
+            startup += f", later workers median {1e3 * statistics.median(startups[1:]):.0f} ms"
+    ok = len(results) - failed - skipped
+    print(f"{len(results)} cases: {ok} ok, {skipped} skipped, {failed} failed in {wall:.0f} s{startup}")
+    if args.json:
+        from perfsuite.env import environment
+
+        write_json_atomic(
+            args.json,
+            {"schema_version": SCHEMA_VERSION, "env": environment(device_type), "wall_s": wall, "cases": results},
+        )
+        print(f"wrote {args.json}")
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "list":
+        return _cmd_list()
+    return _cmd_run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

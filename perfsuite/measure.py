@@ -1,0 +1,138 @@
+"""Untimed instrumented steps: the memory breakdown, FLOPs, matmul dtypes, DeepSpeed state.
+
+Each runs a real optimizer step after the timed ones: instrumentation intercepts
+every op, so nothing here may overlap a timed step.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+if TYPE_CHECKING:
+    from perfsuite.engine import Trainer
+
+# MemTracker's reference types -> the report's category names.
+_CATEGORIES = {
+    "Parameter": "parameters",
+    "Gradient": "gradients",
+    "Optstate": "optimizer_state",
+    "Activation": "activations",
+    "Temp": "temporaries",
+    "Buffer": "buffers",
+    "Other": "other",
+}
+
+_MATMULS = {
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "matmul",
+    "linear",
+}
+
+
+class MatmulDtypes(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Counts the output dtypes of matmul and attention kernels: proof of what autocast did."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.counts: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket.__name__ in _MATMULS:
+            first = out[0] if isinstance(out, (tuple, list)) else out
+            if isinstance(first, torch.Tensor):
+                self.counts[str(first.dtype).removeprefix("torch.")] += 1
+        return out
+
+
+def memory_breakdown(trainer: Trainer) -> dict[str, Any]:
+    """One step under MemTracker: the peak of live tensor bytes and its split by category.
+
+    The split is taken at the moment of the peak, so the categories add up to it.
+    Works on CPU and CUDA; returns ``{"error": ...}`` where the tracker cannot follow
+    the step (e.g. DeepSpeed's own parameter management).
+    """
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    try:
+        tracker.track_external(trainer.model, trainer.inner_optimizer)
+        with tracker, warnings.catch_warnings():
+            # ModTracker warns for every backward hook of a module freed in between; harmless.
+            warnings.filterwarnings("ignore", message="Module is None", category=UserWarning)
+            # MemTracker follows one forward per module; accumulation runs several, so clear
+            # the per-module stats between micro-batches (the global peak is kept).
+            trainer.step(before_micro_batch=tracker.reset_mod_stats)
+        snapshot = tracker.get_tracker_snapshot("peak")
+    except Exception as exc:  # report the gap, keep the case's other figures
+        trainer.optimizer.zero_grad(set_to_none=True)  # drop a half-accumulated step's gradients
+        return {"error": f"MemTracker could not follow this step: {type(exc).__name__}: {exc}"}
+    device = trainer.accelerator.device
+    per_device = {str(dev): snap for dev, snap in snapshot.items()}
+    snap = next((s for dev, s in snapshot.items() if torch.device(dev).type == device.type), None)
+    if snap is None:
+        return {"error": f"MemTracker saw no tensors on {device}", "per_device": per_device}
+    categories = {name: int(snap.get(key, 0)) for key, name in _CATEGORIES.items()}
+    return {"peak_bytes": int(snap["Total"]), "categories": categories, "per_device": per_device}
+
+
+def count_flops(trainer: Trainer) -> dict[str, Any]:
+    """One step under FlopCounterMode (forward + backward, recomputation included)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    dtypes = MatmulDtypes()
+    counter = FlopCounterMode(display=False)
+    with counter, dtypes:
+        trainer.step()
+    return {"flops_per_step": int(counter.get_total_flops()), "matmul_dtypes": dict(dtypes.counts)}
+
+
+def _devices(tensors: Any) -> list[str]:
+    return sorted({str(t.device) for t in tensors if isinstance(t, torch.Tensor)})
+
+
+def deepspeed_state(engine: Any, optimizer: Any) -> dict[str, Any]:
+    """Where a DeepSpeed engine keeps parameters and optimizer state, read off the live objects.
+
+    ZeRO-3 partitions parameters: outside a forward each one is an empty placeholder
+    (``numel() == 0``) whose shard (``ds_tensor``) lives on the offload device. The
+    ZeRO optimizer wraps the optimizer doing the update (DeepSpeedCPUAdam when
+    offloading) and keeps the fp32 master partitions it updates.
+    """
+    zero_opt = optimizer.optimizer  # accelerate's wrapper -> DeepSpeed's ZeRO optimizer
+    basic = getattr(zero_opt, "optimizer", None)
+    params = list(engine.parameters())
+    managed = [p for p in params if hasattr(p, "ds_numel")]
+    # ZeRO-3 keeps parameters under stage3_param_persistence_threshold whole; the rest are
+    # empty placeholders outside a forward, their shards (ds_tensor) on the offload device.
+    partitioned = [p for p in managed if p.numel() == 0]
+    masters = getattr(zero_opt, "single_partition_of_fp32_groups", None)  # ZeRO-1/2
+    if masters is None:
+        masters = getattr(zero_opt, "fp32_partitioned_groups_flat", None) or []  # ZeRO-3
+    states = [v for st in getattr(basic, "state", {}).values() for v in st.values() if isinstance(v, torch.Tensor)]
+    total = sum(int(p.ds_numel) for p in managed)
+    return {
+        "engine_class": type(engine).__name__,
+        "zero_stage": int(engine.zero_optimization_stage()),
+        "zero_optimizer_class": type(zero_opt).__name__,
+        "optimizer_class": type(basic).__name__ if basic is not None else None,
+        "partitioned_parameters": len(partitioned),
+        "partitioned_fraction": sum(int(p.ds_numel) for p in partitioned) / total if total else 0.0,
+        "parameter_shard_devices": _devices(p.ds_tensor for p in managed if getattr(p, "ds_tensor", None) is not None),
+        "parameter_devices": _devices(p for p in params if p.numel() > 0),
+        "master_weight_devices": _devices(masters),
+        "optimizer_state_devices": _devices(states),
+        "optimizer_state_bytes": sum(t.numel() * t.element_size() for t in states),
+    }

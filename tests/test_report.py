@@ -1,0 +1,54 @@
+"""The published-style table (pure)."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from rich.console import Console
+
+from perfsuite.report import render, summary_rows
+
+
+def _case(strategy: str, median: float, peak: int, status: str = "ok", **extra: Any) -> dict[str, Any]:
+    case = {
+        "model": "tiny-bert",
+        "strategy": strategy,
+        "status": status,
+        "error": None if status == "ok" else "boom",
+        "step_time_s": {"median": median},
+        "samples_per_s": 16 / median,
+        "tokens_per_s": {"real": 1000.0, "padded": 2000.0},
+        "padding_fraction": 0.5,
+        "peak_memory_bytes": peak,
+        "memory_breakdown_bytes": {"optimizer_state": 2**20, "activations": 3 * 2**20},
+        "loss": [1.4, 1.2],
+        "mfu": None,
+    }
+    case.update(extra)
+    return case
+
+
+def test_rows_are_percent_of_vanilla() -> None:
+    rows = summary_rows([_case("vanilla", 0.2, 1000), _case("fp16", 0.08, 780)])["tiny-bert"]
+    assert rows[0]["time_pct"] == 100.0
+    assert rows[0]["memory_pct"] == 100.0
+    assert rows[1]["time_pct"] == 40.0
+    assert rows[1]["memory_pct"] == 78.0
+    assert rows[1]["final_loss"] == 1.2
+
+
+def test_no_vanilla_means_no_percentages() -> None:
+    rows = summary_rows([_case("fp16", 0.1, 100)])["tiny-bert"]
+    assert rows[0]["time_pct"] is None
+
+
+def test_failed_cases_show_status_and_reason() -> None:
+    failed = {"model": "tiny-bert", "strategy": "zero3_offload", "status": "failed", "error": "timed out after 5 s"}
+    out = io.StringIO()
+    render([_case("vanilla", 0.2, 2**21), failed], Console(file=out, width=200))
+    text = out.getvalue()
+    assert "tiny-bert" in text
+    assert "vanilla" in text
+    assert "100%" in text
+    assert "tiny-bert-zero3_offload: failed: timed out after 5 s" in text

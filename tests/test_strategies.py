@@ -1,0 +1,102 @@
+"""The strategy registry: names, composition and validation (pure, no torch)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from perfsuite.strategies import STRATEGIES, Strategy, UnknownNameError, compose, resolve
+
+ISSUE_NAMES = (
+    "vanilla fp16 bf16 grad_accum grad_ckpt adafactor adamw_8bit zero2_offload zero3_offload "
+    "dataloader dynamic_padding smart_batching all"
+).split()
+
+
+def test_registry_holds_exactly_the_published_strategies() -> None:
+    assert list(STRATEGIES) == ISSUE_NAMES
+
+
+def test_vanilla_is_all_defaults() -> None:
+    vanilla = STRATEGIES["vanilla"]
+    assert (vanilla.precision, vanilla.optimizer, vanilla.padding) == ("fp32", "adamw", "max_length")
+    assert vanilla.grad_accum_steps == 1
+    assert not vanilla.grad_checkpointing
+    assert not vanilla.uses_deepspeed
+
+
+def test_all_is_the_four_published_techniques() -> None:
+    combo = STRATEGIES["all"]
+    assert combo.precision == "fp16"
+    assert combo.grad_accum_steps == 4
+    assert combo.grad_checkpointing
+    assert combo.optimizer == "adafactor"
+    assert combo.padding == "max_length"
+    assert combo.zero_stage == 0
+
+
+def test_plus_composes_registered_strategies() -> None:
+    combo = resolve("bf16+grad_ckpt+smart_batching")
+    assert combo.name == "bf16+grad_ckpt+smart_batching"
+    assert (combo.precision, combo.grad_checkpointing, combo.length_grouped, combo.padding) == (
+        "bf16",
+        True,
+        True,
+        "longest",
+    )
+
+
+def test_conflicting_composition_names_both_parts() -> None:
+    with pytest.raises(ValueError, match=r"'fp16' and 'bf16'.*precision"):
+        resolve("fp16+bf16")
+
+
+def test_invalid_combination_is_rejected_by_validation() -> None:
+    with pytest.raises(ValueError, match="DeepSpeed"):
+        resolve("zero2_offload+adafactor")
+
+
+@pytest.mark.parametrize("name", ["fp8", "fp16+nope", "", "vanilla+"])
+def test_unknown_strategy_lists_valid_names(name: str) -> None:
+    with pytest.raises(UnknownNameError) as info:
+        resolve(name)
+    message = str(info.value)
+    assert "unknown strategy" in message
+    for valid in ISSUE_NAMES:
+        assert valid in message
+
+
+def test_strategies_are_frozen_and_keyword_only() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        STRATEGIES["fp16"].precision = "bf16"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Strategy("positional")  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"precision": "fp8"}, "precision"),
+        ({"grad_accum_steps": 0}, "grad_accum_steps"),
+        ({"offload_optimizer": True}, "zero_stage"),
+        ({"zero_stage": 2, "offload_params": True}, "zero_stage 3"),
+        ({"length_grouped": True}, "padding"),
+        ({"optimizer": "sgd"}, "optimizer"),
+    ],
+)
+def test_validation_errors(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Strategy(name="bad", **fields)  # type: ignore[arg-type]
+
+
+def test_requirements_name_the_optional_packages() -> None:
+    assert STRATEGIES["zero3_offload"].requires == ("deepspeed",)
+    assert STRATEGIES["adamw_8bit"].requires == ("bitsandbytes",)
+    assert STRATEGIES["vanilla"].requires == ()
+
+
+def test_compose_keeps_identical_settings() -> None:
+    combo = compose(STRATEGIES["dynamic_padding"], STRATEGIES["smart_batching"])
+    assert combo.padding == "longest"
+    assert combo.length_grouped

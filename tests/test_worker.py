@@ -1,0 +1,54 @@
+"""Isolation: a crashing, hanging or failing case fails alone and the run goes on."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import fault_cases
+import pytest
+
+from perfsuite.case import CaseSpec
+from perfsuite.worker import run_all, run_isolated
+
+SPEC = CaseSpec(model="tiny-bert", strategy="vanilla")
+
+
+def test_each_case_runs_in_its_own_process() -> None:
+    a = run_isolated(SPEC, timeout_s=60, target=fault_cases.ok)
+    b = run_isolated(SPEC, timeout_s=60, target=fault_cases.ok)
+    assert a["status"] == b["status"] == "ok"
+    assert len({a["pid"], b["pid"], os.getpid()}) == 3
+    assert b["worker_startup_s"] is not None
+    assert b["worker_startup_s"] < 2.0
+
+
+def test_crash_hang_and_oom_fail_their_case_and_the_run_continues() -> None:
+    targets = [fault_cases.crash, fault_cases.ok, fault_cases.hang, fault_cases.out_of_memory, fault_cases.ok]
+    started = time.monotonic()
+    records = [run_isolated(SPEC, timeout_s=5, target=t) for t in targets]
+    assert [r["status"] for r in records] == ["failed", "ok", "failed", "failed", "ok"]
+    assert records[0]["error"] == "worker killed by signal SIGABRT"
+    assert records[2]["error"] == "timed out after 5 s; worker killed"
+    assert records[3]["error"].startswith("out of memory: CUDA out of memory")
+    assert all(r["model"] == "tiny-bert" and r["strategy"] == "vanilla" for r in records)
+    assert time.monotonic() - started < 30  # the hang was cut at its timeout
+
+
+def test_skip_carries_its_reason() -> None:
+    record = run_isolated(SPEC, timeout_s=30, target=fault_cases.skip)
+    assert record["status"] == "skipped"
+    assert record["error"] == "needs an H100"
+
+
+def test_run_all_yields_every_case_in_order() -> None:
+    specs = [CaseSpec(model="tiny-bert", strategy=s) for s in ("vanilla", "fp16", "bf16")]
+    records = list(run_all(specs, timeout_s=30, target=fault_cases.ok))
+    assert [r["strategy"] for r in records] == ["vanilla", "fp16", "bf16"]
+
+
+def test_case_spec_rejects_unknown_names_before_any_worker_starts() -> None:
+    with pytest.raises(ValueError, match="valid: tiny-bert|valid: bert-base-uncased"):
+        CaseSpec(model="tiny-llama", strategy="vanilla")
+    with pytest.raises(ValueError, match="unknown strategy 'fp12'"):
+        CaseSpec(model="tiny-bert", strategy="fp12")
