@@ -107,7 +107,7 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
             f"pip install 'perfsuite[{','.join(extra[m] for m in missing)}]'"
         )
     device = get_device(spec.device)
-    reason = device.precision_unsupported(strategy.precision)
+    reason = device.precision_unsupported(strategy.precision, deepspeed=strategy.uses_deepspeed)
     if reason:
         raise CaseSkipped(reason)
 

@@ -67,6 +67,24 @@ def sample_lengths(rng: np.random.Generator, n: int, max_len: int, min_len: int 
     return np.clip(np.rint(raw), min_len, max_len).astype(np.int64)
 
 
+class ZipfTokens:
+    """Draws token ids with Zipf-like frequencies (p ∝ 1/rank^1.1), as words are in text.
+
+    Which id gets which rank is a seeded permutation, so frequent ids are spread over
+    the vocabulary rather than clustered at its start.
+    """
+
+    def __init__(self, rng: np.random.Generator, low: int, high: int, exponent: float = 1.1) -> None:
+        self.rng = rng
+        self.ids = rng.permutation(np.arange(low, high))
+        weights = 1.0 / np.arange(1, high - low + 1) ** exponent
+        self.cdf = np.cumsum(weights / weights.sum())
+
+    def __call__(self, size: int | tuple[int, ...]) -> np.ndarray:
+        ranks = np.searchsorted(self.cdf, self.rng.random(size), side="right")
+        return self.ids[np.minimum(ranks, len(self.ids) - 1)]
+
+
 def generate_dataset(
     spec: ModelSpec,
     *,
@@ -77,6 +95,9 @@ def generate_dataset(
     vocab_size: int | None = None,
 ) -> TokenDataset:
     """The task's generated dataset for ``spec``, identical for identical arguments.
+
+    Tokens follow Zipf-like frequencies, so every task's loss first falls the way it
+    does on text, as the model learns which tokens are common.
 
     - classification: background tokens plus class-specific signal tokens; balanced classes.
     - seq2seq: the target is a fixed token-by-token "translation" of the source's start.
@@ -89,12 +110,13 @@ def generate_dataset(
     if high - low < 64:
         raise ValueError(f"{spec.name}: vocabulary too small for generated data ({vocab})")
     lengths = sample_lengths(rng, num_samples, seq_len)
+    tokens = ZipfTokens(rng, low, high)
     examples: list[Example] = []
     if spec.task == "classification":
         signal = rng.choice(np.arange(low, high), size=(spec.num_labels, 8), replace=False)
         labels = rng.permutation(np.arange(num_samples) % spec.num_labels)
         for length, label in zip(lengths, labels, strict=True):
-            ids = rng.integers(low, high, size=length)
+            ids = tokens(length)
             marks = rng.choice(length, size=max(1, length // 8), replace=False)
             ids[marks] = rng.choice(signal[label], size=len(marks))
             examples.append(Example(ids, int(label)))
@@ -102,16 +124,16 @@ def generate_dataset(
         mapping = rng.permutation(np.arange(low, high))
         tlen = target_len or spec.target_len
         for length in lengths:
-            ids = rng.integers(low, high, size=length)
+            ids = tokens(length)
             examples.append(Example(ids, mapping[ids[:tlen] - low]))
     else:
-        successors = rng.integers(low, high, size=(high, 4))
+        successors = tokens((high, 4))
         for length in lengths:
             ids = np.empty(length, dtype=np.int64)
-            ids[0] = rng.integers(low, high)
+            ids[0] = tokens(1)[0]
             follow = rng.random(length) < 0.9
             picks = rng.integers(0, 4, size=length)
-            noise = rng.integers(low, high, size=length)
+            noise = tokens(length)
             for i in range(1, length):
                 ids[i] = successors[ids[i - 1], picks[i]] if follow[i] else noise[i]
             examples.append(Example(ids, None))

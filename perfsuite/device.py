@@ -106,10 +106,14 @@ class Device:
     def memory_allocated(self) -> int | None:
         return torch.cuda.memory_allocated() if self.type == "cuda" else None
 
-    def precision_unsupported(self, precision: str) -> str | None:
-        """Why this device cannot train in ``precision``, or ``None`` if it can."""
+    def precision_unsupported(self, precision: str, *, deepspeed: bool = False) -> str | None:
+        """Why this device cannot train in ``precision`` (under DeepSpeed), or ``None`` if it can."""
         if precision == "fp32":
             return None
+        if deepspeed and self.type == "cpu" and precision == "fp16":
+            # DeepSpeed's own sanity check: fp16 on CPU needs AVX512-FP16 or AMX-FP16 kernels.
+            if not torch.ops.mkldnn._is_mkldnn_fp16_supported():
+                return "DeepSpeed fp16 on CPU needs AVX512-FP16 or AMX-FP16, which this CPU lacks"
         if self.type == "cuda":
             if precision == "bf16" and not torch.cuda.is_bf16_supported():
                 return f"{self.name} has no bf16 support"
@@ -164,8 +168,8 @@ def _driver_version() -> str | None:
         pynvml.nvmlInit()
         version = pynvml.nvmlSystemGetDriverVersion()
         return version.decode() if isinstance(version, bytes) else str(version)
-    except Exception:  # no NVML bindings: ask nvidia-smi
-        pass  # noqa: S110
+    except Exception:  # noqa: S110 - no NVML bindings: ask nvidia-smi instead
+        pass
     import subprocess
 
     try:

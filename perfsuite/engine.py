@@ -92,12 +92,32 @@ def deepspeed_config(
     }
 
 
+def _enable_checkpointing(model: Any) -> None:
+    # transformers 5 renamed gradient_checkpointing_enable (the old name warns); 4.x has only the old one.
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def _checkpointing_enabled(model: Any) -> bool:
     # transformers 5 renamed is_gradient_checkpointing; 4.x only has the old name.
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
         if hasattr(type(model), name):
             return bool(getattr(model, name))
     return False
+
+
+def _skip_shm_comm_build() -> None:
+    # On CPU, deepspeed.comm JIT-compiles a shared-memory allreduce op at init (~1 min on
+    # two cores) that a world of one process never uses. The switch is internal, hence
+    # the guard: without it the op is merely built.
+    try:
+        import deepspeed.ops
+
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    except (ImportError, AttributeError, TypeError):
+        pass
 
 
 class Trainer:
@@ -143,6 +163,7 @@ class Trainer:
                 hidden_size=int(model.config.hidden_size),
             )
             plugin = DeepSpeedPlugin(hf_ds_config=config)
+            _skip_shm_comm_build()
         self.accelerator = Accelerator(
             # cpu=True would make accelerate skip the DeepSpeed plugin; DS_ACCELERATOR=cpu places it.
             cpu=not device.is_accelerator and plugin is None,
@@ -155,7 +176,7 @@ class Trainer:
         if strategy.grad_checkpointing:
             # Non-reentrant checkpointing restores the RNG state when recomputing, so
             # dropout masks (and the loss) match a run without checkpointing.
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})  # type: ignore[no-untyped-call]
+            _enable_checkpointing(model)
         if strategy.uses_deepspeed:
             optimizer: Any = DummyOptim(model.parameters(), lr=lr)
         else:
@@ -243,7 +264,7 @@ class Trainer:
         del self.loader
         self.accelerator.free_memory()  # DeepSpeed's teardown still needs the process group
         if self.strategy.uses_deepspeed:
-            import torch.distributed as dist
+            import deepspeed.comm
 
-            if dist.is_initialized():
-                dist.destroy_process_group()
+            # DeepSpeed's destroy also drops its cached groups (torch's alone leaves them stale).
+            deepspeed.comm.destroy_process_group()

@@ -64,8 +64,10 @@ def memory_breakdown(trainer: Trainer) -> dict[str, Any]:
     Works on CPU and CUDA; returns ``{"error": ...}`` where the tracker cannot follow
     the step (e.g. DeepSpeed's own parameter management).
     """
-    from torch.distributed._tools.mem_tracker import MemTracker
-
+    try:
+        from torch.distributed._tools.mem_tracker import MemTracker
+    except ImportError as exc:  # torch < 2.5
+        return {"error": f"MemTracker is not available in torch {torch.__version__}: {exc}"}
     tracker = MemTracker()
     try:
         tracker.track_external(trainer.model, trainer.inner_optimizer)
