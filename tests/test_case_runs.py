@@ -62,3 +62,29 @@ def test_pretrained_model_on_a_real_dataset(tmp_path: Path) -> None:
     assert record["pretrained"] == weights
     assert len(record["loss"]) == 3
     assert 0 < record["padding_fraction"] < 0.5  # real sentences of similar length, padded per batch
+
+
+def test_runs_are_seeded_and_repeatable() -> None:
+    spec = CaseSpec(model="tiny-gpt2", strategy="smart_batching", steps=2, warmup_steps=1, profile=False)
+    first, second = (run_isolated(spec, timeout_s=300) for _ in range(2))
+    assert first["status"] == second["status"] == "ok"
+    assert first["loss"] == second["loss"]  # bit for bit: same weights, data and batch order
+    assert first["padding_fraction"] == second["padding_fraction"]
+    other = run_isolated(
+        CaseSpec(model="tiny-gpt2", strategy="smart_batching", steps=2, warmup_steps=1, seed=1, profile=False),
+        timeout_s=300,
+    )
+    assert other["loss"] != first["loss"]
+
+
+def test_a_missing_package_skips_the_case_naming_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from perfsuite.case import CaseSkipped, run_case
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a)
+    )
+    with pytest.raises(CaseSkipped, match=r"adamw_8bit needs bitsandbytes: pip install 'perfsuite\[bnb\]'"):
+        run_case(CaseSpec(model="tiny-bert", strategy="adamw_8bit", device="cpu"))

@@ -20,19 +20,20 @@ def _perfsuite(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[
     )
 
 
-def test_unknown_model_lists_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "--models", "tiny-bert,bert-huge"]) == 2
+@pytest.mark.parametrize(
+    ("option", "value", "message", "valid"),
+    [
+        ("--models", "tiny-bert,bert-huge", "unknown model 'bert-huge'", list(MODELS)),
+        ("--strategies", "vanilla,fp8", "unknown strategy 'fp8'", list(STRATEGIES)),
+    ],
+)
+def test_unknown_name_lists_valid_ones(
+    capsys: pytest.CaptureFixture[str], option: str, value: str, message: str, valid: list[str]
+) -> None:
+    assert main(["run", option, value]) == 2
     err = capsys.readouterr().err
-    assert "unknown model 'bert-huge'" in err
-    for name in MODELS:
-        assert name in err
-
-
-def test_unknown_strategy_lists_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "--strategies", "vanilla,fp8"]) == 2
-    err = capsys.readouterr().err
-    assert "unknown strategy 'fp8'" in err
-    for name in STRATEGIES:
+    assert message in err
+    for name in valid:
         assert name in err
 
 
