@@ -138,7 +138,6 @@ class Trainer:
         from accelerate.utils import DeepSpeedPlugin, DummyOptim
 
         self.strategy = strategy
-        self.device = device
         self.loader = loader
         self.max_grad_norm = max_grad_norm
         self.accum_steps = strategy.grad_accum_steps

@@ -15,7 +15,7 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from perfsuite.case import CaseSkipped, CaseSpec
@@ -115,14 +115,3 @@ def run_isolated(spec: CaseSpec, *, timeout_s: float, target: CaseFn | None = No
     record["worker_startup_s"] = startup
     record["wall_s"] = wall
     return record
-
-
-def run_all(
-    specs: Iterable[CaseSpec],
-    *,
-    timeout_s: float,
-    target: CaseFn | None = None,
-) -> Iterator[dict[str, Any]]:
-    """Run cases one after another, each isolated, yielding each record as it finishes."""
-    for spec in specs:
-        yield run_isolated(spec, timeout_s=timeout_s, target=target)

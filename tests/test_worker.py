@@ -9,7 +9,7 @@ import fault_cases
 import pytest
 
 from perfsuite.case import CaseSpec
-from perfsuite.worker import run_all, run_isolated
+from perfsuite.worker import run_isolated
 
 SPEC = CaseSpec(model="tiny-bert", strategy="vanilla")
 
@@ -39,12 +39,6 @@ def test_skip_carries_its_reason() -> None:
     record = run_isolated(SPEC, timeout_s=30, target=fault_cases.skip)
     assert record["status"] == "skipped"
     assert record["error"] == "needs an H100"
-
-
-def test_run_all_yields_every_case_in_order() -> None:
-    specs = [CaseSpec(model="tiny-bert", strategy=s) for s in ("vanilla", "fp16", "bf16")]
-    records = list(run_all(specs, timeout_s=30, target=fault_cases.ok))
-    assert [r["strategy"] for r in records] == ["vanilla", "fp16", "bf16"]
 
 
 def test_case_spec_rejects_unknown_names_before_any_worker_starts() -> None:
