@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import platform
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -75,7 +75,6 @@ class Device:
     """``cpu`` or ``cuda``."""
     name: str
     """Human-readable device model."""
-    torch_device: torch.device = field(repr=False)
 
     @property
     def is_accelerator(self) -> bool:
@@ -102,9 +101,6 @@ class Device:
             "max_memory_allocated": torch.cuda.max_memory_allocated(),
             "max_memory_reserved": torch.cuda.max_memory_reserved(),
         }
-
-    def memory_allocated(self) -> int | None:
-        return torch.cuda.memory_allocated() if self.type == "cuda" else None
 
     def precision_unsupported(self, precision: str, *, deepspeed: bool = False) -> str | None:
         """Why this device cannot train in ``precision`` (under DeepSpeed), or ``None`` if it can."""
@@ -203,8 +199,8 @@ def get_device(kind: str = "auto") -> Device:
     if kind == "cuda" or (kind == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise RuntimeError("--device cuda was asked for, but torch sees no CUDA device")
-        return Device("cuda", torch.cuda.get_device_name(0), torch.device("cuda", 0))
-    return Device("cpu", _cpu_name(), torch.device("cpu"))
+        return Device("cuda", torch.cuda.get_device_name(0))
+    return Device("cpu", _cpu_name())
 
 
 def default_device_type() -> str:
