@@ -1,40 +1,25 @@
 """perfsuite's test tiers, and which command runs which.
 
+The pytest plugin (``perfsuite/plugin.py``, registered through the ``pytest11`` entry
+point) registers the markers, builds the model × strategy matrix and gates it against
+``baselines/``.
+
 - ``pytest``: everything that runs on any machine: unit tests of the pure modules
-  (strategies, stats, report, data), worker isolation tests, CLI tests, and the CPU
-  tier (``-m cpu``): real training runs of the tiny models that check every strategy
-  does what it claims against a vanilla control run in the same session.
-- ``pytest -m gpu``: the GPU-only claims (half precision faster than fp32, offload
-  leaves the optimizer state off the device). Skipped, with that reason, on a
-  machine without CUDA.
-- ``pytest -m "not cpu and not gpu"``: the unit tests alone (seconds).
+  (strategies, stats, compare, baselines, report, data), plugin tests through
+  ``pytester``, worker isolation and CLI tests, and the CPU tier (``-m cpu``): every
+  tiny model × every strategy as real training runs, each gated on step time (as a
+  ratio to the same session's vanilla run), peak memory and its breakdown, and the
+  loss curve against ``baselines/cpu/``; plus the claims every strategy makes against
+  a vanilla control run in the same session.
+- ``pytest -m gpu --benchmark-compare``: the full-size models on a CUDA GPU against
+  ``baselines/<gpu>/`` and its pinned pytest-benchmark file, plus the GPU-only claims.
+  Skipped, with that reason, on a machine without CUDA.
+- ``pytest -m "not cpu and not gpu"``: the unit and plugin tests alone.
+- ``perfsuite baselines refresh [-k EXPR] [--repeats N]``: rewrite the selected
+  baselines of this machine's tier (``pytest --perfsuite-refresh`` does the same).
 
 Markers ``deepspeed`` and ``bnb`` skip a test when that optional package is missing,
 naming the install that brings it.
 """
 
-from __future__ import annotations
-
-import importlib.util
-
-import pytest
-
-_OPTIONAL = {
-    "deepspeed": ("deepspeed", "pip install 'perfsuite[deepspeed]'"),
-    "bnb": ("bitsandbytes", "pip install 'perfsuite[bnb]'"),
-}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    has_cuda: bool | None = None
-    for item in items:
-        for marker, (module, install) in _OPTIONAL.items():
-            if item.get_closest_marker(marker) and importlib.util.find_spec(module) is None:
-                item.add_marker(pytest.mark.skip(reason=f"needs {module}: {install}"))
-        if item.get_closest_marker("gpu"):
-            if has_cuda is None:
-                import torch
-
-                has_cuda = torch.cuda.is_available()
-            if not has_cuda:
-                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU: run `pytest -m gpu` on a GPU machine"))
+pytest_plugins = ["pytester"]

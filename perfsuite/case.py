@@ -14,9 +14,27 @@ import resource
 from dataclasses import dataclass
 from typing import Any
 
-from perfsuite.models import get_model_spec
+from perfsuite.models import FULL_SIZE, TINY, get_model_spec
 from perfsuite.stats import first_non_finite, summarize
 from perfsuite.strategies import resolve
+
+
+@dataclass(frozen=True)
+class RunDefaults:
+    """How long a device's cases run when not told otherwise (``perfsuite run`` and the pytest tiers)."""
+
+    models: tuple[str, ...]
+    steps: int
+    warmup: int
+    timeout: float
+
+
+# CPU runs the tiny models briefly; a GPU the full-size ones longer.
+DEFAULTS = {
+    # A first DeepSpeed case on a fresh machine JIT-compiles DeepSpeedCPUAdam (~2 min on 2 cores).
+    "cpu": RunDefaults(models=TINY, steps=8, warmup=2, timeout=600.0),
+    "cuda": RunDefaults(models=FULL_SIZE, steps=20, warmup=5, timeout=900.0),
+}
 
 
 class CaseSkipped(Exception):
@@ -75,6 +93,14 @@ class CaseSpec:
     @property
     def id(self) -> str:
         return f"{self.model}-{self.strategy}"
+
+
+def tier_spec(model: str, strategy: str, **overrides: Any) -> CaseSpec:
+    """The case as the test tiers run it: tiny models on the CPU, full-size ones on the GPU."""
+    device = "cpu" if get_model_spec(model).tiny else "cuda"
+    defaults = DEFAULTS[device]
+    fields: dict[str, Any] = {"steps": defaults.steps, "warmup_steps": defaults.warmup, "device": device}
+    return CaseSpec(model=model, strategy=strategy, **(fields | overrides))
 
 
 def failed_record(spec: CaseSpec, *, status: str, error: str) -> dict[str, Any]:
@@ -187,6 +213,8 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         "status": "ok",
         "error": None,
         "device": device.type,
+        "device_name": device.name,
+        "precision": strategy.precision,
         "num_parameters": num_parameters,
         "model_config": model_config,
         "task": model_spec.task,

@@ -3,59 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfsuite.models import FULL_SIZE, MODELS, TINY, get_model_spec
+from perfsuite.baselines import write_json_atomic
+from perfsuite.case import DEFAULTS
+from perfsuite.models import MODELS, get_model_spec
 from perfsuite.strategies import STRATEGIES, UnknownNameError, resolve
 
 SCHEMA_VERSION = 1
 
 
-@dataclass(frozen=True)
-class RunDefaults:
-    """What ``perfsuite run`` does on a device when not told otherwise."""
-
-    models: tuple[str, ...]
-    steps: int
-    warmup: int
-    timeout: float
-
-
-# CPU runs the tiny models briefly; a GPU the full-size ones longer.
-DEFAULTS = {
-    # A first DeepSpeed case on a fresh machine JIT-compiles DeepSpeedCPUAdam (~2 min on 2 cores).
-    "cpu": RunDefaults(models=TINY, steps=8, warmup=2, timeout=600.0),
-    "cuda": RunDefaults(models=FULL_SIZE, steps=20, warmup=5, timeout=900.0),
-}
-
-
 def _names(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
-
-
-def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write JSON so that an interrupted write leaves the old file (or none), never half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2, sort_keys=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,6 +51,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--json", type=Path, help="write every figure to this JSON file")
     sub.add_parser("list", help="list the registered models and strategies")
+    baselines = sub.add_parser("baselines", help="manage the stored baselines")
+    actions = baselines.add_subparsers(dest="action", required=True)
+    refresh = actions.add_parser(
+        "refresh",
+        help="re-measure the selected cases N times and rewrite their baselines",
+        description="Runs the matrix test of this machine's tier with --perfsuite-refresh: each selected case "
+        "N times, refusing a case whose repeats spread too wide, printing old -> new per metric, and writing "
+        "each file atomically at the end (an interrupted refresh writes nothing). Arguments after -- go to pytest.",
+    )
+    refresh.add_argument("-k", dest="expression", metavar="EXPR", help="select cases like pytest -k (e.g. tiny-bert)")
+    refresh.add_argument("--repeats", type=int, default=3, help="runs per case (default 3)")
+    refresh.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="tier to refresh: cpu (tiny models) or cuda (full-size); default: cuda when a GPU is visible",
+    )
+    refresh.add_argument("--markdown", type=Path, help="also write the old -> new table as markdown (a PR body)")
+    refresh.add_argument(
+        "--tests", type=Path, default=Path("tests/test_matrix.py"), help="the matrix test (default: %(default)s)"
+    )
+    refresh.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
     return parser
 
 
@@ -190,10 +176,36 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _cmd_refresh(args: argparse.Namespace) -> int:
+    import pytest
+
+    from perfsuite.device import default_device_type
+
+    if not args.tests.is_file():
+        print(
+            f"perfsuite: error: no matrix test at {args.tests}; run this from a perfsuite checkout or pass --tests",
+            file=sys.stderr,
+        )
+        return 2
+    if args.repeats < 1:
+        print("perfsuite: error: --repeats must be at least 1", file=sys.stderr)
+        return 2
+    device = default_device_type() if args.device == "auto" else args.device
+    argv = [str(args.tests), "-m", "cpu" if device == "cpu" else "gpu", "--perfsuite-refresh"]
+    argv += [f"--perfsuite-repeats={args.repeats}", "-p", "no:cacheprovider"]
+    if args.expression:
+        argv += ["-k", args.expression]
+    if args.markdown:
+        argv += ["--perfsuite-markdown", str(args.markdown)]
+    return int(pytest.main([*argv, *args.pytest_args]))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "list":
         return _cmd_list()
+    if args.command == "baselines":
+        return _cmd_refresh(args)
     return _cmd_run(args)
 
 

@@ -1,7 +1,8 @@
-"""The table practitioners publish: per model, each strategy against vanilla. Pure: no torch."""
+"""Tables: the one practitioners publish (each strategy against vanilla) and the gate summary. Pure: no torch."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -118,3 +119,74 @@ def render(cases: Sequence[Mapping[str, Any]], console: Console | None = None) -
         console.print(table)
     if notes:
         console.print("\n".join(notes), markup=False, highlight=False)
+
+
+# -- the pytest session summary: every matrix case against its baseline ---------------------
+
+_GATE_COLUMNS = ("case", "status", "step time", "Δ time", "tol", "peak memory", "Δ mem", "loss", "note")
+_REFRESH_COLUMNS = ("case", "status", "metric", "old", "new", "change")
+
+
+def _check(outcome: Any, metric: str) -> Any:
+    return next((c for c in outcome.checks if c.metric == metric), None)
+
+
+def _gate_cells(outcome: Any) -> list[str]:
+    time, memory, loss = _check(outcome, "step time"), _check(outcome, "peak memory"), _check(outcome, "loss")
+    failing = [c for c in outcome.checks if not c.ok]
+    note = "; ".join(f"{c.metric} out of tolerance" for c in failing) if failing else ""
+    if not outcome.checks and outcome.message:
+        note = outcome.message.splitlines()[0]
+    return [
+        outcome.case,
+        outcome.status,
+        f"{time.baseline} → {time.measured}" if time else "—",
+        time.change if time else "—",
+        time.tolerance if time else "—",
+        f"{memory.baseline} → {memory.measured}" if memory else "—",
+        memory.change if memory else "—",
+        ("ok, " if loss.ok else "DIVERGED, ") + loss.change if loss else "—",
+        note,
+    ]
+
+
+def _refresh_rows(outcome: Any) -> list[list[str]]:
+    if not outcome.diff:
+        return [
+            [outcome.case, outcome.status, "—", "—", "—", outcome.message.splitlines()[0] if outcome.message else ""]
+        ]
+    rows = []
+    for i, (metric, old, new, change) in enumerate(outcome.diff):
+        rows.append([outcome.case if i == 0 else "", outcome.status if i == 0 else "", metric, old, new, change])
+    if outcome.status == "refused":
+        rows.append(["", "", "refused", "", "", outcome.message])
+    return rows
+
+
+def gate_text(outcomes: Sequence[Any], *, refresh: bool, width: int = 200) -> str:
+    """The session summary as terminal text: one row per case (a refresh: its old → new per metric)."""
+    table = Table(header_style="bold", title="perfsuite: baselines " + ("refreshed" if refresh else "compared"))
+    for column in _REFRESH_COLUMNS if refresh else _GATE_COLUMNS:
+        table.add_column(column, overflow="fold")
+    for outcome in outcomes:
+        style = {"passed": None, "refreshed": None, "skipped": "yellow"}.get(outcome.status, "red")
+        for row in _refresh_rows(outcome) if refresh else [_gate_cells(outcome)]:
+            table.add_row(*row, style=style)
+    buffer = io.StringIO()
+    Console(file=buffer, width=width, force_terminal=False, color_system=None).print(table)
+    return buffer.getvalue()
+
+
+def gate_markdown(outcomes: Sequence[Any], *, refresh: bool) -> str:
+    """The same summary as a markdown table (a CI job summary, a refresh pull request's body)."""
+    columns = _REFRESH_COLUMNS if refresh else _GATE_COLUMNS
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for outcome in outcomes:
+        for row in _refresh_rows(outcome) if refresh else [_gate_cells(outcome)]:
+            lines.append("| " + " | ".join(cell.replace("|", "\\|").replace("\n", " ") for cell in row) + " |")
+    counts: dict[str, int] = {}
+    for outcome in outcomes:
+        counts[outcome.status] = counts.get(outcome.status, 0) + 1
+    heading = "perfsuite: baselines " + ("refreshed" if refresh else "compared")
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    return f"### {heading}\n\n{summary}\n\n" + "\n".join(lines) + "\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.cli import main, write_json_atomic
+from perfsuite.cli import main
 from perfsuite.models import MODELS
 from perfsuite.strategies import STRATEGIES
 
@@ -37,20 +37,19 @@ def test_unknown_name_lists_valid_ones(
         assert name in err
 
 
+def test_refresh_outside_a_checkout_says_where_to_run_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["baselines", "refresh", "-k", "tiny-bert"]) == 2
+    assert "no matrix test at tests/test_matrix.py; run this from a perfsuite checkout" in capsys.readouterr().err
+
+
 def test_list_shows_both_registries(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in MODELS)
     assert all(name in out for name in STRATEGIES)
-
-
-def test_atomic_write_keeps_the_old_file_on_failure(tmp_path: Path) -> None:
-    target = tmp_path / "r.json"
-    write_json_atomic(target, {"a": 1})
-    with pytest.raises(TypeError):
-        write_json_atomic(target, {"a": object()})
-    assert json.loads(target.read_text()) == {"a": 1}
-    assert list(tmp_path.iterdir()) == [target]
 
 
 @pytest.mark.cpu

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 import torch
 
-from perfsuite.case import CaseSpec
+from perfsuite.case import CaseSpec, tier_spec
 from perfsuite.models import TINY
+from perfsuite.session import PerfsuiteSession
 from perfsuite.worker import run_isolated
 
 pytestmark = pytest.mark.cpu
@@ -37,16 +38,12 @@ LOSS_ATOL = 1e-5
 
 
 @pytest.fixture(scope="session")
-def run() -> Run:
-    """Runs a tiny case in a worker once per session; later requests reuse the record."""
-    cache: dict[tuple[str, str, bool], dict[str, Any]] = {}
+def run(perfsuite: PerfsuiteSession) -> Run:
+    """A tiny case as the CPU tier runs it, from the session's cache: the matrix test
+    (tests/test_matrix.py) and these claims share one worker run per case."""
 
     def _run(model: str, strategy: str, *, dropout: bool = True) -> dict[str, Any]:
-        key = (model, strategy, dropout)
-        if key not in cache:
-            spec = CaseSpec(model=model, strategy=strategy, steps=3, warmup_steps=1, dropout=dropout, device="cpu")
-            cache[key] = run_isolated(spec, timeout_s=600)
-        record = cache[key]
+        record = perfsuite.record(tier_spec(model, strategy, dropout=dropout))
         assert record["status"] == "ok", f"{model}-{strategy}: {record['status']}: {record['error']}"
         return record
 

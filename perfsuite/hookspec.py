@@ -1,0 +1,19 @@
+"""Hooks perfsuite's pytest plugin adds; a ``conftest.py`` or plugin may implement them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from perfsuite.case import CaseSpec
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_perfsuite_run_case(config: pytest.Config, spec: CaseSpec, timeout_s: float) -> dict[str, Any] | None:
+    """Run one case and return its record (the format of :func:`perfsuite.case.run_case`).
+
+    The default runs it in an isolated worker process on this machine. Implement it to
+    run cases elsewhere (a remote GPU box) or, in perfsuite's own plugin tests, to feed
+    chosen measurements through the gates.
+    """

@@ -1,0 +1,211 @@
+"""perfsuite's pytest plugin (entry point ``pytest11``): options, markers, the matrix, the summary.
+
+Hooks and fixtures only; run state lives in :class:`perfsuite.session.PerfsuiteSession`.
+Torch is imported inside workers (and, for GPU facts, only when pytest-benchmark asks),
+so ``pytest --help`` and collection stay fast.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfsuite.case import CaseSpec, tier_spec
+from perfsuite.models import FULL_SIZE, TINY
+from perfsuite.strategies import STRATEGIES
+
+MARKERS = {
+    "cpu": "CPU tier: real training runs of the tiny models",
+    "gpu": "full-size models on a CUDA GPU (skipped without one)",
+    "slow": "takes more than a few seconds",
+    "deepspeed": "needs deepspeed installed",
+    "bnb": "needs bitsandbytes installed",
+}
+# Marker → (module it needs, the install that brings it).
+OPTIONAL = {
+    "deepspeed": ("deepspeed", "pip install 'perfsuite[deepspeed]'"),
+    "bnb": ("bitsandbytes", "pip install 'perfsuite[bnb]'"),
+}
+_MARKER_OF_MODULE = {module: marker for marker, (module, _) in OPTIONAL.items()}
+_SESSION = "perfsuite-session"
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from perfsuite import hookspec
+
+    pluginmanager.add_hookspecs(hookspec)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perfsuite", "perfsuite: step time, memory and loss against stored baselines")
+    group.addoption(
+        "--perfsuite-baselines",
+        metavar="DIR",
+        help="baseline directory, relative to the rootdir (default: [tool.perfsuite] baselines, else 'baselines')",
+    )
+    group.addoption(
+        "--perfsuite-missing",
+        choices=("fail", "skip"),
+        default="fail",
+        help="what a case without a baseline does (default: fail, naming the refresh command)",
+    )
+    group.addoption(
+        "--perfsuite-time",
+        choices=("auto", "ratio", "absolute"),
+        default="auto",
+        help="compare step time as a ratio to the same session's vanilla run, or in seconds "
+        "(default auto: ratio on CPU, where absolute times do not carry across machines; seconds on a GPU)",
+    )
+    group.addoption(
+        "--perfsuite-refresh",
+        action="store_true",
+        help="record new baselines for the selected cases instead of comparing (written at the end of the run)",
+    )
+    group.addoption(
+        "--perfsuite-repeats",
+        type=int,
+        default=3,
+        metavar="N",
+        help="runs per case when refreshing; their spread sets the time tolerance (default 3)",
+    )
+    group.addoption("--perfsuite-json", metavar="PATH", type=Path, help="write every case's records and checks here")
+    group.addoption("--perfsuite-markdown", metavar="PATH", type=Path, help="write the summary table as markdown")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from perfsuite.session import PerfsuiteSession
+
+    for name, description in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {description}")
+    session = PerfsuiteSession(config)
+    config.pluginmanager.register(session, _SESSION)
+    if not hasattr(config.option, "benchmark_compare"):
+        return
+    if config.option.benchmark_compare is True:
+        # A bare --benchmark-compare would take "the latest saved run", letting slowdowns creep in
+        # night by night; compare against the file pinned next to this hardware's baselines instead.
+        pinned = session.pinned_benchmark(_local_hardware())
+        if not pinned.is_file():
+            raise pytest.UsageError(
+                f"--benchmark-compare: no pinned pytest-benchmark file {pinned}; "
+                "record one with `perfsuite baselines refresh`"
+            )
+        config.option.benchmark_compare = str(pinned)
+    if session.refresh and config.option.benchmark_json is None:
+        # pytest-benchmark builds its JSON (machine_info included) only when asked to write one.
+        session.benchmark_scratch = Path(tempfile.mkdtemp(prefix="perfsuite-")) / "benchmark.json"
+        config.option.benchmark_json = session.benchmark_scratch
+
+
+def _local_hardware() -> str:
+    from perfsuite.baselines import hardware_key
+    from perfsuite.device import get_device
+
+    device = get_device("auto")
+    return hardware_key(device.type, device.name)
+
+
+def _session(config: pytest.Config) -> Any:
+    return config.pluginmanager.get_plugin(_SESSION)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``perfsuite_case`` with the model × strategy matrix, ids ``<model>-<strategy>``."""
+    if "perfsuite_case" not in metafunc.fixturenames:
+        return
+    params = []
+    for model in (*TINY, *FULL_SIZE):
+        for strategy in STRATEGIES.values():
+            spec = tier_spec(model, strategy.name)
+            marks = [pytest.mark.cpu if spec.device == "cpu" else pytest.mark.gpu]
+            marks += [getattr(pytest.mark, _MARKER_OF_MODULE[m]) for m in strategy.requires if m in _MARKER_OF_MODULE]
+            params.append(pytest.param(spec, id=spec.id, marks=marks))
+    metafunc.parametrize("perfsuite_case", params)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    has_cuda: bool | None = None
+    for item in items:
+        for marker, (module, install) in OPTIONAL.items():
+            if item.get_closest_marker(marker) and importlib.util.find_spec(module) is None:
+                item.add_marker(pytest.mark.skip(reason=f"needs {module}: {install}"))
+        if item.get_closest_marker("gpu"):
+            if has_cuda is None:
+                import torch
+
+                has_cuda = torch.cuda.is_available()
+            if not has_cuda:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU: run `pytest -m gpu` on a GPU machine"))
+
+
+@pytest.fixture(scope="session")
+def perfsuite(pytestconfig: pytest.Config) -> Any:
+    """The session's :class:`~perfsuite.session.PerfsuiteSession`: ``check(spec, benchmark)``, ``record(spec)``."""
+    return _session(pytestconfig)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_perfsuite_run_case(config: pytest.Config, spec: CaseSpec, timeout_s: float) -> dict[str, Any]:
+    from perfsuite.worker import run_isolated
+
+    return run_isolated(spec, timeout_s=timeout_s)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
+    """pytest-benchmark's machine_info knows the CPU only: add the GPU, driver, CUDA and library versions."""
+    from perfsuite.env import environment
+
+    env = environment("auto")
+    machine_info["perfsuite"] = {
+        "device": env["device"],
+        "cuda": env["cuda"],
+        "driver": env["driver"],
+        "versions": env["versions"],
+    }
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_json: dict[str, Any]) -> None:
+    session = _session(config)
+    if session.refresh:
+        session.benchmark_json = json.loads(json.dumps(output_json, default=str))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = _session(session.config)
+    if state.refresh and exitstatus != pytest.ExitCode.INTERRUPTED:
+        state.write_staged()
+    scratch = getattr(state, "benchmark_scratch", None)
+    if scratch is not None:
+        scratch.unlink(missing_ok=True)
+        scratch.parent.rmdir()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    from perfsuite.report import gate_markdown, gate_text
+
+    state = _session(config)
+    if not state.outcomes:
+        return
+    terminalreporter.section("perfsuite")
+    terminalreporter.write(gate_text(state.outcomes, refresh=state.refresh))
+    if state.refresh:
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            terminalreporter.write_line("interrupted: no baseline was written")
+        else:
+            terminalreporter.write_line(f"wrote {len(state.written)} file(s) under {state.root.name}/")
+    markdown = config.getoption("perfsuite_markdown")
+    if markdown is not None:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(gate_markdown(state.outcomes, refresh=state.refresh))
+    results = config.getoption("perfsuite_json")
+    if results is not None:
+        from perfsuite.baselines import write_json_atomic
+
+        write_json_atomic(results, state.results_json())

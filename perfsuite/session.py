@@ -1,0 +1,335 @@
+"""The plugin's run state: case records cached for the session, gating, refresh staging, the summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import platform
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfsuite.baselines import (
+    PYTEST_BENCHMARK_FILE,
+    SCHEMA_VERSION,
+    BaselineError,
+    MissingBaseline,
+    baseline_path,
+    build_baseline,
+    hardware_key,
+    load_baseline,
+    write_json_atomic,
+)
+from perfsuite.case import DEFAULTS, CaseSpec
+from perfsuite.compare import (
+    ConfigError,
+    Observation,
+    Outcome,
+    Tolerance,
+    compare,
+    diff_rows,
+    observe,
+    refusals,
+    resolve_tolerance,
+    validate_config,
+)
+from perfsuite.env import library_versions
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+CONTROL = "vanilla"
+
+
+def load_settings(rootpath: Path) -> dict[str, Any]:
+    """``[tool.perfsuite]`` of the project's ``pyproject.toml`` (empty when there is none)."""
+    path = rootpath / "pyproject.toml"
+    if not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise pytest.UsageError(f"{path}: {exc}") from None
+    settings = data.get("tool", {}).get("perfsuite", {})
+    unknown = sorted(set(settings) - {"baselines", "tolerance", "overrides"})
+    if unknown:
+        raise pytest.UsageError(
+            f"{path}: [tool.perfsuite] has unknown key(s) {', '.join(unknown)}; valid: baselines, tolerance, overrides"
+        )
+    return dict(settings)
+
+
+def _git(rootpath: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=rootpath, capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+class PerfsuiteSession:
+    """Registered with the plugin manager as ``perfsuite-session``; one per pytest run."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.settings = load_settings(config.rootpath)
+        try:
+            validate_config(self.settings)
+        except ConfigError as exc:
+            raise pytest.UsageError(f"{config.rootpath / 'pyproject.toml'}: {exc}") from None
+        option = config.getoption("perfsuite_baselines") or self.settings.get("baselines", "baselines")
+        self.root = (config.rootpath / option).resolve() if not Path(option).is_absolute() else Path(option)
+        self.missing: str = config.getoption("perfsuite_missing")
+        self.time_mode: str = config.getoption("perfsuite_time")
+        self.refresh: bool = config.getoption("perfsuite_refresh")
+        self.repeats: int = config.getoption("perfsuite_repeats") if self.refresh else 1
+        if self.repeats < 1:
+            raise pytest.UsageError("--perfsuite-repeats must be at least 1")
+        self._records: dict[CaseSpec, list[dict[str, Any]]] = {}
+        self.outcomes: list[Outcome] = []
+        self.staged: dict[Path, dict[str, Any]] = {}
+        self.staged_benchmarks: dict[str, str] = {}
+        """pytest node id → hardware, for the cases whose pinned pytest-benchmark entry a refresh replaces."""
+        self.benchmark_json: dict[str, Any] | None = None
+        self.written: list[Path] = []
+        self.benchmark_scratch: Path | None = None
+
+    # -- running -------------------------------------------------------------------------
+
+    def records(self, spec: CaseSpec, count: int = 1) -> list[dict[str, Any]]:
+        """``count`` runs of ``spec``, each in a fresh worker; runs already made this session are reused."""
+        runs = self._records.setdefault(spec, [])
+        timeout = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"].timeout
+        while len(runs) < count:
+            record = self.config.hook.pytest_perfsuite_run_case(config=self.config, spec=spec, timeout_s=timeout)
+            runs.append(record)
+            if record["status"] != "ok":
+                break  # a crash or skip repeats itself; don't pay for it N times
+        return runs
+
+    def record(self, spec: CaseSpec) -> dict[str, Any]:
+        """One run of ``spec`` (cached): what tests of a strategy's claims look at."""
+        return self.records(spec)[0]
+
+    def time_unit(self, device_type: str) -> str:
+        if self.time_mode == "auto":
+            return "ratio" if device_type == "cpu" else "s"
+        return "ratio" if self.time_mode == "ratio" else "s"
+
+    # -- the matrix test -----------------------------------------------------------------
+
+    def check(self, spec: CaseSpec, benchmark: Any = None) -> None:
+        """Run ``spec`` and gate its time, memory and loss against the baseline (or stage a refresh)."""
+        outcome = Outcome(case=spec.id, status="failed")
+        self.outcomes.append(outcome)
+        runs = self.records(spec, self.repeats)
+        outcome.records = runs
+        bad = next((r for r in runs if r["status"] != "ok"), None)
+        if bad is not None:
+            outcome.message = f"{spec.id}: {bad['status']}: {bad['error']}"
+            if bad["status"] == "skipped":
+                outcome.status = "skipped"
+                pytest.skip(outcome.message)
+            pytest.fail(outcome.message, pytrace=False)
+        hardware = hardware_key(runs[0]["device"], runs[0]["device_name"])
+        outcome.hardware = hardware
+        unit = self.time_unit(runs[0]["device"])
+        references: list[dict[str, Any] | None] = [None] * len(runs)
+        if unit == "ratio":
+            control = dataclasses.replace(spec, strategy=CONTROL)
+            controls = self.records(control, len(runs))
+            failed = next((r for r in controls if r["status"] != "ok"), None)
+            if failed is not None:
+                outcome.message = (
+                    f"{spec.id}: its step time is compared as a ratio to {control.id}, which did not run: "
+                    f"{failed['status']}: {failed['error']}"
+                )
+                pytest.fail(outcome.message, pytrace=False)
+            references = list(controls)
+        observations = [observe(r, reference=ref, time_unit=unit) for r, ref in zip(runs, references, strict=True)]
+        if benchmark is not None:
+            _record_benchmark(benchmark, runs, observations, hardware)
+        tolerance = resolve_tolerance(self.settings, hardware=hardware, case_id=spec.id, precision=runs[0]["precision"])
+        path = baseline_path(self.root, hardware, spec.id)
+        if self.refresh:
+            self._stage(spec, runs, observations, path, hardware, outcome, tolerance)
+            if benchmark is not None:
+                self.staged_benchmarks[benchmark.fullname] = hardware
+            return
+        try:
+            baseline = load_baseline(path, case_id=spec.id, hardware=hardware)
+        except MissingBaseline as exc:
+            outcome.status, outcome.message = "missing", str(exc)
+            if self.missing == "skip":
+                pytest.skip(outcome.message)
+            pytest.fail(outcome.message, pytrace=False)
+        except BaselineError as exc:
+            outcome.message = str(exc)
+            pytest.fail(outcome.message, pytrace=False)
+        outcome.checks = compare(spec.id, baseline, observations[0], tolerance, hardware=hardware)
+        failures = [c.message for c in outcome.checks if not c.ok]
+        if failures:
+            outcome.message = "\n".join(failures)
+            pytest.fail(outcome.message, pytrace=False)
+        outcome.status = "passed"
+
+    def _stage(
+        self,
+        spec: CaseSpec,
+        runs: list[dict[str, Any]],
+        observations: list[Observation],
+        path: Path,
+        hardware: str,
+        outcome: Outcome,
+        tolerance: Tolerance,
+    ) -> None:
+        first = runs[0]
+        new = build_baseline(
+            case_id=spec.id,
+            hardware=hardware,
+            time_unit=observations[0].time_unit,
+            times=[o.time for o in observations],
+            step_time_s=[o.step_time_s for o in observations],
+            peaks=[o.peak_bytes for o in observations],
+            breakdowns=[o.breakdown for o in observations],
+            losses=[o.losses for o in observations],
+            spec={
+                "model": spec.model,
+                "strategy": spec.strategy,
+                "precision": first["precision"],
+                "steps": spec.steps,
+                "warmup_steps": spec.warmup_steps,
+                "batch_size": first["batch_size"],
+                "micro_batch_size": first["micro_batch_size"],
+                "seq_len": first["seq_len"],
+                "seed": spec.seed,
+                "device": first["device"],
+                "time_reference": CONTROL if observations[0].time_unit == "ratio" else None,
+            },
+            provenance=self._provenance(first),
+        )
+        try:
+            old: dict[str, Any] | None = load_baseline(path, case_id=spec.id, hardware=hardware)
+        except BaselineError:
+            old = None
+        outcome.diff = diff_rows(old, new)
+        reasons = refusals(new, tolerance)
+        if reasons:
+            outcome.status = "refused"
+            outcome.message = f"{spec.id}: not recorded: " + "; ".join(reasons)
+            pytest.fail(outcome.message, pytrace=False)
+        self.staged[path] = new
+        outcome.status = "refreshed"
+
+    def _provenance(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        root = self.config.rootpath
+        status = _git(root, "status", "--porcelain", "--untracked-files=no")
+        return {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": _git(root, "rev-parse", "HEAD"),
+            "dirty": bool(status) if status is not None else None,
+            "repeats": self.repeats,
+            "host": platform.node(),
+            "device": record["device_name"],
+            "python": platform.python_version(),
+            "versions": library_versions(),
+        }
+
+    # -- end of session ------------------------------------------------------------------
+
+    def write_staged(self) -> None:
+        """Write every staged baseline (each atomically), then merge the pinned pytest-benchmark files."""
+        for path, payload in sorted(self.staged.items()):
+            write_json_atomic(path, payload)
+            self.written.append(path)
+        if self.benchmark_json is None or not self.staged_benchmarks:
+            return
+        by_hardware: dict[str, list[dict[str, Any]]] = {}
+        for bench in self.benchmark_json["benchmarks"]:
+            hardware = self.staged_benchmarks.get(bench["fullname"])
+            if hardware is not None:
+                by_hardware.setdefault(hardware, []).append(bench)
+        for hardware, fresh in by_hardware.items():
+            path = self.root / hardware / PYTEST_BENCHMARK_FILE
+            pinned = _read_pinned(path)
+            names = {b["fullname"] for b in fresh}
+            kept = [b for b in pinned.get("benchmarks", []) if b["fullname"] not in names]
+            payload = dict(self.benchmark_json)
+            payload["benchmarks"] = sorted(kept + fresh, key=lambda b: b["fullname"])
+            write_json_atomic(path, payload)
+            self.written.append(path)
+
+    def pinned_benchmark(self, hardware: str) -> Path:
+        return self.root / hardware / PYTEST_BENCHMARK_FILE
+
+    def results_json(self) -> dict[str, Any]:
+        """What ``--perfsuite-json`` writes: every matrix case's status, checks and run records."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "refresh": self.refresh,
+            "cases": [
+                {
+                    "case": o.case,
+                    "status": o.status,
+                    "hardware": o.hardware,
+                    "message": o.message,
+                    "checks": [dataclasses.asdict(c) for c in o.checks],
+                    "diff": [dict(zip(("metric", "old", "new", "change"), row, strict=True)) for row in o.diff],
+                    "records": o.records,
+                }
+                for o in self.outcomes
+            ],
+        }
+
+
+def _read_pinned(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except json.JSONDecodeError as exc:
+        raise BaselineError(f"{path}: corrupt pinned pytest-benchmark file ({exc}); delete it and refresh") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _record_benchmark(
+    benchmark: Any, runs: list[dict[str, Any]], observations: list[Observation], hardware: str
+) -> None:
+    """Give pytest-benchmark the real step times the worker measured (device timer: CUDA events on a GPU).
+
+    pytest-benchmark times a callable in this process; a case trains in a worker (so a
+    crash or OOM fails only that case), so its rounds are handed over instead: one round
+    per timed optimizer step, over every repeat. Memory and loss go into ``extra_info``.
+    """
+    if getattr(benchmark, "disabled", False):
+        return
+    make_stats = getattr(benchmark, "_make_stats", None)
+    if make_stats is None or not hasattr(benchmark, "_mode"):
+        raise RuntimeError(
+            "this pytest-benchmark's BenchmarkFixture has no _make_stats/_mode; "
+            "perfsuite supports pytest-benchmark 4 and 5"
+        )
+    # What benchmark(...)/pedantic(...) do, minus timing a callable here: mark the fixture used, add rounds.
+    benchmark._mode = "perfsuite: step times measured in the case's worker"
+    stats = make_stats(1)
+    for record in runs:
+        for duration in record["step_time_s"]["samples"]:
+            stats.update(duration)
+    first = observations[0]
+    benchmark.extra_info.update(
+        {
+            "hardware": hardware,
+            "time_unit": first.time_unit,
+            "time": [o.time for o in observations],
+            "peak_memory_bytes": first.peak_bytes,
+            "memory_breakdown_bytes": dict(first.breakdown),
+            "loss": list(first.losses),
+        }
+    )

@@ -1,0 +1,93 @@
+"""Baseline files: hardware keys, strict loading with errors that name the file, atomic writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfsuite.baselines import (
+    BaselineError,
+    MissingBaseline,
+    baseline_path,
+    build_baseline,
+    hardware_key,
+    load_baseline,
+    write_json_atomic,
+)
+
+
+def _valid(case: str = "tiny-bert-vanilla") -> dict[str, object]:
+    return build_baseline(
+        case_id=case,
+        hardware="cpu",
+        time_unit="ratio",
+        times=[1.0],
+        step_time_s=[0.1],
+        peaks=[10],
+        breakdowns=[{"activations": 8}],
+        losses=[[1.0, 0.9]],
+        spec={},
+        provenance={"repeats": 1},
+    )
+
+
+@pytest.mark.parametrize(
+    ("device_type", "name", "key"),
+    [
+        ("cpu", "AMD EPYC 7B13", "cpu"),
+        ("cuda", "NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3"),
+        ("cuda", "NVIDIA H200", "nvidia-h200"),
+    ],
+)
+def test_hardware_key_names_the_device_only(device_type: str, name: str, key: str) -> None:
+    assert hardware_key(device_type, name) == key
+
+
+def test_a_written_baseline_loads_back(tmp_path: Path) -> None:
+    path = baseline_path(tmp_path, "cpu", "tiny-bert-vanilla")
+    write_json_atomic(path, _valid())
+    assert load_baseline(path, case_id="tiny-bert-vanilla", hardware="cpu") == _valid()
+    assert path == tmp_path / "cpu" / "tiny-bert-vanilla.json"
+
+
+def test_a_missing_baseline_names_the_refresh_command(tmp_path: Path) -> None:
+    path = baseline_path(tmp_path, "cpu", "tiny-bert-fp16")
+    with pytest.raises(MissingBaseline, match=r"record one with `perfsuite baselines refresh -k tiny-bert-fp16`"):
+        load_baseline(path, case_id="tiny-bert-fp16", hardware="cpu")
+    with pytest.raises(MissingBaseline, match=r"-k bert-base-uncased-fp16` \(on a machine with that GPU\)"):
+        load_baseline(path, case_id="bert-base-uncased-fp16", hardware="nvidia-h100-80gb-hbm3")
+
+
+@pytest.mark.parametrize(
+    ("payload", "problem"),
+    [
+        ("[1, 2]", "not a JSON object"),
+        (json.dumps(dict(_valid(), schema_version=2)), "schema_version is 2, this perfsuite reads 1"),
+        (json.dumps(_valid("tiny-bert-fp16")), "it is the baseline of 'tiny-bert-fp16', not tiny-bert-vanilla"),
+        (json.dumps(dict(_valid(), loss=[])), "`loss` must be a non-empty list"),
+        (json.dumps(dict(_valid(), memory={"peak_bytes": "10", "breakdown": {}})), "`memory` needs peak_bytes"),
+        ('{"truncated": ', "not JSON"),
+    ],
+)
+def test_a_bad_baseline_names_its_path_and_the_fix(tmp_path: Path, payload: str, problem: str) -> None:
+    path = tmp_path / "tiny-bert-vanilla.json"
+    path.write_text(payload)
+    with pytest.raises(BaselineError) as info:
+        load_baseline(path, case_id="tiny-bert-vanilla", hardware="cpu")
+    message = str(info.value)
+    assert message.startswith(f"{path}: ")
+    assert problem in message
+    assert "perfsuite baselines refresh -k tiny-bert-vanilla" in message
+
+
+def test_atomic_write_keeps_the_old_file_on_failure(tmp_path: Path) -> None:
+    target = tmp_path / "r.json"
+    write_json_atomic(target, {"a": 1})
+    with pytest.raises(TypeError):
+        write_json_atomic(target, {"a": object()})
+    with pytest.raises(ValueError, match="Out of range float"):
+        write_json_atomic(target, {"a": float("nan")})  # NaN is not JSON: never write it
+    assert json.loads(target.read_text()) == {"a": 1}
+    assert list(tmp_path.iterdir()) == [target]

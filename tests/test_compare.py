@@ -1,0 +1,184 @@
+"""The pure gating logic: tolerances from config, each check's verdict and message, refusals, the diff."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from perfsuite.baselines import build_baseline
+from perfsuite.compare import (
+    ConfigError,
+    Observation,
+    Tolerance,
+    check_loss,
+    check_memory,
+    check_time,
+    compare,
+    diff_rows,
+    observe,
+    refusals,
+    resolve_tolerance,
+)
+
+MIB = 2**20
+
+
+def _baseline(**changes: Any) -> dict[str, Any]:
+    base = build_baseline(
+        case_id="tiny-bert-fp16",
+        hardware="cpu",
+        time_unit="ratio",
+        times=[4.0, 4.2, 3.9],
+        step_time_s=[0.4, 0.42, 0.39],
+        peaks=[100 * MIB] * 3,
+        breakdowns=[{"activations": 80 * MIB, "parameters": 2 * MIB}] * 3,
+        losses=[[2.0, 1.5, 1.0]] * 3,
+        spec={"model": "tiny-bert"},
+        provenance={},
+    )
+    base.update(changes)
+    return base
+
+
+def _observed(**changes: Any) -> Observation:
+    fields: dict[str, Any] = {
+        "time": 4.0,
+        "time_unit": "ratio",
+        "step_time_s": 0.4,
+        "peak_bytes": 100 * MIB,
+        "breakdown": {"activations": 80 * MIB, "parameters": 2 * MIB},
+        "losses": [2.0, 1.5, 1.0],
+    }
+    return Observation(**(fields | changes))
+
+
+def test_baseline_records_median_and_largest_relative_deviation() -> None:
+    base = _baseline()
+    assert base["time"]["median"] == 4.0
+    assert base["time"]["spread"] == pytest.approx(0.05)  # |4.2 - 4.0| / 4.0
+    assert base["memory"]["spread"] == 0.0
+    assert base["loss_repeat_max_abs_diff"] == 0.0
+
+
+def test_time_tolerance_is_the_larger_of_floor_and_k_times_spread() -> None:
+    tol = Tolerance(time_floor=0.05, time_k=3)
+    assert tol.time_tolerance(0.01) == 0.05
+    assert tol.time_tolerance(0.05) == pytest.approx(0.15)
+    assert tol.time_tolerance(None) == 0.05
+
+
+@pytest.mark.parametrize(("time", "ok"), [(4.0, True), (4.59, True), (4.61, False), (3.41, True), (3.39, False)])
+def test_time_is_two_sided(time: float, ok: bool) -> None:
+    check = check_time("c", _baseline(), _observed(time=time), Tolerance(time_floor=0.05, time_k=3), "cpu")
+    assert check.ok is ok
+    if not ok:
+        assert ("a regression" in check.message) is (time > 4)
+        assert ("refresh" in check.message) is (time < 4)
+
+
+def test_time_in_another_unit_fails_instead_of_comparing_apples_to_pears() -> None:
+    check = check_time("c", _baseline(), _observed(time=0.4, time_unit="s"), Tolerance(), "cpu")
+    assert not check.ok
+    assert "stores a 'ratio' time but this run measured 's'" in check.message
+
+
+def test_memory_is_tight_and_two_sided_per_category() -> None:
+    tol = Tolerance(memory_rtol=0.01, memory_atol_bytes=64 * 1024)
+    assert all(c.ok for c in check_memory("c", _baseline(), _observed(), tol))
+    smaller = check_memory("c", _baseline(), _observed(peak_bytes=98 * MIB), tol)
+    assert [c.metric for c in smaller if not c.ok] == ["peak memory"]
+    assert "less than the baseline" in smaller[0].message
+    more = check_memory("c", _baseline(), _observed(breakdown={"activations": 82 * MIB, "parameters": 2 * MIB}), tol)
+    assert [c.metric for c in more if not c.ok] == ["memory: activations"]
+    changed = check_memory("c", _baseline(), _observed(breakdown={"activations": 80 * MIB}), tol)
+    assert [c.metric for c in changed if not c.ok] == ["memory: parameters"]
+
+
+def test_loss_names_first_diverging_step_and_largest_differences() -> None:
+    tol = Tolerance(loss_rtol=1e-3, loss_atol=1e-4)
+    check = check_loss("c", _baseline(), _observed(losses=[2.0, 1.52, 1.1]), tol)
+    assert not check.ok
+    assert "at step 1 of 3: 1.52 vs 1.5" in check.message
+    assert "largest absolute difference 0.1 (step 2), largest relative 0.1" in check.message
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_non_finite_loss_never_passes(bad: float) -> None:
+    loose = Tolerance(loss_rtol=1e9, loss_atol=1e9)
+    check = check_loss("c", _baseline(), _observed(losses=[2.0, bad, 1.0]), loose)
+    assert not check.ok
+    assert "at step 1" in check.message
+
+
+def test_loss_step_counts_must_line_up() -> None:
+    check = check_loss("c", _baseline(), _observed(losses=[2.0, 1.5]), Tolerance())
+    assert not check.ok
+    assert "the baseline has 3 steps and this run 2" in check.message
+
+
+def test_compare_passes_identical_measurements() -> None:
+    assert all(c.ok for c in compare("c", _baseline(), _observed(), Tolerance(), hardware="cpu"))
+
+
+def test_tolerance_layers_defaults_precision_config_and_overrides() -> None:
+    config = {
+        "tolerance": {"time_floor": 0.1, "loss": {"fp16": {"rtol": 0.05}}},
+        "overrides": {"cpu/*": {"time_floor": 0.3}, "*/tiny-bert-fp16": {"memory_rtol": 0.02}},
+    }
+    tol = resolve_tolerance(config, hardware="cpu", case_id="tiny-bert-fp16", precision="fp16")
+    assert (tol.time_floor, tol.memory_rtol, tol.loss_rtol) == (0.3, 0.02, 0.05)
+    gpu = resolve_tolerance(config, hardware="nvidia-h100", case_id="bert-base-uncased-vanilla", precision="fp32")
+    assert (gpu.time_floor, gpu.memory_rtol, gpu.loss_rtol) == (0.1, 0.01, 1e-3)
+    assert resolve_tolerance({}, hardware="cpu", case_id="x", precision="bf16").loss_rtol == 2e-2
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"tolerance": {"time_flor": 1}}, "unknown key(s) time_flor"),
+        ({"tolerance": {"loss": {"fp8": {}}}}, "unknown precision(s) fp8"),
+        ({"overrides": {"*": {"memory_rtol": -1}}}, "memory_rtol must be a non-negative number"),
+    ],
+)
+def test_bad_config_is_a_clear_error(config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        resolve_tolerance(config, hardware="cpu", case_id="x", precision="fp32")
+
+
+def test_refusals_name_each_unstable_metric() -> None:
+    noisy = build_baseline(
+        case_id="c",
+        hardware="cpu",
+        time_unit="s",
+        times=[1.0, 1.3, 0.7],
+        step_time_s=[1.0, 1.3, 0.7],
+        peaks=[100 * MIB, 100 * MIB, 110 * MIB],
+        breakdowns=[{}] * 3,
+        losses=[[1.0, 0.5], [1.0, 0.5], [1.0, 0.6]],
+        spec={},
+        provenance={},
+    )
+    reasons = refusals(noisy, Tolerance())
+    assert len(reasons) == 3
+    assert reasons[0].startswith("step time spread 30.0% over 3 repeats exceeds 15%")
+    assert refusals(_baseline(), Tolerance()) == []
+
+
+def test_observe_divides_by_the_vanilla_reference() -> None:
+    record = {"step_time_s": {"median": 0.3}, "peak_memory_bytes": 5, "memory_breakdown_bytes": None, "loss": [1.0]}
+    reference = {"step_time_s": {"median": 0.1}}
+    assert observe(record, reference=reference, time_unit="ratio").time == pytest.approx(3.0)
+    assert observe(record, reference=None, time_unit="s").time == 0.3
+    with pytest.raises(ValueError, match="needs the vanilla run"):
+        observe(record, reference=None, time_unit="ratio")
+
+
+def test_diff_rows_show_old_and_new() -> None:
+    old, new = _baseline(), _baseline()
+    new["time"] = dict(new["time"], median=4.4)
+    rows = {metric: (before, after, change) for metric, before, after, change in diff_rows(old, new)}
+    assert rows["step time"] == ("4.000× vanilla", "4.400× vanilla", "+10.0%")
+    assert rows["peak memory"][2] == "+0.0%"
+    assert {metric: change for metric, _, _, change in diff_rows(None, new)}["step time"] == "new"

@@ -1,0 +1,315 @@
+"""The pytest plugin end to end, through ``pytester``: each gate fails exactly the case it should.
+
+Most tests feed chosen measurements through ``pytest_perfsuite_run_case`` (a conftest
+in the test project), so a "10% faster baseline" is exactly 10% and nothing depends on
+this machine's noise; the last test does the same with real training runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+MATRIX_TEST = (Path(__file__).parent / "test_matrix.py").read_text()
+
+# A stand-in for the worker: deterministic records shaped like perfsuite.case.run_case's.
+FAKE_RUNNER = """
+import math
+import os
+
+import pytest
+
+CALLS = {}
+FACTOR = {"vanilla": 1.0, "fp16": 5.0, "grad_ckpt": 1.8, "adafactor": 1.0}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_perfsuite_run_case(config, spec, timeout_s):
+    repeat = CALLS[spec] = CALLS.get(spec, -1) + 1
+    if os.environ.get("FAKE_INTERRUPT") == spec.id:
+        raise KeyboardInterrupt
+    if os.environ.get("FAKE_CRASH") == spec.id:
+        return {"model": spec.model, "strategy": spec.strategy, "status": "failed",
+                "error": "worker killed by signal SIGKILL"}
+    noisy = spec.strategy != "vanilla"  # (a ratio to vanilla would cancel noise common to both)
+    jitter = float(os.environ.get("FAKE_JITTER", "0")) * ((repeat % 3) - 1) * noisy
+    median = 0.1 * FACTOR.get(spec.strategy, 1.2) * (1 + jitter)
+    mib = 2**20
+    memory = 30 * mib if spec.strategy == "grad_ckpt" else 100 * mib
+    loss = [2.0 - 0.05 * i for i in range(spec.warmup_steps + spec.steps)]
+    if os.environ.get("FAKE_NAN") == spec.id:
+        loss[3] = math.nan
+    return {
+        "model": spec.model, "strategy": spec.strategy, "status": "ok", "error": None,
+        "device": "cpu", "device_name": "Fake CPU", "precision": "fp16" if "fp16" in spec.strategy else "fp32",
+        "batch_size": 16, "micro_batch_size": 16, "seq_len": 128,
+        "step_time_s": {"median": median, "samples": [median] * spec.steps},
+        "peak_memory_bytes": memory,
+        "memory_breakdown_bytes": {"activations": memory - 6 * mib, "parameters": 2 * mib, "optimizer_state": 4 * mib},
+        "loss": loss,
+    }
+"""
+
+CASES = "tiny-bert-vanilla or tiny-bert-fp16 or tiny-bert-grad_ckpt"
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A project with perfsuite's matrix test, the fake runner and baselines for three tiny-bert cases."""
+    pytester.makepyfile(test_matrix=MATRIX_TEST)
+    pytester.makeconftest(FAKE_RUNNER)
+    pytester.makepyprojecttoml("[tool.perfsuite]\nbaselines = 'baselines'\n")
+    result = pytester.runpytest_subprocess("-m", "cpu", "-k", CASES, "--perfsuite-refresh", "--perfsuite-repeats=3")
+    result.assert_outcomes(passed=3, deselected=114)
+    return pytester
+
+
+def _baseline(pytester: pytest.Pytester, case: str) -> Path:
+    return pytester.path / "baselines" / "cpu" / f"{case}.json"
+
+
+def _edit(pytester: pytest.Pytester, case: str, change: Any) -> None:
+    path = _baseline(pytester, case)
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _gate(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-m", "cpu", "-k", CASES, *args)
+
+
+def test_refresh_writes_one_readable_file_per_selected_case(project: pytest.Pytester) -> None:
+    written = sorted(p.name for p in (project.path / "baselines" / "cpu").iterdir())
+    assert written == [
+        "pytest-benchmark.json",
+        "tiny-bert-fp16.json",
+        "tiny-bert-grad_ckpt.json",
+        "tiny-bert-vanilla.json",
+    ]
+    data = json.loads(_baseline(project, "tiny-bert-fp16").read_text())
+    assert data["schema_version"] == 1
+    assert data["hardware"] == "cpu"
+    assert data["time"] == {
+        "unit": "ratio",
+        "median": 5.0,
+        "spread": 0.0,
+        "repeats": [5.0, 5.0, 5.0],
+        "step_time_s_median": 0.5,
+    }
+    assert data["loss"] == [2.0 - 0.05 * i for i in range(10)]
+    assert data["provenance"]["repeats"] == 3
+    assert set(data["provenance"]["versions"]) >= {"torch", "transformers", "accelerate", "deepspeed"}
+    pinned = json.loads((project.path / "baselines" / "cpu" / "pytest-benchmark.json").read_text())
+    rounds = {b["param"]: len(b["stats"]["data"]) for b in pinned["benchmarks"]}
+    assert rounds == {"tiny-bert-vanilla": 24, "tiny-bert-fp16": 24, "tiny-bert-grad_ckpt": 24}  # 3 repeats × 8 steps
+    assert "perfsuite" in pinned["machine_info"]
+
+
+def test_unchanged_baselines_pass_twice(project: pytest.Pytester) -> None:
+    for _ in range(2):
+        result = _gate(project)
+        result.assert_outcomes(passed=3, deselected=114)
+        result.stdout.fnmatch_lines(["*perfsuite: baselines compared*", "*tiny-bert-fp16*passed*"])
+
+
+def test_baseline_10_percent_faster_fails_that_case_as_a_regression(project: pytest.Pytester) -> None:
+    _edit(project, "tiny-bert-fp16", lambda d: d["time"].update(median=d["time"]["median"] * 0.9))
+    result = _gate(project)
+    result.assert_outcomes(passed=2, failed=1, deselected=114)
+    result.stdout.fnmatch_lines(
+        [
+            "*tiny-bert-fp16: step time 5.000× vanilla vs baseline 4.500× vanilla (+11.1%), tolerance ±5.0% "
+            "= max(floor 5.0%, 3 × spread 0.0%): slower than the baseline: a regression*",
+            "FAILED *tiny-bert-fp16*",
+        ]
+    )
+
+
+def test_an_unexpected_speed_up_fails_too_and_says_refresh(project: pytest.Pytester) -> None:
+    _edit(project, "tiny-bert-grad_ckpt", lambda d: d["time"].update(median=d["time"]["median"] * 1.1))
+    result = _gate(project)
+    result.assert_outcomes(passed=2, failed=1, deselected=114)
+    result.stdout.fnmatch_lines(
+        [
+            "*tiny-bert-grad_ckpt: step time *(-9.1%)*faster than the baseline*"
+            "perfsuite baselines refresh -k tiny-bert-grad_ckpt*"
+        ]
+    )
+
+
+def test_baseline_2_percent_smaller_in_memory_fails_that_case(project: pytest.Pytester) -> None:
+    _edit(project, "tiny-bert-vanilla", lambda d: d["memory"].update(peak_bytes=int(d["memory"]["peak_bytes"] * 0.98)))
+    result = _gate(project)
+    result.assert_outcomes(passed=2, failed=1, deselected=114)
+    result.stdout.fnmatch_lines(
+        ["*tiny-bert-vanilla: peak memory 100.00 MiB vs baseline 98.00 MiB (+2.04%, +2,097,152 bytes), tolerance*"]
+    )
+
+
+def test_one_changed_loss_value_fails_naming_the_first_diverging_step(project: pytest.Pytester) -> None:
+    def change(data: dict[str, Any]) -> None:
+        data["loss"][6] += 0.01
+
+    _edit(project, "tiny-bert-grad_ckpt", change)
+    result = _gate(project)
+    result.assert_outcomes(passed=2, failed=1, deselected=114)
+    result.stdout.fnmatch_lines(
+        ["*tiny-bert-grad_ckpt: loss diverges from the baseline at step 6 of 10*largest absolute difference 0.01*"]
+    )
+
+
+def test_a_nan_loss_never_passes(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_NAN", "tiny-bert-vanilla")
+    result = _gate(project)
+    result.assert_outcomes(passed=2, failed=1, deselected=114)
+    result.stdout.fnmatch_lines(["*tiny-bert-vanilla: loss is nan at step 3*a non-finite loss never passes*"])
+
+
+def test_a_deleted_baseline_fails_with_the_refresh_command(project: pytest.Pytester) -> None:
+    _baseline(project, "tiny-bert-fp16").unlink()
+    result = _gate(project)
+    result.assert_outcomes(passed=2, failed=1, deselected=114)
+    result.stdout.fnmatch_lines(
+        [
+            "*no baseline for tiny-bert-fp16 on cpu: *tiny-bert-fp16.json does not exist; "
+            "record one with `perfsuite baselines refresh -k tiny-bert-fp16`*"
+        ]
+    )
+    skipped = _gate(project, "--perfsuite-missing=skip")
+    skipped.assert_outcomes(passed=2, skipped=1, deselected=114)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("{not json", "corrupt baseline (not JSON*"),
+        ('{"schema_version": 99, "case": "tiny-bert-fp16"}', "schema_version is 99, this perfsuite reads 1*"),
+        ('{"schema_version": 1, "case": "tiny-bert-fp16", "time": {}}', "corrupt baseline (`time` needs*"),
+    ],
+)
+def test_a_corrupt_baseline_names_its_file(project: pytest.Pytester, content: str, problem: str) -> None:
+    path = _baseline(project, "tiny-bert-fp16")
+    path.write_text(content)
+    result = _gate(project)
+    result.assert_outcomes(passed=2, failed=1, deselected=114)
+    result.stdout.fnmatch_lines([f"*{path}: {problem}"])
+
+
+def test_a_crashed_case_fails_alone(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_CRASH", "tiny-bert-grad_ckpt")
+    result = _gate(project)
+    result.assert_outcomes(passed=2, failed=1, deselected=114)
+    result.stdout.fnmatch_lines(["*tiny-bert-grad_ckpt: failed: worker killed by signal SIGKILL*"])
+
+
+def test_benchmark_compare_reads_the_pinned_file(project: pytest.Pytester) -> None:
+    result = _gate(project, "--benchmark-compare", "--benchmark-compare-fail=median:5%")
+    result.assert_outcomes(passed=3, deselected=114)
+    pinned = project.path / "baselines" / "cpu" / "pytest-benchmark.json"
+    output = result.stdout.str() + result.stderr.str()
+    assert f"Comparing against benchmarks from: {pinned}" in output  # not "the latest saved run"
+
+
+def test_a_noisy_refresh_is_refused_and_writes_nothing_for_that_case(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _baseline(project, "tiny-bert-fp16").read_text()
+    monkeypatch.setenv("FAKE_JITTER", "0.3")  # repeats at 0.7×, 1×, 1.3× the step time
+    result = project.runpytest_subprocess("-m", "cpu", "-k", "tiny-bert-fp16", "--perfsuite-refresh")
+    result.assert_outcomes(failed=1, deselected=116)
+    result.stdout.fnmatch_lines(["*tiny-bert-fp16: not recorded: step time spread 30.0% over 3 repeats exceeds 15%*"])
+    assert _baseline(project, "tiny-bert-fp16").read_text() == before
+
+
+def test_an_interrupted_refresh_leaves_the_old_files(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = {p: p.read_bytes() for p in (project.path / "baselines" / "cpu").iterdir()}
+    monkeypatch.setenv("FAKE_INTERRUPT", "tiny-bert-grad_ckpt")
+    monkeypatch.setenv("FAKE_JITTER", "0.01")  # the other cases would otherwise record changed figures
+    result = project.runpytest_subprocess("-m", "cpu", "-k", CASES, "--perfsuite-refresh")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*interrupted: no baseline was written*"])
+    after = {p: p.read_bytes() for p in (project.path / "baselines" / "cpu").iterdir()}
+    assert after == before  # same files, same bytes, no temporary files left behind
+
+
+def test_tolerances_come_from_pyproject_per_case(project: pytest.Pytester) -> None:
+    _edit(project, "tiny-bert-fp16", lambda d: d["time"].update(median=d["time"]["median"] * 0.9))
+    project.makepyprojecttoml(
+        "[tool.perfsuite]\nbaselines = 'baselines'\n"
+        "[tool.perfsuite.overrides.'cpu/tiny-bert-fp16']\ntime_floor = 0.15\n"
+    )
+    _gate(project).assert_outcomes(passed=3, deselected=114)
+    project.makepyprojecttoml("[tool.perfsuite.tolerance]\ntime_flor = 0.15\n")
+    result = _gate(project)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown key(s) time_flor; valid: *time_floor*"])
+
+
+def test_cli_refresh_rewrites_only_the_selected_files_and_prints_the_diff(project: pytest.Pytester) -> None:
+    directory = project.path / "baselines" / "cpu"
+    _edit(project, "tiny-bert-fp16", lambda d: d["memory"].update(peak_bytes=1))
+    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+    result = project.run(
+        sys.executable,
+        "-m",
+        "perfsuite",
+        "baselines",
+        "refresh",
+        "-k",
+        "tiny-bert-fp16",
+        "--repeats",
+        "2",
+        "--tests",
+        "test_matrix.py",
+        "--device",
+        "cpu",
+    )
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*tiny-bert-fp16*refreshed*step time*5.000× vanilla*5.000× vanilla*+0.0%*",
+            "*peak memory*0.00 MiB*100.00 MiB*",
+            "wrote 2 file(s) under baselines/",
+        ]
+    )
+    after = {p.name: p.read_bytes() for p in directory.iterdir()}
+    changed = {name for name in after if after[name] != before.get(name)}
+    assert changed == {"tiny-bert-fp16.json", "pytest-benchmark.json"}
+    assert json.loads(after["tiny-bert-fp16.json"])["memory"]["peak_bytes"] == 100 * 2**20
+
+
+@pytest.mark.cpu
+def test_real_training_runs_gate_memory_and_loss(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_matrix=MATRIX_TEST)
+    # Step time is gated deterministically above (and for real by the CPU tier itself);
+    # here a single-repeat baseline has no spread to derive a tolerance from.
+    pytester.makepyprojecttoml("[tool.perfsuite.overrides.'cpu/*']\ntime_floor = 100.0\n")
+    cases = ("-m", "cpu", "-k", "tiny-bert-vanilla or tiny-bert-adafactor")
+    pytester.runpytest_subprocess(*cases, "--perfsuite-refresh", "--perfsuite-repeats=1").assert_outcomes(
+        passed=2, deselected=115
+    )
+    pytester.runpytest_subprocess(*cases).assert_outcomes(
+        passed=2, deselected=115
+    )  # real runs reproduce memory and loss
+
+    _edit(
+        pytester, "tiny-bert-adafactor", lambda d: d["memory"].update(peak_bytes=int(d["memory"]["peak_bytes"] * 0.98))
+    )
+
+    def change(data: dict[str, Any]) -> None:
+        data["loss"][5] *= 1.01
+
+    _edit(pytester, "tiny-bert-vanilla", change)
+    result = pytester.runpytest_subprocess(*cases)
+    result.assert_outcomes(failed=2, deselected=115)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*tiny-bert-adafactor: peak memory * vs baseline * (+2.04%, *",
+            "*tiny-bert-vanilla: loss diverges from the baseline at step 5 of 10*",
+        ]
+    )
