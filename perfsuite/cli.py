@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -177,8 +178,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_refresh(args: argparse.Namespace) -> int:
-    import pytest
-
     from perfsuite.device import default_device_type
 
     if not args.tests.is_file():
@@ -197,7 +196,9 @@ def _cmd_refresh(args: argparse.Namespace) -> int:
         argv += ["-k", args.expression]
     if args.markdown:
         argv += ["--perfsuite-markdown", str(args.markdown)]
-    return int(pytest.main([*argv, *args.pytest_args]))
+    # A fresh interpreter: pytest must import perfsuite itself (to load the plugin and
+    # rewrite its asserts), which it cannot do in a process that already imported it.
+    return subprocess.run([sys.executable, "-m", "pytest", *argv, *args.pytest_args], check=False).returncode
 
 
 def main(argv: Sequence[str] | None = None) -> int:
