@@ -39,13 +39,12 @@ from perfsuite.compare import (
     validate_config,
 )
 from perfsuite.env import library_versions
+from perfsuite.report import CONTROL
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
-
-CONTROL = "vanilla"
 
 
 def load_settings(rootpath: Path) -> dict[str, Any]:
@@ -107,11 +106,9 @@ class PerfsuiteSession:
         """``count`` runs of ``spec``, each in a fresh worker; runs already made this session are reused."""
         runs = self._records.setdefault(spec, [])
         timeout = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"].timeout
-        while len(runs) < count:
-            record = self.config.hook.pytest_perfsuite_run_case(config=self.config, spec=spec, timeout_s=timeout)
-            runs.append(record)
-            if record["status"] != "ok":
-                break  # a crash or skip repeats itself; don't pay for it N times
+        # A crash or skip repeats itself: once one run is not ok, don't pay for it again.
+        while len(runs) < count and all(r["status"] == "ok" for r in runs):
+            runs.append(self.config.hook.pytest_perfsuite_run_case(config=self.config, spec=spec, timeout_s=timeout))
         return runs
 
     def record(self, spec: CaseSpec) -> dict[str, Any]:
