@@ -7,10 +7,14 @@ point) registers the markers, builds the model × strategy matrix and gates it a
 - ``pytest``: everything that runs on any machine: unit tests of the pure modules
   (strategies, stats, compare, baselines, report, data), plugin tests through
   ``pytester``, worker isolation and CLI tests, and the CPU tier (``-m cpu``): every
-  tiny model × every strategy as real training runs, each gated on step time (as a
-  ratio to the same session's vanilla run), peak memory and its breakdown, and the
-  loss curve against ``baselines/cpu/``; plus the claims every strategy makes against
-  a vanilla control run in the same session.
+  tiny model × every strategy as real training runs, each gated on step time
+  (calibrated, against this CPU class's figure), peak memory and its breakdown, and
+  the loss curve against ``baselines/cpu/``; the claims every strategy makes against
+  a vanilla control run in the same session; and regressions injected into real runs
+  (``tests/test_injected_regressions.py``), each failing exactly its case.
+- ``pytest -m nightly``: checks too long for every push (deselected by default through
+  ``addopts``; the scheduled CI job runs them): that the generated data is learnable
+  (300 steps per tiny model).
 - ``pytest -m gpu --benchmark-compare``: the full-size models on a CUDA GPU against
   ``baselines/<gpu>/`` and its pinned pytest-benchmark file, plus the GPU-only claims.
   Skipped, with that reason, on a machine without CUDA.

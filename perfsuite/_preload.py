@@ -3,23 +3,32 @@
 Importing torch and transformers' model classes takes seconds; forking a process
 that already has them takes milliseconds. Nothing here may start threads or touch a
 GPU (a forked child cannot use a CUDA context its parent created).
+
+Warnings raised by these imports are kept in :data:`IMPORT_WARNINGS` and reported
+with every case (the forkserver's stderr is the caller's terminal).
 """
 
 from __future__ import annotations
 
-import accelerate  # noqa: F401
-import numpy  # noqa: F401
-import torch  # noqa: F401
-import transformers
+import warnings
 
-import perfsuite.case  # noqa: F401
-import perfsuite.data  # noqa: F401
-import perfsuite.device  # noqa: F401
-import perfsuite.engine  # noqa: F401
-import perfsuite.measure  # noqa: F401
-from perfsuite.models import MODELS
+with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
+    warnings.simplefilter("always")
+    import accelerate  # noqa: F401
+    import numpy  # noqa: F401
+    import threadpoolctl  # noqa: F401
+    import torch  # noqa: F401
+    import transformers
 
-# transformers imports model code lazily; resolve every registered class now.
-for _spec in MODELS.values():
-    getattr(transformers, _spec.config_class)
-    getattr(transformers, _spec.model_class)
+    import perfsuite.calibrate  # noqa: F401
+    import perfsuite.case  # noqa: F401
+    import perfsuite.data  # noqa: F401
+    import perfsuite.device  # noqa: F401
+    import perfsuite.engine  # noqa: F401
+    import perfsuite.measure  # noqa: F401
+    from perfsuite.models import MODELS
+
+    # transformers imports model code lazily; resolve every registered class now.
+    for _spec in MODELS.values():
+        getattr(transformers, _spec.config_class)
+        getattr(transformers, _spec.model_class)

@@ -4,6 +4,12 @@ One JSON file per case, ``baselines/<hardware>/<case-id>.json``, small enough to
 a pull-request diff. The hardware key names the device only (``cpu``, or a GPU model
 such as ``nvidia-h100-80gb-hbm3``): library versions stay out of the key because a
 version change is exactly what the suite exists to catch; they go into ``provenance``.
+
+Memory and the loss curve are one per file; step times are kept per *time class*
+(:mod:`perfsuite.hardware`): ``"time": {"amd-25.1-avx2": {...}, "intel-6.143-...": {...}}``,
+because which kernels torch runs, and so every time figure, depends on the CPU's
+features while memory and loss do not. A refresh on a new class adds its entry and
+leaves the others as they were.
 """
 
 from __future__ import annotations
@@ -11,20 +17,24 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import statistics
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+from perfsuite.hardware import hardware_key
+
+__all__ = ["hardware_key"]  # re-exported: where a baseline file lives
+
+SCHEMA_VERSION = 2
 PYTEST_BENCHMARK_FILE = "pytest-benchmark.json"
 """The pinned pytest-benchmark file next to a hardware's baselines (what ``--benchmark-compare`` reads)."""
 
-TIME_UNITS = ("ratio", "s")
-"""``ratio``: step time over the same model's vanilla step time measured in the same session
-(CPU: absolute times do not carry across machines). ``s``: median seconds per optimizer step."""
+TIME_UNITS = ("calibrated", "s")
+"""``calibrated``: the median over timed steps of step time ÷ the calibration workload's time
+around that step (CPU: cancels machine drift, see :mod:`perfsuite.calibrate`).
+``s``: median seconds per optimizer step (GPU)."""
 
 
 class BaselineError(Exception):
@@ -41,18 +51,15 @@ def refresh_command(case_id: str | None = None, *, hardware: str = "cpu") -> str
     return command if hardware == "cpu" else f"{command} (on a machine with that GPU)"
 
 
-def hardware_key(device_type: str, device_name: str) -> str:
-    """``cpu`` for any CPU; a GPU's slugged model name (``NVIDIA H100 80GB HBM3`` → ``nvidia-h100-80gb-hbm3``)."""
-    if device_type == "cpu":
-        return "cpu"
-    slug = re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-")
-    if not slug:
-        raise ValueError(f"cannot derive a hardware key from device name {device_name!r}")
-    return slug
-
-
 def baseline_path(root: Path, hardware: str, case_id: str) -> Path:
     return root / hardware / f"{case_id}.json"
+
+
+def pinned_benchmark_path(root: Path, hardware: str, time_class: str) -> Path:
+    """The pytest-benchmark file ``--benchmark-compare`` reads: one per time class (times only compare within one)."""
+    if time_class == hardware:  # a GPU: the directory already names the class
+        return root / hardware / PYTEST_BENCHMARK_FILE
+    return root / hardware / f"pytest-benchmark.{time_class}.json"
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
@@ -115,11 +122,15 @@ def load_baseline(path: Path, *, case_id: str, hardware: str) -> dict[str, Any]:
     time, memory, loss = data.get("time"), data.get("memory"), data.get("loss")
     _require(
         isinstance(time, dict)
-        and time.get("unit") in TIME_UNITS
-        and _is_number(time.get("median"))
-        and (time.get("spread") is None or _is_number(time.get("spread"))),
+        and all(
+            isinstance(entry, dict)
+            and entry.get("unit") in TIME_UNITS
+            and _is_number(entry.get("median"))
+            and (entry.get("spread") is None or _is_number(entry.get("spread")))
+            for entry in time.values()
+        ),
         path,
-        "corrupt baseline (`time` needs unit, median and spread)",
+        "corrupt baseline (`time` maps each time class to its unit, median and spread)",
         case_id,
         hardware,
     )
@@ -161,7 +172,9 @@ def build_baseline(
     *,
     case_id: str,
     hardware: str,
+    time_class: str,
     time_unit: str,
+    calibration: str | None,
     times: Sequence[float],
     step_time_s: Sequence[float],
     peaks: Sequence[int],
@@ -172,9 +185,10 @@ def build_baseline(
 ) -> dict[str, Any]:
     """One baseline from N repeated runs of a case: medians, and the spread each gate's tolerance builds on.
 
-    ``times`` are the compared values (ratio or seconds), one per repeat; ``step_time_s``
-    the absolute medians, kept for a reader. The loss curve stored is the first repeat's
-    (repeats on one stack agree to the last bits; :func:`refusals` checks that).
+    ``times`` are the compared values (calibrated or seconds), one per repeat, filed under
+    ``time_class``; ``step_time_s`` the absolute medians, kept for a reader. The loss curve
+    stored is the first repeat's (repeats on one stack agree to the last bits;
+    :func:`refusals` checks that).
     """
     if time_unit not in TIME_UNITS:
         raise ValueError(f"time unit {time_unit!r}; valid: {', '.join(TIME_UNITS)}")
@@ -189,11 +203,16 @@ def build_baseline(
         "hardware": hardware,
         "spec": dict(spec),
         "time": {
-            "unit": time_unit,
-            "median": statistics.median(times),
-            "spread": relative_spread(times),
-            "repeats": list(times),
-            "step_time_s_median": statistics.median(step_time_s),
+            time_class: {
+                "unit": time_unit,
+                "median": statistics.median(times),
+                "spread": relative_spread(times),
+                "repeats": list(times),
+                "step_time_s_median": statistics.median(step_time_s),
+                "calibration": calibration,
+                "recorded": provenance.get("date"),
+                "device": provenance.get("device"),
+            }
         },
         "memory": {
             "peak_bytes": int(statistics.median(peaks)),
@@ -206,3 +225,12 @@ def build_baseline(
         ),
         "provenance": dict(provenance),
     }
+
+
+def with_other_classes(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``new``, keeping the step times ``old`` recorded for other time classes untouched."""
+    merged = dict(new)
+    if old is not None:
+        merged["time"] = {**{c: e for c, e in old["time"].items() if c not in new["time"]}, **new["time"]}
+        merged["time"] = dict(sorted(merged["time"].items()))
+    return merged

@@ -1,9 +1,11 @@
 """One model × strategy case: what to run, and the run itself (inside a worker).
 
 Order of a case: build, warm-up steps (loss kept, time dropped), timed steps (the
-device's step timer only: nothing samples memory while they run), then untimed
-profiling steps: one under MemTracker for the memory breakdown, one under
-FlopCounterMode for FLOPs and the dtypes the matmuls ran in.
+device's step timer only: nothing samples memory while they run; on a CPU each is
+bracketed by the calibration workload, see :mod:`perfsuite.calibrate`), then untimed
+profiling steps: one under MemTracker for the memory breakdown (every live tensor of
+the process counted), one under FlopCounterMode for FLOPs and the dtypes the matmuls
+ran in.
 """
 
 from __future__ import annotations
@@ -29,10 +31,15 @@ class RunDefaults:
     timeout: float
 
 
+TIER_THREADS = 1
+"""Intra-op threads of the CPU tier (see :attr:`CaseSpec.threads`)."""
+
 # CPU runs the tiny models briefly; a GPU the full-size ones longer.
 DEFAULTS = {
     # A first DeepSpeed case on a fresh machine JIT-compiles DeepSpeedCPUAdam (~2 min on 2 cores).
-    "cpu": RunDefaults(models=TINY, steps=8, warmup=2, timeout=600.0),
+    # 12 timed steps: single steps spike on a shared machine, and the median of 12
+    # calibrated steps moved 3% between repeats where 8 moved up to 10% (measured).
+    "cpu": RunDefaults(models=TINY, steps=12, warmup=2, timeout=600.0),
     "cuda": RunDefaults(models=FULL_SIZE, steps=20, warmup=5, timeout=900.0),
 }
 
@@ -81,12 +88,18 @@ class CaseSpec:
     """Generated dataset size (epochs repeat with a new seeded order)."""
     profile: bool = True
     """Run the untimed memory-breakdown and FLOP-count steps."""
+    threads: int | None = None
+    """Intra-op threads for torch and the calibration's BLAS; ``None`` keeps torch's default.
+    The CPU tier uses 1: on a shared 2-core machine two threads wait on each other and on
+    every other process, which doubled the run-to-run spread (measured; see README)."""
 
     def __post_init__(self) -> None:
         get_model_spec(self.model)
         resolve(self.strategy)
         if self.steps < 1 or self.warmup_steps < 0:
             raise ValueError("steps must be >= 1 and warmup_steps >= 0")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError("threads must be >= 1")
         if self.dataset is not None and self.tokenizer is None:
             raise ValueError("a dataset needs --tokenizer (a local tokenizer directory)")
 
@@ -100,6 +113,8 @@ def tier_spec(model: str, strategy: str, **overrides: Any) -> CaseSpec:
     device = "cpu" if get_model_spec(model).tiny else "cuda"
     defaults = DEFAULTS[device]
     fields: dict[str, Any] = {"steps": defaults.steps, "warmup_steps": defaults.warmup, "device": device}
+    if device == "cpu":
+        fields["threads"] = TIER_THREADS
     return CaseSpec(model=model, strategy=strategy, **(fields | overrides))
 
 
@@ -116,13 +131,20 @@ def _host_peak_rss() -> int:
 def run_case(spec: CaseSpec) -> dict[str, Any]:
     """Build and run one case; returns its result record. Runs inside a worker."""
     import torch
+    from threadpoolctl import threadpool_limits
 
     from perfsuite import measure
+    from perfsuite.calibrate import NAME as CALIBRATION
+    from perfsuite.calibrate import Calibration, calibrated_steps
     from perfsuite.data import build_loader, generate_dataset, load_text_dataset
     from perfsuite.device import get_device
     from perfsuite.engine import Trainer
+    from perfsuite.hardware import hardware_key, time_class
     from perfsuite.models import build_model
 
+    if spec.threads is not None:
+        torch.set_num_threads(spec.threads)
+        threadpool_limits(limits=spec.threads)  # the calibration's BLAS too
     strategy = resolve(spec.strategy)
     model_spec = get_model_spec(spec.model)
     missing = strategy.missing_requirements()
@@ -169,15 +191,25 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         pin_memory=strategy.pin_memory and device.pins_memory,
     )
     trainer = Trainer(model, strategy, loader, device, lr=lr, max_grad_norm=spec.max_grad_norm, batch_size=batch_size)
+    # Host-side drift cancels against a workload outside the stack under test; a GPU's
+    # step time is its kernels', which a host workload says nothing about.
+    calibration = None if device.is_accelerator else Calibration()
+    calibrations: list[float] = []
     try:
         warm = [trainer.step() for _ in range(spec.warmup_steps)]
+        if calibration is not None:
+            calibration.run_once()  # its own warm-up (page faults, BLAS buffers)
         device.reset_peak_memory()
         timer = device.timer()
         timed = []
         for _ in range(spec.steps):
+            if calibration is not None:
+                calibrations.append(calibration.run_once())
             timer.start()
             timed.append(trainer.step())
             timer.stop()
+        if calibration is not None:
+            calibrations.append(calibration.run_once())
         step_times = timer.elapsed()
         allocator_peaks = device.peak_memory()
         outputs = warm + timed
@@ -197,6 +229,7 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         trainer.close()
 
     time_stats = summarize(step_times)
+    calibrated = summarize(calibrated_steps(step_times, calibrations)) if calibrations else None
     real = sum(o.real_tokens for o in timed)
     padded = sum(o.padded_tokens for o in timed)
     total_time = sum(step_times)
@@ -214,6 +247,9 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         "error": None,
         "device": device.type,
         "device_name": device.name,
+        "hardware": hardware_key(device.type, device.name),
+        "time_class": time_class(device.type, device.name),
+        "threads": torch.get_num_threads(),
         "precision": strategy.precision,
         "num_parameters": num_parameters,
         "model_config": model_config,
@@ -230,6 +266,10 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         "steps": spec.steps,
         "strategy_config": dataclasses.asdict(strategy),
         "step_time_s": time_stats,
+        "step_time_calibrated": calibrated,
+        "calibration": None
+        if calibration is None
+        else {"workload": CALIBRATION, "median_s": summarize(calibrations)["median"], "samples_s": calibrations},
         "samples_per_s": batch_size * spec.steps / total_time,
         "tokens_per_s": {"real": real / total_time, "padded": padded / total_time},
         "padding_fraction": 1 - real / padded if padded else 0.0,

@@ -50,7 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--no-profile", dest="profile", action="store_false", help="skip the memory-breakdown and FLOP steps"
     )
+    run.add_argument(
+        "--threads", type=int, help="torch intra-op threads per case (default: torch's; the CPU test tier uses 1)"
+    )
     run.add_argument("--json", type=Path, help="write every figure to this JSON file")
+    run.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="after each case, show the warnings and output its worker captured (always kept in --json)",
+    )
     sub.add_parser("list", help="list the registered models and strategies")
     baselines = sub.add_parser("baselines", help="manage the stored baselines")
     actions = baselines.add_subparsers(dest="action", required=True)
@@ -107,6 +116,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except (UnknownNameError, ValueError) as exc:
         console.print(f"perfsuite: error: {exc}", markup=False, highlight=False)
         return 2
+    if args.threads is not None and args.threads < 1:
+        console.print("perfsuite: error: --threads must be at least 1")
+        return 2
     device_type = default_device_type() if args.device == "auto" else args.device
     defaults = DEFAULTS[device_type]
     if args.pretrained and args.pretrained != "hub-cache" and len(models or defaults.models) != 1:
@@ -126,6 +138,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             dataset=args.dataset,
             tokenizer=args.tokenizer,
             profile=args.profile,
+            threads=args.threads,
         )
         for model in (models or defaults.models)
         for strategy in strategies
@@ -152,6 +165,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             else:
                 line += f" ({record['error']})"
             progress.console.print(line, markup=False, highlight=False)
+            if args.verbose:
+                _print_diagnostics(progress.console, record)
             progress.advance(task)
     wall = time.monotonic() - started
     render(results)
@@ -175,6 +190,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
         print(f"wrote {args.json}")
     return 1 if failed else 0
+
+
+def _print_diagnostics(console: Any, record: dict[str, Any]) -> None:
+    warned = record.get("warnings") or []
+    for w in warned:
+        times = f" (×{w['count']})" if w["count"] > 1 else ""
+        console.print(f"  {w['category']}{times}: {w['message']} [{w['where']}]", markup=False, highlight=False)
+    output = (record.get("output") or "").strip()
+    if output:
+        console.print("  " + output.replace("\n", "\n  "), markup=False, highlight=False)
 
 
 def _cmd_refresh(args: argparse.Namespace) -> int:

@@ -3,7 +3,10 @@
 - Step time: two-sided. A run slower than the tolerance is a regression; one faster is
   a failure too ("refresh the baseline"), so improvements are recorded instead of
   leaving slack that a later regression could hide in. Tolerance = max(floor, k × the
-  spread recorded with the baseline).
+  spread recorded with the baseline): the smallest change the gate detects. Compared
+  only against the figure recorded for the same time class (CPU family and ISA, or
+  GPU model); without one the time is *not compared*, said so, and not a failure
+  unless asked.
 - Memory: peak and every breakdown category, two-sided and tight: for one stack the
   allocations are deterministic.
 - Loss: one value per optimizer step, compared step by step with a tolerance chosen by
@@ -113,8 +116,12 @@ class Observation:
     """What one run of a case measured, in the units its baseline stores."""
 
     time: float
-    """Step time: seconds, or a ratio to the same session's vanilla run."""
+    """Step time: seconds, or calibrated (÷ the calibration workload's time around each step)."""
     time_unit: str
+    time_class: str
+    """Whose recorded times this one may be compared with (:mod:`perfsuite.hardware`)."""
+    calibration: str | None
+    """The calibration workload's name, for ``calibrated`` times."""
     step_time_s: float
     """The absolute median, for the reader."""
     peak_bytes: int
@@ -122,18 +129,25 @@ class Observation:
     losses: Sequence[float]
 
 
-def observe(record: Mapping[str, Any], *, reference: Mapping[str, Any] | None, time_unit: str) -> Observation:
-    """An :class:`Observation` from a run record; ``reference`` is the vanilla record that ``ratio`` divides by."""
+def observe(record: Mapping[str, Any], *, time_unit: str) -> Observation:
+    """An :class:`Observation` from a run record, its time in ``time_unit``."""
     median = float(record["step_time_s"]["median"])
-    if time_unit == "ratio":
-        if reference is None:
-            raise ValueError("a step-time ratio needs the vanilla run of the same session")
-        time = median / float(reference["step_time_s"]["median"])
+    calibration = (record.get("calibration") or {}).get("workload")
+    if time_unit == "calibrated":
+        calibrated = record.get("step_time_calibrated")
+        if not calibrated:
+            raise ValueError(
+                f"{record['model']}-{record['strategy']}: no calibrated step time (only CPU runs are calibrated); "
+                "use --perfsuite-time=absolute"
+            )
+        time = float(calibrated["median"])
     else:
         time = median
     return Observation(
         time=time,
         time_unit=time_unit,
+        time_class=str(record["time_class"]),
+        calibration=calibration if time_unit == "calibrated" else None,
         step_time_s=median,
         peak_bytes=int(record["peak_memory_bytes"]),
         breakdown=dict(record.get("memory_breakdown_bytes") or {}),
@@ -152,7 +166,9 @@ class Check:
     change: str
     tolerance: str
     message: str
-    """Empty when ``ok``; otherwise the whole explanation, naming the case."""
+    """Empty when ``ok`` and compared; otherwise the whole explanation, naming the case."""
+    compared: bool = True
+    """False when there was nothing to compare with (no step time recorded for this time class)."""
 
 
 @dataclasses.dataclass
@@ -171,7 +187,7 @@ class Outcome:
 
 
 def _fmt_time(value: float, unit: str) -> str:
-    return f"{value:.3f}× vanilla" if unit == "ratio" else f"{value * 1e3:,.2f} ms"
+    return f"{value:.3f}× calibration" if unit == "calibrated" else f"{value * 1e3:,.2f} ms"
 
 
 def _fmt_bytes(value: float) -> str:
@@ -184,11 +200,45 @@ def _rel(measured: float, baseline: float) -> float:
     return (measured - baseline) / baseline
 
 
-def check_time(
-    case_id: str, baseline: Mapping[str, Any], observed: Observation, tol: Tolerance, hardware: str
+def _not_compared(
+    case_id: str, baseline: Mapping[str, Any], observed: Observation, hardware: str, *, fail: bool
 ) -> Check:
-    base_time = baseline["time"]
-    if base_time["unit"] != observed.time_unit:
+    recorded = ", ".join(baseline["time"]) or "none"
+    message = (
+        f"{case_id}: step time not compared: the baseline has step times for {recorded}, this machine is "
+        f"{observed.time_class}, and times only compare within one class (memory and loss were gated); "
+        f"record this class's with {refresh_command(case_id, hardware=hardware)}"
+    )
+    return Check(
+        "step time",
+        not fail,
+        f"({recorded})",
+        _fmt_time(observed.time, observed.time_unit),
+        "not compared",
+        "—",
+        message,
+        compared=False,
+    )
+
+
+def check_time(
+    case_id: str,
+    baseline: Mapping[str, Any],
+    observed: Observation,
+    tol: Tolerance,
+    hardware: str,
+    *,
+    fail_uncompared: bool = False,
+) -> Check:
+    """The step-time gate against the figure recorded for ``observed``'s time class.
+
+    Without one, the check passes as *not compared* (``fail_uncompared`` makes it a
+    failure, for a dedicated runner whose class must have baselines).
+    """
+    base_time = baseline["time"].get(observed.time_class)
+    if base_time is None:
+        return _not_compared(case_id, baseline, observed, hardware, fail=fail_uncompared)
+    if base_time["unit"] != observed.time_unit or base_time.get("calibration") != observed.calibration:
         return Check(
             "step time",
             False,
@@ -196,8 +246,9 @@ def check_time(
             observed.time_unit,
             "—",
             "—",
-            f"{case_id}: step time: the baseline stores a {base_time['unit']!r} time but this run measured "
-            f"{observed.time_unit!r} (see --perfsuite-time); "
+            f"{case_id}: step time: the baseline stores a {base_time['unit']!r} time "
+            f"(calibration {base_time.get('calibration')}) but this run measured {observed.time_unit!r} "
+            f"(calibration {observed.calibration}; see --perfsuite-time); "
             f"refresh with {refresh_command(case_id, hardware=hardware)}",
         )
     base, now = float(base_time["median"]), observed.time
@@ -323,24 +374,31 @@ def check_loss(case_id: str, baseline: Mapping[str, Any], observed: Observation,
 
 
 def compare(
-    case_id: str, baseline: Mapping[str, Any], observed: Observation, tol: Tolerance, *, hardware: str
+    case_id: str,
+    baseline: Mapping[str, Any],
+    observed: Observation,
+    tol: Tolerance,
+    *,
+    hardware: str,
+    fail_uncompared: bool = False,
 ) -> list[Check]:
     """Every gate of one case: step time, peak memory and its breakdown, the loss curve."""
     return [
-        check_time(case_id, baseline, observed, tol, hardware),
+        check_time(case_id, baseline, observed, tol, hardware, fail_uncompared=fail_uncompared),
         *check_memory(case_id, baseline, observed, tol),
         check_loss(case_id, baseline, observed, tol),
     ]
 
 
-def refusals(new: Mapping[str, Any], tol: Tolerance) -> list[str]:
+def refusals(new: Mapping[str, Any], tol: Tolerance, time_class: str) -> list[str]:
     """Why a freshly built baseline must not be recorded (empty when it may)."""
     reasons = []
-    spread = new["time"]["spread"]
+    time = new["time"][time_class]
+    spread = time["spread"]
     if spread is not None and spread > tol.max_refresh_spread:
         reasons.append(
-            f"step time spread {spread:.1%} over {len(new['time']['repeats'])} repeats exceeds "
-            f"{tol.max_refresh_spread:.0%} (repeats: {', '.join(f'{t:.4g}' for t in new['time']['repeats'])}); "
+            f"step time spread {spread:.1%} over {len(time['repeats'])} repeats exceeds "
+            f"{tol.max_refresh_spread:.0%} (repeats: {', '.join(f'{t:.4g}' for t in time['repeats'])}); "
             "the machine is too noisy to record a baseline now"
         )
     memory_spread = new["memory"]["spread"]
@@ -354,12 +412,19 @@ def refusals(new: Mapping[str, Any], tol: Tolerance) -> list[str]:
     return reasons
 
 
-def diff_rows(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
-    """``(metric, old, new, change)`` for a refresh's old → new table."""
-    unit = new["time"]["unit"]
+def diff_rows(
+    old: Mapping[str, Any] | None, new: Mapping[str, Any], time_class: str
+) -> list[tuple[str, str, str, str]]:
+    """``(metric, old, new, change)`` for a refresh's old → new table.
 
-    def time_of(b: Mapping[str, Any] | None) -> float | None:
-        return None if b is None or b["time"]["unit"] != unit else float(b["time"]["median"])
+    The step time is this time class's; memory and loss are shared by every class, so a
+    change there is called out: it rewrites what the other classes are gated on too.
+    """
+    entry = new["time"][time_class]
+    unit = entry["unit"]
+    old_entry = None if old is None else old["time"].get(time_class)
+    if old_entry is not None and old_entry["unit"] != unit:
+        old_entry = None
 
     rows: list[tuple[str, str, str, str]] = []
 
@@ -367,19 +432,40 @@ def diff_rows(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[tup
         change = "new" if before is None else f"{_rel(after, before):+.1%}"
         rows.append((metric, "—" if before is None else fmt(before), fmt(after), change))
 
-    add("step time", time_of(old), float(new["time"]["median"]), lambda v: _fmt_time(v, unit))
-    spread = new["time"]["spread"]
-    rows.append(("time spread", _spread(old), "—" if spread is None else f"{spread:.1%}", ""))
+    add(
+        f"step time [{time_class}]",
+        None if old_entry is None else float(old_entry["median"]),
+        float(entry["median"]),
+        lambda v: _fmt_time(v, unit),
+    )
+    spread = entry["spread"]
+    rows.append(("time spread", _spread(old_entry), "—" if spread is None else f"{spread:.1%}", ""))
+    if old is not None:
+        others = [c for c in old["time"] if c != time_class]
+        if others:
+            rows.append(("step time, other classes", ", ".join(others), "kept", ""))
     add("peak memory", None if old is None else old["memory"]["peak_bytes"], new["memory"]["peak_bytes"], _fmt_bytes)
     for category, value in new["memory"]["breakdown"].items():
         before = None if old is None else old["memory"]["breakdown"].get(category)
         add(f"memory: {category}", before, value, _fmt_bytes)
     old_loss = None if old is None else old["loss"][-1]
     add(f"final loss ({len(new['loss'])} steps)", old_loss, new["loss"][-1], lambda v: f"{v:.6g}")
+    if old is not None:
+        loss_changed = len(old["loss"]) != len(new["loss"]) or any(
+            a != b for a, b in zip(old["loss"], new["loss"], strict=False)
+        )
+        memory_changed = old["memory"]["peak_bytes"] != new["memory"]["peak_bytes"] or old["memory"][
+            "breakdown"
+        ] != new["memory"]["breakdown"]
+        changed = [name for name, flag in (("memory", memory_changed), ("loss", loss_changed)) if flag]
+        if changed:
+            rows.append(
+                (f"{' and '.join(changed)} changed", "", "", "rewritten for every time class: review before merging")
+            )
     return rows
 
 
-def _spread(baseline: Mapping[str, Any] | None) -> str:
-    if baseline is None or baseline["time"].get("spread") is None:
+def _spread(entry: Mapping[str, Any] | None) -> str:
+    if entry is None or entry.get("spread") is None:
         return "—"
-    return f"{baseline['time']['spread']:.1%}"
+    return f"{entry['spread']:.1%}"

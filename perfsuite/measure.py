@@ -6,8 +6,10 @@ every op, so nothing here may overlap a timed step.
 
 from __future__ import annotations
 
+import gc
 import warnings
 from collections import Counter
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -57,12 +59,53 @@ class MatmulDtypes(TorchDispatchMode):  # type: ignore[no-untyped-call]
         return out
 
 
+def _storage_key(t: torch.Tensor) -> tuple[str, int] | None:
+    try:
+        storage = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # sparse, nested, functional wrappers: no plain storage
+        return None
+    if storage.device.type == "meta" or storage.nbytes() == 0:
+        return None
+    return str(storage.device), storage.data_ptr()
+
+
+def other_live_tensors(known: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    """Every tensor alive in this process whose storage is not one of ``known``'s.
+
+    The garbage collector tracks every tensor object, so this finds what a library's
+    module-level cache, a leak in a global or a DataLoader's prefetched batches hold,
+    however long ago it was allocated. (A tensor held only from C++, with no Python
+    object, stays invisible; between steps torch holds none: the autograd graph is gone.)
+    """
+    seen = {key for t in known if (key := _storage_key(t)) is not None}
+    found = []
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor):
+            key = _storage_key(obj)
+            if key is not None and key not in seen:
+                seen.add(key)
+                found.append(obj)
+    return found
+
+
+def _model_and_optimizer_tensors(trainer: Trainer) -> list[torch.Tensor]:
+    tensors: list[torch.Tensor] = [*trainer.model.parameters(), *trainer.model.buffers()]
+    tensors += [p.grad for p in trainer.model.parameters() if p.grad is not None]
+    for state in trainer.inner_optimizer.state.values():
+        tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+    return tensors
+
+
 def memory_breakdown(trainer: Trainer) -> dict[str, Any]:
     """One step under MemTracker: the peak of live tensor bytes and its split by category.
 
+    Every tensor alive in the worker counts, whenever it was allocated and whoever holds
+    it: the model's and the optimizer's by category, everything else as ``other`` (see
+    :func:`other_live_tensors`). On CPU, which has no allocator counter, this peak is the
+    case's peak memory; on CUDA ``max_memory_allocated`` is, and this is its breakdown.
     The split is taken at the moment of the peak, so the categories add up to it.
-    Works on CPU and CUDA; returns ``{"error": ...}`` where the tracker cannot follow
-    the step (e.g. DeepSpeed's own parameter management).
+    Returns ``{"error": ...}`` where the tracker cannot follow the step (e.g.
+    DeepSpeed's own parameter management).
     """
     try:
         from torch.distributed._tools.mem_tracker import MemTracker
@@ -71,6 +114,12 @@ def memory_breakdown(trainer: Trainer) -> dict[str, Any]:
     tracker = MemTracker()
     try:
         tracker.track_external(trainer.model, trainer.inner_optimizer)
+        # After the model and optimizer: a tensor passed here is filed as "other" even if
+        # MemTracker already knew it, so only the rest is passed.
+        held_elsewhere = other_live_tensors(_model_and_optimizer_tensors(trainer))
+        tracker.track_external(*held_elsewhere)
+        other_bytes = sum(t.untyped_storage().nbytes() for t in held_elsewhere)  # one tensor per storage
+        del held_elsewhere  # MemTracker holds weak references; these must be freeable
         with tracker, warnings.catch_warnings():
             # ModTracker warns for every backward hook of a module freed in between; harmless.
             warnings.filterwarnings("ignore", message="Module is None", category=UserWarning)
@@ -87,7 +136,12 @@ def memory_breakdown(trainer: Trainer) -> dict[str, Any]:
     if snap is None:
         return {"error": f"MemTracker saw no tensors on {device}", "per_device": per_device}
     categories = {name: int(snap.get(key, 0)) for key, name in _CATEGORIES.items()}
-    return {"peak_bytes": int(snap["Total"]), "categories": categories, "per_device": per_device}
+    return {
+        "peak_bytes": int(snap["Total"]),
+        "categories": categories,
+        "per_device": per_device,
+        "held_elsewhere_bytes": other_bytes,
+    }
 
 
 def count_flops(trainer: Trainer) -> dict[str, Any]:

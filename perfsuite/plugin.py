@@ -23,6 +23,7 @@ MARKERS = {
     "cpu": "CPU tier: real training runs of the tiny models",
     "gpu": "full-size models on a CUDA GPU (skipped without one)",
     "slow": "takes more than a few seconds",
+    "nightly": "too long for every push: deselected by default, run with `pytest -m nightly`",
     "deepspeed": "needs deepspeed installed",
     "bnb": "needs bitsandbytes installed",
 }
@@ -56,10 +57,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--perfsuite-time",
-        choices=("auto", "ratio", "absolute"),
+        choices=("auto", "calibrated", "absolute"),
         default="auto",
-        help="compare step time as a ratio to the same session's vanilla run, or in seconds "
-        "(default auto: ratio on CPU, where absolute times do not carry across machines; seconds on a GPU)",
+        help="compare step time against the calibration workload run around each step, or in seconds "
+        "(default auto: calibrated on CPU, where shared machines drift by tens of percent; seconds on a GPU)",
+    )
+    group.addoption(
+        "--perfsuite-uncompared-time",
+        choices=("note", "fail"),
+        default="note",
+        help="a case whose baseline has no step time for this machine's time class (CPU family and ISA, or GPU "
+        "model): gate memory and loss and note the time as not compared (default), or fail it (a dedicated runner)",
     )
     group.addoption(
         "--perfsuite-refresh",
@@ -89,7 +97,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.benchmark_compare is True:
         # A bare --benchmark-compare would take "the latest saved run", letting slowdowns creep in
         # night by night; compare against the file pinned next to this hardware's baselines instead.
-        pinned = session.pinned_benchmark(_local_hardware())
+        pinned = session.pinned_benchmark(*_local_hardware())
         if not pinned.is_file():
             raise pytest.UsageError(
                 f"--benchmark-compare: no pinned pytest-benchmark file {pinned}; "
@@ -102,12 +110,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.benchmark_json = session.benchmark_scratch
 
 
-def _local_hardware() -> str:
-    from perfsuite.baselines import hardware_key
+def _local_hardware() -> tuple[str, str]:
     from perfsuite.device import get_device
+    from perfsuite.hardware import hardware_key, time_class
 
     device = get_device("auto")
-    return hardware_key(device.type, device.name)
+    return hardware_key(device.type, device.name), time_class(device.type, device.name)
 
 
 def _session(config: pytest.Config) -> Any:

@@ -123,7 +123,8 @@ def render(cases: Sequence[Mapping[str, Any]], console: Console | None = None) -
 
 # -- the pytest session summary: every matrix case against its baseline ---------------------
 
-_GATE_COLUMNS = ("case", "status", "step time", "Δ time", "tol", "peak memory", "Δ mem", "loss", "note")
+# "detects": the step-time tolerance, i.e. the smallest change of this case's step time the gate sees.
+_GATE_COLUMNS = ("case", "status", "step time", "Δ time", "detects", "peak memory", "Δ mem", "loss", "note")
 _REFRESH_COLUMNS = ("case", "status", "metric", "old", "new", "change")
 
 
@@ -133,8 +134,11 @@ def _check(outcome: Any, metric: str) -> Any:
 
 def _gate_cells(outcome: Any) -> list[str]:
     time, memory, loss = _check(outcome, "step time"), _check(outcome, "peak memory"), _check(outcome, "loss")
-    failing = [c for c in outcome.checks if not c.ok]
-    note = "; ".join(f"{c.metric} out of tolerance" for c in failing) if failing else ""
+    failing = [c for c in outcome.checks if not c.ok and c.compared]
+    notes = [f"{c.metric} out of tolerance" for c in failing]
+    if time is not None and not time.compared:
+        notes.insert(0, "time not compared: no figure for this time class (see below)")
+    note = "; ".join(notes)
     if not outcome.checks and outcome.message:
         note = outcome.message.splitlines()[0]
     return [
@@ -174,7 +178,12 @@ def gate_text(outcomes: Sequence[Any], *, refresh: bool, width: int = 200) -> st
             table.add_row(*row, style=style)
     buffer = io.StringIO()
     Console(file=buffer, width=width, force_terminal=False, color_system=None).print(table)
-    return buffer.getvalue()
+    return buffer.getvalue() + "".join(f"{line}\n" for line in _uncompared(outcomes))
+
+
+def _uncompared(outcomes: Sequence[Any]) -> list[str]:
+    """The whole message of every step time that was not compared (one line each, below the table)."""
+    return [c.message for o in outcomes for c in o.checks if not c.compared]
 
 
 def gate_markdown(outcomes: Sequence[Any], *, refresh: bool) -> str:
@@ -189,4 +198,5 @@ def gate_markdown(outcomes: Sequence[Any], *, refresh: bool) -> str:
         counts[outcome.status] = counts.get(outcome.status, 0) + 1
     heading = "perfsuite: baselines " + ("refreshed" if refresh else "compared")
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    return f"### {heading}\n\n{summary}\n\n" + "\n".join(lines) + "\n"
+    notes = "".join(f"\n- {line}" for line in _uncompared(outcomes))
+    return f"### {heading}\n\n{summary}\n\n" + "\n".join(lines) + "\n" + notes + ("\n" if notes else "")

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 
 from perfsuite.baselines import (
-    PYTEST_BENCHMARK_FILE,
     SCHEMA_VERSION,
     BaselineError,
     MissingBaseline,
     baseline_path,
     build_baseline,
-    hardware_key,
     load_baseline,
+    pinned_benchmark_path,
+    with_other_classes,
     write_json_atomic,
 )
 from perfsuite.case import DEFAULTS, CaseSpec
@@ -39,7 +39,6 @@ from perfsuite.compare import (
     validate_config,
 )
 from perfsuite.env import library_versions
-from perfsuite.report import CONTROL
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -87,6 +86,7 @@ class PerfsuiteSession:
         self.root = (config.rootpath / option).resolve() if not Path(option).is_absolute() else Path(option)
         self.missing: str = config.getoption("perfsuite_missing")
         self.time_mode: str = config.getoption("perfsuite_time")
+        self.fail_uncompared: bool = config.getoption("perfsuite_uncompared_time") == "fail"
         self.refresh: bool = config.getoption("perfsuite_refresh")
         self.repeats: int = config.getoption("perfsuite_repeats") if self.refresh else 1
         if self.repeats < 1:
@@ -94,8 +94,8 @@ class PerfsuiteSession:
         self._records: dict[CaseSpec, list[dict[str, Any]]] = {}
         self.outcomes: list[Outcome] = []
         self.staged: dict[Path, dict[str, Any]] = {}
-        self.staged_benchmarks: dict[str, str] = {}
-        """pytest node id → hardware, for the cases whose pinned pytest-benchmark entry a refresh replaces."""
+        self.staged_benchmarks: dict[str, tuple[str, str]] = {}
+        """pytest node id → (hardware, time class): the cases whose pinned pytest-benchmark entry a refresh replaces."""
         self.benchmark_json: dict[str, Any] | None = None
         self.written: list[Path] = []
         self.benchmark_scratch: Path | None = None
@@ -117,8 +117,8 @@ class PerfsuiteSession:
 
     def time_unit(self, device_type: str) -> str:
         if self.time_mode == "auto":
-            return "ratio" if device_type == "cpu" else "s"
-        return "ratio" if self.time_mode == "ratio" else "s"
+            return "calibrated" if device_type == "cpu" else "s"
+        return "calibrated" if self.time_mode == "calibrated" else "s"
 
     # -- the matrix test -----------------------------------------------------------------
 
@@ -135,22 +135,14 @@ class PerfsuiteSession:
                 outcome.status = "skipped"
                 pytest.skip(outcome.message)
             pytest.fail(outcome.message, pytrace=False)
-        hardware = hardware_key(runs[0]["device"], runs[0]["device_name"])
+        hardware = str(runs[0]["hardware"])
         outcome.hardware = hardware
-        unit = self.time_unit(runs[0]["device"])
-        references: list[dict[str, Any] | None] = [None] * len(runs)
-        if unit == "ratio":
-            control = dataclasses.replace(spec, strategy=CONTROL)
-            controls = self.records(control, len(runs))
-            failed = next((r for r in controls if r["status"] != "ok"), None)
-            if failed is not None:
-                outcome.message = (
-                    f"{spec.id}: its step time is compared as a ratio to {control.id}, which did not run: "
-                    f"{failed['status']}: {failed['error']}"
-                )
-                pytest.fail(outcome.message, pytrace=False)
-            references = list(controls)
-        observations = [observe(r, reference=ref, time_unit=unit) for r, ref in zip(runs, references, strict=True)]
+        try:
+            observations = [observe(r, time_unit=self.time_unit(r["device"])) for r in runs]
+        except ValueError as exc:
+            outcome.message = str(exc)
+            pytest.fail(outcome.message, pytrace=False)
+        time_class = observations[0].time_class
         if benchmark is not None:
             _record_benchmark(benchmark, runs, observations, hardware)
         tolerance = resolve_tolerance(self.settings, hardware=hardware, case_id=spec.id, precision=runs[0]["precision"])
@@ -158,7 +150,7 @@ class PerfsuiteSession:
         if self.refresh:
             self._stage(spec, runs, observations, path, hardware, outcome, tolerance)
             if benchmark is not None:
-                self.staged_benchmarks[benchmark.fullname] = hardware
+                self.staged_benchmarks[benchmark.fullname] = (hardware, time_class)
             return
         try:
             baseline = load_baseline(path, case_id=spec.id, hardware=hardware)
@@ -170,7 +162,9 @@ class PerfsuiteSession:
         except BaselineError as exc:
             outcome.message = str(exc)
             pytest.fail(outcome.message, pytrace=False)
-        outcome.checks = compare(spec.id, baseline, observations[0], tolerance, hardware=hardware)
+        outcome.checks = compare(
+            spec.id, baseline, observations[0], tolerance, hardware=hardware, fail_uncompared=self.fail_uncompared
+        )
         failures = [c.message for c in outcome.checks if not c.ok]
         if failures:
             outcome.message = "\n".join(failures)
@@ -188,10 +182,13 @@ class PerfsuiteSession:
         tolerance: Tolerance,
     ) -> None:
         first = runs[0]
+        time_class = observations[0].time_class
         new = build_baseline(
             case_id=spec.id,
             hardware=hardware,
+            time_class=time_class,
             time_unit=observations[0].time_unit,
+            calibration=observations[0].calibration,
             times=[o.time for o in observations],
             step_time_s=[o.step_time_s for o in observations],
             peaks=[o.peak_bytes for o in observations],
@@ -208,7 +205,7 @@ class PerfsuiteSession:
                 "seq_len": first["seq_len"],
                 "seed": spec.seed,
                 "device": first["device"],
-                "time_reference": CONTROL if observations[0].time_unit == "ratio" else None,
+                "threads": first.get("threads"),
             },
             provenance=self._provenance(first),
         )
@@ -216,13 +213,13 @@ class PerfsuiteSession:
             old: dict[str, Any] | None = load_baseline(path, case_id=spec.id, hardware=hardware)
         except BaselineError:
             old = None
-        outcome.diff = diff_rows(old, new)
-        reasons = refusals(new, tolerance)
+        outcome.diff = diff_rows(old, new, time_class)
+        reasons = refusals(new, tolerance, time_class)
         if reasons:
             outcome.status = "refused"
             outcome.message = f"{spec.id}: not recorded: " + "; ".join(reasons)
             pytest.fail(outcome.message, pytrace=False)
-        self.staged[path] = new
+        self.staged[path] = with_other_classes(new, old)
         outcome.status = "refreshed"
 
     def _provenance(self, record: Mapping[str, Any]) -> dict[str, Any]:
@@ -248,13 +245,13 @@ class PerfsuiteSession:
             self.written.append(path)
         if self.benchmark_json is None or not self.staged_benchmarks:
             return
-        by_hardware: dict[str, list[dict[str, Any]]] = {}
+        by_class: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for bench in self.benchmark_json["benchmarks"]:
-            hardware = self.staged_benchmarks.get(bench["fullname"])
-            if hardware is not None:
-                by_hardware.setdefault(hardware, []).append(bench)
-        for hardware, fresh in by_hardware.items():
-            path = self.root / hardware / PYTEST_BENCHMARK_FILE
+            key = self.staged_benchmarks.get(bench["fullname"])
+            if key is not None:
+                by_class.setdefault(key, []).append(bench)
+        for (hardware, time_class), fresh in by_class.items():
+            path = pinned_benchmark_path(self.root, hardware, time_class)
             pinned = _read_pinned(path)
             names = {b["fullname"] for b in fresh}
             kept = [b for b in pinned.get("benchmarks", []) if b["fullname"] not in names]
@@ -263,8 +260,8 @@ class PerfsuiteSession:
             write_json_atomic(path, payload)
             self.written.append(path)
 
-    def pinned_benchmark(self, hardware: str) -> Path:
-        return self.root / hardware / PYTEST_BENCHMARK_FILE
+    def pinned_benchmark(self, hardware: str, time_class: str) -> Path:
+        return pinned_benchmark_path(self.root, hardware, time_class)
 
     def results_json(self) -> dict[str, Any]:
         """What ``--perfsuite-json`` writes: every matrix case's status, checks and run records."""
@@ -323,6 +320,7 @@ def _record_benchmark(
     benchmark.extra_info.update(
         {
             "hardware": hardware,
+            "time_class": first.time_class,
             "time_unit": first.time_unit,
             "time": [o.time for o in observations],
             "peak_memory_bytes": first.peak_bytes,

@@ -5,17 +5,25 @@ accelerate (``perfsuite._preload``), so starting one costs milliseconds rather t
 the seconds a fresh interpreter needs. A worker that overruns its timeout is killed;
 one that dies without answering (a segfault, ``os._exit``, the OOM killer) is
 reported with its exit code. Either way the case fails and the run goes on.
+
+A worker is quiet: what third-party code prints (DeepSpeed's FutureWarnings, a
+transformers note per case, a JIT compiler's log) and every Python warning go into
+the case's record (``warnings``, ``output``), not between the caller's progress lines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import sys
+import tempfile
 import time
 import traceback
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from perfsuite.case import CaseSkipped, CaseSpec
@@ -23,6 +31,8 @@ from perfsuite.case import CaseSkipped, CaseSpec
 CaseFn = Callable[[CaseSpec], dict[str, Any]]
 
 _PRELOAD = ["perfsuite._preload"]
+OUTPUT_LIMIT = 20_000
+"""Characters of a worker's captured output kept in its record (the end, where errors are)."""
 
 
 def _context() -> multiprocessing.context.ForkServerContext:
@@ -40,16 +50,61 @@ def _describe_error(exc: BaseException) -> str:
     return f"{name}: {exc}{where}"
 
 
+@contextlib.contextmanager
+def _captured_output() -> Iterator[dict[str, str]]:
+    """Send this process's stdout and stderr (file descriptors, so C code's and child processes' too) to a file."""
+    box: dict[str, str] = {}
+    with tempfile.TemporaryFile() as sink:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield box
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            sink.seek(0)
+            box["output"] = sink.read().decode(errors="replace")
+
+
+def _warning_list(caught: list[warnings.WarningMessage]) -> list[dict[str, Any]]:
+    """Distinct warnings with how often each was raised, in first-seen order."""
+    counts: dict[tuple[str, str, str, int], int] = {}
+    for w in caught:
+        key = (w.category.__name__, str(w.message), w.filename, w.lineno)
+        counts[key] = counts.get(key, 0) + 1
+    return [
+        {"category": category, "message": message, "where": f"{filename}:{lineno}", "count": count}
+        for (category, message, filename, lineno), count in counts.items()
+    ]
+
+
 def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Connection) -> None:
     conn.send(("started", time.monotonic()))
-    try:
-        message: tuple[str, Any] = ("result", target(spec))
-    except CaseSkipped as exc:
-        message = ("skipped", str(exc))
-    except BaseException as exc:  # the worker reports everything; the parent decides
-        message = ("error", _describe_error(exc))
-        traceback.print_exc()
-    conn.send(message)
+    from perfsuite import _preload
+
+    with _captured_output() as captured, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            message: tuple[str, Any] = ("result", target(spec))
+        except CaseSkipped as exc:
+            message = ("skipped", str(exc))
+        except BaseException as exc:  # the worker reports everything; the parent decides
+            message = ("error", _describe_error(exc))
+            traceback.print_exc()
+    output = captured["output"]
+    diagnostics = {
+        "warnings": _warning_list(_preload.IMPORT_WARNINGS + caught),
+        "output": output[-OUTPUT_LIMIT:],
+        "output_truncated": len(output) > OUTPUT_LIMIT,
+    }
+    conn.send((*message, diagnostics))
     conn.close()
 
 
@@ -82,6 +137,7 @@ def run_isolated(spec: CaseSpec, *, timeout_s: float, target: CaseFn | None = No
     startup: float | None = None
     kind: str = "error"
     payload: Any = None
+    diagnostics: dict[str, Any] = {}
     deadline = launched + timeout_s
     try:
         while True:
@@ -90,7 +146,8 @@ def run_isolated(spec: CaseSpec, *, timeout_s: float, target: CaseFn | None = No
                 kind, payload = "timeout", f"timed out after {timeout_s:g} s; worker killed"
                 break
             try:
-                kind, payload = receiver.recv()
+                kind, payload, *rest = receiver.recv()
+                diagnostics = rest[0] if rest else {}
             except EOFError:
                 proc.join(5)
                 kind, payload = "error", _exit_reason(proc.exitcode)
@@ -114,4 +171,6 @@ def run_isolated(spec: CaseSpec, *, timeout_s: float, target: CaseFn | None = No
         record = failed_record(spec, status="failed", error=str(payload))
     record["worker_startup_s"] = startup
     record["wall_s"] = wall
+    record["warnings"] = diagnostics.get("warnings", [])
+    record["output"] = diagnostics.get("output", "")
     return record

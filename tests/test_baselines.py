@@ -14,6 +14,8 @@ from perfsuite.baselines import (
     build_baseline,
     hardware_key,
     load_baseline,
+    pinned_benchmark_path,
+    with_other_classes,
     write_json_atomic,
 )
 
@@ -22,7 +24,9 @@ def _valid(case: str = "tiny-bert-vanilla") -> dict[str, object]:
     return build_baseline(
         case_id=case,
         hardware="cpu",
-        time_unit="ratio",
+        time_class="amd-25.1-avx2",
+        time_unit="calibrated",
+        calibration="numpy-mix-v1",
         times=[1.0],
         step_time_s=[0.1],
         peaks=[10],
@@ -45,6 +49,35 @@ def test_hardware_key_names_the_device_only(device_type: str, name: str, key: st
     assert hardware_key(device_type, name) == key
 
 
+def test_a_refresh_on_another_class_keeps_the_recorded_classes_times() -> None:
+    old = _valid()
+    new = build_baseline(
+        case_id="tiny-bert-vanilla",
+        hardware="cpu",
+        time_class="intel-6.143-avx512-vnni-bf16-fp16-amx",
+        time_unit="calibrated",
+        calibration="numpy-mix-v1",
+        times=[2.0],
+        step_time_s=[0.2],
+        peaks=[10],
+        breakdowns=[{"activations": 8}],
+        losses=[[1.0, 0.9]],
+        spec={},
+        provenance={"repeats": 1},
+    )
+    merged = with_other_classes(new, old)
+    assert merged["time"]["amd-25.1-avx2"] == old["time"]["amd-25.1-avx2"]
+    assert merged["time"]["intel-6.143-avx512-vnni-bf16-fp16-amx"]["median"] == 2.0
+    assert with_other_classes(new, None) == new
+
+
+def test_pinned_benchmark_file_is_per_time_class(tmp_path: Path) -> None:
+    epyc = pinned_benchmark_path(tmp_path, "cpu", "amd-25.1-avx2")
+    assert epyc == tmp_path / "cpu" / "pytest-benchmark.amd-25.1-avx2.json"
+    gpu = "nvidia-h100-80gb-hbm3"
+    assert pinned_benchmark_path(tmp_path, gpu, gpu) == tmp_path / gpu / "pytest-benchmark.json"
+
+
 def test_a_written_baseline_loads_back(tmp_path: Path) -> None:
     path = baseline_path(tmp_path, "cpu", "tiny-bert-vanilla")
     write_json_atomic(path, _valid())
@@ -64,7 +97,8 @@ def test_a_missing_baseline_names_the_refresh_command(tmp_path: Path) -> None:
     ("payload", "problem"),
     [
         ("[1, 2]", "not a JSON object"),
-        (json.dumps(dict(_valid(), schema_version=2)), "schema_version is 2, this perfsuite reads 1"),
+        (json.dumps(dict(_valid(), schema_version=1)), "schema_version is 1, this perfsuite reads 2"),
+        (json.dumps(dict(_valid(), time={"amd-25.1-avx2": {"unit": "ratio", "median": 1.0}})), "`time` maps each"),
         (json.dumps(_valid("tiny-bert-fp16")), "it is the baseline of 'tiny-bert-fp16', not tiny-bert-vanilla"),
         (json.dumps(dict(_valid(), loss=[])), "`loss` must be a non-empty list"),
         (json.dumps(dict(_valid(), memory={"peak_bytes": "10", "breakdown": {}})), "`memory` needs peak_bytes"),

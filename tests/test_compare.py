@@ -23,13 +23,16 @@ from perfsuite.compare import (
 )
 
 MIB = 2**20
+CLASS = "amd-25.1-avx2"
 
 
 def _baseline(**changes: Any) -> dict[str, Any]:
     base = build_baseline(
         case_id="tiny-bert-fp16",
         hardware="cpu",
-        time_unit="ratio",
+        time_class=CLASS,
+        time_unit="calibrated",
+        calibration="numpy-mix-v1",
         times=[4.0, 4.2, 3.9],
         step_time_s=[0.4, 0.42, 0.39],
         peaks=[100 * MIB] * 3,
@@ -45,7 +48,9 @@ def _baseline(**changes: Any) -> dict[str, Any]:
 def _observed(**changes: Any) -> Observation:
     fields: dict[str, Any] = {
         "time": 4.0,
-        "time_unit": "ratio",
+        "time_unit": "calibrated",
+        "time_class": CLASS,
+        "calibration": "numpy-mix-v1",
         "step_time_s": 0.4,
         "peak_bytes": 100 * MIB,
         "breakdown": {"activations": 80 * MIB, "parameters": 2 * MIB},
@@ -56,8 +61,8 @@ def _observed(**changes: Any) -> Observation:
 
 def test_baseline_records_median_and_largest_relative_deviation() -> None:
     base = _baseline()
-    assert base["time"]["median"] == 4.0
-    assert base["time"]["spread"] == pytest.approx(0.05)  # |4.2 - 4.0| / 4.0
+    assert base["time"][CLASS]["median"] == 4.0
+    assert base["time"][CLASS]["spread"] == pytest.approx(0.05)  # |4.2 - 4.0| / 4.0
     assert base["memory"]["spread"] == 0.0
     assert base["loss_repeat_max_abs_diff"] == 0.0
 
@@ -79,9 +84,28 @@ def test_time_is_two_sided(time: float, ok: bool) -> None:
 
 
 def test_time_in_another_unit_fails_instead_of_comparing_apples_to_pears() -> None:
-    check = check_time("c", _baseline(), _observed(time=0.4, time_unit="s"), Tolerance(), "cpu")
+    check = check_time("c", _baseline(), _observed(time=0.4, time_unit="s", calibration=None), Tolerance(), "cpu")
     assert not check.ok
-    assert "stores a 'ratio' time but this run measured 's'" in check.message
+    assert "stores a 'calibrated' time (calibration numpy-mix-v1) but this run measured 's'" in check.message
+    other = check_time("c", _baseline(), _observed(calibration="numpy-mix-v2"), Tolerance(), "cpu")
+    assert not other.ok
+    assert "refresh with `perfsuite baselines refresh -k c`" in other.message
+
+
+def test_time_of_another_cpu_class_is_not_compared_and_says_how_to_record_it() -> None:
+    xeon = "intel-6.143-avx512-vnni-bf16-fp16-amx"
+    observed = _observed(time=1.1, time_class=xeon)  # 4x faster: another class's kernels, not a change
+    checks = compare("tiny-bert-fp16", _baseline(), observed, Tolerance(), hardware="cpu")
+    time = checks[0]
+    assert time.ok
+    assert not time.compared
+    assert time.change == "not compared"
+    assert f"step times for {CLASS}, this machine is {xeon}" in time.message
+    assert "`perfsuite baselines refresh -k tiny-bert-fp16`" in time.message
+    assert all(c.ok and c.compared for c in checks[1:])  # memory and loss still gated
+    strict = check_time("tiny-bert-fp16", _baseline(), observed, Tolerance(), "cpu", fail_uncompared=True)
+    assert not strict.ok
+    assert not strict.compared
 
 
 def test_memory_is_tight_and_two_sided_per_category() -> None:
@@ -151,7 +175,9 @@ def test_refusals_name_each_unstable_metric() -> None:
     noisy = build_baseline(
         case_id="c",
         hardware="cpu",
+        time_class=CLASS,
         time_unit="s",
+        calibration=None,
         times=[1.0, 1.3, 0.7],
         step_time_s=[1.0, 1.3, 0.7],
         peaks=[100 * MIB, 100 * MIB, 110 * MIB],
@@ -160,25 +186,48 @@ def test_refusals_name_each_unstable_metric() -> None:
         spec={},
         provenance={},
     )
-    reasons = refusals(noisy, Tolerance())
+    reasons = refusals(noisy, Tolerance(), CLASS)
     assert len(reasons) == 3
     assert reasons[0].startswith("step time spread 30.0% over 3 repeats exceeds 15%")
-    assert refusals(_baseline(), Tolerance()) == []
+    assert refusals(_baseline(), Tolerance(), CLASS) == []
 
 
-def test_observe_divides_by_the_vanilla_reference() -> None:
-    record = {"step_time_s": {"median": 0.3}, "peak_memory_bytes": 5, "memory_breakdown_bytes": None, "loss": [1.0]}
-    reference = {"step_time_s": {"median": 0.1}}
-    assert observe(record, reference=reference, time_unit="ratio").time == pytest.approx(3.0)
-    assert observe(record, reference=None, time_unit="s").time == 0.3
-    with pytest.raises(ValueError, match="needs the vanilla run"):
-        observe(record, reference=None, time_unit="ratio")
+def test_observe_takes_the_calibrated_or_the_absolute_time() -> None:
+    record = {
+        "model": "tiny-bert",
+        "strategy": "vanilla",
+        "time_class": CLASS,
+        "step_time_s": {"median": 0.3},
+        "step_time_calibrated": {"median": 12.5},
+        "calibration": {"workload": "numpy-mix-v1"},
+        "peak_memory_bytes": 5,
+        "memory_breakdown_bytes": None,
+        "loss": [1.0],
+    }
+    calibrated = observe(record, time_unit="calibrated")
+    assert (calibrated.time, calibrated.calibration, calibrated.time_class) == (12.5, "numpy-mix-v1", CLASS)
+    assert observe(record, time_unit="s").time == 0.3
+    with pytest.raises(ValueError, match="no calibrated step time"):
+        observe(dict(record, step_time_calibrated=None), time_unit="calibrated")
 
 
 def test_diff_rows_show_old_and_new() -> None:
     old, new = _baseline(), _baseline()
-    new["time"] = dict(new["time"], median=4.4)
-    rows = {metric: (before, after, change) for metric, before, after, change in diff_rows(old, new)}
-    assert rows["step time"] == ("4.000× vanilla", "4.400× vanilla", "+10.0%")
+    new["time"] = {CLASS: dict(new["time"][CLASS], median=4.4)}
+    rows = {metric: (before, after, change) for metric, before, after, change in diff_rows(old, new, CLASS)}
+    assert rows[f"step time [{CLASS}]"] == ("4.000× calibration", "4.400× calibration", "+10.0%")
     assert rows["peak memory"][2] == "+0.0%"
-    assert {metric: change for metric, _, _, change in diff_rows(None, new)}["step time"] == "new"
+    assert "memory changed" not in rows
+    assert "loss changed" not in rows
+    assert {metric: change for metric, _, _, change in diff_rows(None, new, CLASS)}[f"step time [{CLASS}]"] == "new"
+
+
+def test_a_refresh_on_a_new_class_says_when_it_would_change_memory_or_loss() -> None:
+    xeon = "intel-6.143-avx512-vnni-bf16-fp16-amx"
+    old = _baseline()
+    new = _baseline(loss=[2.0, 1.5, 1.01])
+    new["time"] = {xeon: new["time"].pop(CLASS)}
+    rows = {metric: (before, after, change) for metric, before, after, change in diff_rows(old, new, xeon)}
+    assert rows[f"step time [{xeon}]"][2] == "new"
+    assert rows["step time, other classes"] == (CLASS, "kept", "")
+    assert rows["loss changed"][2].startswith("rewritten for every time class")

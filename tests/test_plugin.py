@@ -35,9 +35,9 @@ def pytest_perfsuite_run_case(config, spec, timeout_s):
     if os.environ.get("FAKE_CRASH") == spec.id:
         return {"model": spec.model, "strategy": spec.strategy, "status": "failed",
                 "error": "worker killed by signal SIGKILL"}
-    noisy = spec.strategy != "vanilla"  # (a ratio to vanilla would cancel noise common to both)
-    jitter = float(os.environ.get("FAKE_JITTER", "0")) * ((repeat % 3) - 1) * noisy
+    jitter = float(os.environ.get("FAKE_JITTER", "0")) * ((repeat % 3) - 1) * (spec.strategy != "vanilla")
     median = 0.1 * FACTOR.get(spec.strategy, 1.2) * (1 + jitter)
+    calibration = 0.01  # the calibration workload's time: the gated figure is median / calibration
     mib = 2**20
     memory = 30 * mib if spec.strategy == "grad_ckpt" else 100 * mib
     loss = [2.0 - 0.05 * i for i in range(spec.warmup_steps + spec.steps)]
@@ -45,9 +45,13 @@ def pytest_perfsuite_run_case(config, spec, timeout_s):
         loss[3] = math.nan
     return {
         "model": spec.model, "strategy": spec.strategy, "status": "ok", "error": None,
-        "device": "cpu", "device_name": "Fake CPU", "precision": "fp16" if "fp16" in spec.strategy else "fp32",
+        "device": "cpu", "device_name": "Fake CPU", "hardware": "cpu",
+        "time_class": os.environ.get("FAKE_CLASS", "fake-1.2-avx2"),
+        "precision": "fp16" if "fp16" in spec.strategy else "fp32",
         "batch_size": 16, "micro_batch_size": 16, "seq_len": 128,
         "step_time_s": {"median": median, "samples": [median] * spec.steps},
+        "step_time_calibrated": {"median": median / calibration},
+        "calibration": {"workload": "numpy-mix-v1", "median_s": calibration},
         "peak_memory_bytes": memory,
         "memory_breakdown_bytes": {"activations": memory - 6 * mib, "parameters": 2 * mib, "optimizer_state": 4 * mib},
         "loss": loss,
@@ -72,6 +76,12 @@ def _baseline(pytester: pytest.Pytester, case: str) -> Path:
     return pytester.path / "baselines" / "cpu" / f"{case}.json"
 
 
+def _time(data: dict[str, Any]) -> dict[str, Any]:
+    entry = data["time"]["fake-1.2-avx2"]
+    assert isinstance(entry, dict)
+    return entry
+
+
 def _edit(pytester: pytest.Pytester, case: str, change: Any) -> None:
     path = _baseline(pytester, case)
     data = json.loads(path.read_text())
@@ -86,27 +96,30 @@ def _gate(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 def test_refresh_writes_one_readable_file_per_selected_case(project: pytest.Pytester) -> None:
     written = sorted(p.name for p in (project.path / "baselines" / "cpu").iterdir())
     assert written == [
-        "pytest-benchmark.json",
+        "pytest-benchmark.fake-1.2-avx2.json",
         "tiny-bert-fp16.json",
         "tiny-bert-grad_ckpt.json",
         "tiny-bert-vanilla.json",
     ]
     data = json.loads(_baseline(project, "tiny-bert-fp16").read_text())
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     assert data["hardware"] == "cpu"
-    assert data["time"] == {
-        "unit": "ratio",
-        "median": 5.0,
+    assert data["time"]["fake-1.2-avx2"] == {
+        "unit": "calibrated",
+        "median": 50.0,
         "spread": 0.0,
-        "repeats": [5.0, 5.0, 5.0],
+        "repeats": [50.0, 50.0, 50.0],
         "step_time_s_median": 0.5,
+        "calibration": "numpy-mix-v1",
+        "recorded": data["provenance"]["date"],
+        "device": "Fake CPU",
     }
-    assert data["loss"] == [2.0 - 0.05 * i for i in range(10)]
+    assert data["loss"] == [2.0 - 0.05 * i for i in range(14)]  # 2 warm-up + 12 timed steps
     assert data["provenance"]["repeats"] == 3
     assert set(data["provenance"]["versions"]) >= {"torch", "transformers", "accelerate", "deepspeed"}
-    pinned = json.loads((project.path / "baselines" / "cpu" / "pytest-benchmark.json").read_text())
+    pinned = json.loads((project.path / "baselines" / "cpu" / "pytest-benchmark.fake-1.2-avx2.json").read_text())
     rounds = {b["param"]: len(b["stats"]["data"]) for b in pinned["benchmarks"]}
-    assert rounds == {"tiny-bert-vanilla": 24, "tiny-bert-fp16": 24, "tiny-bert-grad_ckpt": 24}  # 3 repeats × 8 steps
+    assert rounds == {"tiny-bert-vanilla": 36, "tiny-bert-fp16": 36, "tiny-bert-grad_ckpt": 36}  # 3 repeats × 12 steps
     assert "perfsuite" in pinned["machine_info"]
 
 
@@ -118,12 +131,12 @@ def test_unchanged_baselines_pass_twice(project: pytest.Pytester) -> None:
 
 
 def test_baseline_10_percent_faster_fails_that_case_as_a_regression(project: pytest.Pytester) -> None:
-    _edit(project, "tiny-bert-fp16", lambda d: d["time"].update(median=d["time"]["median"] * 0.9))
+    _edit(project, "tiny-bert-fp16", lambda d: _time(d).update(median=_time(d)["median"] * 0.9))
     result = _gate(project)
     result.assert_outcomes(passed=2, failed=1, deselected=114)
     result.stdout.fnmatch_lines(
         [
-            "*tiny-bert-fp16: step time 5.000× vanilla vs baseline 4.500× vanilla (+11.1%), tolerance ±5.0% "
+            "*tiny-bert-fp16: step time 50.000× calibration vs baseline 45.000× calibration (+11.1%), tolerance ±5.0% "
             "= max(floor 5.0%, 3 × spread 0.0%): slower than the baseline: a regression*",
             "FAILED *tiny-bert-fp16*",
         ]
@@ -131,7 +144,7 @@ def test_baseline_10_percent_faster_fails_that_case_as_a_regression(project: pyt
 
 
 def test_an_unexpected_speed_up_fails_too_and_says_refresh(project: pytest.Pytester) -> None:
-    _edit(project, "tiny-bert-grad_ckpt", lambda d: d["time"].update(median=d["time"]["median"] * 1.1))
+    _edit(project, "tiny-bert-grad_ckpt", lambda d: _time(d).update(median=_time(d)["median"] * 1.1))
     result = _gate(project)
     result.assert_outcomes(passed=2, failed=1, deselected=114)
     result.stdout.fnmatch_lines(
@@ -159,7 +172,7 @@ def test_one_changed_loss_value_fails_naming_the_first_diverging_step(project: p
     result = _gate(project)
     result.assert_outcomes(passed=2, failed=1, deselected=114)
     result.stdout.fnmatch_lines(
-        ["*tiny-bert-grad_ckpt: loss diverges from the baseline at step 6 of 10*largest absolute difference 0.01*"]
+        ["*tiny-bert-grad_ckpt: loss diverges from the baseline at step 6 of 14*largest absolute difference 0.01*"]
     )
 
 
@@ -188,8 +201,8 @@ def test_a_deleted_baseline_fails_with_the_refresh_command(project: pytest.Pytes
     ("content", "problem"),
     [
         ("{not json", "corrupt baseline (not JSON*"),
-        ('{"schema_version": 99, "case": "tiny-bert-fp16"}', "schema_version is 99, this perfsuite reads 1*"),
-        ('{"schema_version": 1, "case": "tiny-bert-fp16", "time": {}}', "corrupt baseline (`time` needs*"),
+        ('{"schema_version": 99, "case": "tiny-bert-fp16"}', "schema_version is 99, this perfsuite reads 2*"),
+        ('{"schema_version": 2, "case": "tiny-bert-fp16", "time": []}', "corrupt baseline (`time` maps*"),
     ],
 )
 def test_a_corrupt_baseline_names_its_file(project: pytest.Pytester, content: str, problem: str) -> None:
@@ -207,10 +220,21 @@ def test_a_crashed_case_fails_alone(project: pytest.Pytester, monkeypatch: pytes
     result.stdout.fnmatch_lines(["*tiny-bert-grad_ckpt: failed: worker killed by signal SIGKILL*"])
 
 
-def test_benchmark_compare_reads_the_pinned_file(project: pytest.Pytester) -> None:
+def _local_class() -> str:
+    from perfsuite.hardware import local_cpu_class
+
+    return local_cpu_class()
+
+
+def test_benchmark_compare_reads_the_pinned_file(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # --benchmark-compare picks the file of this machine's class before any case runs; record that class's.
+    monkeypatch.setenv("FAKE_CLASS", _local_class())
+    project.runpytest_subprocess("-m", "cpu", "-k", CASES, "--perfsuite-refresh").assert_outcomes(
+        passed=3, deselected=114
+    )
     result = _gate(project, "--benchmark-compare", "--benchmark-compare-fail=median:5%")
     result.assert_outcomes(passed=3, deselected=114)
-    pinned = project.path / "baselines" / "cpu" / "pytest-benchmark.json"
+    pinned = project.path / "baselines" / "cpu" / f"pytest-benchmark.{_local_class()}.json"
     output = result.stdout.str() + result.stderr.str()
     assert f"Comparing against benchmarks from: {pinned}" in output  # not "the latest saved run"
 
@@ -238,7 +262,7 @@ def test_an_interrupted_refresh_leaves_the_old_files(project: pytest.Pytester, m
 
 
 def test_tolerances_come_from_pyproject_per_case(project: pytest.Pytester) -> None:
-    _edit(project, "tiny-bert-fp16", lambda d: d["time"].update(median=d["time"]["median"] * 0.9))
+    _edit(project, "tiny-bert-fp16", lambda d: _time(d).update(median=_time(d)["median"] * 0.9))
     project.makepyprojecttoml(
         "[tool.perfsuite]\nbaselines = 'baselines'\n"
         "[tool.perfsuite.overrides.'cpu/tiny-bert-fp16']\ntime_floor = 0.15\n"
@@ -272,44 +296,45 @@ def test_cli_refresh_rewrites_only_the_selected_files_and_prints_the_diff(projec
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     result.stdout.fnmatch_lines(
         [
-            "*tiny-bert-fp16*refreshed*step time*5.000× vanilla*5.000× vanilla*+0.0%*",
+            "*tiny-bert-fp16*refreshed*step time*50.000× calibration*50.000× calibration*+0.0%*",
             "*peak memory*0.00 MiB*100.00 MiB*",
             "wrote 2 file(s) under baselines/",
         ]
     )
     after = {p.name: p.read_bytes() for p in directory.iterdir()}
     changed = {name for name in after if after[name] != before.get(name)}
-    assert changed == {"tiny-bert-fp16.json", "pytest-benchmark.json"}
+    assert changed == {"tiny-bert-fp16.json", "pytest-benchmark.fake-1.2-avx2.json"}
     assert json.loads(after["tiny-bert-fp16.json"])["memory"]["peak_bytes"] == 100 * 2**20
 
 
-@pytest.mark.cpu
-def test_real_training_runs_gate_memory_and_loss(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_matrix=MATRIX_TEST)
-    # Step time is gated deterministically above (and for real by the CPU tier itself);
-    # here a single-repeat baseline has no spread to derive a tolerance from.
-    pytester.makepyprojecttoml("[tool.perfsuite.overrides.'cpu/*']\ntime_floor = 100.0\n")
-    cases = ("-m", "cpu", "-k", "tiny-bert-vanilla or tiny-bert-adafactor")
-    pytester.runpytest_subprocess(*cases, "--perfsuite-refresh", "--perfsuite-repeats=1").assert_outcomes(
-        passed=2, deselected=115
-    )
-    pytester.runpytest_subprocess(*cases).assert_outcomes(
-        passed=2, deselected=115
-    )  # real runs reproduce memory and loss
-
-    _edit(
-        pytester, "tiny-bert-adafactor", lambda d: d["memory"].update(peak_bytes=int(d["memory"]["peak_bytes"] * 0.98))
-    )
-
-    def change(data: dict[str, Any]) -> None:
-        data["loss"][5] *= 1.01
-
-    _edit(pytester, "tiny-bert-vanilla", change)
-    result = pytester.runpytest_subprocess(*cases)
-    result.assert_outcomes(failed=2, deselected=115)
-    result.stdout.fnmatch_lines_random(
+def test_a_baseline_from_another_cpu_class_gates_memory_and_loss_but_not_time(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    xeon = "intel-6.143-avx512-vnni-bf16-fp16-amx"
+    monkeypatch.setenv("FAKE_CLASS", xeon)  # the baselines were recorded on fake-1.2-avx2
+    result = _gate(project)
+    result.assert_outcomes(passed=3, deselected=114)
+    result.stdout.fnmatch_lines(
         [
-            "*tiny-bert-adafactor: peak memory * vs baseline * (+2.04%, *",
-            "*tiny-bert-vanilla: loss diverges from the baseline at step 5 of 10*",
+            "*tiny-bert-fp16*passed*not compared*",
+            "tiny-bert-fp16: step time not compared: the baseline has step times for fake-1.2-avx2, this machine "
+            f"is {xeon}, *memory and loss were gated*"
+            "record this class's with `perfsuite baselines refresh -k tiny-bert-fp16`",
         ]
     )
+    # memory is still gated across classes
+    _edit(project, "tiny-bert-fp16", lambda d: d["memory"].update(peak_bytes=int(d["memory"]["peak_bytes"] * 0.98)))
+    _gate(project).assert_outcomes(passed=2, failed=1, deselected=114)
+    # a dedicated runner can insist on its class's times
+    strict = _gate(project, "--perfsuite-uncompared-time=fail", "-k", "tiny-bert-vanilla")
+    strict.assert_outcomes(failed=1, deselected=116)
+    strict.stdout.fnmatch_lines([f"*tiny-bert-vanilla: step time not compared*this machine is {xeon}*"])
+
+    # a refresh there adds the class and leaves the recorded one untouched
+    before = _time(json.loads(_baseline(project, "tiny-bert-vanilla").read_text()))
+    project.runpytest_subprocess("-m", "cpu", "-k", "tiny-bert-vanilla", "--perfsuite-refresh").assert_outcomes(
+        passed=1, deselected=116
+    )
+    data = json.loads(_baseline(project, "tiny-bert-vanilla").read_text())
+    assert sorted(data["time"]) == ["fake-1.2-avx2", xeon]
+    assert data["time"]["fake-1.2-avx2"] == before

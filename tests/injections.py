@@ -1,0 +1,92 @@
+"""Regressions injected into real training runs, so tests can show the gates catch each one.
+
+``PERFSUITE_INJECT="<case id or *>=<kind>;..."`` picks what goes wrong in which case:
+
+- ``slow``: every training step takes 25% longer (busy-waiting, after the step's own work);
+- ``optimizer_state``: the optimizer keeps 5% more state from its first step on;
+- ``leak``: a buffer of 5% of the parameters' bytes is held in a module-level global from
+  the first step on, outside the model and the optimizer (a library's cache, a leak);
+- ``noop``: gradient checkpointing is silently not applied.
+
+The test project's ``pytest_perfsuite_run_case`` runs :func:`run_case` in the usual
+isolated worker, so each injection stays inside its case's process.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from perfsuite import case, engine
+from perfsuite.case import CaseSpec
+
+LEAK: list[torch.Tensor] = []
+"""The module-level global a ``leak`` fills."""
+
+SLOWDOWN = 0.25
+GROWTH = 0.05
+
+
+def kinds(spec: CaseSpec) -> set[str]:
+    chosen = set()
+    for item in os.environ.get("PERFSUITE_INJECT", "").split(";"):
+        target, _, kind = item.partition("=")
+        if kind and target in ("*", spec.id):
+            chosen.add(kind)
+    return chosen
+
+
+def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    tensors = [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _patch_step(slow: bool, leak: bool) -> None:
+    step = engine.Trainer.step
+
+    def patched(self: engine.Trainer, *args: Any, **kwargs: Any) -> engine.StepOutput:
+        if leak and not LEAK:
+            params = sum(p.numel() * p.element_size() for p in self.model.parameters())
+            LEAK.append(torch.ones(int(GROWTH * params) // 4))
+        start = time.perf_counter()
+        out = step(self, *args, **kwargs)
+        if slow:
+            until = time.perf_counter() + SLOWDOWN * (time.perf_counter() - start)
+            while time.perf_counter() < until:
+                pass
+        return out
+
+    engine.Trainer.step = patched  # type: ignore[method-assign]
+
+
+def _patch_optimizer() -> None:
+    build = engine.build_optimizer
+
+    def grow(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        states = list(optimizer.state.values())
+        if states and not any("injected" in s for s in states):
+            states[0]["injected"] = torch.zeros(int(GROWTH * _state_bytes(optimizer)) // 4)
+
+    def patched(name: str, params: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
+        optimizer = build(name, params, lr)
+        optimizer.register_step_post_hook(grow)
+        return optimizer
+
+    engine.build_optimizer = patched
+
+
+def run_case(spec: CaseSpec) -> dict[str, Any]:
+    chosen = kinds(spec)
+    if chosen & {"slow", "leak"}:
+        _patch_step(slow="slow" in chosen, leak="leak" in chosen)
+    if "optimizer_state" in chosen:
+        _patch_optimizer()
+    if "noop" in chosen:
+        engine._enable_checkpointing = lambda model: None
+    record = case.run_case(spec)
+    record["injected"] = sorted(chosen)
+    return record

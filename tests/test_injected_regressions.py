@@ -1,0 +1,89 @@
+"""Real tiny-model runs with injected regressions: the suite fails exactly the affected cases, naming the metric.
+
+Baselines are recorded for five tiny-bert cases with the refresh command; then one run
+injects a different fault into four of them (one strategy 25% slower, an optimizer
+keeping 5% more state, a buffer of 5% of the parameters' bytes held in a global from
+the first step on, a strategy silently doing nothing) and leaves the fifth alone; a
+second run makes every case, vanilla included, 25% slower, which a ratio to vanilla
+could never see and the calibrated step time does. (Adafactor's state is too small for
+5% of it to clear the memory gate's 64 KiB floor, so the state grows in an AdamW case.)
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+CASES = ("vanilla", "grad_ckpt", "adafactor", "dynamic_padding", "grad_accum")
+SELECT = " or ".join(f"tiny-bert-{s}" for s in CASES)
+RUNNER = """
+import pytest
+
+import injections
+from perfsuite.worker import run_isolated
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_perfsuite_run_case(config, spec, timeout_s):
+    return run_isolated(spec, timeout_s=timeout_s, target=injections.run_case)
+"""
+# Halfway between no change and the injected 25%: an untouched case must stay inside it
+# and a slowed one outside, each with 12.5% of room for this machine's noise (calibrated
+# step times moved up to 8% between runs here, see README).
+PYPROJECT = """
+[tool.perfsuite.overrides."cpu/*"]
+time_floor = 0.125
+time_k = 1.0
+max_refresh_spread = 1.0
+"""
+
+pytestmark = [pytest.mark.cpu, pytest.mark.slow]
+
+
+def _failures(result: pytest.RunResult) -> dict[str, str]:
+    """Strategy → every line of its case's failure message (each starts with the case id)."""
+    text = result.stdout.str()
+    found = {}
+    for case in CASES:
+        if f"FAILED test_matrix.py::test_case_matches_baseline[tiny-bert-{case}]" in text:
+            found[case] = "\n".join(re.findall(rf"^tiny-bert-{case}: .*$", text, re.M))
+    return found
+
+
+def test_injected_regressions_fail_exactly_their_cases(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_matrix=(HERE / "test_matrix.py").read_text())
+    shutil.copy(HERE / "injections.py", pytester.path / "injections.py")
+    pytester.makeconftest(RUNNER)
+    pytester.makepyprojecttoml(PYPROJECT)
+    args = ("-m", "cpu", "-k", SELECT, "-p", "no:cacheprovider")
+    refresh = pytester.runpytest_subprocess(*args, "--perfsuite-refresh", "--perfsuite-repeats=3")
+    refresh.assert_outcomes(passed=5, deselected=112)
+
+    pytester._monkeypatch.setenv(  # type: ignore[attr-defined]
+        "PERFSUITE_INJECT",
+        "tiny-bert-adafactor=slow;tiny-bert-grad_accum=optimizer_state;"
+        "tiny-bert-dynamic_padding=leak;tiny-bert-grad_ckpt=noop",
+    )
+    mixed = pytester.runpytest_subprocess(*args)
+    mixed.assert_outcomes(passed=1, failed=4, deselected=112)
+    failures = _failures(mixed)
+    assert set(failures) == {"grad_accum", "adafactor", "dynamic_padding", "grad_ckpt"}
+    assert "step time" in failures["adafactor"]
+    assert "slower than the baseline: a regression" in failures["adafactor"]
+    assert "memory" not in failures["adafactor"]
+    assert re.search(r"memory: optimizer_state .*more than the baseline", failures["grad_accum"])
+    assert re.search(r"memory: other .*more than the baseline", failures["dynamic_padding"])
+    assert re.search(r"memory: activations .*more than the baseline", failures["grad_ckpt"])
+
+    pytester._monkeypatch.setenv("PERFSUITE_INJECT", "*=slow")  # type: ignore[attr-defined]
+    uniform = pytester.runpytest_subprocess(*args)
+    uniform.assert_outcomes(failed=5, deselected=112)
+    for case, text in _failures(uniform).items():
+        assert "step time" in text, case
+        assert "a regression" in text, case
+        assert "memory" not in text, case
+        assert "loss" not in text, case
