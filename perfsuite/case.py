@@ -118,6 +118,17 @@ def tier_spec(model: str, strategy: str, **overrides: Any) -> CaseSpec:
     return CaseSpec(model=model, strategy=strategy, **(fields | overrides))
 
 
+def nightly_only(model: str, precision: str) -> bool:
+    """Whether a CPU-tier case runs only in the nightly tier (``pytest -m nightly``), not on every push.
+
+    Half precision on the tiny models other than tiny-bert: on a CPU without native
+    fp16/bf16 kernels (an AVX2 EPYC) these six cases (fp16, bf16, all on tiny-t5 and
+    tiny-gpt2) ran 21-44 s each, a quarter of the whole suite, while tiny-bert runs every
+    strategy, half precision included, on every push.
+    """
+    return model in TINY and model != "tiny-bert" and precision != "fp32"
+
+
 def failed_record(spec: CaseSpec, *, status: str, error: str) -> dict[str, Any]:
     """The record of a case that produced no measurements."""
     return {"model": spec.model, "strategy": spec.strategy, "status": status, "error": error}

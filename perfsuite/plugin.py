@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from perfsuite.case import CaseSpec, tier_spec
+from perfsuite.case import CaseSpec, nightly_only, tier_spec
 from perfsuite.models import FULL_SIZE, TINY
 from perfsuite.strategies import STRATEGIES
 
@@ -131,6 +131,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         for strategy in STRATEGIES.values():
             spec = tier_spec(model, strategy.name)
             marks = [pytest.mark.cpu if spec.device == "cpu" else pytest.mark.gpu]
+            if nightly_only(model, strategy.precision):
+                marks.append(pytest.mark.nightly)
             marks += [getattr(pytest.mark, _MARKER_OF_MODULE[m]) for m in strategy.requires if m in _MARKER_OF_MODULE]
             params.append(pytest.param(spec, id=spec.id, marks=marks))
     metafunc.parametrize("perfsuite_case", params)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import torch
 
-from perfsuite.case import CaseSpec, tier_spec
+from perfsuite.case import CaseSpec, nightly_only, tier_spec
 from perfsuite.models import TINY
 from perfsuite.session import PerfsuiteSession
 from perfsuite.worker import run_isolated
@@ -133,7 +133,9 @@ def test_smart_batching_pads_less_than_dynamic_padding(run: Run, model: str) -> 
     assert smart["padding_fraction"] < dynamic["padding_fraction"]
 
 
-@pytest.mark.parametrize("model", TINY)
+@pytest.mark.parametrize(
+    "model", [pytest.param(m, marks=[pytest.mark.nightly] if nightly_only(m, "fp16") else []) for m in TINY]
+)
 @pytest.mark.parametrize(("strategy", "dtype"), [("fp16", "float16"), ("bf16", "bfloat16")])
 def test_half_precision_runs_the_forward_in_half(run: Run, model: str, strategy: str, dtype: str) -> None:
     half, vanilla = run(model, strategy), run(model, "vanilla")
