@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.hardware import hardware_key
+from perfsuite.stats import paired_change
 
 __all__ = ["hardware_key"]  # re-exported: where a baseline file lives
 
@@ -182,11 +183,16 @@ def build_baseline(
     losses: Sequence[Sequence[float]],
     spec: Mapping[str, Any],
     provenance: Mapping[str, Any],
+    time_steps: Sequence[Sequence[float]] = (),
 ) -> dict[str, Any]:
     """One baseline from N repeated runs of a case: medians, and the spread each gate's tolerance builds on.
 
     ``times`` are the compared values (calibrated or seconds), one per repeat, filed under
-    ``time_class``; ``step_time_s`` the absolute medians, kept for a reader. The loss curve
+    ``time_class``; ``time_steps`` the same per timed step, one list per repeat: the
+    baseline keeps each step's median over repeats, which later runs are compared with
+    step by step, and the spread is the largest such paired change of a repeat
+    (:func:`perfsuite.stats.paired_change`). ``step_time_s`` the absolute medians, kept
+    for a reader. The loss curve
     stored is the first repeat's (repeats on one stack agree to the last bits;
     :func:`refusals` checks that).
     """
@@ -194,6 +200,10 @@ def build_baseline(
         raise ValueError(f"time unit {time_unit!r}; valid: {', '.join(TIME_UNITS)}")
     if not (len(times) == len(step_time_s) == len(peaks) == len(breakdowns) == len(losses) >= 1):
         raise ValueError("every repeat needs a time, a peak, a breakdown and a loss curve")
+    steps = [statistics.median(values) for values in zip(*time_steps, strict=True)] if time_steps else []
+    spread = (
+        max(abs(paired_change(repeat, steps)) for repeat in time_steps) if steps and len(time_steps) > 1 else None
+    )
     categories = sorted(breakdowns[0])
     breakdown = {c: int(statistics.median(b.get(c, 0) for b in breakdowns)) for c in categories}
     memory_values = [float(p) for p in peaks]
@@ -206,8 +216,9 @@ def build_baseline(
             time_class: {
                 "unit": time_unit,
                 "median": statistics.median(times),
-                "spread": relative_spread(times),
+                "spread": spread if steps else relative_spread(times),
                 "repeats": list(times),
+                "steps": steps,
                 "step_time_s_median": statistics.median(step_time_s),
                 "calibration": calibration,
                 "recorded": provenance.get("date"),

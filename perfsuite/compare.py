@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfsuite.baselines import refresh_command
+from perfsuite.stats import paired_change
 
 
 class ConfigError(ValueError):
@@ -122,6 +123,8 @@ class Observation:
     """Whose recorded times this one may be compared with (:mod:`perfsuite.hardware`)."""
     calibration: str | None
     """The calibration workload's name, for ``calibrated`` times."""
+    time_steps: Sequence[float]
+    """The same per timed step, compared step by step with the baseline's."""
     step_time_s: float
     """The absolute median, for the reader."""
     peak_bytes: int
@@ -141,13 +144,16 @@ def observe(record: Mapping[str, Any], *, time_unit: str) -> Observation:
                 "use --perfsuite-time=absolute"
             )
         time = float(calibrated["median"])
+        steps = [float(v) for v in calibrated.get("samples", [])]
     else:
         time = median
+        steps = [float(v) for v in record["step_time_s"].get("samples", [])]
     return Observation(
         time=time,
         time_unit=time_unit,
         time_class=str(record["time_class"]),
         calibration=calibration if time_unit == "calibrated" else None,
+        time_steps=steps,
         step_time_s=median,
         peak_bytes=int(record["peak_memory_bytes"]),
         breakdown=dict(record.get("memory_breakdown_bytes") or {}),
@@ -252,7 +258,10 @@ def check_time(
             f"refresh with {refresh_command(case_id, hardware=hardware)}",
         )
     base, now = float(base_time["median"]), observed.time
-    rel = _rel(now, base)
+    base_steps = base_time.get("steps") or []
+    paired = len(base_steps) == len(observed.time_steps) > 0
+    # Step by step where both have them (the same batch each time); else the medians.
+    rel = paired_change(observed.time_steps, base_steps) if paired else _rel(now, base)
     limit = tol.time_tolerance(base_time.get("spread"))
     ok = abs(rel) <= limit
     spread = base_time.get("spread")
@@ -269,7 +278,9 @@ def check_time(
         )
         message = (
             f"{case_id}: step time {_fmt_time(now, observed.time_unit)} vs baseline "
-            f"{_fmt_time(base, observed.time_unit)} ({rel:+.1%}), tolerance {how}: {verdict}"
+            f"{_fmt_time(base, observed.time_unit)} ({rel:+.1%}"
+            + (f" step by step over {len(base_steps)} steps" if paired else "")
+            + f"), tolerance {how}: {verdict}"
         )
     return Check(
         "step time",

@@ -190,6 +190,7 @@ class PerfsuiteSession:
             time_unit=observations[0].time_unit,
             calibration=observations[0].calibration,
             times=[o.time for o in observations],
+            time_steps=[o.time_steps for o in observations],
             step_time_s=[o.step_time_s for o in observations],
             peaks=[o.peak_bytes for o in observations],
             breakdowns=[o.breakdown for o in observations],

@@ -56,3 +56,17 @@ def percent_of(value: float | None, reference: float | None) -> float | None:
     if value is None or reference in (None, 0):
         return None
     return 100.0 * value / reference
+
+
+def paired_change(now: Sequence[float], base: Sequence[float]) -> float:
+    """Median over steps of ``now[i] / base[i]``, minus 1: the relative change of a step time, step by step.
+
+    Step ``i`` trains on the same batch in every run (seeded data order), so comparing it
+    with its own baseline cancels what differs between steps: a length-grouped or
+    dynamically padded run's steps differ by 10x, and the median of such a run is one
+    step's time, as noisy as a single step. The median of the paired ratios is robust
+    to the odd slow step a shared machine produces.
+    """
+    if len(now) != len(base) or not now:
+        raise ValueError(f"paired step times need equal, non-empty lengths ({len(now)} vs {len(base)})")
+    return statistics.median(n / b for n, b in zip(now, base, strict=True)) - 1.0

@@ -51,6 +51,7 @@ def _observed(**changes: Any) -> Observation:
         "time_unit": "calibrated",
         "time_class": CLASS,
         "calibration": "numpy-mix-v1",
+        "time_steps": [],
         "step_time_s": 0.4,
         "peak_bytes": 100 * MIB,
         "breakdown": {"activations": 80 * MIB, "parameters": 2 * MIB},
@@ -231,3 +232,34 @@ def test_a_refresh_on_a_new_class_says_when_it_would_change_memory_or_loss() -> 
     assert rows[f"step time [{xeon}]"][2] == "new"
     assert rows["step time, other classes"] == (CLASS, "kept", "")
     assert rows["loss changed"][2].startswith("rewritten for every time class")
+
+
+def test_step_times_compare_step_by_step_when_the_baseline_has_them() -> None:
+    # Length-grouped batches: steps differ 10x, so the median is one step's time and jumps
+    # with that step's noise; step by step, every step moved 2%.
+    steps = [0.5, 5.0, 0.6, 4.0, 0.7, 3.0, 0.8, 2.0]
+    base = build_baseline(
+        case_id="c",
+        hardware="cpu",
+        time_class=CLASS,
+        time_unit="calibrated",
+        calibration="numpy-mix-v1",
+        times=[1.4] * 3,
+        time_steps=[[v * f for v in steps] for f in (1.0, 1.01, 0.99)],
+        step_time_s=[0.1] * 3,
+        peaks=[1] * 3,
+        breakdowns=[{}] * 3,
+        losses=[[1.0]] * 3,
+        spec={},
+        provenance={},
+    )
+    assert base["time"][CLASS]["steps"] == steps
+    assert base["time"][CLASS]["spread"] == pytest.approx(0.01)
+    now = [v * 1.02 for v in steps]
+    tol = Tolerance(time_floor=0.15, time_k=1.5)
+    check = check_time("c", base, _observed(time=2.0, time_steps=now), tol, "cpu")  # median "+43%"
+    assert check.ok
+    assert check.change == "+2.0%"
+    slow = check_time("c", base, _observed(time=1.4, time_steps=[v * 1.25 for v in steps]), tol, "cpu")
+    assert not slow.ok
+    assert "(+25.0% step by step over 8 steps)" in slow.message

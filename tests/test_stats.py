@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from perfsuite.stats import first_non_finite, percent_of, summarize
+from perfsuite.stats import first_non_finite, paired_change, percent_of, summarize
 
 
 def test_summarize_median_and_spread() -> None:
@@ -42,3 +42,9 @@ def test_percent_of() -> None:
     assert percent_of(50.0, 200.0) == 25.0
     assert percent_of(None, 1.0) is None
     assert percent_of(1.0, 0) is None
+
+
+def test_paired_change_is_the_median_ratio_step_by_step() -> None:
+    assert paired_change([2.0, 20.0, 3.3], [2.0, 10.0, 3.0]) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="equal, non-empty"):
+        paired_change([1.0], [1.0, 2.0])
