@@ -109,6 +109,7 @@ def test_refresh_writes_one_readable_file_per_selected_case(project: pytest.Pyte
         "median": 50.0,
         "spread": 0.0,
         "repeats": [50.0, 50.0, 50.0],
+        "steps": [],  # the fake runner reports no per-step samples
         "step_time_s_median": 0.5,
         "calibration": "numpy-mix-v1",
         "recorded": data["provenance"]["date"],
