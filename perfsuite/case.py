@@ -18,7 +18,7 @@ from typing import Any
 
 from perfsuite.models import FULL_SIZE, TINY, get_model_spec
 from perfsuite.stats import first_non_finite, summarize
-from perfsuite.strategies import resolve
+from perfsuite.strategies import STRATEGIES, resolve
 
 
 @dataclass(frozen=True)
@@ -118,15 +118,57 @@ def tier_spec(model: str, strategy: str, **overrides: Any) -> CaseSpec:
     return CaseSpec(model=model, strategy=strategy, **(fields | overrides))
 
 
-def nightly_only(model: str, precision: str) -> bool:
+MATRIX_PAIRS: tuple[str, ...] = ("fp16+grad_ckpt",)
+"""Combinations the matrix runs besides ``all``: the pairs the practitioners' write-ups publish."""
+
+_EVERY_PUSH_BEYOND_TINY_BERT = frozenset(
+    {
+        "vanilla",
+        "grad_accum",
+        "grad_ckpt",
+        "adafactor",
+        "adamw_8bit",
+        "zero2_offload",
+        "zero3_offload",
+        "dataloader",
+        "dynamic_padding",
+        "smart_batching",
+    }
+)
+"""fp32 strategies the other tiny encoder/decoder models run on every push (the original matrix)."""
+_EVERY_PUSH_ON_TINY_LLAMA = frozenset({"vanilla", "grad_accum", "grad_ckpt", "lora", "eager_attention", "fused_adamw"})
+"""The tiny Llama's core: what a modern decoder is fine-tuned with."""
+
+
+def matrix_strategies(model: str) -> list[str]:
+    """The strategies the test matrix pairs with ``model``: every registered one its device
+    can run (GPU-only ones are left out of the CPU tier), plus :data:`MATRIX_PAIRS`."""
+    names = [*STRATEGIES, *MATRIX_PAIRS]
+    if get_model_spec(model).tiny:
+        names = [n for n in names if resolve(n).gpu_only is None]
+    return names
+
+
+def nightly_only(model: str, strategy: str) -> bool:
     """Whether a CPU-tier case runs only in the nightly tier (``pytest -m nightly``), not on every push.
 
-    Half precision on the tiny models other than tiny-bert: on a CPU without native
-    fp16/bf16 kernels (an AVX2 EPYC) these six cases (fp16, bf16, all on tiny-t5 and
-    tiny-gpt2) ran 21-44 s each, a quarter of the whole suite, while tiny-bert runs every
-    strategy, half precision included, on every push.
+    Chosen by measured cost, so that ``python -m pytest`` stays within 15 minutes on 2 cores:
+    tiny-bert runs every strategy on every push except ``compile`` (inductor compiles a
+    tiny-bert step in about a minute on 2 cores, per case); the other tiny models run
+    the fp32 strategies of the original matrix (tiny-llama: its core set), because on a
+    CPU without native fp16/bf16 kernels their half-precision cases ran 21-44 s each.
+    Everything else runs nightly.
     """
-    return model in TINY and model != "tiny-bert" and precision != "fp32"
+    if model not in TINY:
+        return False
+    chosen = resolve(strategy)
+    if chosen.compile:
+        return True
+    if model == "tiny-bert":
+        return False
+    if model == "tiny-llama":
+        return strategy not in _EVERY_PUSH_ON_TINY_LLAMA
+    return chosen.precision != "fp32" or strategy not in _EVERY_PUSH_BEYOND_TINY_BERT
 
 
 def failed_record(spec: CaseSpec, *, status: str, error: str) -> dict[str, Any]:
@@ -160,7 +202,13 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
     model_spec = get_model_spec(spec.model)
     missing = strategy.missing_requirements()
     if missing:
-        extra = {"deepspeed": "deepspeed", "bitsandbytes": "bnb"}
+        extra = {
+            "deepspeed": "deepspeed",
+            "bitsandbytes": "bnb",
+            "peft": "lora",
+            "lion_pytorch": "lion",
+            "galore_torch": "galore",
+        }
         raise CaseSkipped(
             f"{strategy.name} needs {', '.join(missing)}: "
             f"pip install 'perfsuite[{','.join(extra[m] for m in missing)}]'"
@@ -169,6 +217,8 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
     reason = device.precision_unsupported(strategy.precision, deepspeed=strategy.uses_deepspeed)
     if reason:
         raise CaseSkipped(reason)
+    if strategy.gpu_only and not device.is_accelerator:
+        raise CaseSkipped(f"{strategy.name} needs a GPU: {strategy.gpu_only}")
 
     batch_size = spec.batch_size or model_spec.batch_size
     seq_len = spec.seq_len or model_spec.seq_len
@@ -188,7 +238,12 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
             model_spec, num_samples=max(spec.num_samples, needed), seq_len=seq_len, seed=spec.seed
         )
     model = build_model(
-        model_spec, seed=spec.seed, dropout=spec.dropout, pretrained=spec.pretrained, vocab_size=vocab_size
+        model_spec,
+        seed=spec.seed,
+        dropout=spec.dropout,
+        pretrained=spec.pretrained,
+        vocab_size=vocab_size,
+        attention=strategy.attention,
     )
     num_parameters = sum(p.numel() for p in model.parameters())
     model_config = model.config.to_diff_dict()
@@ -207,7 +262,13 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
     calibration = None if device.is_accelerator else Calibration()
     calibrations: list[float] = []
     try:
-        warm = [trainer.step() for _ in range(spec.warmup_steps)]
+        warm_timer = device.timer()
+        warm = []
+        for _ in range(spec.warmup_steps):
+            warm_timer.start()
+            warm.append(trainer.step())
+            warm_timer.stop()
+        warmup_times = warm_timer.elapsed()
         if calibration is not None:
             calibration.run_once()  # its own warm-up (page faults, BLAS buffers)
         device.reset_peak_memory()
@@ -240,6 +301,8 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         trainer.close()
 
     time_stats = summarize(step_times)
+    # torch.compile compiles in the first steps: what the warm-up took beyond steady steps.
+    compile_s = max(0.0, sum(warmup_times) - len(warmup_times) * time_stats["median"]) if strategy.compile else None
     calibrated = summarize(calibrated_steps(step_times, calibrations)) if calibrations else None
     real = sum(o.real_tokens for o in timed)
     padded = sum(o.padded_tokens for o in timed)
@@ -277,9 +340,11 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         "steps": spec.steps,
         "strategy_config": dataclasses.asdict(strategy),
         "step_time_s": time_stats,
+        "warmup_step_s": warmup_times,
+        "compile_s": compile_s,
         "step_time_calibrated": calibrated,
         "calibration": None
-        if calibration is None
+        if not calibrations
         else {"workload": CALIBRATION, "median_s": summarize(calibrations)["median"], "samples_s": calibrations},
         "samples_per_s": batch_size * spec.steps / total_time,
         "tokens_per_s": {"real": real / total_time, "padded": padded / total_time},
@@ -293,6 +358,7 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         "flops_per_step": flops_per_step,
         "mfu": mfu,
         "matmul_dtypes": flops.get("matmul_dtypes"),
+        "attention_ops": flops.get("attention_ops"),
         "loss": losses,
         "grad_norm": grad_norms,
         "skipped_optimizer_steps": sum(o.skipped for o in outputs),

@@ -48,6 +48,12 @@ class Tolerance:
     """Absolute tolerance per loss value."""
     max_refresh_spread: float = 0.15
     """A refresh refuses to record a step time whose repeats spread wider than this."""
+    time_retries: int = 0
+    """When only the step time fails, run the case again (a fresh worker) up to this many
+    times; it passes if one run is within tolerance. A regression is slower in every
+    run, while a busy neighbour on a shared machine rarely spoils two in a row."""
+    time_retry_pause_s: float = 5.0
+    """Seconds to wait before a time retry, so that a burst of a neighbour's load can pass."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -189,7 +195,15 @@ class Outcome:
     diff: list[tuple[str, str, str, str]] = dataclasses.field(default_factory=list)
     message: str = ""
     records: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    """The run records (one per repeat)."""
+    """The run records (one per repeat, then one per time retry)."""
+    time_attempts: list[str] = dataclasses.field(default_factory=list)
+    """The step-time change of each run when the time was retried (empty when it was not)."""
+
+
+def only_time_failed(checks: Sequence[Check]) -> bool:
+    """True when the step time is the only failing check: what a time retry can settle."""
+    failing = [c for c in checks if not c.ok]
+    return bool(failing) and all(c.metric == "step time" and c.compared for c in failing)
 
 
 def _fmt_time(value: float, unit: str) -> str:
@@ -465,9 +479,10 @@ def diff_rows(
         loss_changed = len(old["loss"]) != len(new["loss"]) or any(
             a != b for a, b in zip(old["loss"], new["loss"], strict=False)
         )
-        memory_changed = old["memory"]["peak_bytes"] != new["memory"]["peak_bytes"] or old["memory"][
-            "breakdown"
-        ] != new["memory"]["breakdown"]
+        memory_changed = (
+            old["memory"]["peak_bytes"] != new["memory"]["peak_bytes"]
+            or old["memory"]["breakdown"] != new["memory"]["breakdown"]
+        )
         changed = [name for name, flag in (("memory", memory_changed), ("loss", loss_changed)) if flag]
         if changed:
             rows.append(

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from perfsuite.data import TOKENS_KEY, WORKER_KEY
+from perfsuite.optimizers import build_optimizer, state_bytes
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
@@ -38,22 +39,6 @@ class StepOutput(NamedTuple):
     """Token positions including padding."""
     skipped: bool
     """GradScaler skipped the update (inf/nan gradients)."""
-
-
-def build_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    """The optimizer a strategy names, with the HF Trainer's defaults (no weight decay)."""
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    if name == "adafactor":
-        from transformers.optimization import Adafactor
-
-        # The HF Trainer's optim="adafactor" settings: a fixed learning rate.
-        return Adafactor(params, lr=lr, scale_parameter=False, relative_step=False, warmup_init=False)  # type: ignore[no-untyped-call]
-    if name == "adamw_8bit":
-        import bitsandbytes as bnb
-
-        return bnb.optim.AdamW8bit(params, lr=lr, weight_decay=0.0)  # type: ignore[attr-defined,no-untyped-call]
-    raise ValueError(f"unknown optimizer {name!r}")
 
 
 def _free_port() -> int:
@@ -120,6 +105,56 @@ def _skip_shm_comm_build() -> None:
         pass
 
 
+def _group_flag(optimizer: torch.optim.Optimizer, key: str) -> Any:
+    values = {group.get(key) for group in optimizer.param_groups}
+    return values.pop() if len(values) == 1 else sorted(values, key=str)
+
+
+def _galore_evidence(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Which parameters GaLore projects, to what rank, and what its state holds."""
+    projected = [p for group in optimizer.param_groups if "rank" in group for p in group["params"]]
+    projectors = [optimizer.state[p]["projector"] for p in projected if "projector" in optimizer.state[p]]
+    moments = [optimizer.state[p]["exp_avg"] for p in projected if "exp_avg" in optimizer.state[p]]
+    projected_state = [
+        v for p in projected for v in optimizer.state[p].values() if isinstance(v, torch.Tensor) and v.dim() > 0
+    ]
+    return {
+        "projected_parameters": len(projected),
+        "projected_numel": sum(p.numel() for p in projected),
+        "projected_moment_bytes": sum(v.numel() * v.element_size() for v in projected_state),
+        "projectors": len(projectors),
+        "rank": next((g["rank"] for g in optimizer.param_groups if "rank" in g), None),
+        "moment_shapes_vs_weights": [[list(m.shape), list(p.shape)] for m, p in zip(moments, projected, strict=False)][
+            :4
+        ],
+        "projector_bytes": sum(
+            int(pr.ortho_matrix.numel() * pr.ortho_matrix.element_size())
+            for pr in projectors
+            if isinstance(getattr(pr, "ortho_matrix", None), torch.Tensor)
+        ),
+    }
+
+
+def _dynamo_evidence(model: Any) -> dict[str, Any]:
+    """What torch.compile did: the wrapper, and dynamo's process-wide counters (one case per process)."""
+    from torch._dynamo.utils import counters
+
+    frames = dict(counters["frames"])
+    stats = dict(counters["stats"])
+    return {
+        "wrapper": type(model).__name__,
+        "compiled_module": type(getattr(model, "_orig_mod", model)).__name__,
+        "frames_ok": int(frames.get("ok", 0)),
+        "frames_total": int(frames.get("total", 0)),
+        "unique_graphs": int(stats.get("unique_graphs", 0)),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+        # Past torch._dynamo.config.recompile_limit a frame silently runs eager from then on.
+        "recompile_limit_hits": int(
+            sum(n for reason, n in counters["unimplemented"].items() if "recompile limit" in reason.lower())
+        ),
+    }
+
+
 class Trainer:
     """A model, an optimizer and a batch stream, set up the way ``strategy`` says."""
 
@@ -172,15 +207,26 @@ class Trainer:
         )
         if strategy.precision == "fp16" and not device.is_accelerator and not strategy.uses_deepspeed:
             self._enable_cpu_fp16()
+        self.base_model = model  # accelerate's unwrap_model() would import deepspeed (seconds) to look
+        if strategy.lora_rank:
+            from perfsuite.adapters import apply_lora
+
+            model = apply_lora(model, strategy.lora_rank)
         if strategy.grad_checkpointing:
             # Non-reentrant checkpointing restores the RNG state when recomputing, so
             # dropout masks (and the loss) match a run without checkpointing.
-            _enable_checkpointing(model)
+            _enable_checkpointing(self.base_model)
+            if strategy.lora_rank:
+                # Frozen embeddings give checkpointed blocks inputs without grad; this hook
+                # makes them require it (transformers >= 5.23 does it too, 4.x does not).
+                self.base_model.enable_input_require_grads()  # type: ignore[no-untyped-call]
         if strategy.uses_deepspeed:
             optimizer: Any = DummyOptim(model.parameters(), lr=lr)
         else:
-            optimizer = build_optimizer(strategy.optimizer, model.parameters(), lr)
-        self.base_model = model  # accelerate's unwrap_model() would import deepspeed (seconds) to look
+            optimizer = build_optimizer(strategy.optimizer, model, lr)
+        self.trained_model = model  # the model handed to accelerate (peft-wrapped for LoRA), before compiling
+        if strategy.compile:
+            model = torch.compile(model)  # type: ignore[assignment]
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.batches: Iterator[dict[str, torch.Tensor]] = iter(loader)
@@ -249,7 +295,22 @@ class Trainer:
             "padding": self.strategy.padding,
             "length_grouped": self.strategy.length_grouped,
             "deepspeed": self._deepspeed_evidence() if self.strategy.uses_deepspeed else None,
+            "optimizer_state_bytes": None if self.strategy.uses_deepspeed else state_bytes(opt),
+            "fused": _group_flag(opt, "fused"),
+            "attention_implementation": getattr(self.base_model.config, "_attn_implementation", None),
+            "trainable_parameters": sum(p.numel() for p in self.trained_model.parameters() if p.requires_grad),
+            "frozen_parameters_with_grad": sum(
+                1 for p in self.trained_model.parameters() if not p.requires_grad and p.grad is not None
+            ),
         }
+        if self.strategy.lora_rank:
+            from perfsuite.adapters import lora_evidence
+
+            info["lora"] = lora_evidence(self.trained_model)
+        if self.strategy.optimizer == "galore_adamw":
+            info["galore"] = _galore_evidence(opt)
+        if self.strategy.compile:
+            info["compile"] = _dynamo_evidence(self.model)
         return info
 
     def _deepspeed_evidence(self) -> dict[str, Any]:

@@ -6,10 +6,12 @@ every op, so nothing here may overlap a timed step.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import gc
 import warnings
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -43,15 +45,37 @@ _MATMULS = {
 }
 
 
+def _attention_kind(op: str) -> str | None:
+    """What an aten op says about the attention that ran.
+
+    ``sdpa``: a fused scaled-dot-product kernel (``sdpa_backward`` its gradient);
+    ``sdpa_math``: ``_safe_softmax``, which only SDPA's math fallback calls (torch >= 2.5:
+    the CPU path when dropout or a mask rules the fused kernels out); ``softmax``: a plain
+    softmax, what eager attention computes its probabilities with.
+    """
+    if "scaled_dot_product" in op:
+        return "sdpa_backward" if "backward" in op else "sdpa"
+    if op == "_safe_softmax":
+        return "sdpa_math"
+    if op in ("_softmax", "softmax"):
+        return "softmax"
+    return None
+
+
 class MatmulDtypes(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Counts the output dtypes of matmul and attention kernels: proof of what autocast did."""
+    """Counts the output dtypes of matmul and attention kernels (proof of what autocast did),
+    and the attention kernels that ran (proof of which attention implementation did)."""
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.counts: Counter[str] = Counter()
+        self.attention: Counter[str] = Counter()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
+        kind = _attention_kind(func.overloadpacket.__name__)
+        if kind is not None:
+            self.attention[kind] += 1
         if func.overloadpacket.__name__ in _MATMULS:
             first = out[0] if isinstance(out, (tuple, list)) else out
             if isinstance(first, torch.Tensor):
@@ -96,6 +120,38 @@ def _model_and_optimizer_tensors(trainer: Trainer) -> list[torch.Tensor]:
     return tensors
 
 
+@contextlib.contextmanager
+def frozen_parameters_take_no_grad_hooks() -> Iterator[None]:
+    """Let MemTracker follow a model with frozen parameters (LoRA, partial fine-tuning).
+
+    MemTracker (torch 2.5 to at least 2.13) registers a gradient hook on every parameter
+    of every module it enters, and torch refuses one on a tensor that does not require
+    grad, so the step fails. A frozen parameter never receives a gradient, so such a
+    hook could never fire: while this is active, registering one on a tensor that does
+    not require grad returns a handle that does nothing. ``tests/test_measure.py``
+    keeps the upstream bug visible as a strict expected failure.
+    """
+    from torch.utils.hooks import RemovableHandle
+
+    originals = {name: getattr(torch.Tensor, name) for name in ("register_hook", "register_post_accumulate_grad_hook")}
+
+    def guarded(original: Any) -> Any:
+        def register(self: torch.Tensor, hook: Any) -> Any:
+            if not self.requires_grad:
+                return RemovableHandle(collections.OrderedDict())
+            return original(self, hook)
+
+        return register
+
+    try:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, guarded(original))
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
+
+
 def memory_breakdown(trainer: Trainer) -> dict[str, Any]:
     """One step under MemTracker: the peak of live tensor bytes and its split by category.
 
@@ -120,7 +176,7 @@ def memory_breakdown(trainer: Trainer) -> dict[str, Any]:
         tracker.track_external(*held_elsewhere)
         other_bytes = sum(t.untyped_storage().nbytes() for t in held_elsewhere)  # one tensor per storage
         del held_elsewhere  # MemTracker holds weak references; these must be freeable
-        with tracker, warnings.catch_warnings():
+        with frozen_parameters_take_no_grad_hooks(), tracker, warnings.catch_warnings():
             # ModTracker warns for every backward hook of a module freed in between; harmless.
             warnings.filterwarnings("ignore", message="Module is None", category=UserWarning)
             # MemTracker follows one forward per module; accumulation runs several, so clear
@@ -152,7 +208,11 @@ def count_flops(trainer: Trainer) -> dict[str, Any]:
     counter = FlopCounterMode(display=False)
     with counter, dtypes:
         trainer.step()
-    return {"flops_per_step": int(counter.get_total_flops()), "matmul_dtypes": dict(dtypes.counts)}
+    return {
+        "flops_per_step": int(counter.get_total_flops()),
+        "matmul_dtypes": dict(dtypes.counts),
+        "attention_ops": dict(dtypes.attention),
+    }
 
 
 def _devices(tensors: Any) -> list[str]:

@@ -84,6 +84,7 @@ def _default_vocab(config_class: str) -> int:
         "GPT2Config": 50257,
         "T5Config": 32128,
         "XLMRobertaConfig": 30522,
+        "LlamaConfig": 32000,
     }[config_class]
 
 
@@ -95,6 +96,21 @@ _XLMR = {
     "pad_token_id": 1,
     "bos_token_id": 0,
     "eos_token_id": 2,
+}
+_SMOLLM2 = {
+    "vocab_size": 49152,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 100000.0,
+    "tie_word_embeddings": True,
+    "bos_token_id": 0,
+    "eos_token_id": 0,
+    "pad_token_id": 0,
 }
 _TINY_BERT = {
     "vocab_size": 4096,
@@ -144,6 +160,22 @@ _SPECS: tuple[ModelSpec, ...] = (
         expected_parameters=278_046_724,
     ),
     ModelSpec(
+        name="xlm-roberta-large",
+        task="classification",
+        config_class="XLMRobertaConfig",
+        model_class="XLMRobertaForSequenceClassification",
+        config={
+            **_XLMR,
+            "hidden_size": 1024,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 16,
+            "intermediate_size": 4096,
+        },
+        num_labels=2,
+        hub_id="xlm-roberta-large",
+        expected_parameters=559_892_482,
+    ),
+    ModelSpec(
         name="t5-small",
         task="seq2seq",
         config_class="T5Config",
@@ -159,6 +191,17 @@ _SPECS: tuple[ModelSpec, ...] = (
         model_class="GPT2LMHeadModel",
         hub_id="gpt2",
         expected_parameters=124_439_808,
+    ),
+    # A modern decoder: the Llama architecture (RMSNorm, rotary positions, SwiGLU,
+    # grouped-query attention, tied embeddings) at SmolLM2-135M's published config.
+    ModelSpec(
+        name="smollm2-135m",
+        task="causal_lm",
+        config_class="LlamaConfig",
+        model_class="LlamaForCausalLM",
+        config=_SMOLLM2,
+        hub_id="HuggingFaceTB/SmolLM2-135M",
+        expected_parameters=134_515_008,
     ),
     # CPU variants: same architectures and heads, sized so that an fp32 step takes
     # well under 100 ms on two cores while activations still dominate memory, as they
@@ -212,6 +255,25 @@ _SPECS: tuple[ModelSpec, ...] = (
         batch_size=16,
         first_token_id=1,
     ),
+    ModelSpec(
+        name="tiny-llama",
+        task="causal_lm",
+        config_class="LlamaConfig",
+        model_class="LlamaForCausalLM",
+        config={
+            **_SMOLLM2,
+            "vocab_size": 4096,
+            "hidden_size": 64,
+            "intermediate_size": 172,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 256,
+        },
+        tiny=True,
+        batch_size=16,
+        first_token_id=1,
+    ),
 )
 
 MODELS: dict[str, ModelSpec] = {s.name: s for s in _SPECS}
@@ -234,11 +296,18 @@ def _without_dropout(config: Any) -> None:
             setattr(config, key, 0.0)
 
 
-def build_config(spec: ModelSpec, *, dropout: bool = True, vocab_size: int | None = None) -> Any:
-    """The architecture config of ``spec``, optionally without dropout or with a tokenizer's vocab."""
+def build_config(
+    spec: ModelSpec, *, dropout: bool = True, vocab_size: int | None = None, attention: str = "sdpa"
+) -> Any:
+    """The architecture config of ``spec``, optionally without dropout or with a tokenizer's vocab.
+
+    The attention implementation is always pinned: transformers' default moved from
+    eager (4.x, for a model built from its config) to SDPA (5.x), and a case must mean
+    the same kernels on every version.
+    """
     import transformers
 
-    kwargs = dict(spec.config)
+    kwargs = dict(spec.config, attn_implementation=attention)
     if spec.num_labels:
         kwargs["num_labels"] = spec.num_labels
     if vocab_size is not None:
@@ -293,6 +362,7 @@ def build_model(
     dropout: bool = True,
     pretrained: str | None = None,
     vocab_size: int | None = None,
+    attention: str = "sdpa",
 ) -> PreTrainedModel:
     """A seeded, randomly initialised model of ``spec`` (or its pretrained weights), in train mode."""
     import torch
@@ -303,14 +373,14 @@ def build_model(
         source = resolve_pretrained(spec, pretrained)
         auto = getattr(transformers, _AUTO_CLASSES[spec.task])
         kwargs: dict[str, Any] = {"num_labels": spec.num_labels} if spec.num_labels else {}
-        model = auto.from_pretrained(source, local_files_only=True, **kwargs)
+        model = auto.from_pretrained(source, local_files_only=True, attn_implementation=attention, **kwargs)
         if not dropout:
             _without_dropout(model.config)
             for module in model.modules():
                 if isinstance(module, torch.nn.Dropout):
                     module.p = 0.0
     else:
-        config = build_config(spec, dropout=dropout, vocab_size=vocab_size)
+        config = build_config(spec, dropout=dropout, vocab_size=vocab_size, attention=attention)
         model = getattr(transformers, spec.model_class)(config)
     model.train()
     return model  # type: ignore[no-any-return]

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from perfsuite.case import CaseSpec, nightly_only, tier_spec
+from perfsuite.case import CaseSpec, matrix_strategies, nightly_only, tier_spec
 from perfsuite.models import FULL_SIZE, TINY
-from perfsuite.strategies import STRATEGIES
+from perfsuite.strategies import resolve
 
 MARKERS = {
     "cpu": "CPU tier: real training runs of the tiny models",
@@ -26,11 +26,17 @@ MARKERS = {
     "nightly": "too long for every push: deselected by default, run with `pytest -m nightly`",
     "deepspeed": "needs deepspeed installed",
     "bnb": "needs bitsandbytes installed",
+    "lora": "needs peft installed",
+    "lion": "needs lion-pytorch installed",
+    "galore": "needs galore-torch installed",
 }
 # Marker → (module it needs, the install that brings it).
 OPTIONAL = {
     "deepspeed": ("deepspeed", "pip install 'perfsuite[deepspeed]'"),
     "bnb": ("bitsandbytes", "pip install 'perfsuite[bnb]'"),
+    "lora": ("peft", "pip install 'perfsuite[lora]'"),
+    "lion": ("lion_pytorch", "pip install 'perfsuite[lion]'"),
+    "galore": ("galore_torch", "pip install 'perfsuite[galore]'"),
 }
 _MARKER_OF_MODULE = {module: marker for marker, (module, _) in OPTIONAL.items()}
 _SESSION = "perfsuite-session"
@@ -128,10 +134,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     params = []
     for model in (*TINY, *FULL_SIZE):
-        for strategy in STRATEGIES.values():
-            spec = tier_spec(model, strategy.name)
+        for name in matrix_strategies(model):
+            strategy = resolve(name)
+            spec = tier_spec(model, name)
             marks = [pytest.mark.cpu if spec.device == "cpu" else pytest.mark.gpu]
-            if nightly_only(model, strategy.precision):
+            if nightly_only(model, name):
                 marks.append(pytest.mark.nightly)
             marks += [getattr(pytest.mark, _MARKER_OF_MODULE[m]) for m in strategy.requires if m in _MARKER_OF_MODULE]
             params.append(pytest.param(spec, id=spec.id, marks=marks))

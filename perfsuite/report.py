@@ -138,6 +138,9 @@ def _gate_cells(outcome: Any) -> list[str]:
     notes = [f"{c.metric} out of tolerance" for c in failing]
     if time is not None and not time.compared:
         notes.insert(0, "time not compared: no figure for this time class (see below)")
+    attempts = getattr(outcome, "time_attempts", [])
+    if len(attempts) > 1:
+        notes.insert(0, f"time run {len(attempts)} times: {' → '.join(attempts)}")
     note = "; ".join(notes)
     if not outcome.checks and outcome.message:
         note = outcome.message.splitlines()[0]

@@ -13,12 +13,39 @@ from dataclasses import dataclass
 from typing import Literal
 
 Precision = Literal["fp32", "fp16", "bf16"]
-OptimizerName = Literal["adamw", "adafactor", "adamw_8bit"]
+OptimizerName = Literal[
+    "adamw", "adamw_fused", "adafactor", "adamw_8bit", "paged_adamw_8bit", "lion", "lion_8bit", "galore_adamw"
+]
 Padding = Literal["max_length", "longest"]
+Attention = Literal["sdpa", "eager"]
 
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
-OPTIMIZERS: tuple[str, ...] = ("adamw", "adafactor", "adamw_8bit")
+OPTIMIZERS: tuple[str, ...] = (
+    "adamw",
+    "adamw_fused",
+    "adafactor",
+    "adamw_8bit",
+    "paged_adamw_8bit",
+    "lion",
+    "lion_8bit",
+    "galore_adamw",
+)
 PADDINGS: tuple[str, ...] = ("max_length", "longest")
+ATTENTIONS: tuple[str, ...] = ("sdpa", "eager")
+
+# The package each optimizer comes from, by import name (torch and transformers are always there).
+_OPTIMIZER_PACKAGES = {
+    "adamw_8bit": "bitsandbytes",
+    "paged_adamw_8bit": "bitsandbytes",
+    "lion": "lion_pytorch",
+    "lion_8bit": "bitsandbytes",
+    "galore_adamw": "galore_torch",
+}
+# What cannot run without a GPU, and why (a CPU run reports the case skipped with this).
+_GPU_ONLY_OPTIMIZERS = {
+    "paged_adamw_8bit": "paged optimizer state lives in CUDA unified memory; on a CPU bitsandbytes "
+    "silently falls back to plain 8-bit AdamW",
+}
 
 
 class UnknownNameError(ValueError):
@@ -40,7 +67,9 @@ class Strategy:
     grad_checkpointing: bool = False
     """Recompute activations in the backward pass instead of storing them."""
     optimizer: OptimizerName = "adamw"
-    """``adamw`` (torch), ``adafactor`` (transformers) or ``adamw_8bit`` (bitsandbytes)."""
+    """``adamw`` (torch), ``adamw_fused`` (torch, ``fused=True``), ``adafactor`` (transformers),
+    ``adamw_8bit``, ``paged_adamw_8bit`` and ``lion_8bit`` (bitsandbytes), ``lion``
+    (lion-pytorch) or ``galore_adamw`` (galore-torch, on the 2-D weights of linear layers)."""
     zero_stage: int = 0
     """DeepSpeed ZeRO stage; 0 means plain accelerate without DeepSpeed."""
     offload_optimizer: bool = False
@@ -55,6 +84,16 @@ class Strategy:
     """``max_length`` pads every batch to the sequence length; ``longest`` to the batch's longest."""
     length_grouped: bool = False
     """Group samples of similar length into the same batch (smart batching)."""
+    attention: Attention = "sdpa"
+    """transformers' attention implementation: ``sdpa`` (its default since 5.0) or ``eager``."""
+    compile: bool = False
+    """``torch.compile`` the model (inductor); compilation happens in the warm-up steps."""
+    lora_rank: int = 0
+    """LoRA adapters of this rank on the attention projections (peft); 0 trains every weight."""
+    quantize_4bit: bool = False
+    """Load the base weights in 4-bit NF4 (bitsandbytes), as QLoRA does; needs ``lora_rank``."""
+    activation_offload: bool = False
+    """Move the activations checkpointing saves to host memory during the forward (GPU only)."""
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -79,6 +118,16 @@ class Strategy:
             raise ValueError(f"{self.name}: num_workers must be >= 0")
         if self.length_grouped and self.padding != "longest":
             raise ValueError(f"{self.name}: length grouping only pays off with padding='longest'")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"{self.name}: attention must be one of {ATTENTIONS}, not {self.attention!r}")
+        if self.lora_rank < 0:
+            raise ValueError(f"{self.name}: lora_rank must be >= 0")
+        if self.quantize_4bit and not self.lora_rank:
+            raise ValueError(f"{self.name}: 4-bit base weights cannot be trained; quantize_4bit needs lora_rank")
+        if self.activation_offload and not self.grad_checkpointing:
+            raise ValueError(f"{self.name}: activation_offload offloads what checkpointing saves; it needs it")
+        if self.compile and self.zero_stage:
+            raise ValueError(f"{self.name}: DeepSpeed compiles through its own engine; compile with zero_stage")
 
     @property
     def uses_deepspeed(self) -> bool:
@@ -90,9 +139,27 @@ class Strategy:
         needs = []
         if self.uses_deepspeed:
             needs.append("deepspeed")
-        if self.optimizer == "adamw_8bit":
+        if self.optimizer in _OPTIMIZER_PACKAGES:
+            needs.append(_OPTIMIZER_PACKAGES[self.optimizer])
+        if self.quantize_4bit:
             needs.append("bitsandbytes")
-        return tuple(needs)
+        if self.lora_rank:
+            needs.append("peft")
+        return tuple(dict.fromkeys(needs))
+
+    @property
+    def gpu_only(self) -> str | None:
+        """Why this strategy cannot run without a GPU (``None`` when it can)."""
+        if self.optimizer in _GPU_ONLY_OPTIMIZERS:
+            return _GPU_ONLY_OPTIMIZERS[self.optimizer]
+        if self.quantize_4bit:
+            return (
+                "QLoRA's 4-bit base weights are a GPU memory technique; "
+                "bitsandbytes' CPU 4-bit kernels make it a different, far slower job"
+            )
+        if self.activation_offload:
+            return "activation offloading saves to pinned host memory, which a CPU-only torch cannot allocate"
+        return None
 
     def missing_requirements(self) -> list[str]:
         """Optional packages this strategy needs that are not installed."""
@@ -153,6 +220,21 @@ _BASE: tuple[Strategy, ...] = (
         padding="longest",
         length_grouped=True,
         description="length-grouped batches + dynamic padding",
+    ),
+    Strategy(name="fused_adamw", optimizer="adamw_fused", description="torch AdamW, fused kernel (fused=True)"),
+    Strategy(name="lion", optimizer="lion", description="Lion optimizer (lion-pytorch): one moment, sign update"),
+    Strategy(name="lion_8bit", optimizer="lion_8bit", description="bitsandbytes 8-bit Lion"),
+    Strategy(name="galore", optimizer="galore_adamw", description="GaLore AdamW: low-rank projected moments"),
+    Strategy(name="eager_attention", attention="eager", description="transformers' eager attention instead of SDPA"),
+    Strategy(name="compile", compile=True, description="torch.compile of the model (inductor)"),
+    Strategy(name="lora", lora_rank=8, description="LoRA r=8 on the attention projections (peft)"),
+    Strategy(name="paged_adamw_8bit", optimizer="paged_adamw_8bit", description="bitsandbytes paged 8-bit AdamW"),
+    Strategy(name="qlora", lora_rank=8, quantize_4bit=True, description="LoRA r=8 on NF4 4-bit base weights"),
+    Strategy(
+        name="activation_offload",
+        grad_checkpointing=True,
+        activation_offload=True,
+        description="checkpointing with the saved activations offloaded to host memory",
     ),
 )
 

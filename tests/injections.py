@@ -6,7 +6,11 @@
 - ``optimizer_state``: the optimizer keeps 5% more state from its first step on;
 - ``leak``: a buffer of 5% of the parameters' bytes is held in a module-level global from
   the first step on, outside the model and the optimizer (a library's cache, a leak);
-- ``noop``: gradient checkpointing is silently not applied.
+- ``noop``: gradient checkpointing is silently not applied;
+- ``disable``: the whole strategy is silently not applied (the case trains as ``vanilla``
+  under the strategy's name), for the tests that show each claim fails without it;
+- ``drop_grad``: under gradient accumulation, the gradients of every micro-batch but the
+  last are dropped (the bug an optimizer-offload path once had), for the interaction claims.
 
 The test project's ``pytest_perfsuite_run_case`` runs :func:`run_case` in the usual
 isolated worker, so each injection stays inside its case's process.
@@ -16,7 +20,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -71,16 +74,52 @@ def _patch_optimizer() -> None:
         if states and not any("injected" in s for s in states):
             states[0]["injected"] = torch.zeros(int(GROWTH * _state_bytes(optimizer)) // 4)
 
-    def patched(name: str, params: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
-        optimizer = build(name, params, lr)
+    def patched(name: str, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
+        optimizer = build(name, model, lr)
         optimizer.register_step_post_hook(grow)
         return optimizer
 
     engine.build_optimizer = patched
 
 
+def _patch_disable() -> None:
+    import dataclasses
+
+    from perfsuite.strategies import STRATEGIES
+
+    case.resolve = lambda name: dataclasses.replace(STRATEGIES["vanilla"], name=name)  # type: ignore[attr-defined]
+
+
+def _patch_drop_grad() -> None:
+    step = engine.Trainer.step
+
+    def patched(self: engine.Trainer, before_micro_batch: Any = None) -> engine.StepOutput:
+        seen = [0]
+
+        def before() -> None:
+            if before_micro_batch is not None:
+                before_micro_batch()
+            seen[0] += 1
+            if seen[0] == self.accum_steps > 1:  # the last micro-batch: forget what the others accumulated
+                for p in self.params:
+                    p.grad = None
+
+        return step(self, before_micro_batch=before)
+
+    engine.Trainer.step = patched  # type: ignore[method-assign]
+
+
 def run_case(spec: CaseSpec) -> dict[str, Any]:
-    chosen = kinds(spec)
+    """The case with the injections ``PERFSUITE_INJECT`` names for it."""
+    return run_injected(spec, frozenset(kinds(spec)))
+
+
+def run_injected(spec: CaseSpec, chosen: frozenset[str]) -> dict[str, Any]:
+    """The case with the ``chosen`` injections (pass with functools.partial as a worker target)."""
+    if "disable" in chosen:
+        _patch_disable()
+    if "drop_grad" in chosen:
+        _patch_drop_grad()
     if chosen & {"slow", "leak"}:
         _patch_step(slow="slow" in chosen, leak="leak" in chosen)
     if "optimizer_state" in chosen:

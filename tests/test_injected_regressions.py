@@ -31,13 +31,15 @@ from perfsuite.worker import run_isolated
 def pytest_perfsuite_run_case(config, spec, timeout_s):
     return run_isolated(spec, timeout_s=timeout_s, target=injections.run_case)
 """
-# Halfway between no change and the injected 25%: an untouched case must stay inside it
-# and a slowed one outside, each with 12.5% of room for this machine's noise (calibrated
-# step times moved up to 8% between runs here, see README).
+# The CPU tier's own time gate (pyproject.toml): 15%, a failing time retried twice. The
+# tolerance stays at the floor (time_k 0) and any refresh is accepted, so that a noisy
+# refresh can neither widen the gate past the injected 25% nor refuse to record.
 PYPROJECT = """
 [tool.perfsuite.overrides."cpu/*"]
-time_floor = 0.125
-time_k = 1.0
+time_floor = 0.15
+time_k = 0.0
+time_retries = 2
+time_retry_pause_s = 0
 max_refresh_spread = 1.0
 """
 
@@ -61,7 +63,7 @@ def test_injected_regressions_fail_exactly_their_cases(pytester: pytest.Pytester
     pytester.makepyprojecttoml(PYPROJECT)
     args = ("-m", "cpu", "-k", SELECT, "-p", "no:cacheprovider")
     refresh = pytester.runpytest_subprocess(*args, "--perfsuite-refresh", "--perfsuite-repeats=3")
-    refresh.assert_outcomes(passed=5, deselected=112)
+    refresh.assert_outcomes(passed=5)
 
     pytester._monkeypatch.setenv(  # type: ignore[attr-defined]
         "PERFSUITE_INJECT",
@@ -69,7 +71,7 @@ def test_injected_regressions_fail_exactly_their_cases(pytester: pytest.Pytester
         "tiny-bert-dynamic_padding=leak;tiny-bert-grad_ckpt=noop",
     )
     mixed = pytester.runpytest_subprocess(*args)
-    mixed.assert_outcomes(passed=1, failed=4, deselected=112)
+    mixed.assert_outcomes(passed=1, failed=4)
     failures = _failures(mixed)
     assert set(failures) == {"grad_accum", "adafactor", "dynamic_padding", "grad_ckpt"}
     assert "step time" in failures["adafactor"]
@@ -81,7 +83,7 @@ def test_injected_regressions_fail_exactly_their_cases(pytester: pytest.Pytester
 
     pytester._monkeypatch.setenv("PERFSUITE_INJECT", "*=slow")  # type: ignore[attr-defined]
     uniform = pytester.runpytest_subprocess(*args)
-    uniform.assert_outcomes(failed=5, deselected=112)
+    uniform.assert_outcomes(failed=5)
     for case, text in _failures(uniform).items():
         assert "step time" in text, case
         assert "a regression" in text, case

@@ -17,10 +17,12 @@ def test_registry_names() -> None:
         "distilbert-base-uncased",
         "bert-large-uncased",
         "xlm-roberta-base",
+        "xlm-roberta-large",
         "t5-small",
         "gpt2",
+        "smollm2-135m",
     )
-    assert TINY == ("tiny-bert", "tiny-t5", "tiny-gpt2")
+    assert TINY == ("tiny-bert", "tiny-t5", "tiny-gpt2", "tiny-llama")
 
 
 @pytest.mark.parametrize("name", FULL_SIZE)
@@ -34,9 +36,19 @@ def test_bert_base_with_four_labels_has_the_published_count() -> None:
     assert count_parameters(MODELS["bert-large-uncased"]) == 335_143_938
 
 
+def test_the_newer_models_have_their_published_counts() -> None:
+    # XLM-R large: 559,890,432 with its pooler; the classification head replaces the pooler
+    # (1,049,600) with a dense layer and a 2-label projection (1,051,650).
+    assert count_parameters(MODELS["xlm-roberta-large"]) == 559_890_432 - 1_049_600 + 1_051_650
+    # SmolLM2-135M: 134,515,008 (tied embeddings: the LM head adds none).
+    assert count_parameters(MODELS["smollm2-135m"]) == 134_515_008
+
+
 @pytest.mark.parametrize("tiny", TINY)
 def test_tiny_variants_share_architecture_and_head(tiny: str) -> None:
-    full = {"tiny-bert": "bert-base-uncased", "tiny-t5": "t5-small", "tiny-gpt2": "gpt2"}[tiny]
+    full = {"tiny-bert": "bert-base-uncased", "tiny-t5": "t5-small", "tiny-gpt2": "gpt2", "tiny-llama": "smollm2-135m"}[
+        tiny
+    ]
     assert MODELS[tiny].model_class == MODELS[full].model_class
     assert MODELS[tiny].task == MODELS[full].task
     assert count_parameters(MODELS[tiny]) < 3_000_000
@@ -63,6 +75,8 @@ def test_dropout_off_zeroes_every_dropout_setting() -> None:
     for name in TINY:
         model = build_model(MODELS[name], dropout=False)
         rates = [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+        # Llama applies its attention dropout functionally, from the config (no Dropout modules).
+        rates += [v for k, v in vars(model.config).items() if isinstance(v, float) and "dropout" in k]
         assert rates, name
         assert all(p == 0.0 for p in rates), name
 

@@ -10,7 +10,8 @@ from perfsuite.strategies import STRATEGIES, Strategy, UnknownNameError, compose
 
 ISSUE_NAMES = (
     "vanilla fp16 bf16 grad_accum grad_ckpt adafactor adamw_8bit zero2_offload zero3_offload "
-    "dataloader dynamic_padding smart_batching all"
+    "dataloader dynamic_padding smart_batching fused_adamw lion lion_8bit galore eager_attention compile lora "
+    "paged_adamw_8bit qlora activation_offload all"
 ).split()
 
 
@@ -100,3 +101,31 @@ def test_compose_keeps_identical_settings() -> None:
     combo = compose(STRATEGIES["dynamic_padding"], STRATEGIES["smart_batching"])
     assert combo.padding == "longest"
     assert combo.length_grouped
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"attention": "flash"}, "attention must be one of"),
+        ({"quantize_4bit": True}, "quantize_4bit needs lora_rank"),
+        ({"activation_offload": True}, "it needs it"),
+        ({"compile": True, "zero_stage": 2}, "compile with zero_stage"),
+        ({"lora_rank": -1}, "lora_rank must be >= 0"),
+        ({"optimizer": "sgd"}, "optimizer must be one of"),
+    ],
+)
+def test_conflicting_fields_of_the_newer_strategies_are_refused(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Strategy(name="bad", **fields)  # type: ignore[arg-type]
+
+
+def test_each_strategy_names_the_package_it_needs_and_what_needs_a_gpu() -> None:
+    assert STRATEGIES["lion"].requires == ("lion_pytorch",)
+    assert STRATEGIES["lion_8bit"].requires == ("bitsandbytes",)
+    assert STRATEGIES["galore"].requires == ("galore_torch",)
+    assert STRATEGIES["lora"].requires == ("peft",)
+    assert STRATEGIES["qlora"].requires == ("bitsandbytes", "peft")
+    assert STRATEGIES["fused_adamw"].requires == ()
+    gpu_only = {name for name, s in STRATEGIES.items() if s.gpu_only}
+    assert gpu_only == {"paged_adamw_8bit", "qlora", "activation_offload"}
+    assert resolve("lora+grad_accum").lora_rank == 8

@@ -18,23 +18,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import claims
 import pytest
-import torch
 
 from perfsuite.case import CaseSpec, nightly_only, tier_spec
-from perfsuite.models import TINY
+from perfsuite.models import TINY, get_model_spec
 from perfsuite.session import PerfsuiteSession
+from perfsuite.strategies import STRATEGIES
 from perfsuite.worker import run_isolated
 
 pytestmark = pytest.mark.cpu
 
 Run = Callable[..., dict[str, Any]]
 
-# Float tolerance for "the same training": identical maths in a different order
-# (other matmul shapes, summed micro-batch gradients) differs in the last bits, which
-# Adam's normalised updates carry into later steps. torchtune uses 1e-4 for the same check.
-LOSS_RTOL = 1e-4
-LOSS_ATOL = 1e-5
+
+def tiered(*strategies: str, models: tuple[str, ...] = TINY) -> list[Any]:
+    """``models`` as parameters, each marked nightly where the matrix runs one of ``strategies`` nightly
+    (a claim costs the same runs as the matrix cases it reads, see perfsuite.case.nightly_only)."""
+    return [
+        pytest.param(m, marks=[pytest.mark.nightly] if any(nightly_only(m, s) for s in strategies) else [])
+        for m in models
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -56,12 +60,10 @@ def _mem(record: dict[str, Any], category: str) -> int:
     return value
 
 
-def _same_losses(a: dict[str, Any], b: dict[str, Any]) -> None:
-    assert len(a["loss"]) == len(b["loss"])
-    torch.testing.assert_close(torch.tensor(a["loss"]), torch.tensor(b["loss"]), rtol=LOSS_RTOL, atol=LOSS_ATOL)
+_same_losses = claims.same_losses
 
 
-@pytest.mark.parametrize("model", TINY)
+@pytest.mark.parametrize("model", tiered("vanilla"))
 def test_vanilla_is_fp32_adamw_fixed_padding(run: Run, model: str) -> None:
     record = run(model, "vanilla")
     applied = record["applied"]
@@ -74,7 +76,7 @@ def test_vanilla_is_fp32_adamw_fixed_padding(run: Run, model: str) -> None:
 
 
 @pytest.mark.bnb
-@pytest.mark.parametrize("model", TINY)
+@pytest.mark.parametrize("model", tiered("adamw_8bit"))
 def test_adamw_8bit_state_is_at_most_35_percent_of_adamw(run: Run, model: str) -> None:
     eight_bit, vanilla = run(model, "adamw_8bit"), run(model, "vanilla")
     assert eight_bit["applied"]["optimizer_class"].startswith("bitsandbytes.")
@@ -82,7 +84,7 @@ def test_adamw_8bit_state_is_at_most_35_percent_of_adamw(run: Run, model: str) -
     assert ratio <= 0.35, f"8-bit AdamW state is {ratio:.0%} of AdamW's"
 
 
-@pytest.mark.parametrize("model", TINY)
+@pytest.mark.parametrize("model", tiered("adafactor"))
 def test_adafactor_state_is_far_below_adamw(run: Run, model: str) -> None:
     adafactor, vanilla = run(model, "adafactor"), run(model, "vanilla")
     assert adafactor["applied"]["optimizer_class"] == "transformers.optimization.Adafactor"
@@ -91,7 +93,7 @@ def test_adafactor_state_is_far_below_adamw(run: Run, model: str) -> None:
     assert ratio <= 0.15, f"Adafactor state is {ratio:.0%} of AdamW's"
 
 
-@pytest.mark.parametrize("model", TINY)
+@pytest.mark.parametrize("model", tiered("grad_ckpt"))
 def test_grad_ckpt_cuts_activations_and_keeps_the_loss(run: Run, model: str) -> None:
     ckpt, vanilla = run(model, "grad_ckpt"), run(model, "vanilla")
     assert ckpt["applied"]["gradient_checkpointing"]
@@ -101,7 +103,7 @@ def test_grad_ckpt_cuts_activations_and_keeps_the_loss(run: Run, model: str) -> 
     assert ckpt["flops_per_step"] > vanilla["flops_per_step"]  # the recomputed forward
 
 
-@pytest.mark.parametrize("model", TINY)
+@pytest.mark.parametrize("model", tiered("grad_accum"))
 def test_grad_accum_cuts_activations(run: Run, model: str) -> None:
     accum, vanilla = run(model, "grad_accum"), run(model, "vanilla")
     assert accum["applied"]["accumulation_steps"] == 4
@@ -118,7 +120,7 @@ def test_grad_accum_keeps_the_loss_trajectory(run: Run) -> None:
     _same_losses(run("tiny-bert", "grad_accum", dropout=False), run("tiny-bert", "vanilla", dropout=False))
 
 
-@pytest.mark.parametrize("model", TINY)
+@pytest.mark.parametrize("model", tiered("dynamic_padding"))
 def test_dynamic_padding_pads_less_and_keeps_the_loss(run: Run, model: str) -> None:
     dynamic, vanilla = run(model, "dynamic_padding", dropout=False), run(model, "vanilla", dropout=False)
     assert dynamic["padding_fraction"] < vanilla["padding_fraction"]
@@ -126,16 +128,14 @@ def test_dynamic_padding_pads_less_and_keeps_the_loss(run: Run, model: str) -> N
     _same_losses(dynamic, vanilla)  # padding is masked out: the maths is the same
 
 
-@pytest.mark.parametrize("model", TINY)
+@pytest.mark.parametrize("model", tiered("smart_batching"))
 def test_smart_batching_pads_less_than_dynamic_padding(run: Run, model: str) -> None:
     smart, dynamic = run(model, "smart_batching"), run(model, "dynamic_padding", dropout=False)
     assert smart["applied"]["length_grouped"]
     assert smart["padding_fraction"] < dynamic["padding_fraction"]
 
 
-@pytest.mark.parametrize(
-    "model", [pytest.param(m, marks=[pytest.mark.nightly] if nightly_only(m, "fp16") else []) for m in TINY]
-)
+@pytest.mark.parametrize("model", tiered("fp16", "bf16"))
 @pytest.mark.parametrize(("strategy", "dtype"), [("fp16", "float16"), ("bf16", "bfloat16")])
 def test_half_precision_runs_the_forward_in_half(run: Run, model: str, strategy: str, dtype: str) -> None:
     half, vanilla = run(model, strategy), run(model, "vanilla")
@@ -147,7 +147,7 @@ def test_half_precision_runs_the_forward_in_half(run: Run, model: str, strategy:
 
 
 @pytest.mark.deepspeed
-@pytest.mark.parametrize("model", TINY)
+@pytest.mark.parametrize("model", tiered("zero2_offload", "zero3_offload"))
 @pytest.mark.parametrize("strategy", ["zero2_offload", "zero3_offload"])
 def test_zero_offload_runs_through_deepspeed(run: Run, model: str, strategy: str) -> None:
     record, vanilla = run(model, strategy), run(model, "vanilla")
@@ -228,3 +228,102 @@ def test_adamw_8bit_state_on_the_gpu_is_at_most_35_percent() -> None:
         / (records["vanilla"]["memory_breakdown_bytes"]["optimizer_state"])
     )
     assert ratio <= 0.35
+
+
+# -- the newer strategies (tests/claims.py says what each claims) ---------------------------
+
+
+@pytest.mark.parametrize("model", tiered("fused_adamw"))
+def test_fused_adamw_runs_one_kernel_and_keeps_the_loss(run: Run, model: str) -> None:
+    claims.fused_adamw(run(model, "fused_adamw"), run(model, "vanilla"))
+
+
+@pytest.mark.lion
+@pytest.mark.parametrize("model", tiered("lion"))
+def test_lion_keeps_half_of_adamws_state(run: Run, model: str) -> None:
+    claims.lion(run(model, "lion"), run(model, "vanilla"))
+
+
+@pytest.mark.bnb
+@pytest.mark.parametrize("model", tiered("lion_8bit"))
+def test_lion_8bit_keeps_a_byte_per_parameter(run: Run, model: str) -> None:
+    claims.lion_8bit(run(model, "lion_8bit"), run(model, "vanilla"))
+
+
+@pytest.mark.galore
+@pytest.mark.parametrize("model", tiered("galore", models=("tiny-bert", "tiny-t5", "tiny-llama")))
+def test_galore_projects_the_linear_weights_to_low_rank_moments(run: Run, model: str) -> None:
+    claims.galore(run(model, "galore"), run(model, "vanilla"))
+
+
+@pytest.mark.galore
+def test_galore_is_skipped_with_its_reason_on_gpt2(perfsuite: PerfsuiteSession) -> None:
+    record = perfsuite.record(tier_spec("tiny-gpt2", "galore"))
+    assert record["status"] == "skipped"
+    assert "Conv1D" in record["error"]
+
+
+@pytest.mark.parametrize("model", tiered("eager_attention"))
+def test_eager_attention_runs_no_sdpa_kernel_and_keeps_the_loss(run: Run, model: str) -> None:
+    claims.eager_attention(run(model, "eager_attention"), run(model, "vanilla"))
+
+
+@pytest.mark.parametrize("model", tiered("compile"))
+def test_compile_captures_the_model_in_graphs_compiled_before_the_timed_steps(run: Run, model: str) -> None:
+    claims.compiled(run(model, "compile"))
+
+
+def _lora_adapters(model: str, rank: int = 8) -> int:
+    """r × (in + out) for every projection LoRA adapts, read off a built model."""
+    from perfsuite.adapters import LORA_TARGETS
+    from perfsuite.models import build_model
+
+    built = build_model(get_model_spec(model))
+    targets = LORA_TARGETS[built.config.model_type]
+    return sum(rank * sum(m.weight.shape) for name, m in built.named_modules() if name.rsplit(".", 1)[-1] in targets)
+
+
+@pytest.mark.lora
+@pytest.mark.parametrize("model", tiered("lora"))
+def test_lora_trains_only_adapters_and_keeps_state_for_them_alone(run: Run, model: str) -> None:
+    claims.lora(run(model, "lora"), run(model, "vanilla"), expected_adapters=_lora_adapters(model))
+
+
+@pytest.mark.parametrize("strategy", [s for s, v in STRATEGIES.items() if v.gpu_only])
+def test_gpu_only_strategies_are_skipped_on_a_cpu_with_their_reason(strategy: str) -> None:
+    record = run_isolated(tier_spec("tiny-bert", strategy), timeout_s=120)
+    assert record["status"] == "skipped"
+    assert record["error"].startswith(f"{strategy} needs a GPU: ")
+
+
+# -- interactions: every precision, optimizer, offload and checkpointing strategy with accumulation --
+
+INTERACTIONS = {
+    # strategy: (precision, marks). Every push: the offload path (where an accumulation bug
+    # once hid for a year), 8-bit state and checkpointing; the rest nightly (2 runs each).
+    "grad_ckpt": ("fp32", []),
+    "adamw_8bit": ("fp32", [pytest.mark.bnb]),
+    "zero2_offload": ("fp32", [pytest.mark.deepspeed]),
+    "fp16": ("fp16", [pytest.mark.nightly]),
+    "bf16": ("bf16", [pytest.mark.nightly]),
+    "adafactor": ("fp32", [pytest.mark.nightly]),
+    "fused_adamw": ("fp32", [pytest.mark.nightly]),
+    "lion": ("fp32", [pytest.mark.nightly, pytest.mark.lion]),
+    "lion_8bit": ("fp32", [pytest.mark.nightly, pytest.mark.bnb]),
+    "galore": ("fp32", [pytest.mark.nightly, pytest.mark.galore]),
+    "lora": ("fp32", [pytest.mark.nightly, pytest.mark.lora]),
+    "zero3_offload": ("fp32", [pytest.mark.nightly, pytest.mark.deepspeed]),
+}
+
+
+@pytest.mark.parametrize(
+    ("strategy", "precision"), [pytest.param(s, p, marks=m, id=s) for s, (p, m) in INTERACTIONS.items()]
+)
+def test_strategy_with_accumulation_trains_like_without_it(run: Run, strategy: str, precision: str) -> None:
+    # Dropout off (see the module docstring); tiny-bert's classification loss weighs every
+    # sample alike, so 4 micro-batch means averaged are the full batch's mean.
+    claims.accumulation_keeps_the_trajectory(
+        run("tiny-bert", f"{strategy}+grad_accum", dropout=False),
+        run("tiny-bert", strategy, dropout=False),
+        precision=precision,
+    )

@@ -1,0 +1,57 @@
+"""MemTracker on models with frozen parameters: the upstream bug, and the narrow way around it."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from perfsuite.measure import frozen_parameters_take_no_grad_hooks
+
+
+def _partly_frozen() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    model[0].requires_grad_(False)  # a frozen base, as LoRA leaves it
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
+    return model, optimizer
+
+
+def _tracked_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    tracker.track_external(model, optimizer)
+    with tracker:
+        model(torch.randn(8, 32)).sum().backward()
+        optimizer.step()
+    peak = tracker.get_tracker_snapshot("peak")
+    return int(next(iter(peak.values()))["Total"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RuntimeError,
+    reason="upstream: torch.distributed._tools.mem_tracker.MemTracker (torch 2.5 through 2.13.0, at least) "
+    "registers a gradient hook on every parameter of each module it enters, frozen ones included, and torch "
+    "raises 'cannot register a hook on a tensor that doesn't require gradient'; no upstream issue found in "
+    "the pytorch tracker as of 2026-11. perfsuite.measure.frozen_parameters_take_no_grad_hooks works around "
+    "it; when this test passes (XPASS fails it), drop the workaround.",
+)
+def test_memtracker_follows_a_model_with_frozen_parameters() -> None:
+    with warnings.catch_warnings():
+        # The failing pre-hook leaves ModTracker's post-hook to fail too; torch reports that as a warning.
+        warnings.filterwarnings("ignore", message="global module forward hook", category=UserWarning)
+        _tracked_step(*_partly_frozen())
+
+
+def test_with_the_workaround_memtracker_counts_the_trainable_parameters_state() -> None:
+    model, optimizer = _partly_frozen()
+    with frozen_parameters_take_no_grad_hooks():
+        peak = _tracked_step(model, optimizer)
+    assert peak > 0
+    assert torch.Tensor.register_hook.__name__ == "register_hook"  # restored
+    with pytest.raises(RuntimeError, match="doesn't require gradient"):
+        model[0].weight.register_hook(lambda g: g)  # outside the context torch's check is back
+    assert all(p.grad is None for p in model[0].parameters())
