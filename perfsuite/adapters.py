@@ -35,9 +35,14 @@ def _task_type(model: torch.nn.Module) -> str:
     return "CAUSAL_LM"
 
 
-def apply_lora(model: Any, rank: int) -> Any:
-    """``model`` wrapped by peft with rank-``rank`` adapters; only adapters (and a classifier head) train."""
-    from peft import LoraConfig, get_peft_model
+def apply_lora(model: Any, rank: int, *, quantized: bool = False) -> Any:
+    """``model`` wrapped by peft with rank-``rank`` adapters; only adapters (and a classifier head) train.
+
+    ``quantized``: the model was loaded in 4-bit (:func:`quantize_4bit`); peft's
+    ``prepare_model_for_kbit_training`` readies it as QLoRA does, except that it does not
+    turn on checkpointing (a separate strategy here).
+    """
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
     model_type = model.config.model_type
     if model_type not in LORA_TARGETS:
@@ -50,7 +55,36 @@ def apply_lora(model: Any, rank: int) -> Any:
         fan_in_fan_out=model_type == "gpt2",
         task_type=_task_type(model),
     )
+    if quantized:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)  # type: ignore[no-untyped-call]
     return get_peft_model(model, config)
+
+
+def quantize_4bit(model: Any, compute_dtype: Any) -> Any:
+    """The same weights reloaded with NF4 4-bit linear layers (bitsandbytes), as QLoRA trains them.
+
+    transformers quantizes only while loading, so the seeded model is saved to a temporary
+    directory and loaded back with a ``BitsAndBytesConfig``.
+    """
+    import tempfile
+
+    import transformers
+
+    config = transformers.BitsAndBytesConfig(  # type: ignore[no-untyped-call]
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute_dtype,
+    )
+    with tempfile.TemporaryDirectory(prefix="perfsuite-qlora-") as directory:
+        model.save_pretrained(directory)
+        loaded = type(model).from_pretrained(
+            directory,
+            quantization_config=config,
+            attn_implementation=model.config._attn_implementation,
+            device_map={"": torch.cuda.current_device()},
+        )
+    return loaded
 
 
 def lora_evidence(model: Any) -> dict[str, Any]:
@@ -65,4 +99,5 @@ def lora_evidence(model: Any) -> dict[str, Any]:
         "total_parameters": int(total),
         "adapter_parameters": sum(p.numel() for n, p in model.named_parameters() if n in set(adapter_names)),
         "other_trainable": other_trainable,
+        "linear_4bit_modules": sum(1 for m in model.modules() if type(m).__name__ == "Linear4bit"),
     }

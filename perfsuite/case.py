@@ -256,6 +256,11 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         seed=spec.seed,
         pin_memory=strategy.pin_memory and device.pins_memory,
     )
+    if strategy.quantize_4bit:
+        from perfsuite.adapters import quantize_4bit
+
+        dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+        model = quantize_4bit(model, compute_dtype=dtypes[strategy.precision])
     trainer = Trainer(model, strategy, loader, device, lr=lr, max_grad_norm=spec.max_grad_norm, batch_size=batch_size)
     # Host-side drift cancels against a workload outside the stack under test; a GPU's
     # step time is its kernels', which a host workload says nothing about.

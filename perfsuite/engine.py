@@ -77,12 +77,25 @@ def deepspeed_config(
     }
 
 
-def _enable_checkpointing(model: Any) -> None:
+def _enable_checkpointing(model: Any, *, offload: bool = False) -> None:
     # transformers 5 renamed gradient_checkpointing_enable (the old name warns); 4.x has only the old one.
-    if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    kwargs = {"use_reentrant": False}
+    if offload:
+        import inspect
+
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        if enable is None or "offload" not in inspect.signature(enable).parameters:
+            from perfsuite.case import CaseSkipped
+
+            raise CaseSkipped(
+                "activation offloading needs transformers >= 5.17 (activation_checkpointing_enable(offload=...))"
+            )
+        # The saved checkpoint inputs go to pinned host memory (torch.autograd.graph.save_on_cpu).
+        enable(activation_checkpointing_kwargs=kwargs, offload=True)
+    elif hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def _checkpointing_enabled(model: Any) -> bool:
@@ -211,11 +224,11 @@ class Trainer:
         if strategy.lora_rank:
             from perfsuite.adapters import apply_lora
 
-            model = apply_lora(model, strategy.lora_rank)
+            model = apply_lora(model, strategy.lora_rank, quantized=strategy.quantize_4bit)
         if strategy.grad_checkpointing:
             # Non-reentrant checkpointing restores the RNG state when recomputing, so
             # dropout masks (and the loss) match a run without checkpointing.
-            _enable_checkpointing(self.base_model)
+            _enable_checkpointing(self.base_model, offload=strategy.activation_offload)
             if strategy.lora_rank:
                 # Frozen embeddings give checkpointed blocks inputs without grad; this hook
                 # makes them require it (transformers >= 5.23 does it too, 4.x does not).

@@ -125,7 +125,7 @@ def run_injected(spec: CaseSpec, chosen: frozenset[str]) -> dict[str, Any]:
     if "optimizer_state" in chosen:
         _patch_optimizer()
     if "noop" in chosen:
-        engine._enable_checkpointing = lambda model: None
+        engine._enable_checkpointing = lambda model, **kwargs: None
     record = case.run_case(spec)
     record["injected"] = sorted(chosen)
     return record

@@ -327,3 +327,34 @@ def test_strategy_with_accumulation_trains_like_without_it(run: Run, strategy: s
         run("tiny-bert", strategy, dropout=False),
         precision=precision,
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.bnb
+@pytest.mark.lora
+def test_qlora_trains_adapters_on_4bit_base_weights_on_a_gpu() -> None:
+    record = run_isolated(CaseSpec(model="bert-base-uncased", strategy="qlora", steps=3), timeout_s=900)
+    assert record["status"] == "ok", record["error"]
+    info = record["applied"]["lora"]
+    assert info["linear_4bit_modules"] > 0
+    assert info["trainable_parameters"] < 0.01 * record["num_parameters"]
+
+
+@pytest.mark.gpu
+def test_activation_offload_moves_checkpointed_activations_off_the_gpu() -> None:
+    def run(strategy: str) -> dict[str, Any]:
+        record = run_isolated(CaseSpec(model="bert-base-uncased", strategy=strategy, steps=3), timeout_s=900)
+        assert record["status"] == "ok", record["error"]
+        return record
+
+    offloaded, checkpointed = run("activation_offload"), run("grad_ckpt")
+    assert offloaded["applied"]["gradient_checkpointing"]
+    assert offloaded["peak_memory_bytes"] < checkpointed["peak_memory_bytes"]
+
+
+@pytest.mark.gpu
+@pytest.mark.bnb
+def test_paged_adamw_8bit_runs_bitsandbytes_paged_optimizer_on_a_gpu() -> None:
+    record = run_isolated(CaseSpec(model="bert-base-uncased", strategy="paged_adamw_8bit", steps=3), timeout_s=900)
+    assert record["status"] == "ok", record["error"]
+    assert record["applied"]["optimizer_class"] == "bitsandbytes.optim.adamw.PagedAdamW8bit"
