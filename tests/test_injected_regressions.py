@@ -31,14 +31,18 @@ from perfsuite.worker import run_isolated
 def pytest_perfsuite_run_case(config, spec, timeout_s):
     return run_isolated(spec, timeout_s=timeout_s, target=injections.run_case)
 """
-# The CPU tier's own time gate (pyproject.toml): 15%, a failing time retried twice. The
-# tolerance stays at the floor (time_k 0) and any refresh is accepted, so that a noisy
-# refresh can neither widen the gate past the injected 25% nor refuse to record.
+# Halfway between no change and the injected 25%: an untouched case must stay inside it
+# and a slowed one outside, each with 12.5% of room for this machine's noise. The CPU
+# tier's 15% is not used here: in one run a case made 25% slower measured +12.8% (see
+# README). A failing time is retried once, as the tier does (twice there), so that an
+# untouched case survives a neighbour's burst; the tolerance stays at the floor (time_k 0)
+# and any refresh is accepted, so that a noisy refresh can neither widen the gate past
+# the injected 25% nor refuse to record.
 PYPROJECT = """
 [tool.perfsuite.overrides."cpu/*"]
-time_floor = 0.15
+time_floor = 0.125
 time_k = 0.0
-time_retries = 2
+time_retries = 1
 time_retry_pause_s = 0
 max_refresh_spread = 1.0
 """
@@ -62,7 +66,7 @@ def test_injected_regressions_fail_exactly_their_cases(pytester: pytest.Pytester
     pytester.makeconftest(RUNNER)
     pytester.makepyprojecttoml(PYPROJECT)
     args = ("-m", "cpu", "-k", SELECT, "-p", "no:cacheprovider")
-    refresh = pytester.runpytest_subprocess(*args, "--perfsuite-refresh", "--perfsuite-repeats=3")
+    refresh = pytester.runpytest_subprocess(*args, "--perfsuite-refresh", "--perfsuite-repeats=2")
     refresh.assert_outcomes(passed=5)
 
     pytester._monkeypatch.setenv(  # type: ignore[attr-defined]

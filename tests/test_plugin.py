@@ -63,7 +63,7 @@ def pytest_perfsuite_run_case(config, spec, timeout_s):
     }
 """
 
-CASES = "tiny-bert-vanilla or tiny-bert-fp16 or tiny-bert-grad_ckpt"
+CASES = "tiny-bert-vanilla or (tiny-bert-fp16 and not grad_ckpt) or tiny-bert-grad_ckpt"
 
 
 @pytest.fixture
@@ -174,7 +174,7 @@ def test_a_regression_fails_in_every_retry_and_lists_each_run(
     result = _gate(project)
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
-        ["*slower than the baseline: a regression [out of tolerance in all 3 runs: +25.0%, +25.0%, +25.0%]*"]
+        ["*slower than the baseline: a regression ?out of tolerance in all 3 runs: +25.0%, +25.0%, +25.0%?*"]
     )
 
 
@@ -282,7 +282,7 @@ def test_a_noisy_refresh_is_refused_and_writes_nothing_for_that_case(
 ) -> None:
     before = _baseline(project, "tiny-bert-fp16").read_text()
     monkeypatch.setenv("FAKE_JITTER", "0.3")  # repeats at 0.7×, 1×, 1.3× the step time
-    result = project.runpytest_subprocess("-m", "cpu", "-k", "tiny-bert-fp16", "--perfsuite-refresh")
+    result = project.runpytest_subprocess("-m", "cpu", "-k", "tiny-bert-fp16 and not grad_ckpt", "--perfsuite-refresh")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*tiny-bert-fp16: not recorded: step time spread 30.0% over 3 repeats exceeds 15%*"])
     assert _baseline(project, "tiny-bert-fp16").read_text() == before
@@ -323,7 +323,7 @@ def test_cli_refresh_rewrites_only_the_selected_files_and_prints_the_diff(projec
         "baselines",
         "refresh",
         "-k",
-        "tiny-bert-fp16",
+        "tiny-bert-fp16 and not grad_ckpt",
         "--repeats",
         "2",
         "--tests",

@@ -43,6 +43,6 @@ def test_skip_carries_its_reason() -> None:
 
 def test_case_spec_rejects_unknown_names_before_any_worker_starts() -> None:
     with pytest.raises(ValueError, match="valid: tiny-bert|valid: bert-base-uncased"):
-        CaseSpec(model="tiny-llama", strategy="vanilla")
+        CaseSpec(model="tiny-mamba", strategy="vanilla")
     with pytest.raises(ValueError, match="unknown strategy 'fp12'"):
         CaseSpec(model="tiny-bert", strategy="fp12")
