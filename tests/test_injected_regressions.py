@@ -31,16 +31,18 @@ from perfsuite.worker import run_isolated
 def pytest_perfsuite_run_case(config, spec, timeout_s):
     return run_isolated(spec, timeout_s=timeout_s, target=injections.run_case)
 """
-# Halfway between no change and the injected 25%: an untouched case must stay inside it
-# and a slowed one outside, each with 12.5% of room for this machine's noise. The CPU
-# tier's 15% is not used here: in one run a case made 25% slower measured +12.8% (see
-# README). A failing time is retried once, as the tier does (twice there), so that an
-# untouched case survives a neighbour's burst; the tolerance stays at the floor (time_k 0)
-# and any refresh is accepted, so that a noisy refresh can neither widen the gate past
-# the injected 25% nor refuse to record.
+# A slowed case must fail and an untouched one pass. The injected 25% reads lower in the
+# calibrated figure: the busy-wait also slows the calibration run right after it by about
+# 5% (measured: raw +26-28%, calibrated +20-22%), and the machine drifts between the
+# refresh and the gate (a slowed case read +12.1% and +12.8% in two runs), while untouched
+# cases moved up to 8.8%. So the floor is 10%, not the tier's 15% (README, "Step time on a
+# shared machine"); a failing time is retried once, as the tier does (twice there), so that
+# an untouched case survives a neighbour's burst. The tolerance stays at the floor (time_k
+# 0) and any refresh is accepted, so that a noisy refresh can neither widen the gate past
+# the injected slowdown nor refuse to record.
 PYPROJECT = """
 [tool.perfsuite.overrides."cpu/*"]
-time_floor = 0.125
+time_floor = 0.10
 time_k = 0.0
 time_retries = 1
 time_retry_pause_s = 0
