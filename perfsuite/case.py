@@ -145,6 +145,11 @@ def matrix_strategies(model: str) -> list[str]:
     names = [*STRATEGIES, *MATRIX_PAIRS]
     if get_model_spec(model).tiny:
         names = [n for n in names if resolve(n).gpu_only is None]
+        if model != "tiny-bert":
+            # Measured, not yet understood: MemTracker followed no compiled step of tiny-gpt2
+            # or tiny-llama (no memory breakdown, so no CPU peak), and tiny-t5's compiled
+            # peak differed by 4.45% between repeats. tiny-bert-compile records and gates.
+            names.remove("compile")
     return names
 
 

@@ -138,6 +138,16 @@ class Observation:
     losses: Sequence[float]
 
 
+def _peak(record: Mapping[str, Any]) -> int:
+    peak = record.get("peak_memory_bytes")
+    if peak is None:
+        raise ValueError(
+            f"{record['model']}-{record['strategy']}: no peak memory was measured "
+            f"({record.get('memory_breakdown_error') or 'no breakdown'})"
+        )
+    return int(peak)
+
+
 def observe(record: Mapping[str, Any], *, time_unit: str) -> Observation:
     """An :class:`Observation` from a run record, its time in ``time_unit``."""
     median = float(record["step_time_s"]["median"])
@@ -161,7 +171,7 @@ def observe(record: Mapping[str, Any], *, time_unit: str) -> Observation:
         calibration=calibration if time_unit == "calibrated" else None,
         time_steps=steps,
         step_time_s=median,
-        peak_bytes=int(record["peak_memory_bytes"]),
+        peak_bytes=_peak(record),
         breakdown=dict(record.get("memory_breakdown_bytes") or {}),
         losses=list(record["loss"]),
     )
