@@ -47,7 +47,8 @@ time_retry_pause_s = 0
 max_refresh_spread = 1.0
 """
 
-pytestmark = [pytest.mark.cpu, pytest.mark.slow]
+# Nightly: about 3 minutes, and a full `python -m pytest` measured 16:56 on a slow hour with it.
+pytestmark = [pytest.mark.cpu, pytest.mark.slow, pytest.mark.nightly]
 
 
 def _failures(result: pytest.RunResult) -> dict[str, str]:
