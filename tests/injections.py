@@ -29,6 +29,7 @@ import torch
 
 from perfsuite import case, engine
 from perfsuite.case import CaseSpec
+from perfsuite.optimizers import state_bytes
 
 LEAK: list[torch.Tensor] = []
 """The module-level global a ``leak`` fills."""
@@ -44,11 +45,6 @@ def kinds(spec: CaseSpec) -> set[str]:
         if kind and target in ("*", spec.id):
             chosen.add(kind)
     return chosen
-
-
-def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
-    tensors = [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
-    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def _patch_step(slow: bool, leak: bool) -> None:
@@ -75,7 +71,7 @@ def _patch_optimizer() -> None:
     def grow(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         states = list(optimizer.state.values())
         if states and not any("injected" in s for s in states):
-            states[0]["injected"] = torch.zeros(int(GROWTH * _state_bytes(optimizer)) // 4)
+            states[0]["injected"] = torch.zeros(int(GROWTH * state_bytes(optimizer)) // 4)
 
     def patched(name: str, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
         optimizer = build(name, model, lr)
