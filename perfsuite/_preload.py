@@ -24,7 +24,7 @@ with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
     import perfsuite.case  # noqa: F401
     import perfsuite.data  # noqa: F401
     import perfsuite.device  # noqa: F401
-    import perfsuite.engine  # noqa: F401
+    import perfsuite.engines.loop  # noqa: F401
     import perfsuite.measure  # noqa: F401
     from perfsuite.models import MODELS
 

@@ -16,6 +16,7 @@ import resource
 from dataclasses import dataclass
 from typing import Any
 
+from perfsuite.engines import ENGINES, check_engine, trainer_unsupported
 from perfsuite.models import FULL_SIZE, TINY, get_model_spec
 from perfsuite.stats import first_non_finite, summarize
 from perfsuite.strategies import STRATEGIES, resolve
@@ -88,6 +89,9 @@ class CaseSpec:
     """Generated dataset size (epochs repeat with a new seeded order)."""
     profile: bool = True
     """Run the untimed memory-breakdown and FLOP-count steps."""
+    engine: str = "loop"
+    """``loop`` (perfsuite's explicit loop) or ``trainer`` (the Hugging Face Trainer), see
+    :mod:`perfsuite.engines`."""
     threads: int | None = None
     """Intra-op threads for torch and the calibration's BLAS; ``None`` keeps torch's default.
     The CPU tier uses 1: on a shared 2-core machine two threads wait on each other and on
@@ -96,6 +100,7 @@ class CaseSpec:
     def __post_init__(self) -> None:
         get_model_spec(self.model)
         resolve(self.strategy)
+        check_engine(self.engine)
         if self.steps < 1 or self.warmup_steps < 0:
             raise ValueError("steps must be >= 1 and warmup_steps >= 0")
         if self.threads is not None and self.threads < 1:
@@ -105,18 +110,23 @@ class CaseSpec:
 
     @property
     def id(self) -> str:
-        return f"{self.model}-{self.strategy}"
+        """``<model>-<strategy>``, plus ``-<engine>`` beyond the loop (``tiny-bert-fp16-trainer``)."""
+        suffix = "" if self.engine == "loop" else f"-{self.engine}"
+        return f"{self.model}-{self.strategy}{suffix}"
 
 
-def tier_spec(model: str, strategy: str, **overrides: Any) -> CaseSpec:
+def tier_spec(model: str, strategy: str, engine: str = "loop", **overrides: Any) -> CaseSpec:
     """The case as the test tiers run it: tiny models on the CPU, full-size ones on the GPU."""
     device = "cpu" if get_model_spec(model).tiny else "cuda"
     defaults = DEFAULTS[device]
     fields: dict[str, Any] = {"steps": defaults.steps, "warmup_steps": defaults.warmup, "device": device}
     if device == "cpu":
         fields["threads"] = TIER_THREADS
-    return CaseSpec(model=model, strategy=strategy, **(fields | overrides))
+    return CaseSpec(model=model, strategy=strategy, engine=engine, **(fields | overrides))
 
+
+MATRIX_ENGINES = ENGINES
+"""Every case runs through each engine (the Trainer's where it can express the strategy)."""
 
 MATRIX_PAIRS: tuple[str, ...] = ("fp16+grad_ckpt",)
 """Combinations the matrix runs besides ``all``: the pairs the practitioners' write-ups publish."""
@@ -139,9 +149,10 @@ _EVERY_PUSH_ON_TINY_LLAMA = frozenset({"vanilla", "grad_accum", "grad_ckpt", "lo
 """The tiny Llama's core: what a modern decoder is fine-tuned with."""
 
 
-def matrix_strategies(model: str) -> list[str]:
-    """The strategies the test matrix pairs with ``model``: every registered one its device
-    can run (GPU-only ones are left out of the CPU tier), plus :data:`MATRIX_PAIRS`."""
+def matrix_strategies(model: str, engine: str = "loop") -> list[str]:
+    """The strategies the test matrix pairs with ``model`` through ``engine``: every registered
+    one its device can run (GPU-only ones are left out of the CPU tier), plus :data:`MATRIX_PAIRS`;
+    through the Trainer, those it can express (:func:`perfsuite.engines.trainer_unsupported`)."""
     names = [*STRATEGIES, *MATRIX_PAIRS]
     if get_model_spec(model).tiny:
         names = [n for n in names if resolve(n).gpu_only is None]
@@ -150,10 +161,20 @@ def matrix_strategies(model: str) -> list[str]:
             # or tiny-llama (no memory breakdown, so no CPU peak), and tiny-t5's compiled
             # peak differed by 4.45% between repeats. tiny-bert-compile records and gates.
             names.remove("compile")
+    if engine == "trainer":
+        names = [n for n in names if trainer_unsupported(resolve(n)) is None]
+        if get_model_spec(model).tiny and model != "tiny-bert":
+            # The other tiny models through the Trainer (nightly): what the loop runs for them on every push.
+            names = [n for n in names if not nightly_only(model, n)]
     return names
 
 
-def nightly_only(model: str, strategy: str) -> bool:
+_TRAINER_EVERY_PUSH = frozenset({"vanilla", "fp16", "grad_accum", "grad_ckpt", "adafactor", "smart_batching"})
+"""tiny-bert through the Trainer on every push: the write-ups' core strategies, each with a
+claim that has caught the Trainer doing something else (fp16 on CPU, accumulation's loss)."""
+
+
+def nightly_only(model: str, strategy: str, engine: str = "loop") -> bool:
     """Whether a CPU-tier case runs only in the nightly tier (``pytest -m nightly``), not on every push.
 
     Chosen by measured cost, so that ``python -m pytest`` stays within 15 minutes on 2 cores:
@@ -162,10 +183,13 @@ def nightly_only(model: str, strategy: str) -> bool:
     the fp32 strategies of the original matrix but DeepSpeed's (tiny-llama: its core
     set), because on a CPU without native fp16/bf16 kernels their half-precision cases
     ran 21-44 s each and their ZeRO cases 13-19 s.
+    Through the Trainer, tiny-bert runs :data:`_TRAINER_EVERY_PUSH` on every push.
     Everything else runs nightly.
     """
     if model not in TINY:
         return False
+    if engine != "loop":
+        return model != "tiny-bert" or strategy not in _TRAINER_EVERY_PUSH
     chosen = resolve(strategy)
     if chosen.compile:
         return True
@@ -178,7 +202,7 @@ def nightly_only(model: str, strategy: str) -> bool:
 
 def failed_record(spec: CaseSpec, *, status: str, error: str) -> dict[str, Any]:
     """The record of a case that produced no measurements."""
-    return {"model": spec.model, "strategy": spec.strategy, "status": status, "error": error}
+    return {"model": spec.model, "strategy": spec.strategy, "engine": spec.engine, "status": status, "error": error}
 
 
 def _host_peak_rss() -> int:
@@ -196,7 +220,7 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
     from perfsuite.calibrate import Calibration, calibrated_steps
     from perfsuite.data import build_loader, generate_dataset, load_text_dataset
     from perfsuite.device import get_device
-    from perfsuite.engine import Trainer
+    from perfsuite.engines import Engine
     from perfsuite.hardware import hardware_key, time_class
     from perfsuite.models import build_model
 
@@ -252,21 +276,58 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
     )
     num_parameters = sum(p.numel() for p in model.parameters())
     model_config = model.config.to_diff_dict()
-    loader = build_loader(
-        dataset,
-        strategy,
-        batch_size=batch_size,
-        seq_len=seq_len,
-        target_len=model_spec.target_len,
-        seed=spec.seed,
-        pin_memory=strategy.pin_memory and device.pins_memory,
-    )
     if strategy.quantize_4bit:
         from perfsuite.adapters import quantize_4bit
 
         dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
         model = quantize_4bit(model, compute_dtype=dtypes[strategy.precision])
-    trainer = Trainer(model, strategy, loader, device, lr=lr, max_grad_norm=spec.max_grad_norm, batch_size=batch_size)
+    pin_memory = strategy.pin_memory and device.pins_memory
+    trainer: Engine
+    if spec.engine == "trainer":
+        from perfsuite.engines.hf_trainer import HFTrainerEngine
+
+        tokenizer = None
+        if spec.tokenizer is not None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer, local_files_only=True)
+        trainer = HFTrainerEngine(
+            model,
+            strategy,
+            dataset,
+            device,
+            lr=lr,
+            max_grad_norm=spec.max_grad_norm,
+            batch_size=batch_size,
+            seq_len=seq_len,
+            target_len=model_spec.target_len,
+            seed=spec.seed,
+            max_steps=spec.warmup_steps + spec.steps + (2 if spec.profile else 0),
+            pin_memory=pin_memory,
+            tokenizer=tokenizer,
+        )
+    else:
+        from perfsuite.engines.loop import LoopEngine
+
+        loader = build_loader(
+            dataset,
+            strategy,
+            batch_size=batch_size,
+            seq_len=seq_len,
+            target_len=model_spec.target_len,
+            seed=spec.seed,
+            pin_memory=pin_memory,
+        )
+        trainer = LoopEngine(
+            model,
+            strategy,
+            loader,
+            device,
+            lr=lr,
+            max_grad_norm=spec.max_grad_norm,
+            batch_size=batch_size,
+            seed=spec.seed,
+        )
     # Host-side drift cancels against a workload outside the stack under test; a GPU's
     # step time is its kernels', which a host workload says nothing about.
     calibration = None if device.is_accelerator else Calibration()
@@ -327,6 +388,7 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
     return {
         "model": spec.model,
         "strategy": spec.strategy,
+        "engine": spec.engine,
         "status": "ok",
         "error": None,
         "device": device.type,

@@ -13,6 +13,7 @@ from typing import Any
 
 from perfsuite.baselines import write_json_atomic
 from perfsuite.case import DEFAULTS
+from perfsuite.engines import ENGINES, check_engine
 from perfsuite.models import MODELS, get_model_spec
 from perfsuite.strategies import STRATEGIES, UnknownNameError, resolve
 
@@ -34,6 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--strategies", type=_names, help=f"comma-separated, 'a+b' composes; default: all ({', '.join(STRATEGIES)})"
+    )
+    run.add_argument(
+        "--engine",
+        type=_names,
+        default=["loop"],
+        help=f"comma-separated engines to run each case through ({', '.join(ENGINES)}); default: loop",
     )
     run.add_argument("--steps", type=int, help="timed optimizer steps per case (default 8 on CPU, 20 on GPU)")
     run.add_argument("--warmup", type=int, help="untimed warm-up steps (default 2 on CPU, 5 on GPU)")
@@ -113,6 +120,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         strategies = args.strategies or list(STRATEGIES)
         for name in strategies:
             resolve(name)
+        for name in args.engine:
+            check_engine(name)
     except (UnknownNameError, ValueError) as exc:
         console.print(f"perfsuite: error: {exc}", markup=False, highlight=False)
         return 2
@@ -139,7 +148,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             tokenizer=args.tokenizer,
             profile=args.profile,
             threads=args.threads,
+            engine=engine,
         )
+        for engine in args.engine
         for model in (models or defaults.models)
         for strategy in strategies
     ]

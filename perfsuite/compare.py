@@ -50,8 +50,9 @@ class Tolerance:
     """A refresh refuses to record a step time whose repeats spread wider than this."""
     time_retries: int = 0
     """When only the step time fails, run the case again (a fresh worker) up to this many
-    times; it passes if one run is within tolerance. A regression is slower in every
-    run, while a busy neighbour on a shared machine rarely spoils two in a row."""
+    times, stopping once most of the ``time_retries + 1`` runs agree; the majority decides.
+    A regression is slow in most runs, while a busy neighbour on a shared machine rarely
+    spoils two of three."""
     time_retry_pause_s: float = 5.0
     """Seconds to wait before a time retry, so that a burst of a neighbour's load can pass."""
 

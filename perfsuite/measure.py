@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 if TYPE_CHECKING:
-    from perfsuite.engine import Trainer
+    from perfsuite.engines import Engine
 
 # MemTracker's reference types -> the report's category names.
 _CATEGORIES = {
@@ -112,7 +112,7 @@ def other_live_tensors(known: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     return found
 
 
-def _model_and_optimizer_tensors(trainer: Trainer) -> list[torch.Tensor]:
+def _model_and_optimizer_tensors(trainer: Engine) -> list[torch.Tensor]:
     tensors: list[torch.Tensor] = [*trainer.model.parameters(), *trainer.model.buffers()]
     tensors += [p.grad for p in trainer.model.parameters() if p.grad is not None]
     for state in trainer.inner_optimizer.state.values():
@@ -152,7 +152,7 @@ def frozen_parameters_take_no_grad_hooks() -> Iterator[None]:
             setattr(torch.Tensor, name, original)
 
 
-def memory_breakdown(trainer: Trainer) -> dict[str, Any]:
+def memory_breakdown(trainer: Engine) -> dict[str, Any]:
     """One step under MemTracker: the peak of live tensor bytes and its split by category.
 
     Every tensor alive in the worker counts, whenever it was allocated and whoever holds
@@ -176,12 +176,18 @@ def memory_breakdown(trainer: Trainer) -> dict[str, Any]:
         tracker.track_external(*held_elsewhere)
         other_bytes = sum(t.untyped_storage().nbytes() for t in held_elsewhere)  # one tensor per storage
         del held_elsewhere  # MemTracker holds weak references; these must be freeable
-        with frozen_parameters_take_no_grad_hooks(), tracker, warnings.catch_warnings():
-            # ModTracker warns for every backward hook of a module freed in between; harmless.
-            warnings.filterwarnings("ignore", message="Module is None", category=UserWarning)
-            # MemTracker follows one forward per module; accumulation runs several, so clear
-            # the per-module stats between micro-batches (the global peak is kept).
-            trainer.step(before_micro_batch=tracker.reset_mod_stats)
+
+        @contextlib.contextmanager
+        def tracked() -> Iterator[None]:
+            # Entered by the engine in the thread that runs the step (a dispatch mode is per thread).
+            with frozen_parameters_take_no_grad_hooks(), tracker, warnings.catch_warnings():
+                # ModTracker warns for every backward hook of a module freed in between; harmless.
+                warnings.filterwarnings("ignore", message="Module is None", category=UserWarning)
+                yield
+
+        # MemTracker follows one forward per module; accumulation runs several, so clear
+        # the per-module stats between micro-batches (the global peak is kept).
+        trainer.step(before_micro_batch=tracker.reset_mod_stats, within=tracked())
         snapshot = tracker.get_tracker_snapshot("peak")
     except Exception as exc:  # report the gap, keep the case's other figures
         trainer.optimizer.zero_grad(set_to_none=True)  # drop a half-accumulated step's gradients
@@ -200,14 +206,19 @@ def memory_breakdown(trainer: Trainer) -> dict[str, Any]:
     }
 
 
-def count_flops(trainer: Trainer) -> dict[str, Any]:
+def count_flops(trainer: Engine) -> dict[str, Any]:
     """One step under FlopCounterMode (forward + backward, recomputation included)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     dtypes = MatmulDtypes()
     counter = FlopCounterMode(display=False)
-    with counter, dtypes:
-        trainer.step()
+
+    @contextlib.contextmanager
+    def counted() -> Iterator[None]:
+        with counter, dtypes:
+            yield
+
+    trainer.step(within=counted())
     return {
         "flops_per_step": int(counter.get_total_flops()),
         "matmul_dtypes": dict(dtypes.counts),

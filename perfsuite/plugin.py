@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from perfsuite.case import CaseSpec, matrix_strategies, nightly_only, tier_spec
+from perfsuite.case import MATRIX_ENGINES, CaseSpec, matrix_strategies, nightly_only, tier_spec
 from perfsuite.models import FULL_SIZE, TINY
 from perfsuite.strategies import resolve
 
@@ -24,6 +24,7 @@ MARKERS = {
     "gpu": "full-size models on a CUDA GPU (skipped without one)",
     "slow": "takes more than a few seconds",
     "nightly": "too long for every push: deselected by default, run with `pytest -m nightly`",
+    "trainer": "the case runs through the Hugging Face Trainer engine (ids end in -trainer)",
     "deepspeed": "needs deepspeed installed",
     "bnb": "needs bitsandbytes installed",
     "lora": "needs peft installed",
@@ -133,16 +134,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "perfsuite_case" not in metafunc.fixturenames:
         return
     params = []
-    for model in (*TINY, *FULL_SIZE):
-        for name in matrix_strategies(model):
-            strategy = resolve(name)
-            spec = tier_spec(model, name)
-            marks = [pytest.mark.cpu if spec.device == "cpu" else pytest.mark.gpu]
-            if nightly_only(model, name):
-                marks.append(pytest.mark.nightly)
-            marks += [getattr(pytest.mark, _MARKER_OF_MODULE[m]) for m in strategy.requires if m in _MARKER_OF_MODULE]
-            params.append(pytest.param(spec, id=spec.id, marks=marks))
+    for engine in MATRIX_ENGINES:
+        for model in (*TINY, *FULL_SIZE):
+            for name in matrix_strategies(model, engine):
+                params.append(_param(model, name, engine))
     metafunc.parametrize("perfsuite_case", params)
+
+
+def _param(model: str, name: str, engine: str) -> Any:
+    strategy = resolve(name)
+    spec = tier_spec(model, name, engine)
+    marks = [pytest.mark.cpu if spec.device == "cpu" else pytest.mark.gpu]
+    if engine != "loop":
+        marks.append(getattr(pytest.mark, engine))
+    if nightly_only(model, name, engine):
+        marks.append(pytest.mark.nightly)
+    marks += [getattr(pytest.mark, _MARKER_OF_MODULE[m]) for m in strategy.requires if m in _MARKER_OF_MODULE]
+    return pytest.param(spec, id=spec.id, marks=marks)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

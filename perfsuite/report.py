@@ -31,11 +31,23 @@ def _breakdown(case: Mapping[str, Any], key: str) -> float | None:
     return parts.get(key)
 
 
+def table_title(case: Mapping[str, Any]) -> str:
+    """The table a case belongs to: its model, and its engine beyond the loop (``tiny-bert · trainer``)."""
+    engine = case.get("engine") or "loop"
+    return case["model"] if engine == "loop" else f"{case['model']} · {engine}"
+
+
+def _case_id(case: Mapping[str, Any]) -> str:
+    engine = case.get("engine") or "loop"
+    return f"{case['model']}-{case['strategy']}" + ("" if engine == "loop" else f"-{engine}")
+
+
 def summary_rows(cases: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Per model, one row per case: the figures and time/memory as % of the model's vanilla run."""
+    """Per model and engine, one row per case: the figures, and time/memory as % of the
+    vanilla run of the same model through the same engine."""
     by_model: dict[str, list[Mapping[str, Any]]] = {}
     for case in cases:
-        by_model.setdefault(case["model"], []).append(case)
+        by_model.setdefault(table_title(case), []).append(case)
     table: dict[str, list[dict[str, Any]]] = {}
     for model, runs in by_model.items():
         control = next((c for c in runs if c["strategy"] == CONTROL and c["status"] == "ok"), None)
@@ -49,6 +61,7 @@ def summary_rows(cases: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str,
             losses = case.get("loss") or []
             rows.append(
                 {
+                    "id": _case_id(case),
                     "strategy": case["strategy"],
                     "status": case["status"],
                     "error": case.get("error"),
@@ -115,7 +128,7 @@ def render(cases: Sequence[Mapping[str, Any]], console: Console | None = None) -
                 *cells, style=None if r["status"] == "ok" else "yellow" if r["status"] == "skipped" else "red"
             )
             if r["status"] != "ok":
-                notes.append(f"{model}-{r['strategy']}: {r['status']}: {r['error']}")
+                notes.append(f"{r['id']}: {r['status']}: {r['error']}")
         console.print(table)
     if notes:
         console.print("\n".join(notes), markup=False, highlight=False)

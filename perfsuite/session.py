@@ -182,12 +182,22 @@ class PerfsuiteSession:
     def _retry_time(
         self, spec: CaseSpec, baseline: Mapping[str, Any], tolerance: Tolerance, hardware: str, outcome: Outcome
     ) -> None:
-        """Run ``spec`` again while only its step time fails, up to ``tolerance.time_retries`` times."""
+        """Measure ``spec`` again while only its step time fails; the majority of runs decides.
+
+        Up to ``tolerance.time_retries`` more runs, each in a fresh worker, stopping as soon
+        as most of the ``time_retries + 1`` possible runs agree. A neighbour's burst rarely
+        spoils most runs, and a real slowdown that one unlucky run reads low is still slow
+        in the others (passing on any single good run let a +20.8% regression through on a
+        +9.4% retry).
+        """
         if not (tolerance.time_retries and only_time_failed(outcome.checks)):
             return
         changes = [_time_change(outcome.checks)]
+        runs = int(tolerance.time_retries) + 1
+        majority = runs // 2 + 1
+        failed, passed = 1, 0
         timeout = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"].timeout
-        for _ in range(int(tolerance.time_retries)):
+        while failed < majority and passed < majority:
             time.sleep(tolerance.time_retry_pause_s)  # let a burst of a neighbour's load pass
             record = self.config.hook.pytest_perfsuite_run_case(config=self.config, spec=spec, timeout_s=timeout)
             outcome.records.append(record)
@@ -198,15 +208,21 @@ class PerfsuiteSession:
                 spec.id, baseline, observed, tolerance, hardware=hardware, fail_uncompared=self.fail_uncompared
             )
             changes.append(_time_change(checks))
+            # The run that settles the majority is the one reported: it agrees with the verdict.
             outcome.checks = checks
-            if not only_time_failed(checks):
-                break
+            if not any(not c.ok for c in checks):
+                passed += 1
+            elif only_time_failed(checks):
+                failed += 1
+            else:
+                break  # another metric failed: that is the verdict, whatever the time does
         outcome.time_attempts = changes
         if only_time_failed(outcome.checks):
             failing = next(c for c in outcome.checks if not c.ok)
             outcome.checks[outcome.checks.index(failing)] = dataclasses.replace(
                 failing,
-                message=f"{failing.message} [out of tolerance in all {len(changes)} runs: {', '.join(changes)}]",
+                message=f"{failing.message} [out of tolerance in {failed} of {len(changes)} runs: "
+                f"{', '.join(changes)}]",
             )
 
     def _stage(

@@ -28,6 +28,13 @@ def same_losses(a: Record, b: Record, *, rtol: float = LOSS_RTOL, atol: float = 
     torch.testing.assert_close(torch.tensor(a["loss"]), torch.tensor(b["loss"]), rtol=rtol, atol=atol)
 
 
+def mem(record: Record, category: str) -> int:
+    """A category of the record's memory breakdown (MemTracker, at the peak), in bytes."""
+    value = record["memory_breakdown_bytes"][category]
+    assert isinstance(value, int), record["memory_breakdown_bytes"]
+    return value
+
+
 def state_bytes(record: Record) -> int:
     value = record["applied"]["optimizer_state_bytes"]
     assert isinstance(value, int), record["applied"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from perfsuite.cli import main
+from perfsuite.engines import ENGINES
 from perfsuite.models import MODELS
 from perfsuite.strategies import STRATEGIES
 
@@ -25,6 +26,7 @@ def _perfsuite(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[
     [
         ("--models", "tiny-bert,bert-huge", "unknown model 'bert-huge'", list(MODELS)),
         ("--strategies", "vanilla,fp8", "unknown strategy 'fp8'", list(STRATEGIES)),
+        ("--engine", "loop,keras", "unknown engine 'keras'", list(ENGINES)),
     ],
 )
 def test_unknown_name_lists_valid_ones(

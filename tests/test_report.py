@@ -52,3 +52,18 @@ def test_failed_cases_show_status_and_reason() -> None:
     assert "vanilla" in text
     assert "100%" in text
     assert "tiny-bert-zero3_offload: failed: timed out after 5 s" in text
+
+
+def test_each_engine_has_its_own_table_against_its_own_vanilla() -> None:
+    tables = summary_rows(
+        [
+            _case("vanilla", 0.2, 1000),
+            _case("vanilla", 0.25, 1100, engine="trainer"),
+            _case("fp16", 0.1, 550, engine="trainer"),
+        ]
+    )
+    assert list(tables) == ["tiny-bert", "tiny-bert · trainer"]
+    fp16 = tables["tiny-bert · trainer"][1]
+    assert fp16["id"] == "tiny-bert-fp16-trainer"
+    assert fp16["time_pct"] == 40.0  # of the Trainer's vanilla, not the loop's
+    assert fp16["memory_pct"] == 50.0

@@ -54,10 +54,7 @@ def run(perfsuite: PerfsuiteSession) -> Run:
     return _run
 
 
-def _mem(record: dict[str, Any], category: str) -> int:
-    value = record["memory_breakdown_bytes"][category]
-    assert isinstance(value, int)
-    return value
+_mem = claims.mem
 
 
 _same_losses = claims.same_losses

@@ -1,6 +1,6 @@
-"""The training engine: one explicit optimizer step on accelerate.
+"""The explicit engine: one optimizer step on accelerate, written out.
 
-:meth:`Trainer.step` is the whole training loop body, in the order a reader expects:
+:meth:`LoopEngine.step` is the whole training loop body, in the order a reader expects:
 micro-batch forward, scaled backward, accumulation, clipping, optimizer step.
 accelerate supplies autocast, the GradScaler, accumulation bookkeeping and the
 DeepSpeed engine; everything a strategy changes is decided in ``__init__``.
@@ -8,17 +8,27 @@ DeepSpeed engine; everything a strategy changes is decided in ``__init__``.
 
 from __future__ import annotations
 
-import os
-import socket
+import contextlib
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from perfsuite.data import TOKENS_KEY, WORKER_KEY
+from perfsuite.engines.common import (
+    StepOutput,
+    checkpointing_enabled,
+    deepspeed_setup,
+    dynamo_evidence,
+    enable_checkpointing,
+    galore_evidence,
+    group_flag,
+)
 from perfsuite.optimizers import build_optimizer, state_bytes
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from torch.utils.data import DataLoader
     from transformers import PreTrainedModel
 
@@ -26,149 +36,7 @@ if TYPE_CHECKING:
     from perfsuite.strategies import Strategy
 
 
-class StepOutput(NamedTuple):
-    """What one optimizer step reports. Tensors stay on the device: reading them would sync."""
-
-    loss: torch.Tensor
-    """Mean loss over the step's micro-batches."""
-    grad_norm: torch.Tensor | float | None
-    """Total gradient norm before clipping."""
-    real_tokens: int
-    """Non-padding tokens in the step's batch."""
-    padded_tokens: int
-    """Token positions including padding."""
-    skipped: bool
-    """GradScaler skipped the update (inf/nan gradients)."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def deepspeed_config(
-    strategy: Strategy, *, micro_batch_size: int, lr: float, max_grad_norm: float, hidden_size: int
-) -> dict[str, Any]:
-    """The DeepSpeed config of a ZeRO strategy (DeepSpeed's own AdamW; CPU Adam when offloading).
-
-    Bucket sizes follow the HF Trainer's ``"auto"`` values, which scale with the model:
-    DeepSpeed's bare defaults allocate a 500M-element (2 GB) gradient bucket and keep
-    every parameter under 100k elements whole, i.e. all of a small model.
-    """
-    zero: dict[str, Any] = {"stage": strategy.zero_stage, "reduce_bucket_size": hidden_size * hidden_size}
-    if strategy.zero_stage == 3:
-        zero["stage3_prefetch_bucket_size"] = int(0.9 * hidden_size * hidden_size)
-        zero["stage3_param_persistence_threshold"] = 10 * hidden_size
-    if strategy.offload_optimizer:
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": False}
-    if strategy.offload_params:
-        zero["offload_param"] = {"device": "cpu", "pin_memory": False}
-    return {
-        "train_micro_batch_size_per_gpu": micro_batch_size,
-        "gradient_accumulation_steps": strategy.grad_accum_steps,
-        "gradient_clipping": max_grad_norm,
-        "zero_optimization": zero,
-        "optimizer": {"type": "AdamW", "params": {"lr": lr, "weight_decay": 0.0}},
-        "fp16": {"enabled": strategy.precision == "fp16"},
-        "bf16": {"enabled": strategy.precision == "bf16"},
-        "steps_per_print": 10**9,
-        "wall_clock_breakdown": False,
-    }
-
-
-def _enable_checkpointing(model: Any, *, offload: bool = False) -> None:
-    # transformers 5 renamed gradient_checkpointing_enable (the old name warns); 4.x has only the old one.
-    kwargs = {"use_reentrant": False}
-    if offload:
-        import inspect
-
-        enable = getattr(model, "activation_checkpointing_enable", None)
-        if enable is None or "offload" not in inspect.signature(enable).parameters:
-            from perfsuite.case import CaseSkipped
-
-            raise CaseSkipped(
-                "activation offloading needs transformers >= 5.17 (activation_checkpointing_enable(offload=...))"
-            )
-        # The saved checkpoint inputs go to pinned host memory (torch.autograd.graph.save_on_cpu).
-        enable(activation_checkpointing_kwargs=kwargs, offload=True)
-    elif hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-
-
-def _checkpointing_enabled(model: Any) -> bool:
-    # transformers 5 renamed is_gradient_checkpointing; 4.x only has the old name.
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
-        if hasattr(type(model), name):
-            return bool(getattr(model, name))
-    return False
-
-
-def _skip_shm_comm_build() -> None:
-    # On CPU, deepspeed.comm JIT-compiles a shared-memory allreduce op at init (~1 min on
-    # two cores) that a world of one process never uses. The switch is internal, hence
-    # the guard: without it the op is merely built.
-    try:
-        import deepspeed.ops
-
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    except (ImportError, AttributeError, TypeError):
-        pass
-
-
-def _group_flag(optimizer: torch.optim.Optimizer, key: str) -> Any:
-    values = {group.get(key) for group in optimizer.param_groups}
-    return values.pop() if len(values) == 1 else sorted(values, key=str)
-
-
-def _galore_evidence(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Which parameters GaLore projects, to what rank, and what its state holds."""
-    projected = [p for group in optimizer.param_groups if "rank" in group for p in group["params"]]
-    projectors = [optimizer.state[p]["projector"] for p in projected if "projector" in optimizer.state[p]]
-    moments = [optimizer.state[p]["exp_avg"] for p in projected if "exp_avg" in optimizer.state[p]]
-    projected_state = [
-        v for p in projected for v in optimizer.state[p].values() if isinstance(v, torch.Tensor) and v.dim() > 0
-    ]
-    return {
-        "projected_parameters": len(projected),
-        "projected_numel": sum(p.numel() for p in projected),
-        "projected_moment_bytes": sum(v.numel() * v.element_size() for v in projected_state),
-        "projectors": len(projectors),
-        "rank": next((g["rank"] for g in optimizer.param_groups if "rank" in g), None),
-        "moment_shapes_vs_weights": [[list(m.shape), list(p.shape)] for m, p in zip(moments, projected, strict=False)][
-            :4
-        ],
-        "projector_bytes": sum(
-            int(pr.ortho_matrix.numel() * pr.ortho_matrix.element_size())
-            for pr in projectors
-            if isinstance(getattr(pr, "ortho_matrix", None), torch.Tensor)
-        ),
-    }
-
-
-def _dynamo_evidence(model: Any) -> dict[str, Any]:
-    """What torch.compile did: the wrapper, and dynamo's process-wide counters (one case per process)."""
-    from torch._dynamo.utils import counters
-
-    frames = dict(counters["frames"])
-    stats = dict(counters["stats"])
-    return {
-        "wrapper": type(model).__name__,
-        "compiled_module": type(getattr(model, "_orig_mod", model)).__name__,
-        "frames_ok": int(frames.get("ok", 0)),
-        "frames_total": int(frames.get("total", 0)),
-        "unique_graphs": int(stats.get("unique_graphs", 0)),
-        "graph_breaks": int(sum(counters["graph_break"].values())),
-        # Past torch._dynamo.config.recompile_limit a frame silently runs eager from then on.
-        "recompile_limit_hits": int(
-            sum(n for reason, n in counters["unimplemented"].items() if "recompile limit" in reason.lower())
-        ),
-    }
-
-
-class Trainer:
+class LoopEngine:
     """A model, an optimizer and a batch stream, set up the way ``strategy`` says."""
 
     def __init__(
@@ -181,6 +49,7 @@ class Trainer:
         lr: float,
         max_grad_norm: float,
         batch_size: int,
+        seed: int = 0,
     ) -> None:
         from accelerate import Accelerator
         from accelerate.utils import DeepSpeedPlugin, DummyOptim
@@ -194,23 +63,15 @@ class Trainer:
         self.pinned_batches = 0
         self.batches_seen = 0
 
-        plugin = None
-        if strategy.uses_deepspeed:
-            # One process, world size 1: DeepSpeed still wants a process group (gloo on CPU).
-            for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
-                os.environ.setdefault(key, value)
-            os.environ.setdefault("MASTER_PORT", str(_free_port()))
-            if not device.is_accelerator:
-                os.environ.setdefault("DS_ACCELERATOR", "cpu")
-            config = deepspeed_config(
-                strategy,
-                micro_batch_size=self.micro_batch_size,
-                lr=lr,
-                max_grad_norm=max_grad_norm,
-                hidden_size=int(model.config.hidden_size),
-            )
-            plugin = DeepSpeedPlugin(hf_ds_config=config)
-            _skip_shm_comm_build()
+        config = deepspeed_setup(
+            strategy,
+            model,
+            on_accelerator=device.is_accelerator,
+            micro_batch_size=self.micro_batch_size,
+            lr=lr,
+            max_grad_norm=max_grad_norm,
+        )
+        plugin = None if config is None else DeepSpeedPlugin(hf_ds_config=config)
         self.accelerator = Accelerator(
             # cpu=True would make accelerate skip the DeepSpeed plugin; DS_ACCELERATOR=cpu places it.
             cpu=not device.is_accelerator and plugin is None,
@@ -228,7 +89,7 @@ class Trainer:
         if strategy.grad_checkpointing:
             # Non-reentrant checkpointing restores the RNG state when recomputing, so
             # dropout masks (and the loss) match a run without checkpointing.
-            _enable_checkpointing(self.base_model, offload=strategy.activation_offload)
+            enable_checkpointing(self.base_model, offload=strategy.activation_offload)
             if strategy.lora_rank:
                 # Frozen embeddings give checkpointed blocks inputs without grad; this hook
                 # makes them require it (transformers >= 5.23 does it too, 4.x does not).
@@ -242,6 +103,9 @@ class Trainer:
             model = torch.compile(model)  # type: ignore[assignment]
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
+        # Seeded again once everything is built, as the HF Trainer does (set_seed in its
+        # __init__): both engines then draw the same dropout masks and train identically.
+        torch.manual_seed(seed)
         self.batches: Iterator[dict[str, torch.Tensor]] = iter(loader)
 
     def _enable_cpu_fp16(self) -> None:
@@ -261,8 +125,20 @@ class Trainer:
         moved = {k: v.to(self.accelerator.device, non_blocking=True) for k, v in batch.items()}
         return moved, real, padded
 
-    def step(self, before_micro_batch: Callable[[], None] | None = None) -> StepOutput:
-        """One optimizer step over ``accum_steps`` micro-batches (``before_micro_batch`` is for instruments)."""
+    def step(
+        self,
+        before_micro_batch: Callable[[], None] | None = None,
+        within: AbstractContextManager[Any] | None = None,
+    ) -> StepOutput:
+        """One optimizer step over ``accum_steps`` micro-batches.
+
+        ``before_micro_batch`` and ``within`` (a context entered around the whole step, in
+        the thread that runs it) are for instruments.
+        """
+        with within if within is not None else contextlib.nullcontext():
+            return self._step(before_micro_batch)
+
+    def _step(self, before_micro_batch: Callable[[], None] | None) -> StepOutput:
         total = torch.zeros((), device=self.accelerator.device)
         real = padded = 0
         for _ in range(self.accum_steps):
@@ -296,7 +172,7 @@ class Trainer:
             "precision": self.strategy.precision,
             "autocast": bool(self.accelerator.native_amp),
             "grad_scaler": self.accelerator.scaler is not None,
-            "gradient_checkpointing": _checkpointing_enabled(self.base_model),
+            "gradient_checkpointing": checkpointing_enabled(self.base_model),
             "optimizer_class": f"{type(opt).__module__}.{type(opt).__qualname__}",
             "accumulation_steps": self.accelerator.gradient_accumulation_steps,
             "micro_batch_size": self.micro_batch_size,
@@ -309,7 +185,7 @@ class Trainer:
             "length_grouped": self.strategy.length_grouped,
             "deepspeed": self._deepspeed_evidence() if self.strategy.uses_deepspeed else None,
             "optimizer_state_bytes": None if self.strategy.uses_deepspeed else state_bytes(opt),
-            "fused": _group_flag(opt, "fused"),
+            "fused": group_flag(opt, "fused"),
             "attention_implementation": getattr(self.base_model.config, "_attn_implementation", None),
             "trainable_parameters": sum(p.numel() for p in self.trained_model.parameters() if p.requires_grad),
             "frozen_parameters_with_grad": sum(
@@ -321,9 +197,9 @@ class Trainer:
 
             info["lora"] = lora_evidence(self.trained_model)
         if self.strategy.optimizer == "galore_adamw":
-            info["galore"] = _galore_evidence(opt)
+            info["galore"] = galore_evidence(opt)
         if self.strategy.compile:
-            info["compile"] = _dynamo_evidence(self.model)
+            info["compile"] = dynamo_evidence(self.model)
         return info
 
     def _deepspeed_evidence(self) -> dict[str, Any]:
