@@ -115,6 +115,16 @@ def lora(record: Record, vanilla: Record, *, expected_adapters: int) -> None:
     assert state_bytes(record) >= 8 * info["trainable_parameters"]
 
 
+def lora_adapters(model: str, rank: int = 8) -> int:
+    """r × (in + out) for every projection LoRA adapts, read off a built model."""
+    from perfsuite.adapters import LORA_TARGETS
+    from perfsuite.models import build_model, get_model_spec
+
+    built = build_model(get_model_spec(model))
+    targets = LORA_TARGETS[built.config.model_type]
+    return sum(rank * sum(m.weight.shape) for name, m in built.named_modules() if name.rsplit(".", 1)[-1] in targets)
+
+
 def accumulation_keeps_the_trajectory(accumulated: Record, single: Record, *, precision: str = "fp32") -> None:
     """Micro-batches summed to the same effective batch: the same loss and gradient norm, step by step."""
     assert accumulated["applied"]["accumulation_steps"] == 4

@@ -24,8 +24,9 @@ from typing import Any
 
 import torch
 
-from perfsuite import case, engine
+from perfsuite import case
 from perfsuite.case import CaseSpec
+from perfsuite.engines import loop as engine
 from perfsuite.optimizers import state_bytes
 
 LEAK: list[torch.Tensor] = []
@@ -45,9 +46,9 @@ def kinds(spec: CaseSpec) -> set[str]:
 
 
 def _patch_step(slow: bool, leak: bool) -> None:
-    step = engine.Trainer.step
+    step = engine.LoopEngine.step
 
-    def patched(self: engine.Trainer, *args: Any, **kwargs: Any) -> engine.StepOutput:
+    def patched(self: engine.LoopEngine, *args: Any, **kwargs: Any) -> engine.StepOutput:
         if leak and not LEAK:
             params = sum(p.numel() * p.element_size() for p in self.model.parameters())
             LEAK.append(torch.ones(int(GROWTH * params) // 4))
@@ -59,7 +60,7 @@ def _patch_step(slow: bool, leak: bool) -> None:
                 pass
         return out
 
-    engine.Trainer.step = patched  # type: ignore[method-assign]
+    engine.LoopEngine.step = patched  # type: ignore[method-assign]
 
 
 def _patch_optimizer() -> None:
@@ -87,9 +88,9 @@ def _patch_disable() -> None:
 
 
 def _patch_drop_grad() -> None:
-    step = engine.Trainer.step
+    step = engine.LoopEngine.step
 
-    def patched(self: engine.Trainer, before_micro_batch: Any = None) -> engine.StepOutput:
+    def patched(self: engine.LoopEngine, before_micro_batch: Any = None) -> engine.StepOutput:
         seen = [0]
 
         def before() -> None:
@@ -102,7 +103,7 @@ def _patch_drop_grad() -> None:
 
         return step(self, before_micro_batch=before)
 
-    engine.Trainer.step = patched  # type: ignore[method-assign]
+    engine.LoopEngine.step = patched  # type: ignore[method-assign]
 
 
 def run_case(spec: CaseSpec) -> dict[str, Any]:
@@ -121,7 +122,7 @@ def run_injected(spec: CaseSpec, chosen: frozenset[str]) -> dict[str, Any]:
     if "optimizer_state" in chosen:
         _patch_optimizer()
     if "noop" in chosen:
-        engine._enable_checkpointing = lambda model, **kwargs: None
+        engine.enable_checkpointing = lambda model, **kwargs: None
     record = case.run_case(spec)
     record["injected"] = sorted(chosen)
     return record

@@ -22,7 +22,7 @@ import claims
 import pytest
 
 from perfsuite.case import CaseSpec, nightly_only, tier_spec
-from perfsuite.models import TINY, get_model_spec
+from perfsuite.models import TINY
 from perfsuite.session import PerfsuiteSession
 from perfsuite.strategies import STRATEGIES
 from perfsuite.worker import run_isolated
@@ -270,20 +270,10 @@ def test_compile_captures_the_model_in_graphs_compiled_before_the_timed_steps(ru
     claims.compiled(run(model, "compile"))
 
 
-def _lora_adapters(model: str, rank: int = 8) -> int:
-    """r × (in + out) for every projection LoRA adapts, read off a built model."""
-    from perfsuite.adapters import LORA_TARGETS
-    from perfsuite.models import build_model
-
-    built = build_model(get_model_spec(model))
-    targets = LORA_TARGETS[built.config.model_type]
-    return sum(rank * sum(m.weight.shape) for name, m in built.named_modules() if name.rsplit(".", 1)[-1] in targets)
-
-
 @pytest.mark.lora
 @pytest.mark.parametrize("model", tiered("lora"))
 def test_lora_trains_only_adapters_and_keeps_state_for_them_alone(run: Run, model: str) -> None:
-    claims.lora(run(model, "lora"), run(model, "vanilla"), expected_adapters=_lora_adapters(model))
+    claims.lora(run(model, "lora"), run(model, "vanilla"), expected_adapters=claims.lora_adapters(model))
 
 
 @pytest.mark.parametrize("strategy", [s for s, v in STRATEGIES.items() if v.gpu_only])

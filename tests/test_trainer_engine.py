@@ -226,6 +226,82 @@ def test_fp16_under_the_trainer_runs_the_forward_in_half_with_loss_scaling(run: 
     assert counts.get("float16", 0) > counts.get("float32", 0), counts
 
 
+# -- nightly: the rest of tiny-bert's strategies under the Trainer ------------------------------
+
+
+@pytest.mark.nightly
+def test_fused_adamw_under_the_trainer_is_torch_fused(run: Run) -> None:
+    claims.fused_adamw(run("fused_adamw"), run("vanilla"))
+
+
+@pytest.mark.nightly
+def test_eager_attention_under_the_trainer_runs_no_sdpa_kernel(run: Run) -> None:
+    claims.eager_attention(run("eager_attention"), run("vanilla"))
+
+
+@pytest.mark.nightly
+@pytest.mark.lora
+def test_lora_under_the_trainer_trains_only_adapters(run: Run) -> None:
+    claims.lora(run("lora"), run("vanilla"), expected_adapters=claims.lora_adapters("tiny-bert"))
+
+
+@pytest.mark.nightly
+def test_bf16_under_the_trainer_runs_the_forward_in_bf16(run: Run) -> None:
+    half = run("bf16")
+    assert half["applied"]["autocast"]
+    assert not half["applied"]["grad_scaler"]
+    counts = half["matmul_dtypes"]
+    assert counts.get("bfloat16", 0) > counts.get("float32", 0), counts
+
+
+@pytest.mark.nightly
+def test_dataloader_under_the_trainer_collates_in_both_workers(run: Run) -> None:
+    record = run("dataloader")
+    assert record["applied"]["num_workers"] == 2
+    assert record["applied"]["workers_seen"] == [0, 1]
+    claims.same_losses(record, run("vanilla"))  # same batches, same order
+
+
+@pytest.mark.nightly
+def test_dynamic_padding_under_the_trainer_pads_less_with_the_same_loss(run: Run) -> None:
+    dynamic, vanilla = run("dynamic_padding", dropout=False), run("vanilla", dropout=False)
+    assert dynamic["padding_fraction"] < vanilla["padding_fraction"]
+    claims.same_losses(dynamic, vanilla)
+
+
+@pytest.mark.nightly
+@pytest.mark.bnb
+def test_adamw_8bit_under_the_trainer_keeps_8bit_state_but_32bit_for_embeddings(run: Run) -> None:
+    eight, vanilla = run("adamw_8bit"), run("vanilla")
+    assert eight["applied"]["optimizer_class"].startswith("bitsandbytes.optim")
+    # The Trainer keeps every nn.Embedding's state in 32 bits (GlobalOptimManager override),
+    # so the whole is above the loop's 35% but well below AdamW's.
+    ratio = claims.mem(eight, "optimizer_state") / claims.mem(vanilla, "optimizer_state")
+    assert ratio < 0.9, f"8-bit AdamW state under the Trainer is {ratio:.0%} of AdamW's"
+
+
+@pytest.mark.nightly
+@pytest.mark.deepspeed
+@pytest.mark.parametrize("strategy", ["zero2_offload", "zero3_offload"])
+def test_zero_offload_under_the_trainer_runs_deepspeed_cpu_adam(run: Run, strategy: str) -> None:
+    record = run(strategy)
+    assert record["applied"]["trainer"]["deepspeed_enabled"]
+    ds = record["applied"]["deepspeed"]
+    assert ds["zero_stage"] == (2 if strategy == "zero2_offload" else 3)
+    assert ds["optimizer_class"] == "DeepSpeedCPUAdam"
+    assert ds["optimizer_state_devices"] == ["cpu"]
+
+
+@pytest.mark.nightly
+@CPU_FP16_IS_FP32
+def test_all_under_the_trainer_applies_every_published_technique(run: Run) -> None:
+    applied = run("all")["applied"]
+    assert applied["gradient_checkpointing"]
+    assert applied["accumulation_steps"] == 4
+    assert applied["optimizer_class"] == "transformers.optimization.Adafactor"
+    assert applied["grad_scaler"], "fp16's GradScaler"
+
+
 def test_an_error_inside_a_trainer_step_fails_the_step_and_close_returns() -> None:
     import contextlib
 
