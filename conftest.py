@@ -9,12 +9,14 @@ point) registers the markers, builds the model × strategy matrix and gates it a
   ``pytester``, worker isolation and CLI tests, and the CPU tier (``-m cpu``): every
   tiny model × every strategy as real training runs, each gated on step time
   (calibrated, against this CPU class's figure), peak memory and its breakdown, and
-  the loss curve against ``baselines/cpu/``; the claims every strategy makes against
-  a vanilla control run in the same session; and regressions injected into real runs
-  (``tests/test_injected_regressions.py``), each failing exactly its case.
+  the loss curve against ``baselines/cpu/``; the same through the Hugging Face Trainer
+  engine for tiny-bert's core strategies (ids ``-trainer``, marker ``trainer``); the
+  claims every strategy makes against a vanilla control run in the same session.
 - ``pytest -m nightly``: checks too long for every push (deselected by default through
-  ``addopts``; the scheduled CI job runs them): that the generated data is learnable
-  (300 steps per tiny model).
+  ``addopts``; the scheduled CI job runs them): the rest of the CPU matrix through both
+  engines (``perfsuite.case.nightly_only``), their claims, regressions injected into
+  real runs (``tests/test_injected_regressions.py``), each failing exactly its case, and
+  that the generated data is learnable (300 steps per tiny model).
 - ``pytest -m gpu --benchmark-compare``: the full-size models on a CUDA GPU against
   ``baselines/<gpu>/`` and its pinned pytest-benchmark file, plus the GPU-only claims.
   Skipped, with that reason, on a machine without CUDA.

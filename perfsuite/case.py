@@ -132,21 +132,14 @@ MATRIX_PAIRS: tuple[str, ...] = ("fp16+grad_ckpt",)
 """Combinations the matrix runs besides ``all``: the pairs the practitioners' write-ups publish."""
 
 _EVERY_PUSH_BEYOND_TINY_BERT = frozenset(
-    {
-        "vanilla",
-        "grad_accum",
-        "grad_ckpt",
-        "adafactor",
-        "adamw_8bit",
-        "dataloader",
-        "dynamic_padding",
-        "smart_batching",
-    }
+    {"vanilla", "grad_accum", "grad_ckpt", "adafactor", "adamw_8bit", "dynamic_padding"}
 )
 """fp32 strategies the other tiny encoder/decoder models run on every push (the original matrix,
-less DeepSpeed's two, 13-19 s a case there, which tiny-bert still runs on every push)."""
-_EVERY_PUSH_ON_TINY_LLAMA = frozenset({"vanilla", "grad_accum", "grad_ckpt", "lora", "eager_attention", "fused_adamw"})
-"""The tiny Llama's core: what a modern decoder is fine-tuned with."""
+less DeepSpeed's two, 13-19 s a case there, and the DataLoader and smart batching, which
+tiny-bert runs on every push: they moved to nightly when the Trainer engine's cases came)."""
+_EVERY_PUSH_ON_TINY_LLAMA = frozenset({"vanilla", "grad_accum", "grad_ckpt", "lora"})
+"""The tiny Llama's core: what a modern decoder is fine-tuned with (eager attention and fused
+AdamW, which tiny-bert covers on every push, run nightly)."""
 
 
 def matrix_strategies(model: str, engine: str = "loop") -> list[str]:
@@ -169,7 +162,7 @@ def matrix_strategies(model: str, engine: str = "loop") -> list[str]:
     return names
 
 
-_TRAINER_EVERY_PUSH = frozenset({"vanilla", "fp16", "grad_accum", "grad_ckpt", "adafactor", "smart_batching"})
+_TRAINER_EVERY_PUSH = frozenset({"vanilla", "fp16", "grad_accum", "grad_ckpt", "smart_batching"})
 """tiny-bert through the Trainer on every push: the write-ups' core strategies, each with a
 claim that has caught the Trainer doing something else (fp16 on CPU, accumulation's loss)."""
 

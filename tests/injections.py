@@ -90,7 +90,7 @@ def _patch_disable() -> None:
 def _patch_drop_grad() -> None:
     step = engine.LoopEngine.step
 
-    def patched(self: engine.LoopEngine, before_micro_batch: Any = None) -> engine.StepOutput:
+    def patched(self: engine.LoopEngine, before_micro_batch: Any = None, within: Any = None) -> engine.StepOutput:
         seen = [0]
 
         def before() -> None:
@@ -101,7 +101,7 @@ def _patch_drop_grad() -> None:
                 for p in self.params:
                     p.grad = None
 
-        return step(self, before_micro_batch=before)
+        return step(self, before_micro_batch=before, within=within)
 
     engine.LoopEngine.step = patched  # type: ignore[method-assign]
 

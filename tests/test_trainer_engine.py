@@ -191,6 +191,7 @@ def test_grad_ckpt_under_the_trainer_cuts_activations_and_keeps_the_loss(run: Ru
     assert ckpt["flops_per_step"] > vanilla["flops_per_step"]
 
 
+@pytest.mark.nightly
 def test_adafactor_under_the_trainer_keeps_far_less_state(run: Run) -> None:
     adafactor, vanilla = run("adafactor"), run("vanilla")
     assert adafactor["applied"]["optimizer_class"] == "transformers.optimization.Adafactor"
