@@ -2,7 +2,11 @@
 
 ``PERFSUITE_INJECT="<case id or *>=<kind>;..."`` picks what goes wrong in which case:
 
-- ``slow``: every training step takes 25% longer (busy-waiting, after the step's own work);
+- ``slow``: every training step takes 30% longer (busy-waiting, after the step's own work).
+  Not 25%: with the numpy-mix-v2 calibration a 25% slowdown read +14.6% to +32.6% here
+  (15 readings; one under the CPU tier's 15% floor), so a test injecting 25% would fail
+  about one run in three; 30% sits about 3 spreads above the floor (README, "Step time on
+  a shared machine");
 - ``optimizer_state``: the optimizer keeps 5% more state from its first step on;
 - ``leak``: a buffer of 5% of the parameters' bytes is held in a module-level global from
   the first step on, outside the model and the optimizer (a library's cache, a leak);
@@ -32,7 +36,7 @@ from perfsuite.optimizers import state_bytes
 LEAK: list[torch.Tensor] = []
 """The module-level global a ``leak`` fills."""
 
-SLOWDOWN = 0.25
+SLOWDOWN = 0.30
 GROWTH = 0.05
 
 

@@ -303,18 +303,16 @@ def test_all_under_the_trainer_applies_every_published_technique(run: Run) -> No
     assert applied["grad_scaler"], "fp16's GradScaler"
 
 
-def test_an_error_inside_a_trainer_step_fails_the_step_and_close_returns() -> None:
-    import contextlib
-
+def _small_engine(strategy: str = "vanilla") -> Any:
     from perfsuite.data import generate_dataset
     from perfsuite.device import get_device
     from perfsuite.engines.hf_trainer import HFTrainerEngine
     from perfsuite.models import build_model, get_model_spec
 
     spec = get_model_spec("tiny-bert")
-    engine = HFTrainerEngine(
+    return HFTrainerEngine(
         build_model(spec, seed=0),
-        resolve("vanilla"),
+        resolve(strategy),
         generate_dataset(spec, num_samples=64, seq_len=32, seed=0),
         get_device("cpu"),
         lr=1e-3,
@@ -326,6 +324,26 @@ def test_an_error_inside_a_trainer_step_fails_the_step_and_close_returns() -> No
         max_steps=4,
         pin_memory=False,
     )
+
+
+def test_without_a_sequential_option_a_trainer_subclass_keeps_the_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfsuite.engines import hf_trainer
+
+    monkeypatch.setattr(hf_trainer, "sequential_option", lambda: False)  # transformers 4.x, early 5.x
+    assert "train_sampling_strategy" not in _arguments("vanilla")
+    engine = _small_engine()
+    try:
+        engine.step()
+        assert type(engine.hf).__name__ == "SequentialTrainer"
+        assert engine.evidence()["sampler"] == "SequentialSampler"
+    finally:
+        engine.close()
+
+
+def test_an_error_inside_a_trainer_step_fails_the_step_and_close_returns() -> None:
+    import contextlib
+
+    engine = _small_engine()
 
     @contextlib.contextmanager
     def broken() -> Any:

@@ -54,10 +54,26 @@ if TYPE_CHECKING:
     from perfsuite.device import Device
     from perfsuite.strategies import Strategy
 
+
 def _arguments_class_fields() -> set[str]:
     from transformers import TrainingArguments
 
     return {f.name for f in dataclasses.fields(TrainingArguments)}
+
+
+def _sampling_choices() -> list[str]:
+    """``train_sampling_strategy``'s values in the installed transformers ([] before 5.x)."""
+    from transformers import TrainingArguments
+
+    for f in dataclasses.fields(TrainingArguments):
+        if f.name == "train_sampling_strategy":
+            return list(f.metadata.get("choices", ["random", "group_by_length"]))
+    return []
+
+
+def sequential_option() -> bool:
+    """Whether ``TrainingArguments`` can ask for the training set in order (else a subclass does)."""
+    return "sequential" in _sampling_choices()
 
 
 def training_arguments(
@@ -119,10 +135,13 @@ def training_arguments(
         prefix = "activation" if "activation_checkpointing" in fields else "gradient"
         kwargs[f"{prefix}_checkpointing"] = True
         kwargs[f"{prefix}_checkpointing_kwargs"] = {"use_reentrant": False}
-    if "train_sampling_strategy" in fields:
-        kwargs["train_sampling_strategy"] = "group_by_length" if strategy.length_grouped else "sequential"
-    elif strategy.length_grouped:
-        kwargs["group_by_length"] = True
+    if strategy.length_grouped:
+        if "train_sampling_strategy" in fields:  # 5.x removed group_by_length
+            kwargs["train_sampling_strategy"] = "group_by_length"
+        else:
+            kwargs["group_by_length"] = True
+    elif sequential_option():
+        kwargs["train_sampling_strategy"] = "sequential"
     return kwargs
 
 
@@ -279,7 +298,6 @@ class HFTrainerEngine:
             lr=lr,
             max_grad_norm=max_grad_norm,
         )
-        fields = _arguments_class_fields()
         kwargs = training_arguments(
             strategy,
             output_dir=self._output_dir.name,
@@ -302,9 +320,7 @@ class HFTrainerEngine:
         if tokenizer is None:
             tokenizer = _pad_tokenizer(dataset.pad_token_id, seq_len)
         self.worker_batches = multiprocessing.Array("l", 1 + max(strategy.num_workers, 0))
-        collator = _CountingCollator(
-            _collator(dataset.task, tokenizer, strategy.padding, seq_len), self.worker_batches
-        )
+        collator = _CountingCollator(_collator(dataset.task, tokenizer, strategy.padding, seq_len), self.worker_batches)
         self.base_model = model
         if strategy.lora_rank:
             from perfsuite.adapters import apply_lora
@@ -313,8 +329,8 @@ class HFTrainerEngine:
         self.trained_model = model
         self.stepper = _Stepper(self)
         trainer_cls: type[Any] = Trainer
-        if "train_sampling_strategy" not in fields and not strategy.length_grouped:
-            trainer_cls = _sequential_trainer_class()  # transformers 4.x: no "sequential" option
+        if not strategy.length_grouped and not sequential_option():
+            trainer_cls = _sequential_trainer_class()  # no "sequential" option in this transformers
         self.hf = trainer_cls(
             model=model,
             args=self.args,
@@ -509,7 +525,8 @@ class HFTrainerEngine:
 
 
 def _sequential_trainer_class() -> type[Any]:
-    """transformers 4.x's Trainer reading the training set in order (5.x: ``train_sampling_strategy``)."""
+    """A Trainer reading the training set in order, where ``train_sampling_strategy`` has no
+    ``"sequential"`` (transformers 4.x, and 5.x before it gained one)."""
     from transformers import Trainer
 
     class SequentialTrainer(Trainer):
