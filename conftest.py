@@ -5,8 +5,10 @@ point) registers the markers, builds the model × strategy matrix and gates it a
 ``baselines/``.
 
 - ``pytest``: everything that runs on any machine: unit tests of the pure modules
-  (strategies, stats, compare, baselines, report, data), plugin tests through
-  ``pytester``, worker isolation and CLI tests, and the CPU tier (``-m cpu``): every
+  (strategies, stats, compare, baselines, report, data, declarations, ``perfsuite
+  init``), plugin tests through ``pytester``, worker isolation and CLI tests, a project
+  outside perfsuite declaring its own model and recipe end to end
+  (``tests/test_own_project.py``), and the CPU tier (``-m cpu``): every
   tiny model × every strategy as real training runs, each gated on step time
   (calibrated, against this CPU class's figure), peak memory and its breakdown, and
   the loss curve against ``baselines/cpu/``; the same through the Hugging Face Trainer

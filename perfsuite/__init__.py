@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from perfsuite.case import CaseSkipped, CaseSpec
 from perfsuite.models import MODELS, ModelSpec, get_model_spec
+from perfsuite.registry import DeclarationError, register_cases, register_model, register_strategy
 from perfsuite.strategies import STRATEGIES, Strategy, UnknownNameError, compose, resolve
 
 __all__ = [
@@ -15,10 +16,14 @@ __all__ = [
     "STRATEGIES",
     "CaseSkipped",
     "CaseSpec",
+    "DeclarationError",
     "ModelSpec",
     "Strategy",
     "UnknownNameError",
     "compose",
     "get_model_spec",
+    "register_cases",
+    "register_model",
+    "register_strategy",
     "resolve",
 ]

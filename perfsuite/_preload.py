@@ -30,5 +30,6 @@ with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
 
     # transformers imports model code lazily; resolve every registered class now.
     for _spec in MODELS.values():
-        getattr(transformers, _spec.config_class)
-        getattr(transformers, _spec.model_class)
+        for _name in (_spec.config_class, _spec.model_class):
+            if _name:
+                getattr(transformers, _name)

@@ -11,22 +11,25 @@ ran in.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import resource
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from perfsuite.engines import ENGINES, check_engine, trainer_unsupported
-from perfsuite.models import FULL_SIZE, TINY, get_model_spec
+from perfsuite.models import FULL_SIZE, TINY, ModelSpec, get_model_spec
 from perfsuite.stats import first_non_finite, summarize
-from perfsuite.strategies import STRATEGIES, resolve
+from perfsuite.strategies import BUILTIN_STRATEGIES, Strategy, resolve
+
+if TYPE_CHECKING:
+    from perfsuite.registry import MatrixEntry
 
 
 @dataclass(frozen=True)
 class RunDefaults:
     """How long a device's cases run when not told otherwise (``perfsuite run`` and the pytest tiers)."""
 
-    models: tuple[str, ...]
     steps: int
     warmup: int
     timeout: float
@@ -40,8 +43,8 @@ DEFAULTS = {
     # A first DeepSpeed case on a fresh machine JIT-compiles DeepSpeedCPUAdam (~2 min on 2 cores).
     # 12 timed steps: single steps spike on a shared machine, and the median of 12
     # calibrated steps moved 3% between repeats where 8 moved up to 10% (measured).
-    "cpu": RunDefaults(models=TINY, steps=12, warmup=2, timeout=600.0),
-    "cuda": RunDefaults(models=FULL_SIZE, steps=20, warmup=5, timeout=900.0),
+    "cpu": RunDefaults(steps=12, warmup=2, timeout=600.0),
+    "cuda": RunDefaults(steps=20, warmup=5, timeout=900.0),
 }
 
 
@@ -97,9 +100,15 @@ class CaseSpec:
     The CPU tier uses 1: on a shared 2-core machine two threads wait on each other and on
     every other process, which doubled the run-to-run spread (measured; see README)."""
 
+    model_spec: ModelSpec = field(init=False, repr=False, compare=False)
+    """The declared model, resolved where the case was made: a worker needs no registry (a
+    project's ``conftest.py`` declarations live in the pytest process only)."""
+    strategy_spec: Strategy = field(init=False, repr=False, compare=False)
+    """The declared strategy (or composition), resolved likewise."""
+
     def __post_init__(self) -> None:
-        get_model_spec(self.model)
-        resolve(self.strategy)
+        object.__setattr__(self, "model_spec", get_model_spec(self.model))
+        object.__setattr__(self, "strategy_spec", resolve(self.strategy))
         check_engine(self.engine)
         if self.steps < 1 or self.warmup_steps < 0:
             raise ValueError("steps must be >= 1 and warmup_steps >= 0")
@@ -145,7 +154,7 @@ def matrix_strategies(model: str, engine: str = "loop") -> list[str]:
     """The strategies the test matrix pairs with ``model`` through ``engine``: every registered
     one its device can run (GPU-only ones are left out of the CPU tier), plus :data:`MATRIX_PAIRS`;
     through the Trainer, those it can express (:func:`perfsuite.engines.trainer_unsupported`)."""
-    names = [*STRATEGIES, *MATRIX_PAIRS]
+    names = [*BUILTIN_STRATEGIES, *MATRIX_PAIRS]
     if get_model_spec(model).tiny:
         names = [n for n in names if resolve(n).gpu_only is None]
         if model != "tiny-bert":
@@ -194,6 +203,31 @@ def nightly_only(model: str, strategy: str, engine: str = "loop") -> bool:
     return chosen.precision != "fp32" or strategy not in _EVERY_PUSH_BEYOND_TINY_BERT
 
 
+@functools.cache
+def builtin_matrix() -> tuple[MatrixEntry, ...]:
+    """perfsuite's own matrix as declaration entries: each built-in model × :func:`matrix_strategies`
+    through each engine, the cases :func:`nightly_only` picks marked ``nightly``."""
+    from perfsuite.registry import BUILTIN, MatrixEntry
+
+    entries = []
+    for engine in MATRIX_ENGINES:
+        for model in (*TINY, *FULL_SIZE):
+            names = matrix_strategies(model, engine)
+            for nightly in (False, True):
+                chosen = tuple(n for n in names if nightly_only(model, n, engine) == nightly)
+                if chosen:
+                    entries.append(
+                        MatrixEntry(
+                            models=(model,),
+                            strategies=chosen,
+                            engines=(engine,),
+                            markers=("nightly",) if nightly else (),
+                            source=BUILTIN,
+                        )
+                    )
+    return tuple(entries)
+
+
 def failed_record(spec: CaseSpec, *, status: str, error: str) -> dict[str, Any]:
     """The record of a case that produced no measurements."""
     return {"model": spec.model, "strategy": spec.strategy, "engine": spec.engine, "status": status, "error": error}
@@ -221,8 +255,8 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
     if spec.threads is not None:
         torch.set_num_threads(spec.threads)
         threadpool_limits(limits=spec.threads)  # the calibration's BLAS too
-    strategy = resolve(spec.strategy)
-    model_spec = get_model_spec(spec.model)
+    strategy = spec.strategy_spec
+    model_spec = spec.model_spec
     missing = strategy.missing_requirements()
     if missing:
         extra = {
@@ -243,18 +277,25 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
     if strategy.gpu_only and not device.is_accelerator:
         raise CaseSkipped(f"{strategy.name} needs a GPU: {strategy.gpu_only}")
 
-    batch_size = spec.batch_size or model_spec.batch_size
+    batch_size = spec.batch_size or strategy.batch_size or model_spec.batch_size
+    if batch_size % strategy.grad_accum_steps:
+        raise ValueError(f"batch size {batch_size} does not split into {strategy.grad_accum_steps} micro-batches")
     seq_len = spec.seq_len or model_spec.seq_len
     lr = spec.lr or (1e-3 if model_spec.tiny else 1e-4)
+    # The case's own data and weights, else the model's declared ones.
+    data_file, tokenizer_dir = spec.dataset, spec.tokenizer
+    if data_file is None:
+        data_file, tokenizer_dir = model_spec.data, model_spec.tokenizer
+    pretrained = spec.pretrained or model_spec.pretrained
     torch.manual_seed(spec.seed)
     vocab_size = None
-    if spec.dataset is not None:
-        assert spec.tokenizer is not None
-        dataset = load_text_dataset(spec.dataset, tokenizer=spec.tokenizer, task=model_spec.task, seq_len=seq_len)
+    if data_file is not None:
+        assert tokenizer_dir is not None
+        dataset = load_text_dataset(data_file, tokenizer=tokenizer_dir, task=model_spec.task, seq_len=seq_len)
         from transformers import AutoTokenizer
 
-        if spec.pretrained is None:
-            vocab_size = len(AutoTokenizer.from_pretrained(spec.tokenizer, local_files_only=True))
+        if pretrained is None:
+            vocab_size = len(AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True))
     else:
         needed = batch_size * (spec.warmup_steps + spec.steps + 2)
         dataset = generate_dataset(
@@ -264,7 +305,7 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         model_spec,
         seed=spec.seed,
         dropout=spec.dropout,
-        pretrained=spec.pretrained,
+        pretrained=pretrained,
         vocab_size=vocab_size,
         attention=strategy.attention,
     )
@@ -281,10 +322,10 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         from perfsuite.engines.hf_trainer import HFTrainerEngine
 
         tokenizer = None
-        if spec.tokenizer is not None:
+        if tokenizer_dir is not None:
             from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer, local_files_only=True)
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
         trainer = HFTrainerEngine(
             model,
             strategy,
@@ -400,8 +441,8 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         "seed": spec.seed,
         "learning_rate": lr,
         "dropout": spec.dropout,
-        "pretrained": spec.pretrained,
-        "dataset": spec.dataset or f"generated:{model_spec.task}",
+        "pretrained": pretrained,
+        "dataset": data_file or f"generated:{model_spec.task}",
         "warmup_steps": spec.warmup_steps,
         "steps": spec.steps,
         "strategy_config": dataclasses.asdict(strategy),

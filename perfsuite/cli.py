@@ -11,10 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from perfsuite import registry
 from perfsuite.baselines import write_json_atomic
 from perfsuite.case import DEFAULTS
+from perfsuite.declaration import find_pyproject, read_pyproject
+from perfsuite.declaration import load as load_declaration
 from perfsuite.engines import ENGINES, check_engine
 from perfsuite.models import MODELS, get_model_spec
+from perfsuite.registry import DeclarationError
 from perfsuite.strategies import STRATEGIES, UnknownNameError, resolve
 
 SCHEMA_VERSION = 1
@@ -31,16 +35,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--models",
         type=_names,
-        help=f"comma-separated; default: tiny models on CPU, full-size on a GPU ({', '.join(MODELS)})",
+        help="comma-separated (`perfsuite list` names them); default: the matrix's cases that run on this device "
+        "(tiny models on a CPU, full-size ones on a GPU)",
     )
     run.add_argument(
-        "--strategies", type=_names, help=f"comma-separated, 'a+b' composes; default: all ({', '.join(STRATEGIES)})"
+        "--strategies",
+        type=_names,
+        help="comma-separated, 'a+b' composes; with --models, default: every registered one; without, the matrix's",
     )
     run.add_argument(
         "--engine",
         type=_names,
-        default=["loop"],
-        help=f"comma-separated engines to run each case through ({', '.join(ENGINES)}); default: loop",
+        help=f"comma-separated engines ({', '.join(ENGINES)}); "
+        "default: the matrix's, or loop with --models/--strategies",
     )
     run.add_argument("--steps", type=int, help="timed optimizer steps per case (default 8 on CPU, 20 on GPU)")
     run.add_argument("--warmup", type=int, help="untimed warm-up steps (default 2 on CPU, 5 on GPU)")
@@ -67,7 +74,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="after each case, show the warnings and output its worker captured (always kept in --json)",
     )
-    sub.add_parser("list", help="list the registered models and strategies")
+    sub.add_parser("list", help="list the declared models, strategies and the matrix, with where each was declared")
+    init = sub.add_parser(
+        "init",
+        help="set up perfsuite in this repository",
+        description="Writes the [tool.perfsuite] section of pyproject.toml (with a commented example), the matrix "
+        "test, the CPU CI, GPU nightly and baseline-refresh workflows, baselines/ and a README section. An "
+        "existing file is kept unless --force; every path written or kept is printed.",
+    )
+    init.add_argument("--force", action="store_true", help="overwrite files perfsuite init wrote before")
+    init.add_argument("--dir", type=Path, default=Path(), help="the repository's root (default: here)")
     baselines = sub.add_parser("baselines", help="manage the stored baselines")
     actions = baselines.add_subparsers(dest="action", required=True)
     refresh = actions.add_parser(
@@ -87,20 +103,53 @@ def build_parser() -> argparse.ArgumentParser:
     )
     refresh.add_argument("--markdown", type=Path, help="also write the old -> new table as markdown (a PR body)")
     refresh.add_argument(
-        "--tests", type=Path, default=Path("tests/test_matrix.py"), help="the matrix test (default: %(default)s)"
+        "--tests",
+        type=Path,
+        help="the matrix test (default: [tool.perfsuite] tests, else tests/test_matrix.py)",
     )
     refresh.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
     return parser
 
 
+def _load_project() -> Path | None:
+    """Read the declarations of the project around the working directory (its nearest pyproject.toml)."""
+    pyproject = find_pyproject(Path.cwd())
+    if pyproject is not None:
+        load_declaration(pyproject)
+    return pyproject
+
+
 def _cmd_list() -> int:
+    declared = registry.describe()
     print("models:")
     for spec in MODELS.values():
-        print(f"  {spec.name:<26} {spec.task:<15} {'tiny (CPU)' if spec.tiny else 'full size'}")
+        where = "" if declared["models"][spec.name] == registry.BUILTIN else f"  [{declared['models'][spec.name]}]"
+        print(f"  {spec.name:<26} {spec.task:<15} {'tiny (CPU)' if spec.tiny else 'full size':<10}{where}")
     print("strategies:")
     for strategy in STRATEGIES.values():
-        print(f"  {strategy.name:<26} {strategy.description}")
+        source = declared["strategies"][strategy.name]
+        where = "" if source == registry.BUILTIN else f"  [{source}]"
+        print(f"  {strategy.name:<26} {strategy.description}{where}")
+    cases = registry.matrix_cases()
+    builtin = "perfsuite's built-in cases and " if declared["builtin_matrix"] else ""
+    print(f"matrix: {len(cases)} cases ({builtin}{len(declared['entries'])} declared entries)")
+    for entry in declared["entries"]:
+        marks = f" [{', '.join(entry['markers'])}]" if entry["markers"] else ""
+        print(
+            f"  {', '.join(entry['models'])} × {', '.join(entry['strategies'])} × {', '.join(entry['engines'])}"
+            f"{marks}  ({entry['source']})"
+        )
     return 0
+
+
+def _matrix_selection(args: argparse.Namespace, device_type: str) -> list[tuple[str, str, str]]:
+    """(model, strategy, engine) of what ``perfsuite run`` runs: the named ones, else the matrix on this device."""
+    on_device = [c for c in registry.matrix_cases() if (get_model_spec(c.model).tiny) == (device_type == "cpu")]
+    if not args.models and not args.strategies:
+        return [(c.model, c.strategy, c.engine) for c in on_device if args.engine is None or c.engine in args.engine]
+    models = args.models or list(dict.fromkeys(c.model for c in on_device))
+    strategies = args.strategies or list(STRATEGIES)
+    return [(m, s, e) for e in (args.engine or ["loop"]) for m in models for s in strategies]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -114,15 +163,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     try:
-        models = args.models or None
-        for name in models or ():
+        _load_project()
+        for name in args.models or ():
             get_model_spec(name)
-        strategies = args.strategies or list(STRATEGIES)
-        for name in strategies:
+        for name in args.strategies or ():
             resolve(name)
-        for name in args.engine:
+        for name in args.engine or ():
             check_engine(name)
-    except (UnknownNameError, ValueError) as exc:
+    except (UnknownNameError, ValueError) as exc:  # DeclarationError included
         console.print(f"perfsuite: error: {exc}", markup=False, highlight=False)
         return 2
     if args.threads is not None and args.threads < 1:
@@ -130,7 +178,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     device_type = default_device_type() if args.device == "auto" else args.device
     defaults = DEFAULTS[device_type]
-    if args.pretrained and args.pretrained != "hub-cache" and len(models or defaults.models) != 1:
+    selection = _matrix_selection(args, device_type)
+    if not selection:
+        console.print(f"perfsuite: error: the matrix has no case for this device ({device_type}); `perfsuite list`")
+        return 2
+    if args.pretrained and args.pretrained != "hub-cache" and len({m for m, _, _ in selection}) != 1:
         console.print("perfsuite: error: --pretrained PATH needs exactly one --models name")
         return 2
     specs = [
@@ -150,9 +202,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             threads=args.threads,
             engine=engine,
         )
-        for engine in args.engine
-        for model in (models or defaults.models)
-        for strategy in strategies
+        for model, strategy, engine in selection
     ]
     timeout = args.timeout or defaults.timeout
     started = time.monotonic()
@@ -216,9 +266,12 @@ def _print_diagnostics(console: Any, record: dict[str, Any]) -> None:
 def _cmd_refresh(args: argparse.Namespace) -> int:
     from perfsuite.device import default_device_type
 
+    if args.tests is None:
+        args.tests = Path(read_pyproject(Path("pyproject.toml")).get("tests", "tests/test_matrix.py"))
     if not args.tests.is_file():
         print(
-            f"perfsuite: error: no matrix test at {args.tests}; run this from a perfsuite checkout or pass --tests",
+            f"perfsuite: error: no matrix test at {args.tests}; run this from the repository's root, "
+            "pass --tests, or write one with `perfsuite init`",
             file=sys.stderr,
         )
         return 2
@@ -239,10 +292,21 @@ def _cmd_refresh(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "list":
-        return _cmd_list()
-    if args.command == "baselines":
-        return _cmd_refresh(args)
+    try:
+        if args.command == "list":
+            _load_project()
+            return _cmd_list()
+        if args.command == "init":
+            from perfsuite.scaffold import init
+
+            for line in init(args.dir, force=args.force):
+                print(line)
+            return 0
+        if args.command == "baselines":
+            return _cmd_refresh(args)
+    except DeclarationError as exc:
+        print(f"perfsuite: error: {exc}", file=sys.stderr)
+        return 2
     return _cmd_run(args)
 
 

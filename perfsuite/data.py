@@ -106,7 +106,8 @@ def generate_dataset(
     rng = np.random.Generator(np.random.PCG64(seed))
     vocab = vocab_size or spec.vocab_size
     # Content ids avoid the special tokens at the bottom and the pad/eos id at the top.
-    low, high = spec.first_token_id, vocab - 1
+    first = spec.first_token_id if spec.first_token_id is not None else min(1000, vocab // 8)
+    low, high = first, vocab - 1
     if high - low < 64:
         raise ValueError(f"{spec.name}: vocabulary too small for generated data ({vocab})")
     lengths = sample_lengths(rng, num_samples, seq_len)

@@ -9,6 +9,7 @@ cache, never from the network.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,12 +38,15 @@ class ModelSpec:
     """Registry name; full-size names match the Hugging Face hub ids."""
     task: Task
     """Which head and which generated dataset."""
-    config_class: str
-    """``transformers`` config class name."""
-    model_class: str
-    """``transformers`` model class name (the task head)."""
+    config_class: str = ""
+    """``transformers`` config class name (or ``config_dir``)."""
+    config_dir: str | None = None
+    """A directory holding the architecture's ``config.json`` (a project's own model, or a hub
+    id's snapshot in the local cache), instead of ``config_class``."""
+    model_class: str = ""
+    """``transformers`` model class name (the task head); the task's auto class when empty."""
     config: Mapping[str, Any] = field(default_factory=dict)
-    """Config fields that differ from the config class's defaults."""
+    """Config fields that differ from the config class's defaults (or from ``config_dir``'s)."""
     num_labels: int = 0
     """Classification labels (0 for generative tasks)."""
     tiny: bool = False
@@ -55,37 +59,64 @@ class ModelSpec:
     """Maximum target length (seq2seq only)."""
     hub_id: str | None = None
     """Hub id whose locally cached weights ``pretrained="hub-cache"`` loads."""
-    first_token_id: int = 1000
-    """First id generated data draws from, above the tokenizer's special tokens."""
+    first_token_id: int | None = None
+    """First id generated data draws from, above the tokenizer's special tokens (default:
+    1000, or an eighth of a smaller vocabulary)."""
     expected_parameters: int | None = None
     """Parameter count the published architecture has with this head (checked in tests)."""
+    data: str | None = None
+    """A local data file (csv, json, jsonl, parquet) the model trains on instead of generated data."""
+    tokenizer: str | None = None
+    """The local tokenizer directory ``data`` is tokenised with."""
+    pretrained: str | None = None
+    """Weights to start from: a ``save_pretrained`` directory, or ``hub-cache``; seeded random when ``None``."""
 
     def __post_init__(self) -> None:
+        if bool(self.config_class) == bool(self.config_dir):
+            raise ValueError(f"{self.name}: give either config_class or config_dir")
+        if self.data is not None and self.tokenizer is None:
+            raise ValueError(f"{self.name}: a data file needs a tokenizer directory")
         if self.task not in _AUTO_CLASSES:
             raise ValueError(f"{self.name}: task must be one of {tuple(_AUTO_CLASSES)}")
         if self.task == "classification" and self.num_labels < 2:
             raise ValueError(f"{self.name}: a classification model needs num_labels >= 2")
 
+    def _declared(self) -> Mapping[str, Any]:
+        """The config fields known without transformers: ``config_dir``'s file, then ``config``."""
+        if self.config_dir is None:
+            return self.config
+        return {**json.loads((Path(self.config_dir) / "config.json").read_text()), **self.config}
+
     @property
     def vocab_size(self) -> int:
-        return int(self.config.get("vocab_size", _default_vocab(self.config_class)))
+        declared = self._declared()
+        if "vocab_size" in declared:
+            return int(declared["vocab_size"])
+        return _default_vocab(self.config_class)
 
     @property
     def pad_token_id(self) -> int:
-        if "pad_token_id" in self.config:
-            return int(self.config["pad_token_id"])
-        return {"GPT2Config": 50256, "XLMRobertaConfig": 1}.get(self.config_class, 0)
+        declared = self._declared()
+        if declared.get("pad_token_id") is not None:
+            return int(declared["pad_token_id"])
+        # An id of the vocabulary in any case: a declared GPT-2 may have far fewer than 50,257 tokens.
+        return min({"GPT2Config": 50256, "XLMRobertaConfig": 1}.get(self.config_class, 0), self.vocab_size - 1)
 
 
 def _default_vocab(config_class: str) -> int:
-    return {
+    known = {
         "BertConfig": 30522,
         "DistilBertConfig": 30522,
         "GPT2Config": 50257,
         "T5Config": 32128,
         "XLMRobertaConfig": 30522,
         "LlamaConfig": 32000,
-    }[config_class]
+    }
+    if config_class in known:
+        return known[config_class]
+    import transformers
+
+    return int(getattr(transformers, config_class)().vocab_size)
 
 
 _XLMR = {
@@ -278,7 +309,9 @@ _SPECS: tuple[ModelSpec, ...] = (
 
 MODELS: dict[str, ModelSpec] = {s.name: s for s in _SPECS}
 FULL_SIZE: tuple[str, ...] = tuple(s.name for s in _SPECS if not s.tiny)
+"""perfsuite's own full-size models (a project's declarations add to :data:`MODELS`)."""
 TINY: tuple[str, ...] = tuple(s.name for s in _SPECS if s.tiny)
+"""perfsuite's own CPU-sized models."""
 
 
 def get_model_spec(name: str) -> ModelSpec:
@@ -312,7 +345,10 @@ def build_config(
         kwargs["num_labels"] = spec.num_labels
     if vocab_size is not None:
         kwargs["vocab_size"] = vocab_size
-    config = getattr(transformers, spec.config_class)(**kwargs)
+    if spec.config_dir is not None:
+        config = transformers.AutoConfig.from_pretrained(spec.config_dir, local_files_only=True, **kwargs)
+    else:
+        config = getattr(transformers, spec.config_class)(**kwargs)
     if not dropout:
         _without_dropout(config)
     return config
@@ -351,8 +387,14 @@ def count_parameters(spec: ModelSpec) -> int:
     import transformers
 
     with torch.device("meta"):
-        model = getattr(transformers, spec.model_class)(build_config(spec))
+        model = _from_config(spec, build_config(spec), transformers)
     return sum(p.numel() for p in model.parameters())
+
+
+def _from_config(spec: ModelSpec, config: Any, transformers: Any) -> Any:
+    if spec.model_class:
+        return getattr(transformers, spec.model_class)(config)
+    return getattr(transformers, _AUTO_CLASSES[spec.task]).from_config(config)
 
 
 def build_model(
@@ -381,6 +423,6 @@ def build_model(
                     module.p = 0.0
     else:
         config = build_config(spec, dropout=dropout, vocab_size=vocab_size, attention=attention)
-        model = getattr(transformers, spec.model_class)(config)
+        model = _from_config(spec, config, transformers)
     model.train()
     return model  # type: ignore[no-any-return]

@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-from perfsuite.case import MATRIX_ENGINES, CaseSpec, matrix_strategies, nightly_only, tier_spec
-from perfsuite.models import FULL_SIZE, TINY
-from perfsuite.strategies import resolve
+from perfsuite import registry
+from perfsuite.case import CaseSpec, tier_spec
 
 MARKERS = {
     "cpu": "CPU tier: real training runs of the tiny models",
@@ -41,6 +40,7 @@ OPTIONAL = {
 }
 _MARKER_OF_MODULE = {module: marker for marker, (module, _) in OPTIONAL.items()}
 _SESSION = "perfsuite-session"
+_REGISTRY = pytest.StashKey[registry.Snapshot]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -92,13 +92,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perfsuite-markdown", metavar="PATH", type=Path, help="write the summary table as markdown")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    # Before any conftest.py declares models or cases: what this session adds is undone at its end.
+    early_config.stash[_REGISTRY] = registry.snapshot()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from perfsuite.session import PerfsuiteSession
 
     for name, description in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {description}")
-    session = PerfsuiteSession(config)
+    session = PerfsuiteSession(config)  # reads [tool.perfsuite], the project's declarations included
     config.pluginmanager.register(session, _SESSION)
+    for marker in sorted({m for case in registry.matrix_cases() for m in case.markers} - set(MARKERS)):
+        config.addinivalue_line("markers", f"{marker}: declared in a perfsuite matrix entry")
     if not hasattr(config.option, "benchmark_compare"):
         return
     if config.option.benchmark_compare is True:
@@ -129,27 +137,28 @@ def _session(config: pytest.Config) -> Any:
     return config.pluginmanager.get_plugin(_SESSION)
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    saved = config.stash.get(_REGISTRY, None)
+    if saved is not None:
+        registry.restore(saved)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize ``perfsuite_case`` with the model × strategy matrix, ids ``<model>-<strategy>``."""
+    """Parametrize ``perfsuite_case`` with the declared matrix (:func:`perfsuite.registry.matrix_cases`),
+    ids ``<model>-<strategy>`` (``-trainer`` through the Trainer)."""
     if "perfsuite_case" not in metafunc.fixturenames:
         return
-    params = []
-    for engine in MATRIX_ENGINES:
-        for model in (*TINY, *FULL_SIZE):
-            for name in matrix_strategies(model, engine):
-                params.append(_param(model, name, engine))
-    metafunc.parametrize("perfsuite_case", params)
+    metafunc.parametrize("perfsuite_case", [_param(case) for case in registry.matrix_cases()])
 
 
-def _param(model: str, name: str, engine: str) -> Any:
-    strategy = resolve(name)
-    spec = tier_spec(model, name, engine)
+def _param(case: registry.MatrixCase) -> Any:
+    spec = tier_spec(case.model, case.strategy, case.engine)
     marks = [pytest.mark.cpu if spec.device == "cpu" else pytest.mark.gpu]
-    if engine != "loop":
-        marks.append(getattr(pytest.mark, engine))
-    if nightly_only(model, name, engine):
-        marks.append(pytest.mark.nightly)
-    marks += [getattr(pytest.mark, _MARKER_OF_MODULE[m]) for m in strategy.requires if m in _MARKER_OF_MODULE]
+    if case.engine != "loop":
+        marks.append(getattr(pytest.mark, case.engine))
+    marks += [getattr(pytest.mark, marker) for marker in case.markers]
+    requires = spec.strategy_spec.requires
+    marks += [getattr(pytest.mark, _MARKER_OF_MODULE[m]) for m in requires if m in _MARKER_OF_MODULE]
     return pytest.param(spec, id=spec.id, marks=marks)
 
 

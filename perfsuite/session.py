@@ -7,7 +7,6 @@ import datetime
 import json
 import platform
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,30 +40,26 @@ from perfsuite.compare import (
     resolve_tolerance,
     validate_config,
 )
+from perfsuite.declaration import find_pyproject, read_pyproject
+from perfsuite.declaration import load as load_declaration
 from perfsuite.env import library_versions
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from perfsuite.registry import DeclarationError
 
 
-def load_settings(rootpath: Path) -> dict[str, Any]:
-    """``[tool.perfsuite]`` of the project's ``pyproject.toml`` (empty when there is none)."""
-    path = rootpath / "pyproject.toml"
-    if not path.is_file():
-        return {}
+def project_file(config: pytest.Config) -> Path:
+    """The project's ``pyproject.toml``: pytest's own config file if it is one, else the nearest
+    one at or above the rootdir (a ``pyproject.toml`` without a pytest table is not pytest's)."""
+    if config.inipath is not None and config.inipath.name == "pyproject.toml":
+        return config.inipath
+    return find_pyproject(config.rootpath) or config.rootpath / "pyproject.toml"
+
+
+def load_settings(path: Path) -> dict[str, Any]:
+    """``[tool.perfsuite]`` of ``path`` (empty when there is none)."""
     try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise pytest.UsageError(f"{path}: {exc}") from None
-    settings = data.get("tool", {}).get("perfsuite", {})
-    unknown = sorted(set(settings) - {"baselines", "tolerance", "overrides"})
-    if unknown:
-        raise pytest.UsageError(
-            f"{path}: [tool.perfsuite] has unknown key(s) {', '.join(unknown)}; valid: baselines, tolerance, overrides"
-        )
-    return dict(settings)
+        return read_pyproject(path)
+    except DeclarationError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _time_change(checks: list[Check]) -> str:
@@ -84,13 +79,19 @@ class PerfsuiteSession:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.settings = load_settings(config.rootpath)
+        self.pyproject = project_file(config)
+        self.settings = load_settings(self.pyproject)
         try:
             validate_config(self.settings)
         except ConfigError as exc:
-            raise pytest.UsageError(f"{config.rootpath / 'pyproject.toml'}: {exc}") from None
+            raise pytest.UsageError(f"{self.pyproject}: {exc}") from None
+        try:
+            load_declaration(self.pyproject, self.settings)
+        except DeclarationError as exc:
+            raise pytest.UsageError(str(exc)) from None
         option = config.getoption("perfsuite_baselines") or self.settings.get("baselines", "baselines")
-        self.root = (config.rootpath / option).resolve() if not Path(option).is_absolute() else Path(option)
+        project = self.pyproject.parent
+        self.root = (project / option).resolve() if not Path(option).is_absolute() else Path(option)
         self.missing: str = config.getoption("perfsuite_missing")
         self.time_mode: str = config.getoption("perfsuite_time")
         self.fail_uncompared: bool = config.getoption("perfsuite_uncompared_time") == "fail"

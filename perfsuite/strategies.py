@@ -64,6 +64,8 @@ class Strategy:
     """Autocast dtype of the forward pass; ``fp16`` adds GradScaler loss scaling."""
     grad_accum_steps: int = 1
     """Micro-batches per optimizer step; each is ``batch_size / grad_accum_steps`` samples."""
+    batch_size: int | None = None
+    """Samples per optimizer step, for a recipe that fixes its own; the model's when ``None``."""
     grad_checkpointing: bool = False
     """Recompute activations in the backward pass instead of storing them."""
     optimizer: OptimizerName = "adamw"
@@ -104,6 +106,8 @@ class Strategy:
             raise ValueError(f"{self.name}: padding must be one of {PADDINGS}, not {self.padding!r}")
         if self.grad_accum_steps < 1:
             raise ValueError(f"{self.name}: grad_accum_steps must be >= 1")
+        if self.batch_size is not None and (self.batch_size < 1 or self.batch_size % self.grad_accum_steps):
+            raise ValueError(f"{self.name}: batch_size must be a positive multiple of grad_accum_steps")
         if self.zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"{self.name}: zero_stage must be 0..3")
         if self.offload_optimizer and not self.zero_stage:
@@ -247,6 +251,10 @@ STRATEGIES["all"] = compose(
     name="all",
     description="fp16 + grad_accum + grad_ckpt + adafactor (the published combination)",
 )
+
+
+BUILTIN_STRATEGIES: tuple[str, ...] = tuple(STRATEGIES)
+"""perfsuite's own strategies (a project's declarations add to :data:`STRATEGIES`)."""
 
 
 def resolve(name: str) -> Strategy:

@@ -44,7 +44,7 @@ def test_refresh_outside_a_checkout_says_where_to_run_it(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["baselines", "refresh", "-k", "tiny-bert"]) == 2
-    assert "no matrix test at tests/test_matrix.py; run this from a perfsuite checkout" in capsys.readouterr().err
+    assert "no matrix test at tests/test_matrix.py; run this from the repository's root" in capsys.readouterr().err
 
 
 def test_list_shows_both_registries(capsys: pytest.CaptureFixture[str]) -> None:

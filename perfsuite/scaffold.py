@@ -1,0 +1,79 @@
+"""``perfsuite init``: what a repository needs to guard its own training with perfsuite.
+
+Writes the ``[tool.perfsuite]`` section of ``pyproject.toml`` (live settings plus a
+commented example of a model, a recipe and the matrix), the matrix test, the three
+workflows (CPU tier on every push, GPU tier nightly, baseline refresh as a pull
+request), ``baselines/`` and a README section. Nothing that exists is overwritten
+without ``force``; a section is appended to an existing ``pyproject.toml`` or README
+only when it is not there yet. Pure: no torch, no pytest.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib.resources import files
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+TESTS = "tests/test_perfsuite.py"
+"""Where the matrix test goes (``[tool.perfsuite] tests`` names it for ``perfsuite baselines refresh``)."""
+
+_FILES = {
+    TESTS: "test_perfsuite.py",
+    ".github/workflows/perfsuite-cpu.yml": "perfsuite-cpu.yml",
+    ".github/workflows/perfsuite-gpu-nightly.yml": "perfsuite-gpu-nightly.yml",
+    ".github/workflows/perfsuite-refresh.yml": "perfsuite-refresh.yml",
+    "baselines/README.md": "baselines-README.md",
+}
+"""Files written whole: destination → template."""
+
+
+def template(name: str) -> str:
+    return files("perfsuite").joinpath("templates").joinpath(name).read_text().replace("__TESTS__", TESTS)
+
+
+def _has_tool_table(text: str) -> bool:
+    try:
+        return "perfsuite" in tomllib.loads(text).get("tool", {})
+    except tomllib.TOMLDecodeError:
+        return "[tool.perfsuite" in text
+
+
+def _append_section(path: Path, marker: str, text: str) -> str:
+    """Append ``text`` to ``path`` unless it already holds ``marker``; what was done, as one line."""
+    if not path.exists():
+        path.write_text(text.lstrip("\n"))
+        return f"wrote     {path.name}"
+    current = path.read_text()
+    present = _has_tool_table(current) if path.suffix == ".toml" else marker in current
+    if present:
+        # A section in a hand-edited file is the user's: even --force leaves it to them.
+        return f"kept      {path.name} (it has {marker} already; edit it there)"
+    path.write_text(current.rstrip("\n") + "\n" + text)
+    return f"appended  {path.name} ({marker})"
+
+
+def init(root: Path, *, force: bool = False) -> list[str]:
+    """Set perfsuite up in the repository at ``root``; one line per path, saying what was done."""
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root} is not a directory")
+    lines = [_append_section(root / "pyproject.toml", "[tool.perfsuite]", template("pyproject-section.toml"))]
+    for destination, name in _FILES.items():
+        path = root / destination
+        if path.exists() and not force:
+            lines.append(f"kept      {destination} (exists; --force overwrites it)")
+            continue
+        verb = "rewrote  " if path.exists() else "wrote    "
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(template(name))
+        lines.append(f"{verb} {destination}")
+    lines.append(_append_section(root / "README.md", "## Performance tests", template("readme-section.md")))
+    lines.append(
+        "next: declare your models, recipes and cases in pyproject.toml's [tool.perfsuite], then "
+        "`perfsuite baselines refresh` to record baselines and `pytest " + TESTS + "` to gate them"
+    )
+    return lines

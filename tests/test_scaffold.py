@@ -1,0 +1,87 @@
+"""``perfsuite init``: what it writes into a repository, and what it never overwrites."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from perfsuite.cli import main
+from perfsuite.scaffold import TESTS, init
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+WRITTEN = [
+    "pyproject.toml",
+    TESTS,
+    ".github/workflows/perfsuite-cpu.yml",
+    ".github/workflows/perfsuite-gpu-nightly.yml",
+    ".github/workflows/perfsuite-refresh.yml",
+    "baselines/README.md",
+    "README.md",
+]
+
+
+def test_init_writes_what_a_repository_needs_and_says_so(tmp_path: Path) -> None:
+    lines = init(tmp_path)
+    assert all((tmp_path / path).is_file() for path in WRITTEN)
+    assert [line.split()[1] for line in lines[:-1]] == WRITTEN
+    settings = tomllib.loads((tmp_path / "pyproject.toml").read_text())["tool"]["perfsuite"]
+    assert settings == {"baselines": "baselines", "tests": TESTS, "matrix": {"builtin": False}}
+    assert "def test_case_matches_baseline(perfsuite_case" in (tmp_path / TESTS).read_text()
+    for name in ("perfsuite-cpu", "perfsuite-gpu-nightly", "perfsuite-refresh"):
+        workflow = yaml.safe_load((tmp_path / ".github" / "workflows" / f"{name}.yml").read_text())
+        assert workflow["permissions"] == {"contents": "read"}
+        for job_name, job in workflow["jobs"].items():
+            steps = " ".join(str(step) for step in job["steps"])
+            assert "__TESTS__" not in steps
+            if "self-hosted" in job["runs-on"]:
+                # The GPU box never runs a fork's code and never holds a write token.
+                assert "permissions" not in job, job_name
+                assert "pull_request" not in workflow[True], job_name
+                assert "persist-credentials': False" in steps
+
+
+def test_init_never_overwrites_without_force(tmp_path: Path) -> None:
+    init(tmp_path)
+    (tmp_path / TESTS).write_text("# mine\n")
+    lines = init(tmp_path)
+    assert (tmp_path / TESTS).read_text() == "# mine\n"
+    assert f"kept      {TESTS} (exists; --force overwrites it)" in lines
+    assert "kept      pyproject.toml (it has [tool.perfsuite] already; edit it there)" in lines
+    lines = init(tmp_path, force=True)
+    assert f"rewrote   {TESTS}" in lines
+    assert "def test_case_matches_baseline" in (tmp_path / TESTS).read_text()
+
+
+def test_init_appends_its_sections_to_existing_files(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "acme"\n')
+    (tmp_path / "README.md").write_text("# acme\n")
+    lines = init(tmp_path)
+    assert "appended  pyproject.toml ([tool.perfsuite])" in lines
+    data = tomllib.loads((tmp_path / "pyproject.toml").read_text())
+    assert data["project"] == {"name": "acme"}
+    assert data["tool"]["perfsuite"]["tests"] == TESTS
+    readme = (tmp_path / "README.md").read_text()
+    assert readme.startswith("# acme\n")
+    assert "## Performance tests" in readme
+    assert init(tmp_path)[-2] == "kept      README.md (it has ## Performance tests already; edit it there)"
+
+
+def test_a_pyproject_with_its_own_perfsuite_tables_is_left_alone(tmp_path: Path) -> None:
+    text = '[tool.perfsuite.overrides."cpu/*"]\ntime_floor = 0.2\n'
+    (tmp_path / "pyproject.toml").write_text(text)
+    init(tmp_path)
+    assert (tmp_path / "pyproject.toml").read_text() == text
+
+
+def test_the_command_prints_each_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["init", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert all(path in out for path in WRITTEN)
+    assert "next: declare your models" in out
