@@ -170,6 +170,10 @@ def matrix_strategies(model: str, engine: str = "loop") -> list[str]:
     return names
 
 
+_NIGHTLY_ON_TINY_BERT = frozenset({"fused_adamw", "lion", "lion_8bit", "galore", "eager_attention"})
+"""Newer optimizers and the attention switch, nightly since the project test (tests/test_own_project.py,
+about 75 s) came: each cost 10-16 s a push with its without-the-strategy claim (measured in a full run)."""
+
 _TRAINER_EVERY_PUSH = frozenset({"vanilla", "fp16", "grad_accum", "grad_ckpt", "smart_batching"})
 """tiny-bert through the Trainer on every push: the write-ups' core strategies, each with a
 claim that has caught the Trainer doing something else (fp16 on CPU, accumulation's loss)."""
@@ -180,7 +184,8 @@ def nightly_only(model: str, strategy: str, engine: str = "loop") -> bool:
 
     Chosen by measured cost, so that ``python -m pytest`` stays within 15 minutes on 2 cores:
     tiny-bert runs every strategy on every push except ``compile`` (inductor compiles a
-    tiny-bert step in about a minute on 2 cores, per case) and ZeRO; the other tiny models run
+    tiny-bert step in about a minute on 2 cores, per case), ZeRO and
+    :data:`_NIGHTLY_ON_TINY_BERT`; the other tiny models run
     the fp32 strategies of the original matrix but DeepSpeed's (tiny-llama: its core
     set), because on a CPU without native fp16/bf16 kernels their half-precision cases
     ran 21-44 s each and their ZeRO cases 13-19 s.
@@ -197,7 +202,7 @@ def nightly_only(model: str, strategy: str, engine: str = "loop") -> bool:
     if model == "tiny-bert":
         # ZeRO on one CPU process: 13-19 s a case, and the every-push offload interaction
         # (zero2_offload + grad_accum) still runs DeepSpeed on every push.
-        return chosen.uses_deepspeed
+        return chosen.uses_deepspeed or strategy in _NIGHTLY_ON_TINY_BERT
     if model == "tiny-llama":
         return strategy not in _EVERY_PUSH_ON_TINY_LLAMA
     return chosen.precision != "fp32" or strategy not in _EVERY_PUSH_BEYOND_TINY_BERT

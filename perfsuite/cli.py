@@ -171,7 +171,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for name in args.engine or ():
             check_engine(name)
     except (UnknownNameError, ValueError) as exc:  # DeclarationError included
-        console.print(f"perfsuite: error: {exc}", markup=False, highlight=False)
+        console.print(f"perfsuite: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2
     if args.threads is not None and args.threads < 1:
         console.print("perfsuite: error: --threads must be at least 1")

@@ -259,7 +259,8 @@ def test_conftest_declarations_through_the_registration_api(pytester: pytest.Pyt
         use_builtin_matrix(False)
         """
     )
-    pytester.makepyfile(test_matrix=(Path(__file__).parent / "test_matrix.py").read_text())
+    # Not named test_matrix.py: this process has imported perfsuite's own under that name.
+    pytester.makepyfile(test_gizmo_matrix=(Path(__file__).parent / "test_matrix.py").read_text())
     result = pytester.runpytest("--collect-only", "-q", "-m", "weekly", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(
         ["*test_case_matches_baseline?gizmo-vanilla?", "*gizmo-gizmo-recipe?", "2 tests collected*"]
@@ -284,3 +285,17 @@ def test_registration_api_rejects_a_duplicate_and_a_variant_that_is_not_tiny() -
     with pytest.raises(DeclarationError, match="strategy 'vanilla' is already declared"):
         registry.register_strategy(Strategy(name="vanilla"))
     assert "big" not in MODELS
+
+
+def test_perfsuite_commands_stop_on_a_bad_declaration_naming_the_file_and_key(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from perfsuite.cli import main
+
+    text = "[[tool.perfsuite.matrix.cases]]\nmodels = ['acme']\nstrategies = ['vanilla']\n"
+    (project / "pyproject.toml").write_text(text)
+    monkeypatch.chdir(project / "models")  # the nearest pyproject.toml above is the project's
+    for command in (["run"], ["list"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert f"{project / 'pyproject.toml'}: tool.perfsuite.matrix.cases[0]: unknown model 'acme'" in err
