@@ -1,10 +1,10 @@
 """Real tiny-model runs with injected regressions: the suite fails exactly the affected cases, naming the metric.
 
 Baselines are recorded for five tiny-bert cases with the refresh command; then one run
-injects a different fault into four of them (one strategy 25% slower, an optimizer
+injects a different fault into four of them (one strategy 30% slower, an optimizer
 keeping 5% more state, a buffer of 5% of the parameters' bytes held in a global from
 the first step on, a strategy silently doing nothing) and leaves the fifth alone; a
-second run makes every case, vanilla included, 25% slower, which a ratio to vanilla
+second run makes every case, vanilla included, 30% slower, which a ratio to vanilla
 could never see and the calibrated step time does. (Adafactor's state is too small for
 5% of it to clear the memory gate's 64 KiB floor, so the state grows in an AdamW case.)
 """
