@@ -111,25 +111,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load_project() -> Path | None:
+def _load_project() -> None:
     """Read the declarations of the project around the working directory (its nearest pyproject.toml)."""
     pyproject = find_pyproject(Path.cwd())
     if pyproject is not None:
         load_declaration(pyproject)
-    return pyproject
+
+
+def _where(source: str | None) -> str:
+    """Where a name was declared, shown unless it is perfsuite's own."""
+    return "" if source == registry.BUILTIN else f"  [{source}]"
 
 
 def _cmd_list() -> int:
     declared = registry.describe()
     print("models:")
     for spec in MODELS.values():
-        where = "" if declared["models"][spec.name] == registry.BUILTIN else f"  [{declared['models'][spec.name]}]"
+        where = _where(declared["models"][spec.name])
         print(f"  {spec.name:<26} {spec.task:<15} {'tiny (CPU)' if spec.tiny else 'full size':<10}{where}")
     print("strategies:")
     for strategy in STRATEGIES.values():
-        source = declared["strategies"][strategy.name]
-        where = "" if source == registry.BUILTIN else f"  [{source}]"
-        print(f"  {strategy.name:<26} {strategy.description}{where}")
+        print(f"  {strategy.name:<26} {strategy.description}{_where(declared['strategies'][strategy.name])}")
     cases = registry.matrix_cases()
     builtin = "perfsuite's built-in cases and " if declared["builtin_matrix"] else ""
     print(f"matrix: {len(cases)} cases ({builtin}{len(declared['entries'])} declared entries)")

@@ -173,15 +173,6 @@ def use_builtin_matrix(enabled: bool) -> None:
     _STATE.builtin_matrix = enabled
 
 
-def builtin_matrix_enabled() -> bool:
-    return _STATE.builtin_matrix
-
-
-def cpu_variant(model: str) -> str | None:
-    """The tiny model the CPU tier runs for ``model``, if one was declared with it."""
-    return _STATE.variants.get(model)
-
-
 def _check_entry(entry: MatrixEntry) -> None:
     where = entry.source
     if not entry.models or not entry.strategies or not entry.engines:

@@ -16,6 +16,12 @@ from pathlib import Path
 
 import pytest
 
+# `perfsuite list` and `perfsuite run` below run in this process, where they import torch and
+# transformers. Imported here first, they outlive the test: pytester forgets the modules a
+# test imported, and a second import of torch's C extensions crashes the next test.
+import torch  # noqa: F401
+import transformers  # noqa: F401
+
 from perfsuite import registry
 from perfsuite.cli import main
 
