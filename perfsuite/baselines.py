@@ -65,14 +65,25 @@ def pinned_benchmark_path(root: Path, hardware: str, time_class: str) -> Path:
 
 def write_json_atomic(path: Path, payload: Any) -> None:
     """Write JSON so that an interrupted write leaves the old file (or none), never half a file."""
+    write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) so that an interrupted write leaves the old file (or none), never half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2, sort_keys=False, allow_nan=False)
-            f.write("\n")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        Path(tmp).chmod(0o666 & ~_umask())  # mkstemp's 0600 would make a report or baseline private
         Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -40,7 +40,8 @@ TIER_THREADS = 1
 
 # CPU runs the tiny models briefly; a GPU the full-size ones longer.
 DEFAULTS = {
-    # A first DeepSpeed case on a fresh machine JIT-compiles DeepSpeedCPUAdam (~2 min on 2 cores).
+    # A first DeepSpeed case on a fresh machine JIT-compiles DeepSpeedCPUAdam (~2 min on 2 cores;
+    # .ci/run compiles it before the tests).
     # 12 timed steps: single steps spike on a shared machine, and the median of 12
     # calibrated steps moved 3% between repeats where 8 moved up to 10% (measured).
     "cpu": RunDefaults(steps=12, warmup=2, timeout=600.0),
@@ -170,9 +171,15 @@ def matrix_strategies(model: str, engine: str = "loop") -> list[str]:
     return names
 
 
-_NIGHTLY_ON_TINY_BERT = frozenset({"fused_adamw", "lion", "lion_8bit", "galore", "eager_attention"})
+_NIGHTLY_ON_TINY_BERT = frozenset(
+    {"fused_adamw", "lion", "lion_8bit", "galore", "eager_attention", "fp16+grad_ckpt", "zero3_offload"}
+)
 """Newer optimizers and the attention switch, nightly since the project test (tests/test_own_project.py,
-about 75 s) came: each cost 10-16 s a push with its without-the-strategy claim (measured in a full run)."""
+about 75 s) came: each cost 10-16 s a push with its without-the-strategy claim (measured in a full run).
+``fp16+grad_ckpt`` (20 s: fp16 runs 4-6× vanilla on a CPU without fp16 kernels; ``all`` still
+runs both on every push) and ZeRO-3 nightly since the report's tests came and a full run
+reached 17 minutes; ZeRO-2 with offload runs on every push (15 s), in place of its
+accumulation interaction (100 s), which moved to nightly."""
 
 _TRAINER_EVERY_PUSH = frozenset({"vanilla", "fp16", "grad_accum", "grad_ckpt", "smart_batching"})
 """tiny-bert through the Trainer on every push: the write-ups' core strategies, each with a
@@ -184,7 +191,7 @@ def nightly_only(model: str, strategy: str, engine: str = "loop") -> bool:
 
     Chosen by measured cost, so that ``python -m pytest`` stays within 15 minutes on 2 cores:
     tiny-bert runs every strategy on every push except ``compile`` (inductor compiles a
-    tiny-bert step in about a minute on 2 cores, per case), ZeRO and
+    tiny-bert step in about a minute on 2 cores, per case) and
     :data:`_NIGHTLY_ON_TINY_BERT`; the other tiny models run
     the fp32 strategies of the original matrix but DeepSpeed's (tiny-llama: its core
     set), because on a CPU without native fp16/bf16 kernels their half-precision cases
@@ -200,9 +207,7 @@ def nightly_only(model: str, strategy: str, engine: str = "loop") -> bool:
     if chosen.compile:
         return True
     if model == "tiny-bert":
-        # ZeRO on one CPU process: 13-19 s a case, and the every-push offload interaction
-        # (zero2_offload + grad_accum) still runs DeepSpeed on every push.
-        return chosen.uses_deepspeed or strategy in _NIGHTLY_ON_TINY_BERT
+        return strategy in _NIGHTLY_ON_TINY_BERT
     if model == "tiny-llama":
         return strategy not in _EVERY_PUSH_ON_TINY_LLAMA
     return chosen.precision != "fp32" or strategy not in _EVERY_PUSH_BEYOND_TINY_BERT

@@ -69,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--json", type=Path, help="write every figure to this JSON file")
     run.add_argument(
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="also write report.html and summary.md there, each case compared with its baseline when one exists",
+    )
+    run.add_argument(
         "-v",
         "--verbose",
         action="store_true",
@@ -108,6 +114,50 @@ def build_parser() -> argparse.ArgumentParser:
         help="the matrix test (default: [tool.perfsuite] tests, else tests/test_matrix.py)",
     )
     refresh.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
+
+    report = sub.add_parser(
+        "report",
+        help="write report.html (charts, offline) and summary.md (a CI job summary) from a results file",
+        description="RESULTS is `pytest --perfsuite-json`'s file or `perfsuite run --json`'s. report.html is one "
+        "self-contained file (inline SVG, no JavaScript); summary.md fits a GitHub job summary. Charts need "
+        "matplotlib: pip install 'perfsuite[report]'. No torch needed.",
+    )
+    report.add_argument("results", type=Path)
+    report.add_argument("-o", "--out", type=Path, required=True, metavar="DIR")
+    report.add_argument("--history", type=Path, metavar="DIR", help="nightly records: trends, heatmap, sparklines")
+    report.add_argument(
+        "--baselines",
+        type=Path,
+        metavar="DIR",
+        help="compare a `perfsuite run` file's cases with these (default: [tool.perfsuite] baselines when present)",
+    )
+
+    history = sub.add_parser("history", help="keep and judge nightly results (the perf-history branch)")
+    steps = history.add_subparsers(dest="action", required=True)
+    record = steps.add_parser("record", help="append tonight's record of a `pytest --perfsuite-json` file")
+    record.add_argument("results", type=Path)
+    record.add_argument("--dir", type=Path, required=True, help="the history directory")
+    record.add_argument("--night", help="the night's date, YYYY-MM-DD (default: the results' date)")
+    judge = steps.add_parser(
+        "judge",
+        help="judge every series; exit 1 when one regressed",
+        description="Step time is a regression when its last 2 nights are out of tolerance on the same side, "
+        "suspicious after 3 in a row earlier; memory and loss regress on their first night out. Drift (the last "
+        "7 nights against the segment's first 7) is reported and never fails.",
+    )
+    judge.add_argument("--dir", type=Path, required=True, help="the history directory")
+    judge.add_argument("--markdown", type=Path, help="also write the verdicts as markdown")
+    judge.add_argument(
+        "--results",
+        type=Path,
+        help="tonight's `pytest --perfsuite-json` file: also fail on a case that crashed or has no baseline",
+    )
+    track = steps.add_parser(
+        "track", help="open, update and close one GitHub issue per regressed series (needs gh and a token)"
+    )
+    track.add_argument("--dir", type=Path, required=True, help="the history directory")
+    track.add_argument("--repo", required=True, help="OWNER/NAME")
+    track.add_argument("--dry-run", action="store_true", help="print what would be done")
     return parser
 
 
@@ -160,7 +210,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from perfsuite.case import CaseSpec
     from perfsuite.device import default_device_type
-    from perfsuite.report import render
+    from perfsuite.reports.tables import render
     from perfsuite.worker import run_isolated
 
     console = Console(stderr=True)
@@ -244,15 +294,43 @@ def _cmd_run(args: argparse.Namespace) -> int:
             startup += f", later workers median {1e3 * statistics.median(startups[1:]):.0f} ms"
     ok = len(results) - failed - skipped
     print(f"{len(results)} cases: {ok} ok, {skipped} skipped, {failed} failed in {wall:.0f} s{startup}")
-    if args.json:
+    if args.json or args.report:
+        import datetime
+
         from perfsuite.env import environment
 
-        write_json_atomic(
-            args.json,
-            {"schema_version": SCHEMA_VERSION, "env": environment(device_type), "wall_s": wall, "cases": results},
-        )
-        print(f"wrote {args.json}")
+        env = environment(device_type)
+        env["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        payload = {"schema_version": SCHEMA_VERSION, "env": env, "wall_s": wall, "cases": results}
+        if args.json:
+            write_json_atomic(args.json, payload)
+            print(f"wrote {args.json}")
+        if args.report:
+            _write_run_report(payload, args.report)
     return 1 if failed else 0
+
+
+def _write_run_report(payload: dict[str, Any], out: Path) -> None:
+    """``perfsuite run --report``: the report of this run, each case compared with its baseline when one exists."""
+    from perfsuite.reports import write_report
+    from perfsuite.reports.charts import ReportExtraMissing
+    from perfsuite.reports.results import parse_results
+
+    pyproject = find_pyproject(Path.cwd())
+    settings = read_pyproject(pyproject) if pyproject is not None else {}
+    baselines = (pyproject.parent if pyproject else Path.cwd()) / settings.get("baselines", "baselines")
+    try:
+        written = write_report(
+            parse_results(payload, "perfsuite run"),
+            out,
+            baselines=baselines if baselines.is_dir() else None,
+            settings=settings,
+        )
+    except ReportExtraMissing as exc:
+        print(f"perfsuite: no report: {exc}", file=sys.stderr)
+        return
+    for path in written:
+        print(f"wrote {path}")
 
 
 def _print_diagnostics(console: Any, record: dict[str, Any]) -> None:
@@ -292,6 +370,27 @@ def _cmd_refresh(args: argparse.Namespace) -> int:
     return subprocess.run([sys.executable, "-m", "pytest", *argv, *args.pytest_args], check=False).returncode
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from perfsuite.reports import write_report
+    from perfsuite.reports.charts import ReportExtraMissing
+    from perfsuite.reports.results import ResultsError
+
+    pyproject = find_pyproject(Path.cwd())
+    settings = read_pyproject(pyproject) if pyproject is not None else {}
+    baselines = args.baselines
+    if baselines is None and pyproject is not None:
+        candidate = pyproject.parent / settings.get("baselines", "baselines")
+        baselines = candidate if candidate.is_dir() else None
+    try:
+        written = write_report(args.results, args.out, history=args.history, baselines=baselines, settings=settings)
+    except (ResultsError, ReportExtraMissing) as exc:
+        print(f"perfsuite: error: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -306,6 +405,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "baselines":
             return _cmd_refresh(args)
+        if args.command == "report":
+            return _cmd_report(args)
+        if args.command == "history":
+            from perfsuite.history.command import run_history
+
+            return run_history(args)
     except DeclarationError as exc:
         print(f"perfsuite: error: {exc}", file=sys.stderr)
         return 2

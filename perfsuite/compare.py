@@ -192,6 +192,10 @@ class Check:
     """Empty when ``ok`` and compared; otherwise the whole explanation, naming the case."""
     compared: bool = True
     """False when there was nothing to compare with (no step time recorded for this time class)."""
+    rel: float | None = None
+    """The signed relative change the gate judged (the loss: at its worst step), for reports and history."""
+    limit: float | None = None
+    """The relative tolerance it was judged against: a compared check passes exactly when ``|rel| <= limit``."""
 
 
 @dataclasses.dataclass
@@ -209,6 +213,25 @@ class Outcome:
     """The run records (one per repeat, then one per time retry)."""
     time_attempts: list[str] = dataclasses.field(default_factory=list)
     """The step-time change of each run when the time was retried (empty when it was not)."""
+    baseline: dict[str, Any] | None = None
+    """What the case was compared with (:func:`baseline_figures`), for reports and history."""
+    tolerance: dict[str, Any] | None = None
+    """The case's resolved :class:`Tolerance`, as a dict."""
+
+
+def baseline_figures(baseline: Mapping[str, Any], time_class: str) -> dict[str, Any]:
+    """The figures of a stored baseline that one comparison used: this time class's step time
+    (``None`` when it has none), memory, the loss curve, and when and on what it was recorded."""
+    provenance = baseline.get("provenance") or {}
+    return {
+        "recorded": provenance.get("date"),
+        "commit": provenance.get("commit"),
+        "versions": provenance.get("versions"),
+        "time_class": time_class,
+        "time": baseline["time"].get(time_class),
+        "memory": baseline["memory"],
+        "loss": list(baseline["loss"]),
+    }
 
 
 def only_time_failed(checks: Sequence[Check]) -> bool:
@@ -315,6 +338,8 @@ def check_time(
         f"{rel:+.1%}",
         f"±{limit:.1%}",
         message,
+        rel=rel,
+        limit=limit,
     )
 
 
@@ -355,7 +380,17 @@ def check_memory(case_id: str, baseline: Mapping[str, Any], observed: Observatio
                 f"(max({tol.memory_rtol:.1%}, {tol.memory_atol_bytes:,} bytes)): {verdict}"
             )
         checks.append(
-            Check(metric, ok, _fmt_bytes(base), _fmt_bytes(now), f"{rel:+.2%}", f"±{_fmt_bytes(limit)}", message)
+            Check(
+                metric,
+                ok,
+                _fmt_bytes(base),
+                _fmt_bytes(now),
+                f"{rel:+.2%}",
+                f"±{_fmt_bytes(limit)}",
+                message,
+                rel=rel if math.isfinite(rel) else None,
+                limit=limit / abs(base) if base else None,
+            )
         )
     return checks
 
@@ -394,8 +429,16 @@ def check_loss(case_id: str, baseline: Mapping[str, Any], observed: Observation,
     )
     worst = max(range(len(diffs)), key=diffs.__getitem__)
     change = f"max |Δ| {diffs[worst]:.2g} (rel {max(rels):.2g})"
+    # For reports and history: the step that used most of its tolerance, as a relative change and limit.
+    allowed = [tol.loss_atol + tol.loss_rtol * abs(b) for b in base]
+    tightest = max(
+        range(len(diffs)),
+        key=lambda i: diffs[i] / allowed[i] if allowed[i] else (math.inf if diffs[i] else 0.0),
+    )
+    scale = abs(base[tightest]) or 1.0
+    numbers = {"rel": (now[tightest] - base[tightest]) / scale, "limit": allowed[tightest] / scale}
     if first is None:
-        return Check("loss", True, f"final {base[-1]:.6g}", f"final {now[-1]:.6g}", change, how, "")
+        return Check("loss", True, f"final {base[-1]:.6g}", f"final {now[-1]:.6g}", change, how, "", **numbers)
     return Check(
         "loss",
         False,
@@ -406,6 +449,7 @@ def check_loss(case_id: str, baseline: Mapping[str, Any], observed: Observation,
         f"{case_id}: loss diverges from the baseline at step {first} of {len(now)}: {now[first]!r} vs {base[first]!r}; "
         f"largest absolute difference {diffs[worst]:.3g} (step {worst}), largest relative {max(rels):.3g}; "
         f"tolerance {how}",
+        **numbers,
     )
 
 

@@ -90,6 +90,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--perfsuite-json", metavar="PATH", type=Path, help="write every case's records and checks here")
     group.addoption("--perfsuite-markdown", metavar="PATH", type=Path, help="write the summary table as markdown")
+    group.addoption(
+        "--perfsuite-report",
+        metavar="DIR",
+        type=Path,
+        help="write report.html (charts; needs perfsuite[report]) and summary.md for the gated cases there",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -162,6 +168,7 @@ def _param(case: registry.MatrixCase) -> Any:
     return pytest.param(spec, id=spec.id, marks=marks)
 
 
+@pytest.hookimpl(trylast=True)  # after -m/-k deselected: torch is imported only when a gpu test remains
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     has_cuda: bool | None = None
     for item in items:
@@ -222,7 +229,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    from perfsuite.report import gate_markdown, gate_text
+    from perfsuite.reports.tables import gate_markdown, gate_text
 
     state = _session(config)
     if not state.outcomes:
@@ -243,3 +250,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         from perfsuite.baselines import write_json_atomic
 
         write_json_atomic(results, state.results_json())
+    report = config.getoption("perfsuite_report")
+    if report is not None and not state.refresh:
+        from perfsuite.reports import write_report
+        from perfsuite.reports.charts import ReportExtraMissing
+        from perfsuite.reports.results import parse_results
+
+        try:
+            written = write_report(parse_results(state.results_json(), "this pytest session"), report)
+        except ReportExtraMissing as exc:
+            terminalreporter.write_line(f"perfsuite: no report: {exc}")
+        else:
+            terminalreporter.write_line("wrote " + ", ".join(str(p) for p in written))

@@ -32,6 +32,7 @@ from perfsuite.compare import (
     Observation,
     Outcome,
     Tolerance,
+    baseline_figures,
     compare,
     diff_rows,
     observe,
@@ -170,6 +171,8 @@ class PerfsuiteSession:
         except BaselineError as exc:
             outcome.message = str(exc)
             pytest.fail(outcome.message, pytrace=False)
+        outcome.baseline = baseline_figures(baseline, time_class)
+        outcome.tolerance = dataclasses.asdict(tolerance)
         outcome.checks = compare(
             spec.id, baseline, observations[0], tolerance, hardware=hardware, fail_uncompared=self.fail_uncompared
         )
@@ -321,9 +324,16 @@ class PerfsuiteSession:
 
     def results_json(self) -> dict[str, Any]:
         """What ``--perfsuite-json`` writes: every matrix case's status, checks and run records."""
+        root = self.config.rootpath
         return {
             "schema_version": SCHEMA_VERSION,
             "refresh": self.refresh,
+            "env": {
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "commit": _git(root, "rev-parse", "HEAD"),
+                "python": platform.python_version(),
+                "versions": library_versions(),
+            },
             "cases": [
                 {
                     "case": o.case,
@@ -334,6 +344,8 @@ class PerfsuiteSession:
                     "diff": [dict(zip(("metric", "old", "new", "change"), row, strict=True)) for row in o.diff],
                     "records": o.records,
                     "time_attempts": o.time_attempts,
+                    "baseline": o.baseline,
+                    "tolerance": o.tolerance,
                 }
                 for o in self.outcomes
             ],

@@ -85,8 +85,14 @@ def test_run_prints_the_table_and_writes_json(tmp_path: Path) -> None:
         "1",
         "--json",
         str(out),
+        "--report",
+        str(tmp_path / "report"),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the report beside the table: both cases charted, each compared with its committed baseline
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert page.count('data-chart="loss"') == 1
+    assert "tiny-bert-grad_ckpt" in (tmp_path / "report" / "summary.md").read_text()
     assert "tiny-bert" in proc.stdout
     assert "grad_ckpt" in proc.stdout
     assert "memory %" in proc.stdout

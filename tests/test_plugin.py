@@ -8,6 +8,9 @@ this machine's noise; the last test does the same with real training runs.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -66,16 +69,50 @@ def pytest_perfsuite_run_case(config, spec, timeout_s):
 CASES = "tiny-bert-vanilla or (tiny-bert-fp16 and not grad_ckpt) or tiny-bert-grad_ckpt"
 
 
-@pytest.fixture
-def project(pytester: pytest.Pytester) -> pytest.Pytester:
-    """A project with perfsuite's matrix test, the fake runner and baselines for three tiny-bert cases."""
-    pytester.makepyfile(test_matrix=MATRIX_TEST)
-    pytester.makeconftest(FAKE_RUNNER)
-    pytester.makepyprojecttoml("[tool.perfsuite]\nbaselines = 'baselines'\n")
-    result = pytester.runpytest_subprocess(
-        "-m", "cpu and not trainer", "-k", CASES, "--perfsuite-refresh", "--perfsuite-repeats=3"
+def _write_project(root: Path) -> None:
+    (root / "test_matrix.py").write_text(MATRIX_TEST)
+    (root / "conftest.py").write_text(FAKE_RUNNER)
+    (root / "pyproject.toml").write_text("[tool.perfsuite]\nbaselines = 'baselines'\n")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Baselines for the three tiny-bert cases, recorded once per module by a real refresh
+    (a refresh asks torch for the device, about 3 s a session), copied into each test's project."""
+    root = tmp_path_factory.mktemp("recorded")
+    _write_project(root)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "cpu and not trainer",
+            "-k",
+            CASES,
+            "--perfsuite-refresh",
+            "--perfsuite-repeats=3",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
     )
-    result.assert_outcomes(passed=3)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(list((root / "baselines" / "cpu").glob("tiny-bert-*.json"))) == 3
+    return root / "baselines"
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, recorded: Path) -> pytest.Pytester:
+    """A project with perfsuite's matrix test, the fake runner and baselines for three tiny-bert cases."""
+    _write_project(pytester.path)
+    shutil.copytree(recorded, pytester.path / "baselines")
     return pytester
 
 
@@ -136,6 +173,20 @@ def test_unchanged_baselines_pass_twice(project: pytest.Pytester) -> None:
         result = _gate(project)
         result.assert_outcomes(passed=3)
         result.stdout.fnmatch_lines(["*perfsuite: baselines compared*", "*tiny-bert-fp16*passed*"])
+
+
+def test_the_session_writes_the_report(project: pytest.Pytester) -> None:
+    pytest.importorskip("matplotlib", reason="the report extra: pip install 'perfsuite[report]'")
+    _edit(project, "tiny-bert-fp16", lambda d: d["memory"].update(peak_bytes=int(d["memory"]["peak_bytes"] * 0.9)))
+    result = _gate(project, "--perfsuite-report", "report")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["wrote report*report.html, report*summary.md"])
+    page = (project.path / "report" / "report.html").read_text()
+    for kind in ("loss", "memory", "pareto"):
+        assert page.count(f'data-chart="{kind}"') == 1  # one table: tiny-bert
+    summary = (project.path / "report" / "summary.md").read_text()
+    assert summary.startswith("### perfsuite: 1 failed, 2 passed")
+    assert "| tiny-bert-fp16 | failed |" in summary.partition("<details>")[0]
 
 
 def test_baseline_10_percent_faster_fails_that_case_as_a_regression(project: pytest.Pytester) -> None:

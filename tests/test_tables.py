@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from perfsuite.report import render, summary_rows
+from perfsuite.reports.tables import render, summary_rows
 
 
 def _case(strategy: str, median: float, peak: int, status: str = "ok", **extra: Any) -> dict[str, Any]:

@@ -1,0 +1,173 @@
+"""One small record per night, appended to a history directory, and the series read back from it.
+
+Layout (the ``perf-history`` branch holds exactly this)::
+
+    <machine>/<night>_<commit7>.json
+
+``<machine>`` is the hardware and its time class (``nvidia-h100-80gb-hbm3``,
+``cpu-amd-25.1-avx2``): the nights of one machine form its series. The record's
+``fingerprint`` is that machine plus the versions of the stack; a change of it (an
+upgrade) or of a case's baseline (a refresh) starts a new segment of that case's series
+(:func:`perfsuite.history.judge.segments`). Records are never rewritten: a second record
+for the same night and commit is refused unless it is identical.
+
+Pure: no torch, no pytest.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from perfsuite.baselines import write_text_atomic
+from perfsuite.history.judge import Judgement, Night, Rules, judge
+from perfsuite.reports.results import Results
+
+RECORD_VERSION = 1
+METRICS = ("step time", "peak memory", "loss")
+"""The series kept per case: the three gates. Memory and loss are deterministic."""
+STACK = ("torch", "transformers", "accelerate", "deepspeed", "bitsandbytes", "datasets", "perfsuite")
+
+
+class HistoryError(ValueError):
+    """A history directory or record perfsuite cannot use; the message names the file."""
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-") or "unknown"
+
+
+def machine_of(results: Results) -> str:
+    """The machine a results file ran on, as a directory name: hardware and CPU time class."""
+    records = [c.record for c in results.cases if c.ran and c.record]
+    if not records:
+        raise HistoryError(f"{results.path}: no case ran, so there is nothing to record")
+    hardware = str(records[0].get("hardware"))
+    time_class = str(records[0].get("time_class") or "")
+    return _slug(hardware if not time_class or time_class == hardware else f"{hardware}-{time_class}")
+
+
+def fingerprint(results: Results) -> dict[str, Any]:
+    """What decides the numbers: the machine, its device and driver, and the stack's versions."""
+    record = next(c.record for c in results.cases if c.ran and c.record)
+    versions = results.env.get("versions") or {}
+    return {
+        "machine": machine_of(results),
+        "device": record.get("device_name"),
+        "driver": (results.env.get("driver") or record.get("driver")),
+        "cuda": results.env.get("cuda"),
+        "python": results.env.get("python"),
+        "versions": {name: versions.get(name) for name in STACK},
+    }
+
+
+def fingerprint_id(facts: Mapping[str, Any]) -> str:
+    digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{facts['machine']}@{digest}"
+
+
+def night_record(results: Results, *, night: str | None = None) -> dict[str, Any]:
+    """The record of one nightly run: per case, each gate's value ÷ baseline and its tolerance."""
+    if results.kind != "gate":
+        raise HistoryError(
+            f"{results.path}: a history record needs the gate's results (`pytest --perfsuite-json`), "
+            "not `perfsuite run --json`"
+        )
+    facts = fingerprint(results)
+    date = night or str(results.env.get("date") or datetime.datetime.now(datetime.timezone.utc).isoformat())[:10]
+    cases: dict[str, Any] = {}
+    for case in results.cases:
+        entry: dict[str, Any] = {"status": case.status, "baseline": (case.baseline or {}).get("recorded")}
+        metrics = {}
+        for metric in METRICS:
+            check = case.check(metric)
+            if check and check.get("compared", True) and check.get("rel") is not None and check.get("limit"):
+                metrics[metric] = {
+                    "value": round(1 + float(check["rel"]), 6),
+                    "tolerance": round(float(check["limit"]), 6),
+                    "ok": bool(check["ok"]),
+                }
+        entry["metrics"] = metrics
+        if case.ran and case.record:
+            entry["step_time_s"] = case.record["step_time_s"]["median"]
+            entry["peak_bytes"] = case.record.get("peak_memory_bytes")
+            losses = case.record.get("loss") or []
+            entry["final_loss"] = losses[-1] if losses else None
+        cases[case.id] = entry
+    return {
+        "schema_version": RECORD_VERSION,
+        "night": date,
+        "commit": results.env.get("commit"),
+        "fingerprint": facts,
+        "fingerprint_id": fingerprint_id(facts),
+        "cases": cases,
+    }
+
+
+def write_record(record: Mapping[str, Any], directory: Path) -> Path:
+    """Append ``record`` under ``directory``; refuse to overwrite a different record of the same night and commit."""
+    commit = str(record.get("commit") or "nocommit")[:7]
+    path: Path = Path(directory) / str(record["fingerprint"]["machine"]) / f"{record['night']}_{commit}.json"
+    if path.exists():
+        if json.loads(path.read_text()) == json.loads(json.dumps(record)):
+            return path
+        raise HistoryError(f"{path} exists with other figures; history is append-only (a rerun needs another commit)")
+    # One compact line: a few KB a night even for a hundred cases (git compresses the rest).
+    write_text_atomic(path, json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n")
+    return path
+
+
+def load_records(directory: Path) -> list[dict[str, Any]]:
+    """Every record under ``directory``, oldest night first."""
+    records = []
+    for path in sorted(Path(directory).glob("*/*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise HistoryError(f"{path}: not JSON ({exc}); restore it from the perf-history branch") from None
+        if not isinstance(data, dict) or data.get("schema_version") != RECORD_VERSION:
+            raise HistoryError(f"{path}: not a perfsuite history record of version {RECORD_VERSION}")
+        records.append(data)
+    return sorted(records, key=lambda r: (r["night"], r.get("commit") or ""))
+
+
+SeriesKey = tuple[str, str, str]
+"""(machine, case, metric)."""
+
+
+def series(records: Iterable[Mapping[str, Any]]) -> dict[SeriesKey, tuple[list[Night], float]]:
+    """Each (machine, case, metric)'s nights, oldest first, with the latest tolerance."""
+    found: dict[SeriesKey, tuple[list[Night], float]] = {}
+    for record in records:
+        machine = record["fingerprint"]["machine"]
+        for case_id, entry in record["cases"].items():
+            for metric, figure in entry.get("metrics", {}).items():
+                key = (machine, case_id, metric)
+                nights, _ = found.get(key, ([], 0.0))
+                nights.append(
+                    Night(
+                        record["night"], float(figure["value"]), record["fingerprint_id"], entry.get("baseline") or ""
+                    )
+                )
+                found[key] = (nights, float(figure["tolerance"]))
+    return found
+
+
+def rules_for(metric: str, tolerance: float) -> Rules:
+    """The judging rules of a metric: memory and loss are deterministic, the step time needs persistence."""
+    return Rules(tolerance=tolerance, deterministic=metric != "step time")
+
+
+def commits_by_night(records: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Each night's commit, for the tracking issues' tables."""
+    return {str(r["night"]): str(r.get("commit") or "") for r in records}
+
+
+def judge_all(records: Iterable[Mapping[str, Any]]) -> dict[SeriesKey, Judgement]:
+    """Every series' verdict tonight, under its metric's rules and its latest tolerance."""
+    return {key: judge(nights, rules_for(key[2], tolerance)) for key, (nights, tolerance) in series(records).items()}

@@ -1,0 +1,48 @@
+"""What a person reads: the terminal tables (:mod:`.tables`), and from a results file the
+self-contained ``report.html`` (:mod:`.html`, charts in :mod:`.charts`) and the job
+summary ``summary.md`` (:mod:`.summary`). Only :mod:`.charts` needs matplotlib (the
+``report`` extra); nothing here needs torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from perfsuite.baselines import write_text_atomic
+from perfsuite.reports.results import Results, gate_runs, load_results
+
+
+def write_report(
+    results: Results | Path,
+    out_dir: Path,
+    *,
+    history: Path | None = None,
+    machine: str | None = None,
+    baselines: Path | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> list[Path]:
+    """Write ``report.html`` and ``summary.md`` into ``out_dir``; return their paths.
+
+    ``history``: a directory of nightly records (:mod:`perfsuite.history.records`) for the
+    trends, the heatmap and the sparklines, limited to this results file's machine.
+    ``baselines``: for a ``perfsuite run`` file, compare its cases with these first.
+    """
+    from perfsuite.history.records import load_records, machine_of
+    from perfsuite.reports.html import report_html
+    from perfsuite.reports.summary import summary_markdown
+
+    if not isinstance(results, Results):
+        results = load_results(results)
+    if baselines is not None and results.kind == "run":
+        gate_runs(results, baselines, settings)
+    records = load_records(history) if history is not None else None
+    if records is not None and machine is None and any(c.ran for c in results.cases):
+        machine = machine_of(results)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    page = out_dir / "report.html"
+    summary = out_dir / "summary.md"
+    write_text_atomic(page, report_html(results, records, machine))
+    write_text_atomic(summary, summary_markdown(results, records, machine))
+    return [page, summary]

