@@ -5,8 +5,10 @@ point) registers the markers, builds the model × strategy matrix and gates it a
 ``baselines/``.
 
 - ``pytest``: everything that runs on any machine: unit tests of the pure modules
-  (strategies, stats, compare, baselines, report, data, declarations, ``perfsuite
-  init``), plugin tests through ``pytester``, worker isolation and CLI tests, a project
+  (strategies, stats, compare, baselines, tables, data, declarations, ``perfsuite
+  init``), the report (``report.html`` of the every-push matrix replayed from its
+  baselines, opened in headless Chromium) and the nightly history (records, verdicts,
+  tracking issues), actionlint on every workflow, plugin tests through ``pytester``, worker isolation and CLI tests, a project
   outside perfsuite declaring its own model and recipe end to end
   (``tests/test_own_project.py``), and the CPU tier (``-m cpu``): every
   tiny model × every strategy as real training runs, each gated on step time
@@ -17,8 +19,9 @@ point) registers the markers, builds the model × strategy matrix and gates it a
 - ``pytest -m nightly``: checks too long for every push (deselected by default through
   ``addopts``; the scheduled CI job runs them): the rest of the CPU matrix through both
   engines (``perfsuite.case.nightly_only``), their claims, regressions injected into
-  real runs (``tests/test_injected_regressions.py``), each failing exactly its case, and
-  that the generated data is learnable (300 steps per tiny model).
+  real runs (``tests/test_injected_regressions.py``), each failing exactly its case,
+  that the generated data is learnable (300 steps per tiny model), and the report of
+  all 111 tiny-model cases.
 - ``pytest -m gpu --benchmark-compare``: the full-size models on a CUDA GPU against
   ``baselines/<gpu>/`` and its pinned pytest-benchmark file, plus the GPU-only claims.
   Skipped, with that reason, on a machine without CUDA.

@@ -385,19 +385,21 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
             warm.append(trainer.step())
             warm_timer.stop()
         warmup_times = warm_timer.elapsed()
+        # The calibration runs in the thread that runs the steps (the Trainer's own), so it
+        # measures the core and the state the steps ran in.
         if calibration is not None:
-            calibration.run_once()  # its own warm-up (page faults, BLAS buffers)
+            trainer.in_training_thread(calibration.run_once)  # its own warm-up (page faults, BLAS buffers)
         device.reset_peak_memory()
         timer = device.timer()
         timed = []
         for _ in range(spec.steps):
             if calibration is not None:
-                calibrations.append(calibration.run_once())
+                calibrations.append(trainer.in_training_thread(calibration.run_once))
             timer.start()
             timed.append(trainer.step())
             timer.stop()
         if calibration is not None:
-            calibrations.append(calibration.run_once())
+            calibrations.append(trainer.in_training_thread(calibration.run_once))
         step_times = timer.elapsed()
         allocator_peaks = device.peak_memory()
         outputs = warm + timed

@@ -87,6 +87,10 @@ class Engine(Protocol):
     ) -> StepOutput:
         """One optimizer step; ``within`` is entered around it in the thread that runs it."""
 
+    def in_training_thread(self, fn: Callable[[], float]) -> float:
+        """``fn()`` run in the thread that runs the steps, between two steps: the calibration
+        workload, so that it measures the core and the state the steps run in."""
+
     def evidence(self) -> dict[str, Any]:
         """What the run observably did, read from the objects it trained with."""
 

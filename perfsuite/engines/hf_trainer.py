@@ -228,6 +228,9 @@ class _Stepper(TrainerCallback):
         self.done = threading.Semaphore(0)
         self.stop = False
         self.logs: list[dict[str, float]] = []
+        self.task: Callable[[], float] | None = None
+        """Work to run in the training thread while it waits between steps (the calibration)."""
+        self.task_result: float | BaseException = 0.0
         self.window = engine.device.timer()  # on_step_begin → on_step_end; CUDA events read at the end
         self.skipped: list[bool] = []
 
@@ -248,7 +251,15 @@ class _Stepper(TrainerCallback):
         self.logs.append(dict(logs))
         self.engine.end_step()
         self.done.release()
-        self.go.acquire()  # the case's next step() or close()
+        self.go.acquire()  # the case's next step() or close(), or a task to run here first
+        while self.task is not None:
+            task, self.task = self.task, None
+            try:
+                self.task_result = task()
+            except BaseException as exc:  # handed back to in_training_thread's caller
+                self.task_result = exc
+            self.done.release()
+            self.go.acquire()
         if self.stop:
             control.should_training_stop = True
         else:
@@ -429,6 +440,19 @@ class HFTrainerEngine:
             padded_tokens=int(self.tokens[1]),
             skipped=self.stepper.skipped[-1] if self.stepper.skipped else False,
         )
+
+    def in_training_thread(self, fn: Callable[[], float]) -> float:
+        """Run ``fn`` in the Trainer's thread, parked between two steps (in the case's own
+        thread before the first step or after the last)."""
+        if self._thread is None or self._finished:
+            return fn()
+        self.stepper.task = fn
+        self.stepper.go.release()
+        self.stepper.done.acquire()
+        result = self.stepper.task_result
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     # -- what the instruments read -----------------------------------------------------
 

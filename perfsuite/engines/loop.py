@@ -207,6 +207,9 @@ class LoopEngine:
 
         return deepspeed_state(self.model, self.optimizer)
 
+    def in_training_thread(self, fn: Callable[[], float]) -> float:
+        return fn()  # the case's own thread runs the steps
+
     def close(self) -> None:
         """Release DataLoader workers and the process group, so nothing outlives the case."""
         self.batches = iter(())
