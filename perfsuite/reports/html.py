@@ -111,8 +111,9 @@ def _published_section(results: Results) -> str:
         "<h2 id='published'>Beside the published figures</h2>",
         "<p>Theirs: the write-ups' own runs, on their hardware, model and data, as % of <em>their</em> control. "
         "Ours: this run's time / peak memory as % of vanilla on the same model and engine, on this machine. "
-        "They agree in direction, not in size: a tiny CPU model has other bottlenecks than a full-size model "
-        "on a GPU, and nvidia-smi counts the CUDA context and the allocator's cache that a tensor peak does not.</p>",
+        "Read them as context, not as a target: a tiny model on a CPU has other bottlenecks than a full-size "
+        "model on a GPU (half precision is slower on a CPU without half-precision kernels, where their GPU ran it "
+        "faster), and nvidia-smi counts the CUDA context and the allocator's cache, which a tensor peak does not.</p>",
     ]
     for source in dict.fromkeys(p.source for p in PUBLISHED):
         rows = []
