@@ -8,8 +8,9 @@ point) registers the markers, builds the model × strategy matrix and gates it a
   (strategies, stats, compare, baselines, tables, data, declarations, ``perfsuite
   init``), the report (``report.html`` of the every-push matrix replayed from its
   baselines, opened in headless Chromium) and the nightly history (records, verdicts,
-  tracking issues), actionlint on every workflow, plugin tests through ``pytester``, worker isolation and CLI tests, a project
-  outside perfsuite declaring its own model and recipe end to end
+  tracking issues), actionlint on every workflow, plugin tests through ``pytester``,
+  worker isolation and CLI tests, a project outside perfsuite declaring its own model
+  and recipe end to end
   (``tests/test_own_project.py``), and the CPU tier (``-m cpu``): every
   tiny model × every strategy as real training runs, each gated on step time
   (calibrated, against this CPU class's figure), peak memory and its breakdown, and
