@@ -310,22 +310,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _project_baselines() -> tuple[dict[str, Any], Path | None]:
+    """The nearest project's ``[tool.perfsuite]`` and its baselines directory (``None`` when there is none)."""
+    pyproject = find_pyproject(Path.cwd())
+    settings = read_pyproject(pyproject) if pyproject is not None else {}
+    baselines = (pyproject.parent if pyproject else Path.cwd()) / settings.get("baselines", "baselines")
+    return settings, baselines if baselines.is_dir() else None
+
+
 def _write_run_report(payload: dict[str, Any], out: Path) -> None:
     """``perfsuite run --report``: the report of this run, each case compared with its baseline when one exists."""
     from perfsuite.reports import write_report
     from perfsuite.reports.charts import ReportExtraMissing
     from perfsuite.reports.results import parse_results
 
-    pyproject = find_pyproject(Path.cwd())
-    settings = read_pyproject(pyproject) if pyproject is not None else {}
-    baselines = (pyproject.parent if pyproject else Path.cwd()) / settings.get("baselines", "baselines")
+    settings, baselines = _project_baselines()
     try:
-        written = write_report(
-            parse_results(payload, "perfsuite run"),
-            out,
-            baselines=baselines if baselines.is_dir() else None,
-            settings=settings,
-        )
+        written = write_report(parse_results(payload, "perfsuite run"), out, baselines=baselines, settings=settings)
     except ReportExtraMissing as exc:
         print(f"perfsuite: no report: {exc}", file=sys.stderr)
         return
@@ -375,12 +376,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from perfsuite.reports.charts import ReportExtraMissing
     from perfsuite.reports.results import ResultsError
 
-    pyproject = find_pyproject(Path.cwd())
-    settings = read_pyproject(pyproject) if pyproject is not None else {}
-    baselines = args.baselines
-    if baselines is None and pyproject is not None:
-        candidate = pyproject.parent / settings.get("baselines", "baselines")
-        baselines = candidate if candidate.is_dir() else None
+    settings, found = _project_baselines()
+    baselines = args.baselines or found
     try:
         written = write_report(args.results, args.out, history=args.history, baselines=baselines, settings=settings)
     except (ResultsError, ReportExtraMissing) as exc:

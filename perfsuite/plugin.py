@@ -246,18 +246,19 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(gate_markdown(state.outcomes, refresh=state.refresh))
     results = config.getoption("perfsuite_json")
+    report = config.getoption("perfsuite_report")
+    payload = state.results_json() if results is not None or report is not None else {}
     if results is not None:
         from perfsuite.baselines import write_json_atomic
 
-        write_json_atomic(results, state.results_json())
-    report = config.getoption("perfsuite_report")
+        write_json_atomic(results, payload)
     if report is not None and not state.refresh:
         from perfsuite.reports import write_report
         from perfsuite.reports.charts import ReportExtraMissing
         from perfsuite.reports.results import parse_results
 
         try:
-            written = write_report(parse_results(state.results_json(), "this pytest session"), report)
+            written = write_report(parse_results(payload, "this pytest session"), report)
         except ReportExtraMissing as exc:
             terminalreporter.write_line(f"perfsuite: no report: {exc}")
         else:

@@ -19,7 +19,7 @@ from perfsuite.reports import charts
 from perfsuite.reports.published import ARITHMETIC_002, PUBLISHED
 from perfsuite.reports.results import ReportCase, Results, regressions_first
 from perfsuite.reports.summary import gate_row
-from perfsuite.stats import percent_of
+from perfsuite.reports.tables import summary_rows
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:1100px;padding:0 1em;color:#222}
@@ -62,51 +62,45 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value:.0f}%"
 
 
-def _control(cases: Sequence[ReportCase]) -> ReportCase | None:
-    return next((c for c in cases if c.strategy == "vanilla" and c.ran), None)
+def _figures(cases: Sequence[ReportCase]) -> list[dict[str, Any]]:
+    """:func:`perfsuite.reports.tables.summary_rows` of one table's cases (each case's first run
+    record), in case order: the figures and time and memory as % of vanilla."""
+    records = [
+        c.record
+        if c.record is not None
+        else {"model": c.model, "strategy": c.strategy, "engine": c.engine, "status": c.status}
+        for c in cases
+    ]
+    return next(iter(summary_rows(records).values()), [])
 
 
 def _strategy_rows(cases: Sequence[ReportCase]) -> tuple[list[list[str]], list[str]]:
-    control = _control(cases)
-    base_time = control.record["step_time_s"]["median"] if control and control.record else None
-    base_mem = control.record.get("peak_memory_bytes") if control and control.record else None
-    rows, classes = [], []
-    for case in cases:
-        record = case.record if case.ran else None
-        median = record["step_time_s"]["median"] if record else None
-        peak = record.get("peak_memory_bytes") if record else None
-        losses = (record or {}).get("loss") or []
-        breakdown = (record or {}).get("memory_breakdown_bytes") or {}
+    rows = []
+    for case, r in zip(cases, _figures(cases), strict=True):
+        optim, activ = r["optimizer_state_bytes"], r["activation_bytes"]
         rows.append(
             [
                 case.strategy,
                 case.status,
-                "—" if median is None else f"{median * 1e3:,.1f}",
-                "—" if peak is None else f"{peak / charts.MIB:,.1f}",
-                "—" if "optimizer_state" not in breakdown else f"{breakdown['optimizer_state'] / charts.MIB:,.2f}",
-                "—" if "activations" not in breakdown else f"{breakdown['activations'] / charts.MIB:,.1f}",
-                "—" if not losses else f"{losses[-1]:.4f}",
-                _pct(percent_of(median, base_time)),
-                _pct(percent_of(peak, base_mem)),
+                "—" if r["step_time_s"] is None else f"{r['step_time_s'] * 1e3:,.1f}",
+                "—" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / charts.MIB:,.1f}",
+                "—" if optim is None else f"{optim / charts.MIB:,.2f}",
+                "—" if activ is None else f"{activ / charts.MIB:,.1f}",
+                "—" if r["final_loss"] is None else f"{r['final_loss']:.4f}",
+                _pct(r["time_pct"]),
+                _pct(r["memory_pct"]),
             ]
         )
-        classes.append(case.status)
-    return rows, classes
+    return rows, [c.status for c in cases]
 
 
 def _published_section(results: Results) -> str:
     """The write-ups' tables, each row beside our time and memory % of vanilla for the same strategy."""
     ours: dict[str, list[str]] = {}
     for table, cases in results.by_table().items():
-        control = _control(cases)
-        if control is None or control.record is None:
-            continue
-        for case in cases:
-            if not case.ran or case.record is None:
-                continue
-            time_pct = percent_of(case.record["step_time_s"]["median"], control.record["step_time_s"]["median"])
-            mem_pct = percent_of(case.record.get("peak_memory_bytes"), control.record.get("peak_memory_bytes"))
-            ours.setdefault(case.strategy, []).append(f"{table}: {_pct(time_pct)} / {_pct(mem_pct)}")
+        for r in _figures(cases):
+            if r["status"] == "ok" and r["time_pct"] is not None:  # ran, beside a vanilla that ran
+                ours.setdefault(r["strategy"], []).append(f"{table}: {_pct(r['time_pct'])} / {_pct(r['memory_pct'])}")
     parts = [
         "<h2 id='published'>Beside the published figures</h2>",
         "<p>Theirs: the write-ups' own runs, on their hardware, model and data, as % of <em>their</em> control. "
