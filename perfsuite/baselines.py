@@ -212,9 +212,7 @@ def build_baseline(
     if not (len(times) == len(step_time_s) == len(peaks) == len(breakdowns) == len(losses) >= 1):
         raise ValueError("every repeat needs a time, a peak, a breakdown and a loss curve")
     steps = [statistics.median(values) for values in zip(*time_steps, strict=True)] if time_steps else []
-    spread = (
-        max(abs(paired_change(repeat, steps)) for repeat in time_steps) if steps and len(time_steps) > 1 else None
-    )
+    spread = max(abs(paired_change(repeat, steps)) for repeat in time_steps) if steps and len(time_steps) > 1 else None
     categories = sorted(breakdowns[0])
     breakdown = {c: int(statistics.median(b.get(c, 0) for b in breakdowns)) for c in categories}
     memory_values = [float(p) for p in peaks]

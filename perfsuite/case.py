@@ -96,6 +96,10 @@ class CaseSpec:
     engine: str = "loop"
     """``loop`` (perfsuite's explicit loop) or ``trainer`` (the Hugging Face Trainer), see
     :mod:`perfsuite.engines`."""
+    world_size: int = 1
+    """Ranks the case trains on, each a process launched from the case's worker through torch's
+    elastic launcher (one GPU each, or a CPU core); the strategy says how they share the work
+    (``ddp``, ``fsdp2``, ``zero2``, ``zero3``). ``batch_size`` stays the global batch."""
     threads: int | None = None
     """Intra-op threads for torch and the calibration's BLAS; ``None`` keeps torch's default.
     The CPU tier uses 1: on a shared 2-core machine two threads wait on each other and on
@@ -117,23 +121,52 @@ class CaseSpec:
             raise ValueError("threads must be >= 1")
         if self.dataset is not None and self.tokenizer is None:
             raise ValueError("a dataset needs --tokenizer (a local tokenizer directory)")
+        if self.world_size < 1:
+            raise ValueError("world_size must be >= 1")
+        if self.world_size > 1 and not self.strategy_spec.distributed:
+            raise ValueError(
+                f"{self.strategy} does not say how {self.world_size} ranks share the work; "
+                f"combine it with one of {', '.join(MULTI_RANK_STRATEGIES)} (e.g. {self.strategy}+ddp)"
+            )
+        if self.launches_ranks and self.engine != "loop":
+            raise ValueError("multi-rank cases run through the loop engine (the Trainer's launch is not mapped yet)")
+
+    @property
+    def launches_ranks(self) -> bool:
+        """Whether the case's ranks are launched as processes of their own (:mod:`perfsuite.distributed`).
+
+        DeepSpeed at world size 1 (``zero2_offload``) stays in the worker, in a world of one."""
+        return self.world_size > 1 or self.strategy_spec.data_parallel != "none"
 
     @property
     def id(self) -> str:
-        """``<model>-<strategy>``, plus ``-<engine>`` beyond the loop (``tiny-bert-fp16-trainer``)."""
+        """``<model>-<strategy>``, plus ``-ws<N>`` beyond one rank (``tiny-bert-ddp-ws2``) and
+        ``-<engine>`` beyond the loop (``tiny-bert-fp16-trainer``)."""
+        ranks = "" if self.world_size == 1 else f"-ws{self.world_size}"
         suffix = "" if self.engine == "loop" else f"-{self.engine}"
-        return f"{self.model}-{self.strategy}{suffix}"
+        return f"{self.model}-{self.strategy}{ranks}{suffix}"
 
 
 def tier_spec(model: str, strategy: str, engine: str = "loop", **overrides: Any) -> CaseSpec:
-    """The case as the test tiers run it: tiny models on the CPU, full-size ones on the GPU."""
+    """The case as the test tiers run it: tiny models on the CPU, full-size ones on the GPU.
+
+    Multi-rank cases train without dropout: each rank would draw its own masks, so only
+    then is their loss the loss one process has on the same global batch, which their
+    claims check against ``vanilla`` (also without dropout), sharing the matrix's runs."""
     device = "cpu" if get_model_spec(model).tiny else "cuda"
     defaults = DEFAULTS[device]
     fields: dict[str, Any] = {"steps": defaults.steps, "warmup_steps": defaults.warmup, "device": device}
+    if overrides.get("world_size", 1) > 1:
+        fields["dropout"] = False
     if device == "cpu":
         fields["threads"] = TIER_THREADS
     return CaseSpec(model=model, strategy=strategy, engine=engine, **(fields | overrides))
 
+
+MULTI_RANK_STRATEGIES = ("ddp", "fsdp2", "zero2", "zero3")
+"""The strategies that say how ranks share the work; the matrix runs them at :data:`MATRIX_WORLD_SIZE`."""
+MATRIX_WORLD_SIZE = 2
+"""Ranks of the matrix's multi-rank cases: two CPU cores (gloo) in the CPU tier, two GPUs (NCCL) on a GPU box."""
 
 MATRIX_ENGINES = ENGINES
 """Every case runs through each engine (the Trainer's where it can express the strategy)."""
@@ -155,7 +188,7 @@ def matrix_strategies(model: str, engine: str = "loop") -> list[str]:
     """The strategies the test matrix pairs with ``model`` through ``engine``: every registered
     one its device can run (GPU-only ones are left out of the CPU tier), plus :data:`MATRIX_PAIRS`;
     through the Trainer, those it can express (:func:`perfsuite.engines.trainer_unsupported`)."""
-    names = [*BUILTIN_STRATEGIES, *MATRIX_PAIRS]
+    names = [n for n in (*BUILTIN_STRATEGIES, *MATRIX_PAIRS) if n not in MULTI_RANK_STRATEGIES]
     if get_model_spec(model).tiny:
         names = [n for n in names if resolve(n).gpu_only is None]
         if model != "tiny-bert":
@@ -186,7 +219,21 @@ _TRAINER_EVERY_PUSH = frozenset({"vanilla", "fp16", "grad_accum", "grad_ckpt", "
 claim that has caught the Trainer doing something else (fp16 on CPU, accumulation's loss)."""
 
 
-def nightly_only(model: str, strategy: str, engine: str = "loop") -> bool:
+MULTI_RANK_MATRIX: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
+    "tiny-bert": (("ddp", "fsdp2", "zero2", "zero3", "ddp+grad_accum", "fsdp2+grad_ckpt"), (MATRIX_WORLD_SIZE,)),
+    "tiny-gpt2": (("ddp", "fsdp2"), (MATRIX_WORLD_SIZE,)),
+    "tiny-llama": (("ddp", "fsdp2"), (MATRIX_WORLD_SIZE,)),
+    "bert-base-uncased": (MULTI_RANK_STRATEGIES, (MATRIX_WORLD_SIZE,)),
+    "smollm2-135m": (("ddp", "fsdp2"), (MATRIX_WORLD_SIZE,)),
+}
+"""Multi-rank cases (loop engine): model → (strategies, world sizes). The GPU tier also runs
+bert-base-uncased's ``ddp`` at world size 1 (NCCL in a world of one: what DDP costs alone)."""
+
+_MULTI_RANK_EVERY_PUSH = frozenset({("tiny-bert", "ddp"), ("tiny-bert", "fsdp2"), ("tiny-bert", "zero2")})
+"""Multi-rank cases of every push (with their claims); the rest of the CPU tier's run nightly."""
+
+
+def nightly_only(model: str, strategy: str, engine: str = "loop", world_size: int = 1) -> bool:
     """Whether a CPU-tier case runs only in the nightly tier (``pytest -m nightly``), not on every push.
 
     Chosen by measured cost, so that ``python -m pytest`` stays within 15 minutes on 2 cores:
@@ -201,6 +248,8 @@ def nightly_only(model: str, strategy: str, engine: str = "loop") -> bool:
     """
     if model not in TINY:
         return False
+    if world_size > 1 or resolve(strategy).distributed and not resolve(strategy).offload_optimizer:
+        return (model, strategy) not in _MULTI_RANK_EVERY_PUSH
     if engine != "loop":
         return model != "tiny-bert" or strategy not in _TRAINER_EVERY_PUSH
     chosen = resolve(strategy)
@@ -235,12 +284,34 @@ def builtin_matrix() -> tuple[MatrixEntry, ...]:
                             source=BUILTIN,
                         )
                     )
+    for model, (strategies, sizes) in MULTI_RANK_MATRIX.items():
+        for size in sizes:
+            for nightly in (False, True):
+                chosen = tuple(n for n in strategies if nightly_only(model, n, "loop", size) == nightly)
+                if chosen:
+                    entries.append(
+                        MatrixEntry(
+                            models=(model,),
+                            strategies=chosen,
+                            markers=("nightly",) if nightly else (),
+                            source=BUILTIN,
+                            world_sizes=(size,),
+                        )
+                    )
+    entries.append(MatrixEntry(models=("bert-base-uncased",), strategies=("ddp",), source=BUILTIN))
     return tuple(entries)
 
 
 def failed_record(spec: CaseSpec, *, status: str, error: str) -> dict[str, Any]:
     """The record of a case that produced no measurements."""
-    return {"model": spec.model, "strategy": spec.strategy, "engine": spec.engine, "status": status, "error": error}
+    return {
+        "model": spec.model,
+        "strategy": spec.strategy,
+        "engine": spec.engine,
+        "world_size": spec.world_size,
+        "status": status,
+        "error": error,
+    }
 
 
 def _host_peak_rss() -> int:
@@ -249,7 +320,39 @@ def _host_peak_rss() -> int:
 
 
 def run_case(spec: CaseSpec) -> dict[str, Any]:
-    """Build and run one case; returns its result record. Runs inside a worker."""
+    """Build and run one case; returns its result record. Runs inside a worker.
+
+    A multi-rank case launches its ranks from here (:mod:`perfsuite.distributed.launch`),
+    each running :func:`train` on its share of every global batch, and returns their
+    records aggregated into one (:mod:`perfsuite.distributed.aggregate`).
+    """
+    if spec.launches_ranks:
+        from perfsuite.distributed.launch import run_ranks
+
+        _check_requirements(spec.strategy_spec)
+        return run_ranks(spec)
+    return train(spec)
+
+
+def _check_requirements(strategy: Strategy) -> None:
+    missing = strategy.missing_requirements()
+    if missing:
+        extra = {
+            "deepspeed": "deepspeed",
+            "bitsandbytes": "bnb",
+            "peft": "lora",
+            "lion_pytorch": "lion",
+            "galore_torch": "galore",
+        }
+        raise CaseSkipped(
+            f"{strategy.name} needs {', '.join(missing)}: "
+            f"pip install 'perfsuite[{','.join(extra[m] for m in missing)}]'"
+        )
+
+
+def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
+    """Train ``spec`` in this process and measure it: the whole case, or rank ``rank`` of a
+    ``world_size``-rank one (whose process group is already up, see :mod:`perfsuite.distributed`)."""
     import torch
     from threadpoolctl import threadpool_limits
 
@@ -267,19 +370,7 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         threadpool_limits(limits=spec.threads)  # the calibration's BLAS too
     strategy = spec.strategy_spec
     model_spec = spec.model_spec
-    missing = strategy.missing_requirements()
-    if missing:
-        extra = {
-            "deepspeed": "deepspeed",
-            "bitsandbytes": "bnb",
-            "peft": "lora",
-            "lion_pytorch": "lion",
-            "galore_torch": "galore",
-        }
-        raise CaseSkipped(
-            f"{strategy.name} needs {', '.join(missing)}: "
-            f"pip install 'perfsuite[{','.join(extra[m] for m in missing)}]'"
-        )
+    _check_requirements(strategy)
     device = get_device(spec.device)
     reason = device.precision_unsupported(strategy.precision, deepspeed=strategy.uses_deepspeed)
     if reason:
@@ -288,8 +379,11 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         raise CaseSkipped(f"{strategy.name} needs a GPU: {strategy.gpu_only}")
 
     batch_size = spec.batch_size or strategy.batch_size or model_spec.batch_size
-    if batch_size % strategy.grad_accum_steps:
-        raise ValueError(f"batch size {batch_size} does not split into {strategy.grad_accum_steps} micro-batches")
+    if batch_size % (strategy.grad_accum_steps * world_size):
+        raise ValueError(
+            f"batch size {batch_size} does not split into {strategy.grad_accum_steps} micro-batches "
+            f"across {world_size} rank(s)"
+        )
     seq_len = spec.seq_len or model_spec.seq_len
     lr = spec.lr or (1e-3 if model_spec.tiny else 1e-4)
     # The case's own data and weights, else the model's declared ones.
@@ -354,7 +448,7 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
     else:
         from perfsuite.engines.loop import LoopEngine
 
-        loader = build_loader(
+        loader: Any = build_loader(
             dataset,
             strategy,
             batch_size=batch_size,
@@ -363,6 +457,10 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
             seed=spec.seed,
             pin_memory=pin_memory,
         )
+        if world_size > 1:
+            from perfsuite.data import RankShare
+
+            loader = RankShare(loader, rank, world_size)
         trainer = LoopEngine(
             model,
             strategy,
@@ -372,6 +470,7 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
             max_grad_norm=spec.max_grad_norm,
             batch_size=batch_size,
             seed=spec.seed,
+            world_size=world_size,
         )
     # Host-side drift cancels against a workload outside the stack under test; a GPU's
     # step time is its kernels', which a host workload says nothing about.
@@ -448,7 +547,9 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         "model_config": model_config,
         "task": model_spec.task,
         "batch_size": batch_size,
-        "micro_batch_size": batch_size // strategy.grad_accum_steps,
+        "micro_batch_size": batch_size // strategy.grad_accum_steps // world_size,
+        "world_size": world_size,
+        "rank": rank,
         "seq_len": seq_len,
         "seed": spec.seed,
         "learning_rate": lr,
@@ -467,6 +568,7 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         else {"workload": CALIBRATION, "median_s": summarize(calibrations)["median"], "samples_s": calibrations},
         "samples_per_s": batch_size * spec.steps / total_time,
         "tokens_per_s": {"real": real / total_time, "padded": padded / total_time},
+        "timed_tokens": {"real": real, "padded": padded},
         "padding_fraction": 1 - real / padded if padded else 0.0,
         "peak_memory_bytes": peak_bytes,
         "peak_memory_source": "max_memory_allocated" if allocator_peaks is not None else "memtracker",
@@ -476,6 +578,7 @@ def run_case(spec: CaseSpec) -> dict[str, Any]:
         "host_peak_rss_bytes": _host_peak_rss(),
         "flops_per_step": flops_per_step,
         "mfu": mfu,
+        "peak_flops": peak_rate,
         "matmul_dtypes": flops.get("matmul_dtypes"),
         "attention_ops": flops.get("attention_ops"),
         "loss": losses,

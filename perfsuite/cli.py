@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import subprocess
 import sys
@@ -67,6 +68,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--threads", type=int, help="torch intra-op threads per case (default: torch's; the CPU test tier uses 1)"
     )
+    run.add_argument(
+        "--world-size",
+        type=int,
+        default=1,
+        help="ranks per named case (--models/--strategies; default 1): needs ddp, fsdp2, zero2 or zero3",
+    )
+    run.add_argument(
+        "--gpus",
+        default="all",
+        help="GPUs the cases share: all (default), a count, or ids (0,2); single-GPU cases run side by side, "
+        "one per GPU, and a case on N ranks gets N (perfsuite.distributed.pool)",
+    )
     run.add_argument("--json", type=Path, help="write every figure to this JSON file")
     run.add_argument(
         "--report",
@@ -114,6 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the matrix test (default: [tool.perfsuite] tests, else tests/test_matrix.py)",
     )
     refresh.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
+
+    merge = sub.add_parser(
+        "merge",
+        help="merge the shards' pytest --perfsuite-json files into one (the nightly's machines each run a shard)",
+    )
+    merge.add_argument("results", type=Path, nargs="+")
+    merge.add_argument("-o", "--out", type=Path, required=True, metavar="FILE")
+    merge.add_argument("--expect", type=int, metavar="N", help="fail unless there are N files (a shard lost)")
 
     report = sub.add_parser(
         "report",
@@ -194,14 +215,86 @@ def _cmd_list() -> int:
     return 0
 
 
-def _matrix_selection(args: argparse.Namespace, device_type: str) -> list[tuple[str, str, str]]:
-    """(model, strategy, engine) of what ``perfsuite run`` runs: the named ones, else the matrix on this device."""
+def _matrix_selection(args: argparse.Namespace, device_type: str) -> list[tuple[str, str, str, int]]:
+    """(model, strategy, engine, world size) of what ``perfsuite run`` runs: the named ones, else the
+    matrix on this device."""
     on_device = [c for c in registry.matrix_cases() if (get_model_spec(c.model).tiny) == (device_type == "cpu")]
     if not args.models and not args.strategies:
-        return [(c.model, c.strategy, c.engine) for c in on_device if args.engine is None or c.engine in args.engine]
+        return [
+            (c.model, c.strategy, c.engine, c.world_size)
+            for c in on_device
+            if args.engine is None or c.engine in args.engine
+        ]
     models = args.models or list(dict.fromkeys(c.model for c in on_device))
-    strategies = args.strategies or list(STRATEGIES)
-    return [(m, s, e) for e in (args.engine or ["loop"]) for m in models for s in strategies]
+    strategies = args.strategies or [n for n in STRATEGIES if args.world_size == 1 or resolve(n).distributed]
+    return [(m, s, e, args.world_size) for e in (args.engine or ["loop"]) for m in models for s in strategies]
+
+
+def _gpu_pool(args: argparse.Namespace, device_type: str) -> Any:
+    """The GPUs cases share, or ``None`` where they run one after another (a CPU, one GPU)."""
+    if device_type != "cuda":
+        return None
+    import torch
+
+    from perfsuite.distributed.pool import GPUPool, parse_gpus, visible_gpus
+
+    gpus = parse_gpus(args.gpus, visible_gpus(torch.cuda.device_count))
+    return GPUPool(gpus) if len(gpus) > 1 else None
+
+
+def _specs(
+    args: argparse.Namespace, selection: list[tuple[str, str, str, int]], device_type: str, defaults: Any
+) -> list[Any]:
+    from perfsuite.case import CaseSpec
+
+    return [
+        CaseSpec(
+            model=model,
+            strategy=strategy,
+            steps=args.steps or defaults.steps,
+            warmup_steps=defaults.warmup if args.warmup is None else args.warmup,
+            batch_size=args.batch_size,
+            seq_len=args.seq_len,
+            seed=args.seed,
+            device=device_type,
+            pretrained=args.pretrained,
+            dataset=args.dataset,
+            tokenizer=args.tokenizer,
+            profile=args.profile,
+            threads=args.threads,
+            engine=engine,
+            world_size=world_size,
+        )
+        for model, strategy, engine, world_size in selection
+    ]
+
+
+def _run_on_pool(specs: list[Any], pool: Any, timeout: float, done: Any, progress: Any, task: Any) -> list[Any]:
+    """``specs`` on the GPU pool, as many at once as it has GPUs (the widest first); records in ``specs`` order."""
+    from concurrent.futures import as_completed
+
+    from perfsuite.distributed.pool import PoolRunner, with_gpus
+    from perfsuite.worker import run_isolated
+
+    runner = PoolRunner(pool)
+    progress.update(task, description=f"{len(pool.gpus)} GPUs: {', '.join(pool.gpus)}")
+
+    def run(spec: Any, env: dict[str, str]) -> dict[str, Any]:
+        return with_gpus(run_isolated(spec, timeout_s=timeout, env=env), env, pool)
+
+    futures = {
+        runner.submit(spec.world_size, functools.partial(run, spec)): spec
+        for spec in sorted(specs, key=lambda s: -s.world_size)
+    }
+    records = {}
+    try:
+        for future in as_completed(futures):
+            spec = futures[future]
+            records[spec] = future.result()
+            done(spec, records[spec])
+    finally:
+        runner.close(cancel=True)
+    return [records[spec] for spec in specs]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -234,28 +327,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not selection:
         console.print(f"perfsuite: error: the matrix has no case for this device ({device_type}); `perfsuite list`")
         return 2
-    if args.pretrained and args.pretrained != "hub-cache" and len({m for m, _, _ in selection}) != 1:
+    if args.pretrained and args.pretrained != "hub-cache" and len({m for m, _, _, _ in selection}) != 1:
         console.print("perfsuite: error: --pretrained PATH needs exactly one --models name")
         return 2
-    specs = [
-        CaseSpec(
-            model=model,
-            strategy=strategy,
-            steps=args.steps or defaults.steps,
-            warmup_steps=defaults.warmup if args.warmup is None else args.warmup,
-            batch_size=args.batch_size,
-            seq_len=args.seq_len,
-            seed=args.seed,
-            device=device_type,
-            pretrained=args.pretrained,
-            dataset=args.dataset,
-            tokenizer=args.tokenizer,
-            profile=args.profile,
-            threads=args.threads,
-            engine=engine,
-        )
-        for model, strategy, engine in selection
-    ]
+    try:
+        specs = _specs(args, selection, device_type, defaults)
+    except ValueError as exc:
+        console.print(f"perfsuite: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return 2
+    try:
+        pool = _gpu_pool(args, device_type)
+    except ValueError as exc:
+        console.print(f"perfsuite: error: --gpus: {exc}", markup=False, highlight=False)
+        return 2
     timeout = args.timeout or defaults.timeout
     started = time.monotonic()
     results: list[dict[str, Any]] = []
@@ -268,19 +352,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
         console=console,
     ) as progress:
         task = progress.add_task("starting", total=len(specs))
-        for spec in specs:
-            progress.update(task, description=spec.id)
-            record = run_isolated(spec, timeout_s=timeout)
-            results.append(record)
+
+        def done(spec: CaseSpec, record: dict[str, Any]) -> None:
             line = f"{spec.id}: {record['status']}"
             if record["status"] == "ok":
                 line += f", {record['step_time_s']['median'] * 1e3:.1f} ms/step, {record['wall_s']:.1f} s"
+                if record.get("gpus"):
+                    line += f", GPU {','.join(record['gpus'])}"
             else:
                 line += f" ({record['error']})"
             progress.console.print(line, markup=False, highlight=False)
             if args.verbose:
                 _print_diagnostics(progress.console, record)
             progress.advance(task)
+
+        if pool is None:
+            for spec in specs:
+                progress.update(task, description=spec.id)
+                results.append(run_isolated(spec, timeout_s=timeout))
+                done(spec, results[-1])
+        else:
+            results = _run_on_pool(specs, pool, timeout, done, progress, task)
     wall = time.monotonic() - started
     render(results)
     failed = sum(r["status"] == "failed" for r in results)
@@ -388,6 +480,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from perfsuite.reports.results import ResultsError, merge_results
+
+    try:
+        merged = merge_results(args.results, expect=args.expect)
+    except ResultsError as exc:
+        print(f"perfsuite: error: {exc}", file=sys.stderr)
+        return 2
+    write_json_atomic(args.out, merged)
+    print(f"wrote {args.out}: {len(merged['cases'])} cases from {len(args.results)} shard(s)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -404,6 +509,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_refresh(args)
         if args.command == "report":
             return _cmd_report(args)
+        if args.command == "merge":
+            return _cmd_merge(args)
         if args.command == "history":
             from perfsuite.history.command import run_history
 

@@ -328,3 +328,39 @@ def load_text_dataset(
     else:
         examples = [Example(np.asarray(ids), None) for ids in encoded]
     return TokenDataset(examples, task, int(tok.pad_token_id))
+
+
+class RankShare:
+    """Rank ``rank``'s rows of each batch ``loader`` yields: every rank draws the same global
+    (micro-)batch, so the ranks together train on exactly what one process would, and a
+    data-parallel run can be checked against a single process on the same global batch.
+
+    The token counts stay the global batch's (throughput is reported on the global batch).
+    """
+
+    def __init__(self, loader: DataLoader[Any], rank: int, world_size: int) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} outside a world of {world_size}")
+        self.loader = loader
+        self.rank = rank
+        self.world_size = world_size
+
+    @property
+    def num_workers(self) -> int:
+        return self.loader.num_workers
+
+    @property
+    def pin_memory(self) -> bool:
+        return self.loader.pin_memory
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for batch in self.loader:
+            rows = int(batch["input_ids"].shape[0])
+            if rows % self.world_size:
+                raise ValueError(f"a batch of {rows} rows does not split across {self.world_size} ranks")
+            share = rows // self.world_size
+            start = self.rank * share
+            yield {
+                key: value if key in (TOKENS_KEY, WORKER_KEY) else value[start : start + share]
+                for key, value in batch.items()
+            }

@@ -30,6 +30,8 @@
     strategies = ["vanilla", "acme-recipe"]
     engines = ["loop", "trainer"]      # default ["loop"]
     markers = ["nightly"]              # default []: every push
+    # world_sizes = [1, 2]            # default [1]: ranks per case; beyond 1 the strategies must
+                                       # combine ddp, fsdp2, zero2 or zero3 (loop engine only)
 
 Paths are relative to the ``pyproject.toml``. Every mistake is a :class:`DeclarationError`
 naming the file and the key, raised before anything runs. Pure: reading a config class
@@ -77,7 +79,7 @@ _MODEL_KEYS = (
 _SHAPE_KEYS = ("batch_size", "seq_len", "target_len")
 _STRATEGY_FIELDS = tuple(f.name for f in dataclasses.fields(Strategy) if f.name != "name")
 _MATRIX_KEYS = ("builtin", "cases")
-_CASE_KEYS = ("models", "strategies", "engines", "markers")
+_CASE_KEYS = ("models", "strategies", "engines", "markers", "world_sizes")
 
 
 def read_pyproject(path: Path) -> dict[str, Any]:
@@ -154,8 +156,15 @@ def load(path: Path, settings: Mapping[str, Any] | None = None) -> bool:
             engines=_names(path, f"{key}.engines", entry.get("engines", ["loop"])),
             markers=_names(path, f"{key}.markers", entry.get("markers", [])),
             source=f"{path}: {key}",
+            world_sizes=_sizes(path, f"{key}.world_sizes", entry.get("world_sizes", [1])),
         )
     return any(settings.get(k) for k in DECLARATION_KEYS)
+
+
+def _sizes(path: Path, key: str, value: Any) -> list[int]:
+    if not isinstance(value, list) or not value or not all(type(v) is int and v >= 1 for v in value):
+        raise DeclarationError(f"{path}: {key} must be a non-empty array of positive integers, e.g. [1, 2]")
+    return value
 
 
 def _local(root: Path, value: str) -> Path:

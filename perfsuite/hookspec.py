@@ -10,8 +10,13 @@ from perfsuite.case import CaseSpec
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_perfsuite_run_case(config: pytest.Config, spec: CaseSpec, timeout_s: float) -> dict[str, Any] | None:
+def pytest_perfsuite_run_case(
+    config: pytest.Config, spec: CaseSpec, timeout_s: float, env: dict[str, str]
+) -> dict[str, Any] | None:
     """Run one case and return its record (the format of :func:`perfsuite.case.run_case`).
+
+    ``env`` is what the case's process must have set before it starts: the GPU pool's
+    ``CUDA_VISIBLE_DEVICES`` when cases share a machine's GPUs, else empty.
 
     The default runs it in an isolated worker process on this machine. Implement it to
     run cases elsewhere (a remote GPU box) or, in perfsuite's own plugin tests, to feed

@@ -86,7 +86,8 @@ class MatmulDtypes(TorchDispatchMode):  # type: ignore[no-untyped-call]
 def _storage_key(t: torch.Tensor) -> tuple[str, int] | None:
     try:
         storage = t.untyped_storage()
-    except (RuntimeError, NotImplementedError):  # sparse, nested, functional wrappers: no plain storage
+        storage.data_ptr()
+    except (RuntimeError, NotImplementedError):  # sparse, nested, DTensor and functional wrappers: no plain storage
         return None
     if storage.device.type == "meta" or storage.nbytes() == 0:
         return None
@@ -113,11 +114,14 @@ def other_live_tensors(known: Iterable[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _model_and_optimizer_tensors(trainer: Engine) -> list[torch.Tensor]:
+    from torch.distributed.tensor import DTensor
+
     tensors: list[torch.Tensor] = [*trainer.model.parameters(), *trainer.model.buffers()]
     tensors += [p.grad for p in trainer.model.parameters() if p.grad is not None]
     for state in trainer.inner_optimizer.state.values():
         tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
-    return tensors
+    # A sharded (FSDP2) tensor's bytes are its local shard's.
+    return [t.to_local() if isinstance(t, DTensor) else t for t in tensors]
 
 
 @contextlib.contextmanager
@@ -253,6 +257,7 @@ def deepspeed_state(engine: Any, optimizer: Any) -> dict[str, Any]:
     return {
         "engine_class": type(engine).__name__,
         "zero_stage": int(engine.zero_optimization_stage()),
+        "data_parallel_world_size": int(getattr(engine, "dp_world_size", 1)),
         "zero_optimizer_class": type(zero_opt).__name__,
         "optimizer_class": type(basic).__name__ if basic is not None else None,
         "partitioned_parameters": len(partitioned),

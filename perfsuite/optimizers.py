@@ -108,7 +108,10 @@ def _galore(model: torch.nn.Module, params: list[torch.nn.Parameter], lr: float)
 
 def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """Every tensor an optimizer keeps per parameter, including those inside state objects
-    (GaLore's projector holds its projection matrix in a Python object, not a tensor entry)."""
+    (GaLore's projector holds its projection matrix in a Python object, not a tensor entry);
+    of a sharded (DTensor) state, this rank's shard."""
+    from torch.distributed.tensor import DTensor
+
     found: list[torch.Tensor] = []
     for state in optimizer.state.values():
         for value in state.values():
@@ -116,7 +119,7 @@ def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
                 found.append(value)
             elif hasattr(value, "__dict__"):
                 found += [v for v in vars(value).values() if isinstance(v, torch.Tensor)]
-    return found
+    return [t.to_local() if isinstance(t, DTensor) else t for t in found]
 
 
 def state_bytes(optimizer: torch.optim.Optimizer) -> int:

@@ -24,6 +24,7 @@ MARKERS = {
     "slow": "takes more than a few seconds",
     "nightly": "too long for every push: deselected by default, run with `pytest -m nightly`",
     "trainer": "the case runs through the Hugging Face Trainer engine (ids end in -trainer)",
+    "distributed": "the case launches its ranks as processes (ids end in -ws<N> beyond one rank)",
     "deepspeed": "needs deepspeed installed",
     "bnb": "needs bitsandbytes installed",
     "lora": "needs peft installed",
@@ -87,6 +88,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=3,
         metavar="N",
         help="runs per case when refreshing; their spread sets the time tolerance (default 3)",
+    )
+    group.addoption(
+        "--perfsuite-shard",
+        metavar="I/N",
+        help="run shard I of N of the matrix (whole models, balanced by case count; perfsuite.shards): "
+        "the nightly workflow's machines each run one",
+    )
+    group.addoption(
+        "--perfsuite-gpus",
+        default="all",
+        metavar="GPUS",
+        help="GPUs the GPU tier's cases share: all (default), a count, or ids (0,2); with more than one, "
+        "single-GPU cases run side by side, one per GPU, and a case on N ranks gets N",
     )
     group.addoption("--perfsuite-json", metavar="PATH", type=Path, help="write every case's records and checks here")
     group.addoption("--perfsuite-markdown", metavar="PATH", type=Path, help="write the summary table as markdown")
@@ -158,8 +172,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _param(case: registry.MatrixCase) -> Any:
-    spec = tier_spec(case.model, case.strategy, case.engine)
+    spec = tier_spec(case.model, case.strategy, case.engine, world_size=case.world_size)
     marks = [pytest.mark.cpu if spec.device == "cpu" else pytest.mark.gpu]
+    if spec.launches_ranks:
+        marks.append(pytest.mark.distributed)
     if case.engine != "loop":
         marks.append(getattr(pytest.mark, case.engine))
     marks += [getattr(pytest.mark, marker) for marker in case.markers]
@@ -170,7 +186,11 @@ def _param(case: registry.MatrixCase) -> Any:
 
 @pytest.hookimpl(trylast=True)  # after -m/-k deselected: torch is imported only when a gpu test remains
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    shard = config.getoption("perfsuite_shard")
+    if shard:
+        _keep_shard(config, items, shard)
     has_cuda: bool | None = None
+    gpus = 0
     for item in items:
         for marker, (module, install) in OPTIONAL.items():
             if item.get_closest_marker(marker) and importlib.util.find_spec(module) is None:
@@ -180,8 +200,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 import torch
 
                 has_cuda = torch.cuda.is_available()
+                gpus = torch.cuda.device_count() if has_cuda else 0
             if not has_cuda:
                 item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU: run `pytest -m gpu` on a GPU machine"))
+                continue
+            spec = _case_of(item)
+            if spec is not None and spec.world_size > gpus:
+                item.add_marker(pytest.mark.skip(reason=f"needs {spec.world_size} GPUs; this machine has {gpus}"))
+
+
+def _case_of(item: pytest.Item) -> CaseSpec | None:
+    callspec = getattr(item, "callspec", None)
+    spec = callspec.params.get("perfsuite_case") if callspec is not None else None
+    return spec if isinstance(spec, CaseSpec) else None
+
+
+def _keep_shard(config: pytest.Config, items: list[pytest.Item], value: str) -> None:
+    """Deselect what is not on shard ``value``: matrix cases by model; other tests stay on shard 1."""
+    from perfsuite.shards import assign, parse_shard
+
+    try:
+        index, total = parse_shard(value)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--perfsuite-shard: {exc}") from None
+    specs = {item.nodeid: _case_of(item) for item in items}
+    placed = assign((s.model for s in specs.values() if s is not None), total)
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        spec = specs[item.nodeid]
+        (keep if (placed[spec.model] if spec is not None else 1) == index else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")
@@ -191,10 +242,25 @@ def perfsuite(pytestconfig: pytest.Config) -> Any:
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_perfsuite_run_case(config: pytest.Config, spec: CaseSpec, timeout_s: float) -> dict[str, Any]:
+def pytest_perfsuite_run_case(
+    config: pytest.Config, spec: CaseSpec, timeout_s: float, env: dict[str, str]
+) -> dict[str, Any]:
     from perfsuite.worker import run_isolated
 
-    return run_isolated(spec, timeout_s=timeout_s)
+    return run_isolated(spec, timeout_s=timeout_s, env=env)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """GPU cases start on the GPU pool now, side by side (each test then waits for its own)."""
+    specs = [
+        params["perfsuite_case"]
+        for item in session.items
+        if "perfsuite_case" in (params := getattr(getattr(item, "callspec", None), "params", {}))
+        and item.get_closest_marker("gpu")
+        and not item.get_closest_marker("skip")
+    ]
+    if specs:
+        _session(session.config).prefetch(specs)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -220,6 +286,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = _session(session.config)
+    state.close()
     if state.refresh and exitstatus != pytest.ExitCode.INTERRUPTED:
         state.write_staged()
     scratch = getattr(state, "benchmark_scratch", None)

@@ -50,6 +50,9 @@ class MatrixEntry:
     """pytest markers of these cases, e.g. ``nightly`` (deselected by default) or the project's own."""
     source: str = ""
     """Where the entry was declared, for error messages."""
+    world_sizes: tuple[int, ...] = (1,)
+    """Ranks each case trains on; beyond 1 its strategies must say how ranks share the work
+    (``ddp``, ``fsdp2``, ``zero2``, ``zero3``, alone or combined)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class MatrixCase:
     engine: str
     markers: tuple[str, ...]
     source: str
+    world_size: int = 1
 
 
 @dataclass
@@ -153,14 +157,16 @@ def register_cases(
     engines: Iterable[str] = ("loop",),
     markers: Iterable[str] = (),
     source: str = "register_cases()",
+    world_sizes: Iterable[int] = (1,),
 ) -> MatrixEntry:
-    """Add the cases ``models`` × ``strategies`` × ``engines`` to the matrix, marked ``markers``."""
+    """Add the cases ``models`` × ``strategies`` × ``engines`` × ``world_sizes`` to the matrix, marked ``markers``."""
     entry = MatrixEntry(
         models=tuple(models),
         strategies=tuple(strategies),
         engines=tuple(engines),
         markers=tuple(markers),
         source=source,
+        world_sizes=tuple(world_sizes),
     )
     _check_entry(entry)
     _expand([*_active_entries(), entry])  # a case declared twice is an error now, where it was declared
@@ -185,10 +191,22 @@ def _check_entry(entry: MatrixEntry) -> None:
             resolve(name)
         except (UnknownNameError, ValueError) as exc:
             raise DeclarationError(f"{where}: {exc}") from None
+    for size in entry.world_sizes:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise DeclarationError(f"{where}: world sizes must be positive integers, not {size!r}")
+        if size > 1:
+            for strategy in entry.strategies:
+                if not resolve(strategy).distributed:
+                    raise DeclarationError(
+                        f"{where}: {strategy} at world size {size}: the strategy must say how ranks share "
+                        "the work (combine it with ddp, fsdp2, zero2 or zero3)"
+                    )
     for name in entry.engines:
         if name not in ENGINES:
             raise DeclarationError(f"{where}: unknown engine {name!r}; valid: {', '.join(ENGINES)}")
         if name == "trainer":
+            if any(size > 1 for size in entry.world_sizes):
+                raise DeclarationError(f"{where}: multi-rank cases run through the loop engine only")
             for strategy in entry.strategies:
                 reason = trainer_unsupported(resolve(strategy))
                 if reason is not None:
@@ -208,20 +226,22 @@ def _active_entries() -> list[MatrixEntry]:
 
 
 def _expand(entries: Sequence[MatrixEntry]) -> list[MatrixCase]:
-    cases: dict[tuple[str, str, str], MatrixCase] = {}
+    cases: dict[tuple[str, str, str, int], MatrixCase] = {}
     for entry in entries:
         for engine in entry.engines:
             for declared in entry.models:
                 variant = _STATE.variants.get(declared)
                 for model in (declared, variant) if variant else (declared,):
                     for strategy in entry.strategies:
-                        key = (model, strategy, engine)
-                        if key in cases:
-                            raise DeclarationError(
-                                f"{entry.source}: the case {model} × {strategy} × {engine} is already declared "
-                                f"by {cases[key].source}"
-                            )
-                        cases[key] = MatrixCase(model, strategy, engine, entry.markers, entry.source)
+                        for size in entry.world_sizes:
+                            key = (model, strategy, engine, size)
+                            if key in cases:
+                                ranks = "" if size == 1 else f" at world size {size}"
+                                raise DeclarationError(
+                                    f"{entry.source}: the case {model} × {strategy} × {engine}{ranks} is already "
+                                    f"declared by {cases[key].source}"
+                                )
+                            cases[key] = MatrixCase(model, strategy, engine, entry.markers, entry.source, size)
     return list(cases.values())
 
 

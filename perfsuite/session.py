@@ -9,6 +9,7 @@ import platform
 import subprocess
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,8 @@ class PerfsuiteSession:
         if self.repeats < 1:
             raise pytest.UsageError("--perfsuite-repeats must be at least 1")
         self._records: dict[CaseSpec, list[dict[str, Any]]] = {}
+        self._pending: dict[CaseSpec, Future[dict[str, Any]]] = {}
+        self._runner: Any = None
         self.outcomes: list[Outcome] = []
         self.staged: dict[Path, dict[str, Any]] = {}
         self.staged_benchmarks: dict[str, tuple[str, str]] = {}
@@ -114,11 +117,46 @@ class PerfsuiteSession:
     def records(self, spec: CaseSpec, count: int = 1) -> list[dict[str, Any]]:
         """``count`` runs of ``spec``, each in a fresh worker; runs already made this session are reused."""
         runs = self._records.setdefault(spec, [])
-        timeout = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"].timeout
+        pending = self._pending.pop(spec, None)
+        if pending is not None:
+            runs.append(pending.result())
         # A crash or skip repeats itself: once one run is not ok, don't pay for it again.
         while len(runs) < count and all(r["status"] == "ok" for r in runs):
-            runs.append(self.config.hook.pytest_perfsuite_run_case(config=self.config, spec=spec, timeout_s=timeout))
+            runs.append(self._run(spec))
         return runs
+
+    def _run(self, spec: CaseSpec, env: dict[str, str] | None = None) -> dict[str, Any]:
+        timeout = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"].timeout
+        return self.config.hook.pytest_perfsuite_run_case(  # type: ignore[no-any-return]
+            config=self.config, spec=spec, timeout_s=timeout, env=env or {}
+        )
+
+    def prefetch(self, specs: list[CaseSpec]) -> None:
+        """Start the first run of each GPU case on the GPU pool, when it has more than one GPU
+        (:mod:`perfsuite.distributed.pool`); a case's test then waits for its run. Repeats and
+        retries run one at a time, on all the GPUs."""
+        import torch
+
+        from perfsuite.distributed.pool import GPUPool, PoolRunner, parse_gpus, visible_gpus, with_gpus
+
+        try:
+            gpus = parse_gpus(self.config.getoption("perfsuite_gpus"), visible_gpus(torch.cuda.device_count))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--perfsuite-gpus: {exc}") from None
+        if len(gpus) < 2:
+            return
+        pool = GPUPool(gpus)
+        self._runner = PoolRunner(pool)
+        for spec in sorted(dict.fromkeys(specs), key=lambda s: -s.world_size):
+            if spec.world_size <= len(gpus):
+                self._pending[spec] = self._runner.submit(
+                    spec.world_size, lambda env, spec=spec: with_gpus(self._run(spec, env), env, pool)
+                )
+
+    def close(self) -> None:
+        """Stop runs nobody waits for any more (an interrupted session)."""
+        if self._runner is not None:
+            self._runner.close(cancel=True)
 
     def record(self, spec: CaseSpec) -> dict[str, Any]:
         """One run of ``spec`` (cached): what tests of a strategy's claims look at."""
@@ -200,10 +238,9 @@ class PerfsuiteSession:
         runs = int(tolerance.time_retries) + 1
         majority = runs // 2 + 1
         failed, passed = 1, 0
-        timeout = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"].timeout
         while failed < majority and passed < majority:
             time.sleep(tolerance.time_retry_pause_s)  # let a burst of a neighbour's load pass
-            record = self.config.hook.pytest_perfsuite_run_case(config=self.config, spec=spec, timeout_s=timeout)
+            record = self._run(spec)
             outcome.records.append(record)
             if record["status"] != "ok":
                 break
@@ -265,6 +302,7 @@ class PerfsuiteSession:
                 "seed": spec.seed,
                 "device": first["device"],
                 "threads": first.get("threads"),
+                "world_size": first.get("world_size", 1),
             },
             provenance=self._provenance(first),
         )

@@ -18,6 +18,7 @@ OptimizerName = Literal[
 ]
 Padding = Literal["max_length", "longest"]
 Attention = Literal["sdpa", "eager"]
+DataParallel = Literal["none", "ddp", "fsdp2"]
 
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
 OPTIMIZERS: tuple[str, ...] = (
@@ -32,6 +33,7 @@ OPTIMIZERS: tuple[str, ...] = (
 )
 PADDINGS: tuple[str, ...] = ("max_length", "longest")
 ATTENTIONS: tuple[str, ...] = ("sdpa", "eager")
+DATA_PARALLEL: tuple[str, ...] = ("none", "ddp", "fsdp2")
 
 # The package each optimizer comes from, by import name (torch and transformers are always there).
 _OPTIMIZER_PACKAGES = {
@@ -96,6 +98,11 @@ class Strategy:
     """Load the base weights in 4-bit NF4 (bitsandbytes), as QLoRA does; needs ``lora_rank``."""
     activation_offload: bool = False
     """Move the activations checkpointing saves to host memory during the forward (GPU only)."""
+    data_parallel: DataParallel = "none"
+    """How ranks share the work besides DeepSpeed's ZeRO: ``ddp`` (accelerate's
+    DistributedDataParallel: replicated weights, all-reduced gradients) or ``fsdp2`` (torch
+    ``fully_shard``: parameters, gradients and optimizer state sharded across ranks). The
+    case's ``world_size`` says how many ranks (see :mod:`perfsuite.distributed`)."""
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -132,10 +139,30 @@ class Strategy:
             raise ValueError(f"{self.name}: activation_offload offloads what checkpointing saves; it needs it")
         if self.compile and self.zero_stage:
             raise ValueError(f"{self.name}: DeepSpeed compiles through its own engine; compile with zero_stage")
+        if self.data_parallel not in DATA_PARALLEL:
+            raise ValueError(f"{self.name}: data_parallel must be one of {DATA_PARALLEL}, not {self.data_parallel!r}")
+        if self.data_parallel != "none" and self.zero_stage:
+            raise ValueError(
+                f"{self.name}: DeepSpeed's ZeRO shares the work across ranks itself; no {self.data_parallel}"
+            )
+        if self.data_parallel == "fsdp2":
+            # What perfsuite's fully_shard path maps: torch optimizers over DTensor parameters,
+            # fp32 or bf16 (fp16 would need a scaler that reduces found_inf across shards).
+            if self.optimizer not in ("adamw", "adamw_fused"):
+                raise ValueError(f"{self.name}: fsdp2 runs torch AdamW (fused or not), not {self.optimizer}")
+            if self.precision == "fp16":
+                raise ValueError(f"{self.name}: fsdp2 with fp16 loss scaling is not mapped; use bf16")
+            if self.lora_rank or self.compile:
+                raise ValueError(f"{self.name}: fsdp2 with LoRA or torch.compile is not mapped")
 
     @property
     def uses_deepspeed(self) -> bool:
         return self.zero_stage > 0
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the strategy trains across ranks (DDP, FSDP2 or DeepSpeed's ZeRO)."""
+        return self.data_parallel != "none" or self.zero_stage > 0
 
     @property
     def requires(self) -> tuple[str, ...]:
@@ -232,6 +259,16 @@ _BASE: tuple[Strategy, ...] = (
     Strategy(name="eager_attention", attention="eager", description="transformers' eager attention instead of SDPA"),
     Strategy(name="compile", compile=True, description="torch.compile of the model (inductor)"),
     Strategy(name="lora", lora_rank=8, description="LoRA r=8 on the attention projections (peft)"),
+    Strategy(
+        name="ddp", data_parallel="ddp", description="DistributedDataParallel (accelerate): gradients all-reduced"
+    ),
+    Strategy(
+        name="fsdp2",
+        data_parallel="fsdp2",
+        description="FSDP2 (torch fully_shard): parameters, gradients and optimizer state sharded",
+    ),
+    Strategy(name="zero2", zero_stage=2, description="DeepSpeed ZeRO-2: gradients and optimizer state partitioned"),
+    Strategy(name="zero3", zero_stage=3, description="DeepSpeed ZeRO-3: parameters partitioned too"),
     Strategy(name="paged_adamw_8bit", optimizer="paged_adamw_8bit", description="bitsandbytes paged 8-bit AdamW"),
     Strategy(name="qlora", lora_rank=8, quantize_4bit=True, description="LoRA r=8 on NF4 4-bit base weights"),
     Strategy(

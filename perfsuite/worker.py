@@ -73,7 +73,7 @@ def _captured_output() -> Iterator[dict[str, str]]:
             box["output"] = sink.read().decode(errors="replace")
 
 
-def _warning_list(caught: list[warnings.WarningMessage]) -> list[dict[str, Any]]:
+def warning_list(caught: list[warnings.WarningMessage]) -> list[dict[str, Any]]:
     """Distinct warnings with how often each was raised, in first-seen order."""
     counts: dict[tuple[str, str, str, int], int] = {}
     for w in caught:
@@ -85,7 +85,10 @@ def _warning_list(caught: list[warnings.WarningMessage]) -> list[dict[str, Any]]
     ]
 
 
-def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Connection) -> None:
+def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Connection, env: dict[str, str]) -> None:
+    # A process group of its own: a timeout kills the worker with everything it started (ranks, loaders).
+    os.setpgid(0, 0)
+    os.environ.update(env)  # before anything asks CUDA which GPUs it sees
     conn.send(("started", time.monotonic()))
     from perfsuite import _preload
 
@@ -100,7 +103,7 @@ def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Conn
             traceback.print_exc()
     output = captured["output"]
     diagnostics = {
-        "warnings": _warning_list(_preload.IMPORT_WARNINGS + caught),
+        "warnings": warning_list(_preload.IMPORT_WARNINGS + caught),
         "output": output[-OUTPUT_LIMIT:],
         "output_truncated": len(output) > OUTPUT_LIMIT,
     }
@@ -119,18 +122,33 @@ def _exit_reason(code: int | None) -> str:
     return f"worker exited with code {code} before reporting a result"
 
 
-def run_isolated(spec: CaseSpec, *, timeout_s: float, target: CaseFn | None = None) -> dict[str, Any]:
+def _kill_group(proc: multiprocessing.process.BaseProcess) -> None:
+    """SIGKILL the worker's process group: the worker, its ranks and DataLoader workers."""
+    if proc.pid is None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_isolated(
+    spec: CaseSpec, *, timeout_s: float, target: CaseFn | None = None, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Run one case in a fresh worker and return its result record (never raises for the case's faults).
 
     ``target`` defaults to :func:`perfsuite.case.run_case`; tests pass functions that
-    crash or hang to show the run goes on.
+    crash or hang to show the run goes on. ``env`` is set in the worker before the case
+    starts (the GPU pool's ``CUDA_VISIBLE_DEVICES``).
     """
     from perfsuite.case import failed_record, run_case
 
     ctx = _context()
     receiver, sender = ctx.Pipe(duplex=False)
     # Not a daemon: a daemonic process may not start DataLoader workers of its own.
-    proc = ctx.Process(target=_child, args=(target or run_case, spec, sender), name=f"perfsuite-{spec.id}")
+    proc = ctx.Process(
+        target=_child, args=(target or run_case, spec, sender, dict(env or {})), name=f"perfsuite-{spec.id}"
+    )
     launched = time.monotonic()
     proc.start()
     sender.close()
@@ -160,8 +178,11 @@ def run_isolated(spec: CaseSpec, *, timeout_s: float, target: CaseFn | None = No
         receiver.close()
         proc.join(5 if kind != "timeout" else 0)
         if proc.is_alive():
+            _kill_group(proc)
             proc.kill()
             proc.join()
+        if kind not in ("result", "skipped"):
+            _kill_group(proc)  # whatever a failed worker left behind (a rank that outlived it)
     wall = time.monotonic() - launched
     if kind == "result":
         record = dict(payload)

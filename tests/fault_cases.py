@@ -30,3 +30,17 @@ def skip(spec: CaseSpec) -> dict[str, Any]:
 
 def ok(spec: CaseSpec) -> dict[str, Any]:
     return {"model": spec.model, "strategy": spec.strategy, "status": "ok", "error": None, "pid": os.getpid()}
+
+
+def gpu_holder(spec: CaseSpec) -> dict[str, Any]:
+    """A case that reports the GPUs its worker was given and when it held them."""
+    start = time.monotonic()
+    time.sleep(0.4)
+    return {
+        "model": spec.model,
+        "strategy": spec.strategy,
+        "status": "ok",
+        "error": None,
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "held": [start, time.monotonic()],
+    }

@@ -17,6 +17,18 @@
 - ``drop_grad``: under gradient accumulation, the gradients of every micro-batch but the
   last are dropped (the bug an optimizer-offload path once had), for the interaction claims.
 
+Multi-rank cases (their ranks are forked from the worker, so the patches reach them):
+
+- ``as_ddp``: an ``fsdp2`` case trains as ``ddp`` under its own name, what accelerate and
+  the HF Trainer silently do when asked for FSDP on a CPU;
+- ``alone``: accelerate is set up without its CPU switch, so on a CPU every rank silently
+  trains alone on its half of the data (no gradient is all-reduced);
+- ``kill_rank``: rank 1 is killed (SIGKILL) in its third timed step;
+- ``hang_rank``: rank 1 stops in its third timed step and never comes back.
+
+``PERFSUITE_TEST_PIDS`` (a file) collects the pid of every rank, so a test can check that
+none is left running.
+
 The test project's ``pytest_perfsuite_run_case`` runs :func:`run_case` in the usual
 isolated worker, so each injection stays inside its case's process.
 """
@@ -24,6 +36,7 @@ isolated worker, so each injection stays inside its case's process.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -84,14 +97,59 @@ def _patch_optimizer() -> None:
     engine.build_optimizer = patched
 
 
-def _disabled(spec: CaseSpec) -> CaseSpec:
-    """``spec`` training as ``vanilla`` under its own name and id."""
+def _disabled(spec: CaseSpec, instead: str = "vanilla") -> CaseSpec:
+    """``spec`` training as ``instead`` under its own name and id."""
     import dataclasses
 
     from perfsuite.strategies import STRATEGIES
 
-    object.__setattr__(spec, "strategy_spec", dataclasses.replace(STRATEGIES["vanilla"], name=spec.strategy))
+    object.__setattr__(spec, "strategy_spec", dataclasses.replace(STRATEGIES[instead], name=spec.strategy))
     return spec
+
+
+def _patch_accelerate_cpu_switch() -> None:
+    import accelerate
+
+    init = accelerate.Accelerator.__init__
+
+    def without_cpu(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["cpu"] = False
+        init(self, *args, **kwargs)
+
+    accelerate.Accelerator.__init__ = without_cpu  # type: ignore[method-assign]
+
+
+def _patch_rank_fault(kind: str) -> None:
+    step = engine.LoopEngine.step
+    calls = [0]
+
+    def patched(self: engine.LoopEngine, *args: Any, **kwargs: Any) -> engine.StepOutput:
+        calls[0] += 1
+        if os.environ.get("RANK") == "1" and calls[0] == 5:  # 2 warm-up steps, then the third timed one
+            if kind == "kill_rank":
+                os.kill(os.getpid(), signal.SIGKILL)
+            while True:
+                time.sleep(1)
+        return step(self, *args, **kwargs)
+
+    engine.LoopEngine.step = patched  # type: ignore[method-assign]
+
+
+def _note_rank_pid() -> None:
+    path = os.environ.get("PERFSUITE_TEST_PIDS")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+def _patch_pid_notes() -> None:
+    train = case.train
+
+    def noted(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        _note_rank_pid()
+        return train(*args, **kwargs)
+
+    case.train = noted
 
 
 def _patch_drop_grad() -> None:
@@ -130,6 +188,13 @@ def run_injected(spec: CaseSpec, chosen: frozenset[str]) -> dict[str, Any]:
         _patch_optimizer()
     if "noop" in chosen:
         engine.enable_checkpointing = lambda model, **kwargs: None
+    if "as_ddp" in chosen:
+        spec = _disabled(spec, instead="ddp")
+    if "alone" in chosen:
+        _patch_accelerate_cpu_switch()
+    for kind in chosen & {"kill_rank", "hang_rank"}:
+        _patch_rank_fault(kind)
+    _patch_pid_notes()
     record = case.run_case(spec)
     record["injected"] = sorted(chosen)
     return record

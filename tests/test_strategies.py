@@ -11,6 +11,7 @@ from perfsuite.strategies import STRATEGIES, Strategy, UnknownNameError, compose
 ISSUE_NAMES = (
     "vanilla fp16 bf16 grad_accum grad_ckpt adafactor adamw_8bit zero2_offload zero3_offload "
     "dataloader dynamic_padding smart_batching fused_adamw lion lion_8bit galore eager_attention compile lora "
+    "ddp fsdp2 zero2 zero3 "
     "paged_adamw_8bit qlora activation_offload all"
 ).split()
 

@@ -37,7 +37,8 @@ def _free_port() -> int:
 def deepspeed_config(
     strategy: Strategy, *, micro_batch_size: int, lr: float, max_grad_norm: float, hidden_size: int
 ) -> dict[str, Any]:
-    """The DeepSpeed config of a ZeRO strategy (DeepSpeed's own AdamW; CPU Adam when offloading).
+    """The DeepSpeed config of a ZeRO strategy (CPU Adam when offloading, else torch AdamW, see
+    :func:`deepspeed_builds_optimizer`).
 
     Bucket sizes follow the HF Trainer's ``"auto"`` values, which scale with the model:
     DeepSpeed's bare defaults allocate a 500M-element (2 GB) gradient bucket and keep
@@ -51,17 +52,26 @@ def deepspeed_config(
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": False}
     if strategy.offload_params:
         zero["offload_param"] = {"device": "cpu", "pin_memory": False}
-    return {
+    config: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": micro_batch_size,
         "gradient_accumulation_steps": strategy.grad_accum_steps,
         "gradient_clipping": max_grad_norm,
         "zero_optimization": zero,
-        "optimizer": {"type": "AdamW", "params": {"lr": lr, "weight_decay": 0.0}},
         "fp16": {"enabled": strategy.precision == "fp16"},
         "bf16": {"enabled": strategy.precision == "bf16"},
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
+    if deepspeed_builds_optimizer(strategy):
+        config["optimizer"] = {"type": "AdamW", "params": {"lr": lr, "weight_decay": 0.0}}
+    return config
+
+
+def deepspeed_builds_optimizer(strategy: Strategy) -> bool:
+    """Whether DeepSpeed builds the optimizer itself (its CPU Adam, when offloading) rather than
+    wrapping the torch AdamW the engine built (ZeRO without offload: the same update as
+    ``vanilla``, and no fused-Adam op to JIT-compile on a CPU)."""
+    return strategy.offload_optimizer
 
 
 def enable_checkpointing(model: Any, *, offload: bool = False) -> None:

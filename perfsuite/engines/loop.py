@@ -18,6 +18,7 @@ from perfsuite.data import TOKENS_KEY, WORKER_KEY
 from perfsuite.engines.common import (
     StepOutput,
     checkpointing_enabled,
+    deepspeed_builds_optimizer,
     deepspeed_setup,
     dynamo_evidence,
     enable_checkpointing,
@@ -50,6 +51,7 @@ class LoopEngine:
         max_grad_norm: float,
         batch_size: int,
         seed: int = 0,
+        world_size: int = 1,
     ) -> None:
         from accelerate import Accelerator
         from accelerate.utils import DeepSpeedPlugin, DummyOptim
@@ -58,7 +60,9 @@ class LoopEngine:
         self.loader = loader
         self.max_grad_norm = max_grad_norm
         self.accum_steps = strategy.grad_accum_steps
-        self.micro_batch_size = batch_size // strategy.grad_accum_steps
+        self.micro_batch_size = batch_size // strategy.grad_accum_steps // world_size  # per rank
+        self.world_size = world_size
+        self.sharded = strategy.data_parallel == "fsdp2"
         self.workers_seen: set[int] = set()
         self.pinned_batches = 0
         self.batches_seen = 0
@@ -74,8 +78,11 @@ class LoopEngine:
         plugin = None if config is None else DeepSpeedPlugin(hf_ds_config=config)
         self.accelerator = Accelerator(
             # cpu=True would make accelerate skip the DeepSpeed plugin; DS_ACCELERATOR=cpu places it.
+            # Under several ranks, cpu=True is also what makes accelerate join them (MULTI_CPU):
+            # without it, on a CPU, every rank silently trains alone.
             cpu=not device.is_accelerator and plugin is None,
-            mixed_precision="no" if strategy.precision == "fp32" else strategy.precision,
+            # FSDP2 casts through its own policy (perfsuite.distributed.fsdp), not autocast.
+            mixed_precision="no" if strategy.precision == "fp32" or self.sharded else strategy.precision,
             gradient_accumulation_steps=strategy.grad_accum_steps,
             deepspeed_plugin=plugin,
         )
@@ -94,14 +101,24 @@ class LoopEngine:
                 # Frozen embeddings give checkpointed blocks inputs without grad; this hook
                 # makes them require it (transformers >= 5.23 does it too, 4.x does not).
                 self.base_model.enable_input_require_grads()  # type: ignore[no-untyped-call]
-        if strategy.uses_deepspeed:
+        if self.sharded:
+            from perfsuite.distributed.fsdp import shard_model
+
+            # Each transformer block and the root become FSDP2 modules, their parameters
+            # DTensors sharded across the ranks, before the optimizer sees them.
+            model = shard_model(model, precision=strategy.precision)  # type: ignore[assignment]
+        if strategy.uses_deepspeed and deepspeed_builds_optimizer(strategy):
             optimizer: Any = DummyOptim(model.parameters(), lr=lr)
         else:
             optimizer = build_optimizer(strategy.optimizer, model, lr)
         self.trained_model = model  # the model handed to accelerate (peft-wrapped for LoRA), before compiling
         if strategy.compile:
             model = torch.compile(model)  # type: ignore[assignment]
-        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        if self.sharded:
+            # accelerate would wrap it in DDP (its FSDP path does not run on a CPU); it gets the optimizer only.
+            self.model, self.optimizer = model, self.accelerator.prepare(optimizer)
+        else:
+            self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         # Seeded again once everything is built, as the HF Trainer does (set_seed in its
         # __init__): both engines then draw the same dropout masks and train identically.
@@ -141,16 +158,26 @@ class LoopEngine:
     def _step(self, before_micro_batch: Callable[[], None] | None) -> StepOutput:
         total = torch.zeros((), device=self.accelerator.device)
         real = padded = 0
-        for _ in range(self.accum_steps):
+        for micro in range(self.accum_steps):
             if before_micro_batch is not None:
                 before_micro_batch()
             batch, n_real, n_padded = self._next_batch()
-            with self.accelerator.accumulate(self.model):
-                loss = self.model(**batch).loss  # forward; autocast is applied by prepare()
-                self.accelerator.backward(loss)  # ÷ accum_steps, GradScaler-scaled in fp16
+            if self.sharded:  # FSDP2: reduce-scatter the gradients after the last micro-batch only
+                self.model.set_requires_gradient_sync(micro == self.accum_steps - 1)  # type: ignore[operator]
+                loss = self.model(**batch).loss
+                (loss / self.accum_steps).backward()
+            else:
+                with self.accelerator.accumulate(self.model):  # DDP: no all-reduce before the last micro-batch
+                    loss = self.model(**batch).loss  # forward; autocast is applied by prepare()
+                    self.accelerator.backward(loss)  # ÷ accum_steps, GradScaler-scaled in fp16
             total += loss.detach().float()
             real, padded = real + n_real, padded + n_padded
-        grad_norm = self.accelerator.clip_grad_norm_(self.params, self.max_grad_norm)  # unscales first
+        if self.sharded:
+            from perfsuite.distributed.fsdp import clip_grad_norm
+
+            grad_norm: Any = clip_grad_norm(self.params, self.max_grad_norm)
+        else:
+            grad_norm = self.accelerator.clip_grad_norm_(self.params, self.max_grad_norm)  # unscales first
         self.optimizer.step()  # GradScaler skips it on inf/nan gradients; DeepSpeed stepped in backward
         self.optimizer.zero_grad(set_to_none=True)
         return StepOutput(
@@ -200,6 +227,10 @@ class LoopEngine:
             info["galore"] = galore_evidence(opt)
         if self.strategy.compile:
             info["compile"] = dynamo_evidence(self.model)
+        if self.strategy.distributed or self.world_size > 1:
+            from perfsuite.distributed.evidence import rank_evidence
+
+            info["distributed"] = rank_evidence(self)
         return info
 
     def _deepspeed_evidence(self) -> dict[str, Any]:

@@ -188,3 +188,38 @@ def regressions_first(cases: Sequence[ReportCase]) -> list[ReportCase]:
     """Failures first (then missing baselines), then the rest, each group in its original order."""
     rank = {"failed": 0, "missing": 1, "refused": 1}
     return sorted(cases, key=lambda c: rank.get(c.status, 2))
+
+
+def merge_results(paths: Sequence[Path], *, expect: int | None = None) -> dict[str, Any]:
+    """One pytest results file from the shards' (``pytest --perfsuite-json``, one per machine):
+    their cases together, each exactly once; ``env`` is the first shard's, with every shard's
+    under ``shards``. A missing shard (``expect``), a case in two shards or a file that is not
+    a results file raises :class:`ResultsError` naming it."""
+    if expect is not None and len(paths) != expect:
+        raise ResultsError(f"{len(paths)} shard results for {expect} shards: {', '.join(map(str, paths)) or 'none'}")
+    if not paths:
+        raise ResultsError("no results files to merge")
+    merged: dict[str, Any] = {}
+    seen: dict[str, str] = {}
+    shards = []
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ResultsError(f"{path}: no such results file") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ResultsError(f"{path}: not a perfsuite results file (not JSON: {exc})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("cases"), list) or "refresh" not in data:
+            raise ResultsError(f"{path}: not a pytest --perfsuite-json results file")
+        for case in data["cases"]:
+            name = str(case.get("case"))
+            if name in seen:
+                raise ResultsError(f"{name} is in two shards' results: {seen[name]} and {path}")
+            seen[name] = str(path)
+        if not merged:
+            merged = {k: v for k, v in data.items() if k != "cases"} | {"cases": []}
+        merged["refresh"] = bool(merged["refresh"] or data["refresh"])
+        merged["cases"].extend(data["cases"])
+        shards.append({"file": str(path), "cases": len(data["cases"]), "env": data.get("env")})
+    merged["env"] = dict(merged.get("env") or {}) | {"shards": shards}
+    return merged

@@ -39,12 +39,24 @@ def table_title(case: Mapping[str, Any]) -> str:
 
 def _case_id(case: Mapping[str, Any]) -> str:
     engine = case.get("engine") or "loop"
-    return f"{case['model']}-{case['strategy']}" + ("" if engine == "loop" else f"-{engine}")
+    ranks = int(case.get("world_size") or 1)
+    return (
+        f"{case['model']}-{case['strategy']}"
+        + ("" if ranks == 1 else f"-ws{ranks}")
+        + ("" if engine == "loop" else f"-{engine}")
+    )
+
+
+def strategy_label(case: Mapping[str, Any]) -> str:
+    """The strategy, with its ranks beyond one (``ddp ×2``: its memory is the largest rank's)."""
+    ranks = int(case.get("world_size") or 1)
+    return case["strategy"] if ranks == 1 else f"{case['strategy']} ×{ranks}"
 
 
 def summary_rows(cases: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Per model and engine, one row per case: the figures, and time/memory as % of the
-    vanilla run of the same model through the same engine."""
+    vanilla run of the same model through the same engine. A multi-rank case's memory is its
+    largest rank's (what each device must hold); their sum is in ``peak_memory_sum_bytes``."""
     by_model: dict[str, list[Mapping[str, Any]]] = {}
     for case in cases:
         by_model.setdefault(table_title(case), []).append(case)
@@ -62,7 +74,9 @@ def summary_rows(cases: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str,
             rows.append(
                 {
                     "id": _case_id(case),
-                    "strategy": case["strategy"],
+                    "strategy": strategy_label(case),
+                    "world_size": int(case.get("world_size") or 1),
+                    "peak_memory_sum_bytes": case.get("peak_memory_sum_bytes") if ok else None,
                     "status": case["status"],
                     "error": case.get("error"),
                     "step_time_s": median,

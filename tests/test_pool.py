@@ -1,0 +1,96 @@
+"""The GPU pool (perfsuite.distributed.pool) on a CPU machine with a faked GPU count.
+
+Cases are real workers (perfsuite.worker.run_isolated) whose case function reports the
+``CUDA_VISIBLE_DEVICES`` it was started with and when it ran; the pool must give a case
+on N ranks N GPUs, never give one GPU to two cases at once, and run single-GPU cases side
+by side.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from pathlib import Path
+
+import fault_cases
+import pytest
+
+from perfsuite.case import CaseSpec
+from perfsuite.distributed.pool import GPUPool, PoolRunner, parse_gpus, visible_gpus, with_gpus
+from perfsuite.worker import run_isolated
+
+
+def test_the_visible_gpus_come_from_a_faked_count_the_cuda_list_or_the_device_count() -> None:
+    assert visible_gpus(lambda: 8, {"PERFSUITE_GPUS": "4"}) == ["0", "1", "2", "3"]
+    assert visible_gpus(lambda: 8, {"PERFSUITE_GPUS": "2,5"}) == ["2", "5"]
+    assert visible_gpus(lambda: 8, {"CUDA_VISIBLE_DEVICES": "1,3"}) == ["1", "3"]
+    assert visible_gpus(lambda: 2, {}) == ["0", "1"]
+    assert parse_gpus("all", ["0", "1", "2"]) == ["0", "1", "2"]
+    assert parse_gpus("2", ["0", "1", "2"]) == ["0", "1"]
+    assert parse_gpus("0,2", ["0", "1", "2"]) == ["0", "2"]
+    with pytest.raises(ValueError, match="unknown GPU id"):
+        parse_gpus("0,7", ["0", "1"])
+    with pytest.raises(ValueError, match="3 GPUs asked for; 2 visible"):
+        parse_gpus("3", ["0", "1"])
+
+
+def test_a_case_asking_for_more_gpus_than_the_pool_has_is_refused(tmp_path: Path) -> None:
+    with (
+        pytest.raises(ValueError, match="3 GPUs asked for; the pool has 2"),
+        GPUPool(["0", "1"], lock_dir=tmp_path).acquire(3),
+    ):
+        pass
+
+
+def test_cases_share_four_faked_gpus_without_ever_sharing_one(tmp_path: Path) -> None:
+    pool = GPUPool(visible_gpus(lambda: 0, {"PERFSUITE_GPUS": "4"}), lock_dir=tmp_path, poll_s=0.02)
+    runner = PoolRunner(pool)
+    sizes = [2, 2, 1, 1, 1, 1, 1, 1, 1, 1]  # the widest first, as perfsuite run and the plugin submit them
+    specs = [
+        CaseSpec(model="tiny-bert", strategy="ddp" if n > 1 else "vanilla", world_size=n, seed=i)
+        for i, n in enumerate(sizes)
+    ]
+    futures = [
+        runner.submit(
+            spec.world_size,
+            lambda env, spec=spec: with_gpus(
+                run_isolated(spec, timeout_s=60, target=fault_cases.gpu_holder, env=env), env, pool
+            ),
+        )
+        for spec in specs
+    ]
+    records = [f.result() for f in futures]
+    runner.close()
+    for spec, record in zip(specs, records, strict=True):
+        assert record["status"] == "ok", record["error"]
+        assert record["visible"] == ",".join(record["gpus"])  # the worker saw exactly what the pool gave
+        assert len(set(record["gpus"])) == spec.world_size
+        assert set(record["gpus"]) <= {"0", "1", "2", "3"}
+    for gpu in "0123":
+        held = sorted(r["held"] for r in records if gpu in r["gpus"])
+        for (_, end), (start, _) in zip(held, held[1:], strict=False):
+            assert start >= end, f"GPU {gpu} held by two cases at once"
+    assert runner.most_in_flight >= 3  # side by side, not one after another
+    serial = sum(r["held"][1] - r["held"][0] for r in records)
+    span = max(r["held"][1] for r in records) - min(r["held"][0] for r in records)
+    assert span < 0.75 * serial, (span, serial)
+
+
+def _hold(lock_dir: str, seconds: float, ready: multiprocessing.synchronize.Event) -> None:
+    with GPUPool(["0"], lock_dir=Path(lock_dir)).acquire(1):
+        ready.set()
+        time.sleep(seconds)
+
+
+def test_the_gpus_are_shared_with_other_processes_through_lock_files(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    other = ctx.Process(target=_hold, args=(str(tmp_path), 1.0, ready))
+    other.start()
+    assert ready.wait(30)
+    started = time.monotonic()
+    with GPUPool(["0"], lock_dir=tmp_path, poll_s=0.02).acquire(1) as ids:
+        waited = time.monotonic() - started
+    other.join()
+    assert ids == ["0"]
+    assert waited > 0.5, "took a GPU another process held"
