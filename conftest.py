@@ -16,7 +16,11 @@ point) registers the markers, builds the model × strategy matrix and gates it a
   (calibrated, against this CPU class's figure), peak memory and its breakdown, and
   the loss curve against ``baselines/cpu/``; the same through the Hugging Face Trainer
   engine for tiny-bert's core strategies (ids ``-trainer``, marker ``trainer``); the
-  claims every strategy makes against a vanilla control run in the same session.
+  claims every strategy makes against a vanilla control run in the same session;
+  multi-rank cases (``-m distributed``, ids ``-ws2``: ranks launched through torch's
+  elastic launcher, gloo at world size 2) with their claims, their silent fallbacks, a
+  killed and a hung rank (``tests/test_distributed.py``); the GPU pool with a faked GPU
+  count (``tests/test_pool.py``) and the matrix's shards (``tests/test_shards.py``).
 - ``pytest -m nightly``: checks too long for every push (deselected by default through
   ``addopts``; the scheduled CI job runs them): the rest of the CPU matrix through both
   engines (``perfsuite.case.nightly_only``), their claims, regressions injected into

@@ -89,3 +89,23 @@ def test_the_nightly_history_is_written_by_a_github_hosted_job_only() -> None:
         assert "perfsuite history record" in text
         assert "perfsuite history judge" in text
         assert "perfsuite history track" in text
+
+
+def test_the_gpu_nightly_is_sharded_and_one_job_merges_every_shard() -> None:
+    for path in (ROOT / ".github/workflows/gpu-nightly.yml", ROOT / "perfsuite/templates/perfsuite-gpu-nightly.yml"):
+        jobs = _jobs(path)
+        shards = jobs["gpu"]["strategy"]["matrix"]["shard"]
+        total = len(shards)
+        assert shards == list(range(1, total + 1)), path
+        assert jobs["gpu"]["strategy"]["fail-fast"] is False, "one shard's failure must not cancel the others"
+        run = "\n".join(step.get("run", "") for step in jobs["gpu"]["steps"])
+        assert f"--perfsuite-shard ${{{{ matrix.shard }}}}/{total}" in run, path
+        upload = next(s for s in jobs["gpu"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+        assert "${{ matrix.shard }}" in upload["with"]["name"], "each shard uploads its own artifact"
+        history = jobs["history"]
+        assert history["needs"] == "gpu"
+        assert "always()" in history["if"], "the merge must run when a shard failed"
+        download = next(s for s in history["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact"))
+        assert download["with"]["pattern"].endswith("-*")
+        merge = "\n".join(step.get("run", "") for step in history["steps"])
+        assert f"perfsuite merge shards/*/perfsuite.json --expect {total}" in merge, path
