@@ -507,6 +507,7 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> dict[str, An
         if bad is not None:
             raise NonFiniteLoss(f"loss is {losses[bad]} at optimizer step {bad} (of {len(losses)})")
         grad_norms = [None if o.grad_norm is None else float(o.grad_norm) for o in outputs]
+        micro_batches = getattr(trainer, "micro_batches", lambda steps: None)(len(outputs))
 
         breakdown: dict[str, Any] = {}
         flops: dict[str, Any] = {}
@@ -582,6 +583,7 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> dict[str, An
         "matmul_dtypes": flops.get("matmul_dtypes"),
         "attention_ops": flops.get("attention_ops"),
         "loss": losses,
+        "micro_batches": micro_batches,
         "grad_norm": grad_norms,
         "skipped_optimizer_steps": sum(o.skipped for o in outputs),
         "applied": evidence,

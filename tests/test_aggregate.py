@@ -57,6 +57,17 @@ def test_the_slowest_rank_sets_each_step_and_the_largest_rank_the_memory() -> No
     assert "rank" not in record
 
 
+def test_the_loss_is_the_global_batchs_weighted_by_what_each_rank_averaged_over() -> None:
+    ranks = [_rank(0, [1.0], [1.0], 1, [9.0]), _rank(1, [1.0], [1.0], 1, [9.0])]
+    # One step of two micro-batches; rank 0 averaged 3 target tokens in the first, rank 1 one.
+    ranks[0]["micro_batches"] = {"losses": [[1.0, 2.0]], "targets": [[3, 2]]}
+    ranks[1]["micro_batches"] = {"losses": [[5.0, 4.0]], "targets": [[1, 2]]}
+    record = aggregate(ranks)
+    assert record["loss"] == [pytest.approx(((3 * 1.0 + 5.0) / 4 + (2 * 2.0 + 2 * 4.0) / 4) / 2)]
+    assert record["loss_per_rank"] == [[9.0], [9.0]]
+    assert "micro_batches" not in record
+
+
 def test_a_rank_without_a_peak_leaves_the_case_without_one() -> None:
     ranks = [_rank(0, [1.0], [1.0], 500, [1.0]), _rank(1, [1.0], [1.0], 500, [1.0])]
     ranks[1]["peak_memory_bytes"] = None

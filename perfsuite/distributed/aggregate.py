@@ -4,15 +4,16 @@ A synchronous step ends when its slowest rank does, so the case's step time is, 
 step, the slowest rank's time, then the median over steps (on a CPU, each rank's time is
 first divided by its own calibration, which ran on its own core). Peak memory is the
 largest rank's (what decides an out-of-memory), with every rank's and their sum beside
-it. The loss is the mean of the ranks' losses per step: each rank averages over its equal
-share of the global batch, so that mean is the global batch's loss. Throughput counts the
-global batch.
+it. The loss is the global batch's, as one process would report it: each micro-batch's
+ranks' losses weighted by what each averaged over (its samples, or its target tokens:
+ranks of a causal LM hold different numbers of them), then the mean over the step's
+micro-batches. Throughput counts the global batch.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perfsuite.stats import summarize
@@ -28,6 +29,25 @@ def _slowest(ranks: Sequence[Record], key: str) -> list[float] | None:
     if len({len(s) for s in samples}) != 1:
         raise ValueError(f"ranks timed different numbers of steps: {[len(s) for s in samples]}")
     return [max(step) for step in zip(*samples, strict=True)]
+
+
+def global_losses(micro: Sequence[Mapping[str, list[list[Any]]]]) -> list[float]:
+    """Per step, the loss one process would report for the global batch: each micro-batch's
+    ranks' losses weighted by what each averaged over (samples, or target tokens), then the
+    mean over the step's micro-batches, as a process averages its micro-batches."""
+    steps = len(micro[0]["losses"])
+    result = []
+    for s in range(steps):
+        per_micro = []
+        for m in range(len(micro[0]["losses"][s])):
+            weights = [rank["targets"][s][m] for rank in micro]
+            total = sum(weights)
+            values = [rank["losses"][s][m] for rank in micro]
+            per_micro.append(
+                sum(v * w for v, w in zip(values, weights, strict=True)) / total if total else statistics.fmean(values)
+            )
+        result.append(statistics.fmean(per_micro))
+    return result
 
 
 def aggregate(ranks: Sequence[Record]) -> Record:
@@ -66,8 +86,13 @@ def aggregate(ranks: Sequence[Record]) -> Record:
     losses = [r["loss"] for r in ranks]
     if len({len(series) for series in losses}) != 1:
         raise ValueError(f"ranks report different numbers of steps: {[len(s) for s in losses]}")
-    record["loss"] = [statistics.fmean(step) for step in zip(*losses, strict=True)]
+    micro = [r.get("micro_batches") for r in ranks]
+    if all(m is not None for m in micro):
+        record["loss"] = global_losses(micro)  # type: ignore[arg-type]
+    else:
+        record["loss"] = [statistics.fmean(step) for step in zip(*losses, strict=True)]
     record["loss_per_rank"] = losses
+    record.pop("micro_batches", None)
     record["grad_norm_per_rank"] = [r.get("grad_norm") for r in ranks]
     record["skipped_optimizer_steps"] = max(int(r.get("skipped_optimizer_steps") or 0) for r in ranks)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from perfsuite.data import TOKENS_KEY, WORKER_KEY
+from perfsuite.data import IGNORE_INDEX, TOKENS_KEY, WORKER_KEY
 from perfsuite.engines.common import (
     StepOutput,
     checkpointing_enabled,
@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 
     from perfsuite.device import Device
     from perfsuite.strategies import Strategy
+
+
+CAUSAL_TYPES = frozenset({"gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", "smollm3", "olmo2"})
+"""Model types whose loss shifts the labels by one (their configs do not all set ``is_decoder``)."""
 
 
 class LoopEngine:
@@ -63,6 +67,9 @@ class LoopEngine:
         self.micro_batch_size = batch_size // strategy.grad_accum_steps // world_size  # per rank
         self.world_size = world_size
         self.sharded = strategy.data_parallel == "fsdp2"
+        self.causal = bool(getattr(model.config, "is_decoder", False)) or model.config.model_type in CAUSAL_TYPES
+        self._micro: list[list[tuple[torch.Tensor, int]]] = []
+        """Per step, each micro-batch's loss and target count (kept beyond one rank: their global mean)."""
         self.workers_seen: set[int] = set()
         self.pinned_batches = 0
         self.batches_seen = 0
@@ -133,9 +140,19 @@ class LoopEngine:
         self.accelerator.native_amp = True
         self.accelerator.scaler = torch.amp.GradScaler("cpu")
 
+    def _targets(self, labels: torch.Tensor) -> int:
+        """What the loss averages over: samples, or target tokens (a causal LM predicts from position 1)."""
+        if labels.dim() == 1:
+            return int(labels.numel())
+        if self.causal:
+            labels = labels[..., 1:]
+        return int((labels != IGNORE_INDEX).sum())
+
     def _next_batch(self) -> tuple[dict[str, torch.Tensor], int, int]:
         batch = next(self.batches)
         real, padded = batch.pop(TOKENS_KEY).tolist()
+        if self.world_size > 1:  # counted on the host, before the copy: no device sync
+            self._micro[-1].append((torch.zeros(()), self._targets(batch["labels"])))
         self.workers_seen.add(int(batch.pop(WORKER_KEY)))
         self.pinned_batches += int(batch["input_ids"].is_pinned())
         self.batches_seen += 1
@@ -158,6 +175,8 @@ class LoopEngine:
     def _step(self, before_micro_batch: Callable[[], None] | None) -> StepOutput:
         total = torch.zeros((), device=self.accelerator.device)
         real = padded = 0
+        if self.world_size > 1:
+            self._micro.append([])
         for micro in range(self.accum_steps):
             if before_micro_batch is not None:
                 before_micro_batch()
@@ -171,6 +190,8 @@ class LoopEngine:
                     loss = self.model(**batch).loss  # forward; autocast is applied by prepare()
                     self.accelerator.backward(loss)  # ÷ accum_steps, GradScaler-scaled in fp16
             total += loss.detach().float()
+            if self.world_size > 1:
+                self._micro[-1][-1] = (loss.detach().float(), self._micro[-1][-1][1])
             real, padded = real + n_real, padded + n_padded
         if self.sharded:
             from perfsuite.distributed.fsdp import clip_grad_norm
@@ -183,6 +204,17 @@ class LoopEngine:
         return StepOutput(
             total / self.accum_steps, grad_norm, real, padded, self.accelerator.optimizer_step_was_skipped
         )
+
+    def micro_batches(self, steps: int) -> dict[str, list[list[Any]]] | None:
+        """Each of the first ``steps`` steps' micro-batch losses and target counts on this rank
+        (beyond one rank; reading the losses syncs, so only after the timed steps)."""
+        if self.world_size == 1:
+            return None
+        kept = self._micro[:steps]
+        return {
+            "losses": [[float(loss) for loss, _ in step] for step in kept],
+            "targets": [[count for _, count in step] for step in kept],
+        }
 
     @property
     def inner_optimizer(self) -> torch.optim.Optimizer:
