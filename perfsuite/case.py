@@ -248,7 +248,7 @@ def nightly_only(model: str, strategy: str, engine: str = "loop", world_size: in
     """
     if model not in TINY:
         return False
-    if world_size > 1 or resolve(strategy).distributed and not resolve(strategy).offload_optimizer:
+    if world_size > 1:
         return (model, strategy) not in _MULTI_RANK_EVERY_PUSH
     if engine != "loop":
         return model != "tiny-bert" or strategy not in _TRAINER_EVERY_PUSH
@@ -471,6 +471,7 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> dict[str, An
             batch_size=batch_size,
             seed=spec.seed,
             world_size=world_size,
+            causal_lm=model_spec.task == "causal_lm",
         )
     # Host-side drift cancels against a workload outside the stack under test; a GPU's
     # step time is its kernels', which a host workload says nothing about.

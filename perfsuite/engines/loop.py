@@ -37,10 +37,6 @@ if TYPE_CHECKING:
     from perfsuite.strategies import Strategy
 
 
-CAUSAL_TYPES = frozenset({"gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", "smollm3", "olmo2"})
-"""Model types whose loss shifts the labels by one (their configs do not all set ``is_decoder``)."""
-
-
 class LoopEngine:
     """A model, an optimizer and a batch stream, set up the way ``strategy`` says."""
 
@@ -56,6 +52,7 @@ class LoopEngine:
         batch_size: int,
         seed: int = 0,
         world_size: int = 1,
+        causal_lm: bool = False,
     ) -> None:
         from accelerate import Accelerator
         from accelerate.utils import DeepSpeedPlugin, DummyOptim
@@ -67,7 +64,7 @@ class LoopEngine:
         self.micro_batch_size = batch_size // strategy.grad_accum_steps // world_size  # per rank
         self.world_size = world_size
         self.sharded = strategy.data_parallel == "fsdp2"
-        self.causal = bool(getattr(model.config, "is_decoder", False)) or model.config.model_type in CAUSAL_TYPES
+        self.causal_lm = causal_lm
         self._micro: list[list[tuple[torch.Tensor, int]]] = []
         """Per step, each micro-batch's loss and target count (kept beyond one rank: their global mean)."""
         self.workers_seen: set[int] = set()
@@ -144,20 +141,21 @@ class LoopEngine:
         """What the loss averages over: samples, or target tokens (a causal LM predicts from position 1)."""
         if labels.dim() == 1:
             return int(labels.numel())
-        if self.causal:
+        if self.causal_lm:
             labels = labels[..., 1:]
         return int((labels != IGNORE_INDEX).sum())
 
-    def _next_batch(self) -> tuple[dict[str, torch.Tensor], int, int]:
+    def _next_batch(self) -> tuple[dict[str, torch.Tensor], int, int, int]:
+        """The next micro-batch on the device, its real and padded tokens, and (beyond one
+        rank) what its loss averages over, counted on the host before the copy: no device sync."""
         batch = next(self.batches)
         real, padded = batch.pop(TOKENS_KEY).tolist()
-        if self.world_size > 1:  # counted on the host, before the copy: no device sync
-            self._micro[-1].append((torch.zeros(()), self._targets(batch["labels"])))
+        targets = self._targets(batch["labels"]) if self.world_size > 1 else 0
         self.workers_seen.add(int(batch.pop(WORKER_KEY)))
         self.pinned_batches += int(batch["input_ids"].is_pinned())
         self.batches_seen += 1
         moved = {k: v.to(self.accelerator.device, non_blocking=True) for k, v in batch.items()}
-        return moved, real, padded
+        return moved, real, padded, targets
 
     def step(
         self,
@@ -180,7 +178,7 @@ class LoopEngine:
         for micro in range(self.accum_steps):
             if before_micro_batch is not None:
                 before_micro_batch()
-            batch, n_real, n_padded = self._next_batch()
+            batch, n_real, n_padded, targets = self._next_batch()
             if self.sharded:  # FSDP2: reduce-scatter the gradients after the last micro-batch only
                 self.model.set_requires_gradient_sync(micro == self.accum_steps - 1)  # type: ignore[operator]
                 loss = self.model(**batch).loss
@@ -191,7 +189,7 @@ class LoopEngine:
                     self.accelerator.backward(loss)  # ÷ accum_steps, GradScaler-scaled in fp16
             total += loss.detach().float()
             if self.world_size > 1:
-                self._micro[-1][-1] = (loss.detach().float(), self._micro[-1][-1][1])
+                self._micro[-1].append((loss.detach().float(), targets))
             real, padded = real + n_real, padded + n_padded
         if self.sharded:
             from perfsuite.distributed.fsdp import clip_grad_norm
