@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfsuite.baselines import refresh_command
+from perfsuite.drift import Drift
 from perfsuite.stats import paired_change
 
 
@@ -55,6 +56,10 @@ class Tolerance:
     spoils two of three."""
     time_retry_pause_s: float = 5.0
     """Seconds to wait before a time retry, so that a burst of a neighbour's load can pass."""
+    time_drift_limit: float = 0.0
+    """Gate the step time against the session's drift (:mod:`perfsuite.drift`: the median
+    change of its cases) while that drift is within this limit; 0 gates each case on its
+    own change (a GPU, and multi-rank CPU cases, which do not drift with the rest)."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -196,6 +201,10 @@ class Check:
     """The signed relative change the gate judged (the loss: at its worst step), for reports and history."""
     limit: float | None = None
     """The relative tolerance it was judged against: a compared check passes exactly when ``|rel| <= limit``."""
+    raw_rel: float | None = None
+    """Step time: the change against the baseline alone, before the session's drift is taken out."""
+    drift: float | None = None
+    """Step time: the session's drift it was gated against (``None`` when it was gated on its own change)."""
 
 
 @dataclasses.dataclass
@@ -275,6 +284,30 @@ def _not_compared(
     )
 
 
+def _comparable_time(baseline: Mapping[str, Any], observed: Observation) -> Mapping[str, Any] | None:
+    """The baseline's step time for ``observed``'s class, when it is in the same unit and calibration."""
+    base_time = baseline["time"].get(observed.time_class)
+    if base_time is None or base_time["unit"] != observed.time_unit:
+        return None
+    return base_time if base_time.get("calibration") == observed.calibration else None
+
+
+def _raw_change(base_time: Mapping[str, Any], observed: Observation) -> tuple[float, int]:
+    """The relative change and how many steps it was paired over (0: the medians)."""
+    base_steps = base_time.get("steps") or []
+    if len(base_steps) == len(observed.time_steps) > 0:
+        # Step by step where both have them (the same batch each time); else the medians.
+        return paired_change(observed.time_steps, base_steps), len(base_steps)
+    return _rel(observed.time, float(base_time["median"])), 0
+
+
+def time_change(baseline: Mapping[str, Any], observed: Observation) -> float | None:
+    """The raw step-time change of ``observed`` against ``baseline`` (``None`` when they do not compare):
+    what a session's drift is the median of."""
+    base_time = _comparable_time(baseline, observed)
+    return None if base_time is None else _raw_change(base_time, observed)[0]
+
+
 def check_time(
     case_id: str,
     baseline: Mapping[str, Any],
@@ -283,16 +316,19 @@ def check_time(
     hardware: str,
     *,
     fail_uncompared: bool = False,
+    drift: Drift | None = None,
 ) -> Check:
     """The step-time gate against the figure recorded for ``observed``'s time class.
 
     Without one, the check passes as *not compared* (``fail_uncompared`` makes it a
-    failure, for a dedicated runner whose class must have baselines).
+    failure, for a dedicated runner whose class must have baselines). With the session's
+    ``drift`` and a tolerance whose ``time_drift_limit`` it is within, the change is
+    judged against the drift (:mod:`perfsuite.drift`).
     """
     base_time = baseline["time"].get(observed.time_class)
     if base_time is None:
         return _not_compared(case_id, baseline, observed, hardware, fail=fail_uncompared)
-    if base_time["unit"] != observed.time_unit or base_time.get("calibration") != observed.calibration:
+    if _comparable_time(baseline, observed) is None:
         return Check(
             "step time",
             False,
@@ -306,10 +342,9 @@ def check_time(
             f"refresh with {refresh_command(case_id, hardware=hardware)}",
         )
     base, now = float(base_time["median"]), observed.time
-    base_steps = base_time.get("steps") or []
-    paired = len(base_steps) == len(observed.time_steps) > 0
-    # Step by step where both have them (the same batch each time); else the medians.
-    rel = paired_change(observed.time_steps, base_steps) if paired else _rel(now, base)
+    raw, paired = _raw_change(base_time, observed)
+    applied = drift is not None and drift.applies(tol.time_drift_limit)
+    rel = drift.gated(raw, tol.time_drift_limit) if drift is not None else raw
     limit = tol.time_tolerance(base_time.get("spread"))
     ok = abs(rel) <= limit
     spread = base_time.get("spread")
@@ -324,22 +359,28 @@ def check_time(
             else "faster than the baseline: if the speed-up is expected, record it with "
             f"{refresh_command(case_id, hardware=hardware)}"
         )
+        against = ""
+        if drift is not None and tol.time_drift_limit > 0:
+            against = f"; {rel:+.1%} against the session's drift" if applied else ""
+            against += f" ({drift.describe(tol.time_drift_limit)})"
         message = (
             f"{case_id}: step time {_fmt_time(now, observed.time_unit)} vs baseline "
-            f"{_fmt_time(base, observed.time_unit)} ({rel:+.1%}"
-            + (f" step by step over {len(base_steps)} steps" if paired else "")
-            + f"), tolerance {how}: {verdict}"
+            f"{_fmt_time(base, observed.time_unit)} ({raw:+.1%}"
+            + (f" step by step over {paired} steps" if paired else "")
+            + f"{against}), tolerance {how}: {verdict}"
         )
     return Check(
         "step time",
         ok,
         _fmt_time(base, observed.time_unit),
         _fmt_time(now, observed.time_unit),
-        f"{rel:+.1%}",
+        f"{rel:+.1%}" + (f" (raw {raw:+.1%})" if f"{raw:+.1%}" != f"{rel:+.1%}" else ""),
         f"±{limit:.1%}",
         message,
         rel=rel,
         limit=limit,
+        raw_rel=raw,
+        drift=drift.change if drift is not None and applied else None,
     )
 
 
@@ -461,10 +502,12 @@ def compare(
     *,
     hardware: str,
     fail_uncompared: bool = False,
+    drift: Drift | None = None,
 ) -> list[Check]:
-    """Every gate of one case: step time, peak memory and its breakdown, the loss curve."""
+    """Every gate of one case: step time (against the session's ``drift`` where it applies),
+    peak memory and its breakdown, the loss curve."""
     return [
-        check_time(case_id, baseline, observed, tol, hardware, fail_uncompared=fail_uncompared),
+        check_time(case_id, baseline, observed, tol, hardware, fail_uncompared=fail_uncompared, drift=drift),
         *check_memory(case_id, baseline, observed, tol),
         check_loss(case_id, baseline, observed, tol),
     ]

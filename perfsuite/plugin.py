@@ -251,16 +251,29 @@ def pytest_perfsuite_run_case(
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """GPU cases start on the GPU pool now, side by side (each test then waits for its own)."""
-    specs = [
-        params["perfsuite_case"]
+    """Before any test runs: GPU cases start on the GPU pool, side by side (each test then waits
+    for its own); CPU cases run once each, so that the session's drift is known when they are gated."""
+    if session.config.option.collectonly:
+        return
+    cases = [
+        (params["perfsuite_case"], item.get_closest_marker("gpu") is not None)
         for item in session.items
         if "perfsuite_case" in (params := getattr(getattr(item, "callspec", None), "params", {}))
-        and item.get_closest_marker("gpu")
         and not item.get_closest_marker("skip")
     ]
-    if specs:
-        _session(session.config).prefetch(specs)
+    state = _session(session.config)
+    gpu = [spec for spec, on_gpu in cases if on_gpu]
+    if gpu:
+        state.prefetch(gpu)
+    cpu = [spec for spec, on_gpu in cases if not on_gpu]
+    if cpu:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+
+        def progress(line: str) -> None:
+            if reporter is not None and session.config.get_verbosity() >= 0:
+                reporter.write_line(line)
+
+        state.measure_first(cpu, progress=progress)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -302,7 +315,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if not state.outcomes:
         return
     terminalreporter.section("perfsuite")
-    terminalreporter.write(gate_text(state.outcomes, refresh=state.refresh))
+    terminalreporter.write(gate_text(state.outcomes, refresh=state.refresh, notes=state.drift_lines()))
     if state.refresh:
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             terminalreporter.write_line("interrupted: no baseline was written")
@@ -311,7 +324,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     markdown = config.getoption("perfsuite_markdown")
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(gate_markdown(state.outcomes, refresh=state.refresh))
+        markdown.write_text(gate_markdown(state.outcomes, refresh=state.refresh, notes=state.drift_lines()))
     results = config.getoption("perfsuite_json")
     report = config.getoption("perfsuite_report")
     payload = state.results_json() if results is not None or report is not None else {}

@@ -8,7 +8,7 @@ import json
 import platform
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -40,10 +40,12 @@ from perfsuite.compare import (
     only_time_failed,
     refusals,
     resolve_tolerance,
+    time_change,
     validate_config,
 )
 from perfsuite.declaration import find_pyproject, read_pyproject
 from perfsuite.declaration import load as load_declaration
+from perfsuite.drift import MIN_CASES, Drift, estimate
 from perfsuite.env import library_versions
 from perfsuite.registry import DeclarationError
 
@@ -104,6 +106,10 @@ class PerfsuiteSession:
         self._records: dict[CaseSpec, list[dict[str, Any]]] = {}
         self._pending: dict[CaseSpec, Future[dict[str, Any]]] = {}
         self._runner: Any = None
+        self._measured: list[CaseSpec] = []
+        """The cases run before any was gated (:meth:`measure_first`): the drift is their median change."""
+        self._drifts: dict[str, tuple[Drift | None, float]] = {}
+        """time class → (the session's drift, the time_drift_limit of the cases it was estimated over)."""
         self.outcomes: list[Outcome] = []
         self.staged: dict[Path, dict[str, Any]] = {}
         self.staged_benchmarks: dict[str, tuple[str, str]] = {}
@@ -152,6 +158,61 @@ class PerfsuiteSession:
                 self._pending[spec] = self._runner.submit(
                     spec.world_size, lambda env, spec=spec: with_gpus(self._run(spec, env), env, pool)
                 )
+
+    def measure_first(self, specs: list[CaseSpec], progress: Callable[[str], None]) -> None:
+        """Run each CPU case once, one after another, before any test is gated.
+
+        A CPU case's step time is gated against the session's drift, the median change of
+        all its cases (:mod:`perfsuite.drift`), which is known only once they have all run.
+        Nothing else runs meanwhile (the tests come after), so each has the machine to
+        itself. Fewer than :data:`~perfsuite.drift.MIN_CASES` cases, or a refresh, run in
+        their tests as before.
+        """
+        unique = list(dict.fromkeys(specs))
+        if self.refresh or len(unique) < MIN_CASES:
+            return
+        progress(f"perfsuite: running {len(unique)} CPU case(s) first; their median change is the session's drift")
+        for i, spec in enumerate(unique, 1):
+            start = time.perf_counter()
+            status = self.records(spec)[0]["status"]
+            progress(f"perfsuite: [{i}/{len(unique)}] {spec.id}: {status} in {time.perf_counter() - start:.0f} s")
+        self._measured = unique
+
+    def drift(self, time_class: str) -> Drift | None:
+        """The session's drift for ``time_class`` (``None`` when no case was run first)."""
+        if time_class not in self._drifts:
+            self._drifts[time_class] = self._estimate(time_class)
+        return self._drifts[time_class][0]
+
+    def _estimate(self, time_class: str) -> tuple[Drift | None, float]:
+        changes: list[float] = []
+        limits: set[float] = set()
+        for spec in self._measured:
+            record = self._records[spec][0]
+            if record["status"] != "ok" or record.get("time_class") != time_class:
+                continue
+            hardware = str(record["hardware"])
+            try:
+                tolerance = resolve_tolerance(
+                    self.settings, hardware=hardware, case_id=spec.id, precision=str(record["precision"])
+                )
+                path = baseline_path(self.root, hardware, spec.id)
+                baseline = load_baseline(path, case_id=spec.id, hardware=hardware)
+                change = time_change(baseline, observe(record, time_unit=self.time_unit(record["device"])))
+            except (BaselineError, ValueError):
+                continue  # its own test says why
+            if tolerance.time_drift_limit > 0 and change is not None:
+                changes.append(change)
+                limits.add(tolerance.time_drift_limit)
+        return estimate(time_class, changes), max(limits, default=0.0)
+
+    def drift_lines(self) -> list[str]:
+        """One line per time class whose drift was estimated, for the summary."""
+        return [
+            f"step-time drift ({cls}): {drift.describe(limit)}"
+            for cls, (drift, limit) in sorted(self._drifts.items())
+            if drift is not None
+        ]
 
     def close(self) -> None:
         """Stop runs nobody waits for any more (an interrupted session)."""
@@ -211,10 +272,17 @@ class PerfsuiteSession:
             pytest.fail(outcome.message, pytrace=False)
         outcome.baseline = baseline_figures(baseline, time_class)
         outcome.tolerance = dataclasses.asdict(tolerance)
+        drift = self.drift(time_class)
         outcome.checks = compare(
-            spec.id, baseline, observations[0], tolerance, hardware=hardware, fail_uncompared=self.fail_uncompared
+            spec.id,
+            baseline,
+            observations[0],
+            tolerance,
+            hardware=hardware,
+            fail_uncompared=self.fail_uncompared,
+            drift=drift,
         )
-        self._retry_time(spec, baseline, tolerance, hardware, outcome)
+        self._retry_time(spec, baseline, tolerance, hardware, outcome, drift)
         failures = [c.message for c in outcome.checks if not c.ok]
         if failures:
             outcome.message = "\n".join(failures)
@@ -222,7 +290,13 @@ class PerfsuiteSession:
         outcome.status = "passed"
 
     def _retry_time(
-        self, spec: CaseSpec, baseline: Mapping[str, Any], tolerance: Tolerance, hardware: str, outcome: Outcome
+        self,
+        spec: CaseSpec,
+        baseline: Mapping[str, Any],
+        tolerance: Tolerance,
+        hardware: str,
+        outcome: Outcome,
+        drift: Drift | None,
     ) -> None:
         """Measure ``spec`` again while only its step time fails; the majority of runs decides.
 
@@ -246,7 +320,13 @@ class PerfsuiteSession:
                 break
             observed = observe(record, time_unit=self.time_unit(record["device"]))
             checks = compare(
-                spec.id, baseline, observed, tolerance, hardware=hardware, fail_uncompared=self.fail_uncompared
+                spec.id,
+                baseline,
+                observed,
+                tolerance,
+                hardware=hardware,
+                fail_uncompared=self.fail_uncompared,
+                drift=drift,
             )
             changes.append(_time_change(checks))
             # The run that settles the majority is the one reported: it agrees with the verdict.
@@ -372,6 +452,11 @@ class PerfsuiteSession:
                 "python": platform.python_version(),
                 "versions": library_versions(),
             },
+            "drift": [
+                {"time_class": cls, "change": d.change, "cases": d.cases, "limit": limit, "applied": d.applies(limit)}
+                for cls, (d, limit) in sorted(self._drifts.items())
+                if d is not None
+            ],
             "cases": [
                 {
                     "case": o.case,

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.baselines import BaselineError, baseline_path, load_baseline
-from perfsuite.compare import Tolerance, baseline_figures, compare, observe, resolve_tolerance
+from perfsuite.compare import Observation, Tolerance, baseline_figures, compare, observe, resolve_tolerance, time_change
+from perfsuite.drift import estimate
 
 
 class ResultsError(ValueError):
@@ -152,10 +153,12 @@ def parse_results(data: Any, path: str) -> Results:
 
 
 def gate_runs(results: Results, baselines: Path, settings: Mapping[str, Any] | None = None) -> None:
-    """Compare the cases of a ``perfsuite run`` file with ``baselines`` as the pytest gate does.
+    """Compare the cases of a ``perfsuite run`` file with ``baselines`` as the pytest gate does,
+    a CPU case's step time against the run's drift (:mod:`perfsuite.drift`).
 
     A case without a baseline keeps no checks and says why in its message; nothing fails.
     """
+    ready: list[tuple[ReportCase, dict[str, Any], Observation, Tolerance, str]] = []
     for case in results.cases:
         if not case.ran or case.checks:
             continue
@@ -176,7 +179,15 @@ def gate_runs(results: Results, baselines: Path, settings: Mapping[str, Any] | N
         tolerance: Tolerance = resolve_tolerance(
             settings or {}, hardware=hardware, case_id=case.id, precision=str(record.get("precision", "fp32"))
         )
-        checks = compare(case.id, stored, observed, tolerance, hardware=hardware)
+        ready.append((case, stored, observed, tolerance, hardware))
+    changes: dict[str, list[float]] = {}
+    for _, base, observed, tolerance, _ in ready:
+        change = time_change(base, observed)
+        if tolerance.time_drift_limit > 0 and change is not None:
+            changes.setdefault(observed.time_class, []).append(change)
+    drifts = {cls: estimate(cls, values) for cls, values in changes.items()}
+    for case, stored, observed, tolerance, hardware in ready:
+        checks = compare(case.id, stored, observed, tolerance, hardware=hardware, drift=drifts.get(observed.time_class))
         case.baseline = baseline_figures(stored, observed.time_class)
         case.tolerance = dataclasses.asdict(tolerance)
         case.checks = [dataclasses.asdict(c) for c in checks]

@@ -197,8 +197,9 @@ def _refresh_rows(outcome: Any) -> list[list[str]]:
     return rows
 
 
-def gate_text(outcomes: Sequence[Any], *, refresh: bool, width: int = 200) -> str:
-    """The session summary as terminal text: one row per case (a refresh: its old → new per metric)."""
+def gate_text(outcomes: Sequence[Any], *, refresh: bool, width: int = 200, notes: Sequence[str] = ()) -> str:
+    """The session summary as terminal text: one row per case (a refresh: its old → new per metric),
+    then ``notes`` (the session's drift) and every step time that was not compared."""
     table = Table(header_style="bold", title="perfsuite: baselines " + ("refreshed" if refresh else "compared"))
     for column in _REFRESH_COLUMNS if refresh else _GATE_COLUMNS:
         table.add_column(column, overflow="fold")
@@ -208,7 +209,7 @@ def gate_text(outcomes: Sequence[Any], *, refresh: bool, width: int = 200) -> st
             table.add_row(*row, style=style)
     buffer = io.StringIO()
     Console(file=buffer, width=width, force_terminal=False, color_system=None).print(table)
-    return buffer.getvalue() + "".join(f"{line}\n" for line in _uncompared(outcomes))
+    return buffer.getvalue() + "".join(f"{line}\n" for line in [*notes, *_uncompared(outcomes)])
 
 
 def _uncompared(outcomes: Sequence[Any]) -> list[str]:
@@ -216,7 +217,7 @@ def _uncompared(outcomes: Sequence[Any]) -> list[str]:
     return [c.message for o in outcomes for c in o.checks if not c.compared]
 
 
-def gate_markdown(outcomes: Sequence[Any], *, refresh: bool) -> str:
+def gate_markdown(outcomes: Sequence[Any], *, refresh: bool, notes: Sequence[str] = ()) -> str:
     """The same summary as a markdown table (a CI job summary, a refresh pull request's body)."""
     columns = _REFRESH_COLUMNS if refresh else _GATE_COLUMNS
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -228,5 +229,5 @@ def gate_markdown(outcomes: Sequence[Any], *, refresh: bool) -> str:
         counts[outcome.status] = counts.get(outcome.status, 0) + 1
     heading = "perfsuite: baselines " + ("refreshed" if refresh else "compared")
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    notes = "".join(f"\n- {line}" for line in _uncompared(outcomes))
-    return f"### {heading}\n\n{summary}\n\n" + "\n".join(lines) + "\n" + notes + ("\n" if notes else "")
+    below = "".join(f"\n- {line}" for line in [*notes, *_uncompared(outcomes)])
+    return f"### {heading}\n\n{summary}\n\n" + "\n".join(lines) + "\n" + below + ("\n" if below else "")

@@ -1,0 +1,187 @@
+"""The session's drift: the median step-time change of its CPU cases, which each case is gated against.
+
+Unit tests of the pure rule (perfsuite/drift.py, perfsuite/compare.py), then the whole
+plugin on the committed CPU baselines replayed as runs (tests/replay.py): a host that
+reads every case 12% fast, as the CI host that failed tiny-bert-grad_ckpt and
+tiny-bert-lora did, gives no false alarm and still fails the case that moved against the
+rest; every case 30% slower is beyond the drift a machine has and fails every case.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from replay import BASELINES, record_of
+
+from perfsuite.compare import Tolerance, check_time
+from perfsuite.drift import MIN_CASES, Drift, estimate
+
+HERE = Path(__file__).parent
+CPU = Tolerance(time_floor=0.15, time_k=0.0, time_drift_limit=0.15)
+
+
+def test_the_drift_is_the_median_change_of_the_cases() -> None:
+    drift = estimate("amd-25.1-avx2", [-0.12, -0.10, 0.30, -0.09, -0.11, -0.50])
+    assert drift is not None
+    assert drift.change == pytest.approx(-0.105)
+    assert drift.cases == 6
+    assert estimate("amd-25.1-avx2", []) is None
+
+
+def test_a_case_is_gated_against_the_drift_within_its_limit() -> None:
+    drift = Drift(time_class="c", change=-0.12, cases=30)
+    assert drift.applies(0.15)
+    assert drift.gated(-0.19, 0.15) == pytest.approx(0.81 / 0.88 - 1)  # -8%: no false alarm
+    assert drift.gated(0.056, 0.15) == pytest.approx(1.056 / 0.88 - 1)  # +20%: the regression it hid
+    assert not drift.applies(0.0)  # a GPU's and multi-rank cases' tolerance: their own change
+    assert drift.gated(-0.19, 0.0) == -0.19
+
+
+def test_a_drift_beyond_the_limit_is_the_stack_and_gates_nothing_away() -> None:
+    drift = Drift(time_class="c", change=0.30, cases=30)
+    assert not drift.applies(0.15)
+    assert drift.gated(0.31, 0.15) == 0.31
+    assert "beyond the ±15% a machine drifts" in drift.describe(0.15)
+
+
+def test_too_few_cases_make_no_drift() -> None:
+    drift = Drift(time_class="c", change=-0.12, cases=MIN_CASES - 1)
+    assert not drift.applies(0.15)
+    assert drift.gated(-0.19, 0.15) == -0.19
+    assert "too few" in drift.describe(0.15)
+
+
+def _baseline(steps: list[float]) -> dict:
+    return {
+        "case": "x",
+        "time": {"c": {"unit": "calibrated", "calibration": "w", "median": 10.0, "steps": steps, "spread": 0.0}},
+    }
+
+
+def _observed(factor: float):
+    from perfsuite.compare import Observation
+
+    return Observation(
+        time=10.0 * factor,
+        time_unit="calibrated",
+        time_class="c",
+        calibration="w",
+        time_steps=[10.0 * factor] * 4,
+        step_time_s=0.1,
+        peak_bytes=1,
+        breakdown={},
+        losses=[1.0],
+    )
+
+
+def test_the_time_check_names_the_raw_change_and_the_drift() -> None:
+    base = _baseline([10.0] * 4)
+    drift = Drift(time_class="c", change=-0.12, cases=30)
+    hidden = check_time("x", base, _observed(1.056), CPU, "cpu", drift=drift)
+    assert not hidden.ok
+    assert hidden.rel == pytest.approx(0.2)
+    assert hidden.raw_rel == pytest.approx(0.056)
+    assert hidden.drift == -0.12
+    assert "(+5.6% step by step over 4 steps; +20.0% against the session's drift" in hidden.message
+    assert "slower than the baseline: a regression" in hidden.message
+    assert hidden.change == "+20.0% (raw +5.6%)"
+    assert check_time("x", base, _observed(0.81), CPU, "cpu", drift=drift).ok
+    assert not check_time("x", base, _observed(0.81), CPU, "cpu").ok  # without it: the false alarm
+    beyond = check_time("x", base, _observed(1.3), CPU, "cpu", drift=Drift(time_class="c", change=0.3, cases=30))
+    assert not beyond.ok
+    assert beyond.drift is None
+    assert "every case moved" in beyond.message
+
+
+# -- the plugin, on the committed baselines replayed ---------------------------------------
+
+RUNNER = f"""
+import json, os, sys
+from pathlib import Path
+
+sys.path.insert(0, {str(HERE)!r})
+from replay import record_of, slower
+
+
+def pytest_perfsuite_run_case(config, spec, timeout_s):
+    baseline = json.loads((Path({str(BASELINES)!r}) / "cpu" / f"{{spec.id}}.json").read_text())
+    record = record_of(baseline, next(iter(baseline["time"])))
+    factors = dict(item.split("=") for item in os.environ["REPLAY"].split(";"))
+    slower(float(factors.get(spec.id, factors["*"])))(record)
+    Path(os.environ["REPLAY_LOG"]).open("a").write(spec.id + "\\n")
+    return record
+"""
+PYPROJECT = """
+[tool.perfsuite.overrides."cpu/*"]
+time_floor = 0.15
+time_k = 0.0
+time_drift_limit = {limit}
+"""
+CASES = ("vanilla", "fp16", "bf16", "grad_accum", "grad_ckpt", "adafactor", "dynamic_padding", "lora", "fp16+grad_ckpt")
+ARGS = (
+    "-m",
+    "cpu and not trainer and not distributed",
+    "-k",
+    " or ".join(f"tiny-bert-{c}" for c in CASES),
+    f"--perfsuite-baselines={BASELINES}",
+    "-p",
+    "no:cacheprovider",
+)
+
+
+def _project(pytester: pytest.Pytester, limit: float, replay: str) -> None:
+    pytester.makepyfile(test_matrix=(HERE / "test_matrix.py").read_text())
+    pytester.makeconftest(RUNNER)
+    pytester.makepyprojecttoml(PYPROJECT.format(limit=limit))
+    pytester._monkeypatch.setenv("REPLAY", replay)  # type: ignore[attr-defined]
+    pytester._monkeypatch.setenv("REPLAY_LOG", str(pytester.path / "runs.log"))  # type: ignore[attr-defined]
+
+
+def _failed(result: pytest.RunResult) -> set[str]:
+    found = re.findall(r"FAILED test_matrix.py::test_case_matches_baseline\[tiny-bert-([\w+]+)\]", result.stdout.str())
+    return set(found)
+
+
+@pytest.mark.parametrize("limit", [0.15, 0.0], ids=["against-the-drift", "each-on-its-own"])
+def test_a_fast_host_neither_fails_the_cases_nor_hides_a_regression(pytester: pytest.Pytester, limit: float) -> None:
+    # Every case 12% fast; lora 8% faster than the rest (-19% raw), adafactor 20% slower (+5.6% raw).
+    _project(pytester, limit, "*=0.88;tiny-bert-lora=0.81;tiny-bert-adafactor=1.056")
+    result = pytester.runpytest_subprocess(*ARGS, "--perfsuite-json=out.json")
+    out = result.stdout.str()
+    runs = (pytester.path / "runs.log").read_text().split()
+    assert sorted(runs) == sorted(f"tiny-bert-{c}" for c in CASES)  # each ran once, before any was gated
+    assert f"perfsuite: running {len(CASES)} CPU case(s) first" in out
+    if limit:
+        assert _failed(result) == {"adafactor"}
+        assert re.search(r"tiny-bert-adafactor: step time .*\(\+5\.6% .*; \+20\.0% against the session's drift", out)
+        assert re.search(r"step-time drift \(amd-[^)]*\): the median step-time change of this session's 9 ", out)
+        drift = json.loads((pytester.path / "out.json").read_text())["drift"]
+        assert drift[0]["change"] == pytest.approx(-0.12, abs=1e-6)
+        assert drift[0]["applied"]
+    else:  # the gate before the drift: a false alarm on lora and the regression passed
+        assert _failed(result) == {"lora"}
+
+
+def test_every_case_slower_is_the_stack_not_the_host(pytester: pytest.Pytester) -> None:
+    _project(pytester, 0.15, "*=1.3")
+    result = pytester.runpytest_subprocess(*ARGS)
+    assert _failed(result) == set(CASES)
+    out = result.stdout.str()
+    assert out.count("slower than the baseline: a regression") >= len(CASES)
+    assert "beyond the ±15% a machine drifts, so every case moved" in out
+
+
+def test_a_few_cases_run_in_their_tests_without_a_drift(pytester: pytest.Pytester) -> None:
+    _project(pytester, 0.15, "*=0.80")
+    result = pytester.runpytest_subprocess(*ARGS[:3], "tiny-bert-vanilla or tiny-bert-bf16", *ARGS[4:])
+    assert _failed(result) == {"vanilla", "bf16"}  # -20% each, on its own
+    assert "CPU case(s) first" not in result.stdout.str()
+
+
+def test_replayed_records_are_what_the_baselines_hold() -> None:
+    baseline = json.loads((BASELINES / "cpu" / "tiny-bert-vanilla.json").read_text())
+    record = record_of(baseline, next(iter(baseline["time"])))
+    assert record["step_time_calibrated"]["median"] == baseline["time"][record["time_class"]]["median"]
