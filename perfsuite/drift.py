@@ -10,10 +10,16 @@ could have told from a speed-up.
 
 So where a case's tolerance allows it (``time_drift_limit``, the CPU tier's), its
 step time is gated against the session's drift: ``(1 + change) / (1 + drift) - 1``,
-the drift being the median raw change over the session's cases of the same time class
+the drift being the median raw change over the session's cases of the same group
 (at least :data:`MIN_CASES` of them, so that one case cannot be its own reference). A
 case that moves against the rest still fails, and a regression that the drift had
 hidden (+20% on a host that reads 12% fast: +5.6% raw) fails too.
+
+A group is a time class and the dtype most of a case's matmuls ran in
+(:func:`group_of`): a host moves half-precision kernels differently from fp32 ones. On
+a host that read the fp32 cases a median 8.4% fast, tiny-bert fp16, bf16 and ``all``
+(fp16) read +4.6..+5.0%, 14% off that median, while the Trainer's ``fp16`` case, whose
+matmuls run in fp32 on a CPU, read with the fp32 cases.
 
 A drift beyond the limit is not taken for the machine's: it is the stack, every case
 slower or faster (a torch upgrade that slows every matmul), and each case is then gated
@@ -24,7 +30,7 @@ visible: its workload goes through none of the libraries under test.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 MIN_CASES = 5
@@ -33,9 +39,9 @@ MIN_CASES = 5
 
 @dataclass(frozen=True)
 class Drift:
-    """The median raw step-time change of one session's cases of one time class."""
+    """The median raw step-time change of one session's cases of one group (:func:`group_of`)."""
 
-    time_class: str
+    group: str
     change: float
     """The median over the cases of their relative change against their baselines."""
     cases: int
@@ -51,10 +57,7 @@ class Drift:
 
     def describe(self, limit: float) -> str:
         """One sentence for a summary or a failure message."""
-        what = (
-            f"the median step-time change of this session's {self.cases} {self.time_class} case(s) "
-            f"is {self.change:+.1%}"
-        )
+        what = f"the median step-time change of this session's {self.cases} {self.group} case(s) is {self.change:+.1%}"
         if self.cases < MIN_CASES:
             return f"{what}: too few for the machine's drift ({MIN_CASES} needed); each case is gated on its own"
         if abs(self.change) > limit:
@@ -65,8 +68,15 @@ class Drift:
         return f"{what}: taken for the machine's drift, each case's time is gated against it"
 
 
-def estimate(time_class: str, changes: Sequence[float]) -> Drift | None:
+def group_of(time_class: str, matmul_dtypes: Mapping[str, int] | None, precision: str) -> str:
+    """``amd-25.1-avx2/float32``: the time class and the dtype most matmuls ran in (the
+    precision asked for when the run counted none)."""
+    dtype = max(matmul_dtypes, key=lambda d: matmul_dtypes[d]) if matmul_dtypes else precision
+    return f"{time_class}/{dtype}"
+
+
+def estimate(group: str, changes: Sequence[float]) -> Drift | None:
     """The drift of ``changes`` (each case's raw relative change), ``None`` without any."""
     if not changes:
         return None
-    return Drift(time_class=time_class, change=statistics.median(changes), cases=len(changes))
+    return Drift(group=group, change=statistics.median(changes), cases=len(changes))

@@ -45,7 +45,7 @@ from perfsuite.compare import (
 )
 from perfsuite.declaration import find_pyproject, read_pyproject
 from perfsuite.declaration import load as load_declaration
-from perfsuite.drift import MIN_CASES, Drift, estimate
+from perfsuite.drift import MIN_CASES, Drift, estimate, group_of
 from perfsuite.env import library_versions
 from perfsuite.registry import DeclarationError
 
@@ -109,7 +109,7 @@ class PerfsuiteSession:
         self._measured: list[CaseSpec] = []
         """The cases run before any was gated (:meth:`measure_first`): the drift is their median change."""
         self._drifts: dict[str, tuple[Drift | None, float]] = {}
-        """time class → (the session's drift, the time_drift_limit of the cases it was estimated over)."""
+        """drift group → (the session's drift, the time_drift_limit of the cases it was estimated over)."""
         self.outcomes: list[Outcome] = []
         self.staged: dict[Path, dict[str, Any]] = {}
         self.staged_benchmarks: dict[str, tuple[str, str]] = {}
@@ -178,18 +178,19 @@ class PerfsuiteSession:
             progress(f"perfsuite: [{i}/{len(unique)}] {spec.id}: {status} in {time.perf_counter() - start:.0f} s")
         self._measured = unique
 
-    def drift(self, time_class: str) -> Drift | None:
-        """The session's drift for ``time_class`` (``None`` when no case was run first)."""
-        if time_class not in self._drifts:
-            self._drifts[time_class] = self._estimate(time_class)
-        return self._drifts[time_class][0]
+    def drift(self, record: Mapping[str, Any]) -> Drift | None:
+        """The session's drift for ``record``'s group (``None`` when no case was run first)."""
+        group = _group(record)
+        if group not in self._drifts:
+            self._drifts[group] = self._estimate(group)
+        return self._drifts[group][0]
 
-    def _estimate(self, time_class: str) -> tuple[Drift | None, float]:
+    def _estimate(self, group: str) -> tuple[Drift | None, float]:
         changes: list[float] = []
         limits: set[float] = set()
         for spec in self._measured:
             record = self._records[spec][0]
-            if record["status"] != "ok" or record.get("time_class") != time_class:
+            if record["status"] != "ok" or _group(record) != group:
                 continue
             hardware = str(record["hardware"])
             try:
@@ -204,13 +205,13 @@ class PerfsuiteSession:
             if tolerance.time_drift_limit > 0 and change is not None:
                 changes.append(change)
                 limits.add(tolerance.time_drift_limit)
-        return estimate(time_class, changes), max(limits, default=0.0)
+        return estimate(group, changes), max(limits, default=0.0)
 
     def drift_lines(self) -> list[str]:
         """One line per time class whose drift was estimated, for the summary."""
         return [
-            f"step-time drift ({cls}): {drift.describe(limit)}"
-            for cls, (drift, limit) in sorted(self._drifts.items())
+            f"step-time drift ({group}): {drift.describe(limit)}"
+            for group, (drift, limit) in sorted(self._drifts.items())
             if drift is not None
         ]
 
@@ -272,7 +273,7 @@ class PerfsuiteSession:
             pytest.fail(outcome.message, pytrace=False)
         outcome.baseline = baseline_figures(baseline, time_class)
         outcome.tolerance = dataclasses.asdict(tolerance)
-        drift = self.drift(time_class)
+        drift = self.drift(runs[0])
         outcome.checks = compare(
             spec.id,
             baseline,
@@ -453,8 +454,8 @@ class PerfsuiteSession:
                 "versions": library_versions(),
             },
             "drift": [
-                {"time_class": cls, "change": d.change, "cases": d.cases, "limit": limit, "applied": d.applies(limit)}
-                for cls, (d, limit) in sorted(self._drifts.items())
+                {"group": group, "change": d.change, "cases": d.cases, "limit": limit, "applied": d.applies(limit)}
+                for group, (d, limit) in sorted(self._drifts.items())
                 if d is not None
             ],
             "cases": [
@@ -473,6 +474,10 @@ class PerfsuiteSession:
                 for o in self.outcomes
             ],
         }
+
+
+def _group(record: Mapping[str, Any]) -> str:
+    return group_of(str(record.get("time_class")), record.get("matmul_dtypes"), str(record.get("precision")))
 
 
 def _read_pinned(path: Path) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from perfsuite.baselines import BaselineError, baseline_path, load_baseline
 from perfsuite.compare import Observation, Tolerance, baseline_figures, compare, observe, resolve_tolerance, time_change
-from perfsuite.drift import estimate
+from perfsuite.drift import estimate, group_of
 
 
 class ResultsError(ValueError):
@@ -180,14 +180,19 @@ def gate_runs(results: Results, baselines: Path, settings: Mapping[str, Any] | N
             settings or {}, hardware=hardware, case_id=case.id, precision=str(record.get("precision", "fp32"))
         )
         ready.append((case, stored, observed, tolerance, hardware))
+
+    def group(case: ReportCase) -> str:
+        record = case.record or {}
+        return group_of(str(record.get("time_class")), record.get("matmul_dtypes"), str(record.get("precision")))
+
     changes: dict[str, list[float]] = {}
-    for _, base, observed, tolerance, _ in ready:
+    for case, base, observed, tolerance, _ in ready:
         change = time_change(base, observed)
         if tolerance.time_drift_limit > 0 and change is not None:
-            changes.setdefault(observed.time_class, []).append(change)
-    drifts = {cls: estimate(cls, values) for cls, values in changes.items()}
+            changes.setdefault(group(case), []).append(change)
+    drifts = {name: estimate(name, values) for name, values in changes.items()}
     for case, stored, observed, tolerance, hardware in ready:
-        checks = compare(case.id, stored, observed, tolerance, hardware=hardware, drift=drifts.get(observed.time_class))
+        checks = compare(case.id, stored, observed, tolerance, hardware=hardware, drift=drifts.get(group(case)))
         case.baseline = baseline_figures(stored, observed.time_class)
         case.tolerance = dataclasses.asdict(tolerance)
         case.checks = [dataclasses.asdict(c) for c in checks]
