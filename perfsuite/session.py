@@ -208,7 +208,7 @@ class PerfsuiteSession:
         return estimate(group, changes), max(limits, default=0.0)
 
     def drift_lines(self) -> list[str]:
-        """One line per time class whose drift was estimated, for the summary."""
+        """One line per group whose drift was estimated, for the summary."""
         return [
             f"step-time drift ({group}): {drift.describe(limit)}"
             for group, (drift, limit) in sorted(self._drifts.items())
