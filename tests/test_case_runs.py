@@ -20,9 +20,7 @@ pytestmark = pytest.mark.cpu
 def test_generated_data_is_learnable(model: str) -> None:
     # Measured at seed 0: tiny-bert 1.39 -> 0.07, tiny-gpt2 7.34 -> 2.78, tiny-t5 7.69 -> 5.75
     # (its token-by-token mapping is learned one token at a time, so it falls slowest).
-    spec = CaseSpec(
-        model=model, strategy="vanilla", steps=300, warmup_steps=0, seq_len=64, profile=False, threads=1
-    )
+    spec = CaseSpec(model=model, strategy="vanilla", steps=300, warmup_steps=0, seq_len=64, profile=False, threads=1)
     record = run_isolated(spec, timeout_s=900)
     assert record["status"] == "ok", record["error"]
     losses = record["loss"]
