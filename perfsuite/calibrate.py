@@ -17,6 +17,14 @@ v2 runs the mix twice and times only the second pass: the pass right after a tra
 step ran about 5% slower after a busy step and 15% after a sleeping one (the core's
 clock and caches still in the step's state), which pulled an injected 25% slowdown down
 to +20% in the calibrated figure; the second pass no longer depends on what came before.
+
+The workload's BLAS runs on one thread, whatever the case's thread count. numpy's
+OpenBLAS threads spin for a while after each call, so with the case's two threads they
+went on spinning through the step that followed and took a core from torch's intra-op
+threads: a tiny-bert step at two threads took 1.6-1.9x what the same step takes in a bare
+loop (``perfsuite overhead``, docs/timing.md). One thread wakes no BLAS thread at all, and
+the workload still measures what it is for, the speed of the core the steps run on. At
+one thread (the CPU tier's) nothing changes, so the workload keeps its name.
 """
 
 from __future__ import annotations
@@ -34,6 +42,12 @@ class Calibration:
     """The workload's inputs, made once per worker (seeded, so every run does the same work)."""
 
     def __init__(self) -> None:
+        from threadpoolctl import threadpool_limits
+
+        # Only numpy's BLAS ("blas": torch's CPU wheel brings none that threadpoolctl sees;
+        # its OpenMP pool is torch.set_num_threads'). For the worker's life: nothing else
+        # in a case calls numpy's BLAS.
+        threadpool_limits(limits=1, user_api="blas")
         rng = np.random.default_rng(0)
         self._a = rng.standard_normal((192, 384), dtype=np.float32)
         self._b = rng.standard_normal((384, 768), dtype=np.float32)

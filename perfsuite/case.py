@@ -101,7 +101,7 @@ class CaseSpec:
     elastic launcher (one GPU each, or a CPU core); the strategy says how they share the work
     (``ddp``, ``fsdp2``, ``zero2``, ``zero3``). ``batch_size`` stays the global batch."""
     threads: int | None = None
-    """Intra-op threads for torch and the calibration's BLAS; ``None`` keeps torch's default.
+    """Intra-op threads for torch; ``None`` keeps torch's default (the calibration's BLAS always uses one).
     The CPU tier uses 1: on a shared 2-core machine two threads wait on each other and on
     every other process, which doubled the run-to-run spread (measured; see README)."""
 
@@ -354,11 +354,11 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> dict[str, An
     """Train ``spec`` in this process and measure it: the whole case, or rank ``rank`` of a
     ``world_size``-rank one (whose process group is already up, see :mod:`perfsuite.distributed`)."""
     import torch
-    from threadpoolctl import threadpool_limits
 
     from perfsuite import measure
     from perfsuite.calibrate import NAME as CALIBRATION
     from perfsuite.calibrate import Calibration, calibrated_steps
+    from perfsuite.cpu_threads import ThreadWindow
     from perfsuite.data import build_loader, generate_dataset, load_text_dataset
     from perfsuite.device import get_device
     from perfsuite.engines import Engine
@@ -367,7 +367,6 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> dict[str, An
 
     if spec.threads is not None:
         torch.set_num_threads(spec.threads)
-        threadpool_limits(limits=spec.threads)  # the calibration's BLAS too
     strategy = spec.strategy_spec
     model_spec = spec.model_spec
     _check_requirements(strategy)
@@ -490,6 +489,8 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> dict[str, An
         if calibration is not None:
             trainer.in_training_thread(calibration.run_once)  # its own warm-up (page faults, BLAS buffers)
         device.reset_peak_memory()
+        threads = ThreadWindow()  # which threads ran while steps were timed (read at the two ends only)
+        threads.start()
         timer = device.timer()
         timed = []
         for _ in range(spec.steps):
@@ -501,6 +502,7 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> dict[str, An
         if calibration is not None:
             calibrations.append(trainer.in_training_thread(calibration.run_once))
         step_times = timer.elapsed()
+        threads.stop()
         allocator_peaks = device.peak_memory()
         outputs = warm + timed
         losses = [float(o.loss) for o in outputs]
@@ -588,5 +590,6 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> dict[str, An
         "grad_norm": grad_norms,
         "skipped_optimizer_steps": sum(o.skipped for o in outputs),
         "applied": evidence,
+        "timed_threads": threads.result,
         "pid": os.getpid(),
     }

@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated engines ({', '.join(ENGINES)}); "
         "default: the matrix's, or loop with --models/--strategies",
     )
-    run.add_argument("--steps", type=int, help="timed optimizer steps per case (default 8 on CPU, 20 on GPU)")
+    run.add_argument("--steps", type=int, help="timed optimizer steps per case (default 12 on CPU, 20 on GPU)")
     run.add_argument("--warmup", type=int, help="untimed warm-up steps (default 2 on CPU, 5 on GPU)")
     run.add_argument("--batch-size", type=int, help="samples per optimizer step (default: the model's)")
     run.add_argument("--seq-len", type=int, help="maximum sequence length (default: the model's)")
@@ -93,6 +93,29 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="after each case, show the warnings and output its worker captured (always kept in --json)",
     )
+    overhead = sub.add_parser(
+        "overhead",
+        help="measure what perfsuite's harness adds to a step: each case against a bare loop of the same config",
+        description="Rounds alternate (ABBA) between a case as perfsuite runs it and a hand-written loop of exactly "
+        "the same model, data, optimizer, clipping and threads (perfsuite/bare.py), each in its own worker; the "
+        "overhead is the median over rounds of the paired step-time ratio. Default: one case per family (fp32, "
+        "autocast, 8-bit, ZeRO offload, Trainer) of the tiny-bert model on a CPU, bert-base-uncased on a GPU.",
+    )
+    overhead.add_argument(
+        "--models", type=_names, help="comma-separated (default: tiny-bert on CPU, bert-base-uncased on GPU)"
+    )
+    overhead.add_argument(
+        "--cases",
+        type=_names,
+        help="comma-separated STRATEGY or STRATEGY:trainer with a bare loop "
+        "(vanilla, fp16, bf16, adamw_8bit, zero2_offload; vanilla:trainer); default: all of them",
+    )
+    overhead.add_argument("--rounds", type=int, default=6, help="rounds per case (default 6)")
+    overhead.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's, as perfsuite run)")
+    overhead.add_argument("--steps", type=int, help="timed steps per run (default 12 on CPU, 20 on GPU)")
+    overhead.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    overhead.add_argument("--timeout", type=float, help="seconds before a worker is killed (default 600 CPU, 900 GPU)")
+    overhead.add_argument("--json", type=Path, help="write every round's figures to this JSON file")
     sub.add_parser("list", help="list the declared models, strategies and the matrix, with where each was declared")
     init = sub.add_parser(
         "init",
@@ -350,6 +373,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
         console=console,
+        # Redrawn when a case starts or ends, not by a thread 10 times a second: nothing of
+        # perfsuite's runs while a case's steps are timed, the parent included.
+        auto_refresh=False,
     ) as progress:
         task = progress.add_task("starting", total=len(specs))
 
@@ -365,10 +391,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             if args.verbose:
                 _print_diagnostics(progress.console, record)
             progress.advance(task)
+            progress.refresh()
 
         if pool is None:
             for spec in specs:
-                progress.update(task, description=spec.id)
+                progress.update(task, description=spec.id, refresh=True)
                 results.append(run_isolated(spec, timeout_s=timeout))
                 done(spec, results[-1])
         else:
@@ -511,6 +538,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_report(args)
         if args.command == "merge":
             return _cmd_merge(args)
+        if args.command == "overhead":
+            from perfsuite.overhead import run_overhead
+
+            return run_overhead(args)
         if args.command == "history":
             from perfsuite.history.command import run_history
 

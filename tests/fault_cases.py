@@ -44,3 +44,22 @@ def gpu_holder(spec: CaseSpec) -> dict[str, Any]:
         "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "held": [start, time.monotonic()],
     }
+
+
+def calibration_blas_spinning(spec: CaseSpec) -> dict[str, Any]:
+    """The case with its calibration's BLAS given two threads, as before the harness fix:
+    numpy's OpenBLAS threads spin on through the step after each calibration."""
+    from threadpoolctl import threadpool_limits
+
+    import perfsuite.calibrate
+
+    init = perfsuite.calibrate.Calibration.__init__
+
+    def two_blas_threads(self: perfsuite.calibrate.Calibration) -> None:
+        init(self)
+        threadpool_limits(limits=2, user_api="blas")
+
+    perfsuite.calibrate.Calibration.__init__ = two_blas_threads  # type: ignore[method-assign]
+    from perfsuite.case import train
+
+    return train(spec)

@@ -70,6 +70,8 @@ def test_vanilla_is_fp32_adamw_fixed_padding(run: Run, model: str) -> None:
     assert applied["accumulation_steps"] == 1
     assert record["padding_fraction"] > 0.4  # long-tailed lengths padded to the maximum
     assert record["skipped_optimizer_steps"] == 0
+    # Nothing but the case's own threads ran while its steps were timed (perfsuite/cpu_threads.py).
+    assert record["timed_threads"]["busy"] <= record["threads"], record["timed_threads"]
 
 
 @pytest.mark.bnb

@@ -287,9 +287,7 @@ class HFTrainerEngine:
         pin_memory: bool,
         tokenizer: Any = None,
     ) -> None:
-        from transformers import Trainer, TrainingArguments
-
-        from perfsuite.data import StepBatchSampler
+        from transformers import TrainingArguments
 
         reason = trainer_unsupported(strategy)
         if reason:
@@ -322,16 +320,16 @@ class HFTrainerEngine:
             deepspeed=ds_config,
         )
         self.args = TrainingArguments(**kwargs)
-        if strategy.length_grouped:
-            order: list[int] = list(range(len(dataset)))  # the Trainer's own length-grouped sampler orders it
-        else:
-            # The loop engine's seeded order; the Trainer reads it sequentially.
-            sampler = StepBatchSampler(dataset.lengths, batch_size, strategy.grad_accum_steps, seed=seed)
-            order = [int(i) for epoch in range(2) for batch in sampler.step_batches(epoch) for i in batch]
-        if tokenizer is None:
-            tokenizer = _pad_tokenizer(dataset.pad_token_id, seq_len)
+        train_dataset, collator, trainer_cls = trainer_inputs(
+            strategy,
+            dataset,
+            batch_size=batch_size,
+            seq_len=seq_len,
+            target_len=target_len,
+            seed=seed,
+            tokenizer=tokenizer,
+        )
         self.worker_batches = multiprocessing.Array("l", 1 + max(strategy.num_workers, 0))
-        collator = _CountingCollator(_collator(dataset.task, tokenizer, strategy.padding, seq_len), self.worker_batches)
         self.base_model = model
         if strategy.lora_rank:
             from perfsuite.adapters import apply_lora
@@ -339,16 +337,11 @@ class HFTrainerEngine:
             model = apply_lora(model, strategy.lora_rank, quantized=False)
         self.trained_model = model
         self.stepper = _Stepper(self)
-        trainer_cls: type[Any] = Trainer
-        if not strategy.length_grouped and not sequential_option():
-            trainer_cls = _sequential_trainer_class()  # no "sequential" option in this transformers
         self.hf = trainer_cls(
             model=model,
             args=self.args,
-            train_dataset=_Features(
-                dataset, order, seq_len, label_width=target_len if strategy.padding == "max_length" else None
-            ),
-            data_collator=collator,
+            train_dataset=train_dataset,
+            data_collator=_CountingCollator(collator, self.worker_batches),
             callbacks=[self.stepper],
         )
         self._drop_printer()
@@ -558,3 +551,34 @@ def _sequential_trainer_class() -> type[Any]:
             return torch.utils.data.SequentialSampler(self.train_dataset)  # type: ignore[arg-type]
 
     return SequentialTrainer
+
+
+def trainer_inputs(
+    strategy: Strategy,
+    dataset: TokenDataset,
+    *,
+    batch_size: int,
+    seq_len: int,
+    target_len: int,
+    seed: int,
+    tokenizer: Any = None,
+) -> tuple[torch.utils.data.Dataset[Any], Any, type[Any]]:
+    """The training set in the case's order, transformers' collator for it, and the Trainer
+    class that reads it in that order (also what :mod:`perfsuite.bare`'s Trainer loop uses)."""
+    from transformers import Trainer
+
+    from perfsuite.data import StepBatchSampler
+
+    if strategy.length_grouped:
+        order: list[int] = list(range(len(dataset)))  # the Trainer's own length-grouped sampler orders it
+    else:
+        # The loop engine's seeded order; the Trainer reads it sequentially.
+        sampler = StepBatchSampler(dataset.lengths, batch_size, strategy.grad_accum_steps, seed=seed)
+        order = [int(i) for epoch in range(2) for batch in sampler.step_batches(epoch) for i in batch]
+    if tokenizer is None:
+        tokenizer = _pad_tokenizer(dataset.pad_token_id, seq_len)
+    trainer_cls: type[Any] = Trainer
+    if not strategy.length_grouped and not sequential_option():
+        trainer_cls = _sequential_trainer_class()  # no "sequential" option in this transformers
+    features = _Features(dataset, order, seq_len, label_width=target_len if strategy.padding == "max_length" else None)
+    return features, _collator(dataset.task, tokenizer, strategy.padding, seq_len), trainer_cls

@@ -1,0 +1,235 @@
+"""``perfsuite overhead``: what perfsuite's harness adds to a step, against a bare loop.
+
+For each selected case, rounds alternate (ABBA: case then bare loop, then bare loop then
+case) between the case as perfsuite runs it (:func:`perfsuite.case.run_case`, with its
+calibration, thread window and instruments) and the bare loop of exactly the same
+config (:mod:`perfsuite.bare`), each in its own worker forked from the same forkserver.
+A round's ratio is the median over steps of the case's step time over the bare loop's
+for the same step (both train on the same batches in the same order); the case's
+overhead is the median of its rounds' ratios, shown with their range. Both sides'
+losses are compared too: a ratio means something only when both trained the same.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfsuite.bare import family, run_bare
+from perfsuite.case import CaseSpec
+from perfsuite.stats import paired_change
+
+DEFAULT_SELECTION = (
+    ("vanilla", "loop"),
+    ("bf16", "loop"),
+    ("fp16", "loop"),
+    ("adamw_8bit", "loop"),
+    ("zero2_offload", "loop"),
+    ("vanilla", "trainer"),
+)
+"""One case per family (fp32, autocast, 8-bit, ZeRO offload, Trainer), fp16 beside bf16."""
+
+
+@dataclass
+class Overhead:
+    """One case's rounds against its bare loop."""
+
+    spec: CaseSpec
+    family: str
+    ratios: list[float] = field(default_factory=list)
+    """Per round: median over steps of case step ÷ bare step."""
+    case_ms: list[float] = field(default_factory=list)
+    bare_ms: list[float] = field(default_factory=list)
+    loss_diff: float = 0.0
+    """Largest absolute difference of the two sides' losses, step by step, over the rounds."""
+    busy_threads: list[int | None] = field(default_factory=list)
+    """Per round: threads busy while the case's steps were timed (see :mod:`perfsuite.cpu_threads`)."""
+    error: str | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        return statistics.median(self.ratios) if self.ratios else None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "case": self.spec.id,
+            "family": self.family,
+            "threads": self.spec.threads,
+            "ratio": self.ratio,
+            "ratios": self.ratios,
+            "case_step_ms": self.case_ms,
+            "bare_step_ms": self.bare_ms,
+            "max_loss_diff": self.loss_diff,
+            "busy_threads": self.busy_threads,
+            "error": self.error,
+        }
+
+
+Runner = Callable[..., dict[str, Any]]
+
+
+def _round_ratio(case: dict[str, Any], bare: dict[str, Any]) -> float:
+    now, base = case["step_time_s"]["samples"], bare["step_time_s"]["samples"]
+    if len(now) == len(base):
+        return 1.0 + paired_change(now, base)
+    return float(case["step_time_s"]["median"]) / float(bare["step_time_s"]["median"])
+
+
+def measure(
+    specs: Sequence[CaseSpec],
+    *,
+    rounds: int,
+    timeout_s: float,
+    run: Runner,
+    progress: Callable[[Overhead, int], None] = lambda result, round_: None,
+) -> list[Overhead]:
+    """Each spec's rounds, case and bare loop alternated ABBA; ``run`` is :func:`perfsuite.worker.run_isolated`."""
+    results = []
+    for spec in specs:
+        name = family(spec.strategy, spec.engine)
+        assert name is not None, spec.id
+        result = Overhead(spec, name)
+        results.append(result)
+        for round_ in range(rounds):
+            order = ("case", "bare") if round_ % 2 == 0 else ("bare", "case")
+            records = {
+                side: run(spec, timeout_s=timeout_s, target=run_bare if side == "bare" else None) for side in order
+            }
+            failed = [f"{side}: {r.get('error')}" for side, r in records.items() if r.get("status") != "ok"]
+            if failed:
+                result.error = "; ".join(failed)
+                break
+            case, bare = records["case"], records["bare"]
+            result.ratios.append(_round_ratio(case, bare))
+            result.case_ms.append(1e3 * float(case["step_time_s"]["median"]))
+            result.bare_ms.append(1e3 * float(bare["step_time_s"]["median"]))
+            diffs = [abs(a - b) for a, b in zip(case["loss"], bare["loss"], strict=False)]
+            result.loss_diff = max([result.loss_diff, *diffs])
+            result.busy_threads.append((case.get("timed_threads") or {}).get("busy"))
+            progress(result, round_)
+    return results
+
+
+def table_rows(results: Sequence[Overhead]) -> list[list[str]]:
+    """The terminal table: case, family, threads, ratio and range, both medians, loss difference, busy threads."""
+    rows = []
+    for r in results:
+        if r.ratio is None:
+            rows.append([r.spec.id, r.family, str(r.spec.threads or "default"), "—", "—", "—", "—", "—", r.error or ""])
+            continue
+        rows.append(
+            [
+                r.spec.id,
+                r.family,
+                str(r.spec.threads or "default"),
+                f"{r.ratio:.3f}",
+                f"{min(r.ratios):.3f}..{max(r.ratios):.3f}",
+                f"{statistics.median(r.case_ms):.1f}",
+                f"{statistics.median(r.bare_ms):.1f}",
+                f"{r.loss_diff:.2g}",
+                ",".join("?" if b is None else str(b) for b in r.busy_threads),
+            ]
+        )
+    return rows
+
+
+HEADERS = [
+    "case",
+    "family",
+    "threads",
+    "overhead",
+    "rounds' range",
+    "case ms",
+    "bare ms",
+    "max |Δloss|",
+    "busy threads",
+]
+
+
+def _selection(cases: Sequence[str] | None) -> list[tuple[str, str]]:
+    if not cases:
+        return list(DEFAULT_SELECTION)
+    chosen = []
+    for item in cases:
+        strategy, _, engine = item.partition(":")
+        engine = engine or "loop"
+        if family(strategy, engine) is None:
+            valid = ", ".join(s if e == "loop" else f"{s}:{e}" for s, e in DEFAULT_SELECTION)
+            raise ValueError(f"no bare loop for {item!r}; cases with one: {valid}")
+        chosen.append((strategy, engine))
+    return chosen
+
+
+def run_overhead(args: Any) -> int:
+    """``perfsuite overhead``: the table, and ``--json``; exit 1 when a side failed, 2 for bad arguments."""
+    import sys
+
+    from perfsuite.baselines import write_json_atomic
+    from perfsuite.case import DEFAULTS
+    from perfsuite.device import default_device_type
+    from perfsuite.models import get_model_spec
+    from perfsuite.strategies import UnknownNameError
+    from perfsuite.worker import run_isolated
+
+    def error(message: str) -> int:
+        print(f"perfsuite: error: {message}", file=sys.stderr)
+        return 2
+
+    for name, value in (("--rounds", args.rounds), ("--threads", args.threads), ("--steps", args.steps)):
+        if value is not None and value < 1:
+            return error(f"{name} must be at least 1, got {value}")
+    if args.timeout is not None and args.timeout <= 0:
+        return error(f"--timeout must be positive, got {args.timeout:g}")
+    device_type = default_device_type() if args.device == "auto" else args.device
+    defaults = DEFAULTS[device_type]
+    try:
+        models = args.models or ["tiny-bert" if device_type == "cpu" else "bert-base-uncased"]
+        for model in models:
+            get_model_spec(model)
+        specs = [
+            CaseSpec(
+                model=model,
+                strategy=strategy,
+                engine=engine,
+                steps=args.steps or defaults.steps,
+                warmup_steps=defaults.warmup,
+                device=device_type,
+                threads=args.threads,
+            )
+            for model in models
+            for strategy, engine in _selection(args.cases)
+        ]
+    except (UnknownNameError, ValueError) as exc:
+        return error(str(exc))
+
+    def progress(result: Overhead, round_: int) -> None:
+        print(
+            f"perfsuite: {result.spec.id} round {round_ + 1}/{args.rounds}: {result.ratios[-1]:.3f} "
+            f"(case {result.case_ms[-1]:.1f} ms, bare {result.bare_ms[-1]:.1f} ms)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    results = measure(
+        specs, rounds=args.rounds, timeout_s=args.timeout or defaults.timeout, run=run_isolated, progress=progress
+    )
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"perfsuite's overhead: case ÷ bare loop, median of {args.rounds} rounds ({device_type})")
+    for header in HEADERS:
+        table.add_column(header)
+    for row in table_rows(results):
+        table.add_row(*row)
+    console = Console()
+    if not console.is_terminal:
+        console.width = 160  # a log or a pipe: no 80-column squeeze
+    console.print(table)
+    if args.json:
+        write_json_atomic(
+            args.json, {"device": device_type, "rounds": args.rounds, "cases": [r.as_json() for r in results]}
+        )
+        print(f"wrote {args.json}")
+    return 1 if any(r.error for r in results) else 0

@@ -1,0 +1,94 @@
+"""``perfsuite overhead``: rounds alternate ABBA between the case and its bare loop, a round's
+ratio pairs their steps, and a failed side ends that case's rounds. The real rounds (a case
+against its bare loop, per family) run nightly: they take minutes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from perfsuite.bare import FAMILIES, TRAINER_FAMILY, family
+from perfsuite.case import CaseSpec, tier_spec
+from perfsuite.cli import main
+from perfsuite.overhead import DEFAULT_SELECTION, measure
+
+
+def _record(steps: list[float], loss: list[float], busy: int = 1) -> dict[str, Any]:
+    return {
+        "status": "ok",
+        "step_time_s": {"samples": steps, "median": sorted(steps)[len(steps) // 2]},
+        "loss": loss,
+        "timed_threads": {"busy": busy},
+    }
+
+
+def test_rounds_alternate_and_pair_each_step() -> None:
+    calls: list[str] = []
+
+    def fake(spec: CaseSpec, *, timeout_s: float, target: Any) -> dict[str, Any]:
+        side = "case" if target is None else "bare"
+        calls.append(side)
+        if side == "bare":
+            return _record([1.0, 2.0, 4.0], [3.0, 2.0, 1.0])
+        return _record([1.1, 2.2, 4.4], [3.0, 2.0, 1.5])
+
+    [result] = measure([tier_spec("tiny-bert", "vanilla")], rounds=4, timeout_s=1, run=fake)
+    assert calls == ["case", "bare", "bare", "case"] * 2
+    assert result.ratios == pytest.approx([1.1] * 4)
+    assert result.ratio == pytest.approx(1.1)
+    assert result.loss_diff == pytest.approx(0.5)
+    assert result.family == "fp32"
+    assert result.busy_threads == [1, 1, 1, 1]
+
+
+def test_a_failed_side_ends_the_case_and_names_it() -> None:
+    def fake(spec: CaseSpec, *, timeout_s: float, target: Any) -> dict[str, Any]:
+        if target is not None:
+            return {"status": "failed", "error": "worker killed by signal SIGKILL"}
+        return _record([1.0], [1.0])
+
+    [result] = measure([tier_spec("tiny-bert", "vanilla")], rounds=3, timeout_s=1, run=fake)
+    assert result.ratio is None
+    assert result.error == "bare: worker killed by signal SIGKILL"
+
+
+def test_every_family_has_a_default_case() -> None:
+    assert {family(s, e) for s, e in DEFAULT_SELECTION} == set(FAMILIES.values()) | set(TRAINER_FAMILY.values())
+    assert family("grad_ckpt", "loop") is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--cases", "grad_ckpt"], "no bare loop for 'grad_ckpt'; cases with one: vanilla, bf16"),
+        (["--rounds", "0"], "--rounds must be at least 1, got 0"),
+        (["--threads", "-1"], "--threads must be at least 1, got -1"),
+        (["--models", "nope"], "nope"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["overhead", *argv]) == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.cpu
+@pytest.mark.nightly
+@pytest.mark.parametrize("engine", ["loop", "trainer"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_vanilla_costs_what_a_bare_loop_costs(engine: str, threads: int) -> None:
+    """The harness's share of a step, measured: a returning interference of the kind that made
+    every CPU step 1.6-1.9x a bare loop's fails this; the figure itself is in docs/timing.md."""
+    from perfsuite.worker import run_isolated
+
+    spec = CaseSpec(
+        model="tiny-bert", strategy="vanilla", engine=engine, steps=24, warmup_steps=2, device="cpu", threads=threads
+    )
+    [result] = measure([spec], rounds=6, timeout_s=600, run=run_isolated)
+    assert result.error is None
+    assert result.loss_diff == 0.0  # the same training on both sides, step by step
+    assert result.ratio is not None
+    assert result.ratio <= 1.10, result.as_json()
+    assert all(b is not None and b <= threads for b in result.busy_threads), result.busy_threads
