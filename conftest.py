@@ -23,7 +23,7 @@ point) registers the markers, builds the model × strategy matrix and gates it a
   count (``tests/test_pool.py``) and the matrix's shards (``tests/test_shards.py``).
 - ``pytest -m nightly``: checks too long for every push (deselected by default through
   ``addopts``; the scheduled CI job runs them): the rest of the CPU matrix through both
-  engines (``perfsuite.case.nightly_only``), their claims, regressions injected into
+  engines (``perfsuite.core.matrix.nightly_only``), their claims, regressions injected into
   real runs (``tests/test_injected_regressions.py``), each failing exactly its case,
   that the generated data is learnable (300 steps per tiny model), and the report of
   all 111 tiny-model cases.

@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from perfsuite.case import CaseSpec
+from perfsuite.core.spec import CaseSpec
 
 
 @pytest.hookspec(firstresult=True)
 def pytest_perfsuite_run_case(
     config: pytest.Config, spec: CaseSpec, timeout_s: float, env: dict[str, str]
 ) -> dict[str, Any] | None:
-    """Run one case and return its record (the format of :func:`perfsuite.case.run_case`).
+    """Run one case and return its record (the format of :func:`perfsuite.worker.run.run_case`).
 
     ``env`` is what the case's process must have set before it starts: the GPU pool's
     ``CUDA_VISIBLE_DEVICES`` when cases share a machine's GPUs, else empty.

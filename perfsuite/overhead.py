@@ -1,9 +1,9 @@
 """``perfsuite overhead``: what perfsuite's harness adds to a step, against a bare loop.
 
 For each selected case, rounds alternate (ABBA: case then bare loop, then bare loop then
-case) between the case as perfsuite runs it (:func:`perfsuite.case.run_case`, with its
+case) between the case as perfsuite runs it (:func:`perfsuite.worker.run.run_case`, with its
 calibration, thread window and instruments) and the bare loop of exactly the same
-config (:mod:`perfsuite.bare`), each in its own worker forked from the same forkserver.
+config (:mod:`perfsuite.worker.bare`), each in its own worker forked from the same forkserver.
 A round's ratio is the median over steps of the case's step time over the bare loop's
 for the same step (both train on the same batches in the same order); the case's
 overhead is the median of its rounds' ratios, shown with their range. Both sides'
@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfsuite.bare import family, run_bare
-from perfsuite.case import CaseSpec
-from perfsuite.stats import paired_change
+from perfsuite.core.spec import CaseSpec
+from perfsuite.core.stats import paired_change
+from perfsuite.worker.bare import family, run_bare
 
 DEFAULT_SELECTION = (
     ("vanilla", "loop"),
@@ -45,7 +45,7 @@ class Overhead:
     loss_diff: float = 0.0
     """Largest absolute difference of the two sides' losses, step by step, over the rounds."""
     busy_threads: list[int | None] = field(default_factory=list)
-    """Per round: threads busy while the case's steps were timed (see :mod:`perfsuite.cpu_threads`)."""
+    """Per round: threads busy while the case's steps were timed (see :mod:`perfsuite.worker.cpu_threads`)."""
     error: str | None = None
 
     @property
@@ -146,90 +146,3 @@ HEADERS = [
     "max |Δloss|",
     "busy threads",
 ]
-
-
-def _selection(cases: Sequence[str] | None) -> list[tuple[str, str]]:
-    if not cases:
-        return list(DEFAULT_SELECTION)
-    chosen = []
-    for item in cases:
-        strategy, _, engine = item.partition(":")
-        engine = engine or "loop"
-        if family(strategy, engine) is None:
-            valid = ", ".join(s if e == "loop" else f"{s}:{e}" for s, e in DEFAULT_SELECTION)
-            raise ValueError(f"no bare loop for {item!r}; cases with one: {valid}")
-        chosen.append((strategy, engine))
-    return chosen
-
-
-def run_overhead(args: Any) -> int:
-    """``perfsuite overhead``: the table, and ``--json``; exit 1 when a side failed, 2 for bad arguments."""
-    import sys
-
-    from perfsuite.baselines import write_json_atomic
-    from perfsuite.case import DEFAULTS
-    from perfsuite.device import default_device_type
-    from perfsuite.models import get_model_spec
-    from perfsuite.strategies import UnknownNameError
-    from perfsuite.worker import run_isolated
-
-    def error(message: str) -> int:
-        print(f"perfsuite: error: {message}", file=sys.stderr)
-        return 2
-
-    for name, value in (("--rounds", args.rounds), ("--threads", args.threads), ("--steps", args.steps)):
-        if value is not None and value < 1:
-            return error(f"{name} must be at least 1, got {value}")
-    if args.timeout is not None and args.timeout <= 0:
-        return error(f"--timeout must be positive, got {args.timeout:g}")
-    device_type = default_device_type() if args.device == "auto" else args.device
-    defaults = DEFAULTS[device_type]
-    try:
-        models = args.models or ["tiny-bert" if device_type == "cpu" else "bert-base-uncased"]
-        for model in models:
-            get_model_spec(model)
-        specs = [
-            CaseSpec(
-                model=model,
-                strategy=strategy,
-                engine=engine,
-                steps=args.steps or defaults.steps,
-                warmup_steps=defaults.warmup,
-                device=device_type,
-                threads=args.threads,
-            )
-            for model in models
-            for strategy, engine in _selection(args.cases)
-        ]
-    except (UnknownNameError, ValueError) as exc:
-        return error(str(exc))
-
-    def progress(result: Overhead, round_: int) -> None:
-        print(
-            f"perfsuite: {result.spec.id} round {round_ + 1}/{args.rounds}: {result.ratios[-1]:.3f} "
-            f"(case {result.case_ms[-1]:.1f} ms, bare {result.bare_ms[-1]:.1f} ms)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    results = measure(
-        specs, rounds=args.rounds, timeout_s=args.timeout or defaults.timeout, run=run_isolated, progress=progress
-    )
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"perfsuite's overhead: case ÷ bare loop, median of {args.rounds} rounds ({device_type})")
-    for header in HEADERS:
-        table.add_column(header)
-    for row in table_rows(results):
-        table.add_row(*row)
-    console = Console()
-    if not console.is_terminal:
-        console.width = 160  # a log or a pipe: no 80-column squeeze
-    console.print(table)
-    if args.json:
-        write_json_atomic(
-            args.json, {"device": device_type, "rounds": args.rounds, "cases": [r.as_json() for r in results]}
-        )
-        print(f"wrote {args.json}")
-    return 1 if any(r.error for r in results) else 0

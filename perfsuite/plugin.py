@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
-from perfsuite import registry
-from perfsuite.case import CaseSpec, tier_spec
+from perfsuite.core import registry
+from perfsuite.core.spec import CaseSpec, tier_spec
+from perfsuite.core.strategies import EXTRAS, install_hint
+from perfsuite.options import GPUS, REPEATS
 
 MARKERS = {
     "cpu": "CPU tier: real training runs of the tiny models",
@@ -31,14 +33,8 @@ MARKERS = {
     "lion": "needs lion-pytorch installed",
     "galore": "needs galore-torch installed",
 }
-# Marker → (module it needs, the install that brings it).
-OPTIONAL = {
-    "deepspeed": ("deepspeed", "pip install 'perfsuite[deepspeed]'"),
-    "bnb": ("bitsandbytes", "pip install 'perfsuite[bnb]'"),
-    "lora": ("peft", "pip install 'perfsuite[lora]'"),
-    "lion": ("lion_pytorch", "pip install 'perfsuite[lion]'"),
-    "galore": ("galore_torch", "pip install 'perfsuite[galore]'"),
-}
+# Marker → (module it needs, the install that brings it): a marker is named for its extra.
+OPTIONAL = {extra: (module, install_hint([module])) for module, extra in EXTRAS.items()}
 _MARKER_OF_MODULE = {module: marker for marker, (module, _) in OPTIONAL.items()}
 _SESSION = "perfsuite-session"
 _REGISTRY = pytest.StashKey[registry.Snapshot]()
@@ -82,26 +78,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="record new baselines for the selected cases instead of comparing (written at the end of the run)",
     )
-    group.addoption(
-        "--perfsuite-repeats",
-        type=int,
-        default=3,
-        metavar="N",
-        help="runs per case when refreshing; their spread sets the time tolerance (default 3)",
-    )
+    group.addoption("--perfsuite-repeats", **REPEATS)
     group.addoption(
         "--perfsuite-shard",
         metavar="I/N",
-        help="run shard I of N of the matrix (whole models, balanced by case count; perfsuite.shards): "
+        help="run shard I of N of the matrix (whole models, balanced by case count; perfsuite.core.shards): "
         "the nightly workflow's machines each run one",
     )
-    group.addoption(
-        "--perfsuite-gpus",
-        default="all",
-        metavar="GPUS",
-        help="GPUs the GPU tier's cases share: all (default), a count, or ids (0,2); with more than one, "
-        "single-GPU cases run side by side, one per GPU, and a case on N ranks gets N",
-    )
+    group.addoption("--perfsuite-gpus", **GPUS)
     group.addoption("--perfsuite-json", metavar="PATH", type=Path, help="write every case's records and checks here")
     group.addoption("--perfsuite-markdown", metavar="PATH", type=Path, help="write the summary table as markdown")
     group.addoption(
@@ -146,8 +130,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _local_hardware() -> tuple[str, str]:
-    from perfsuite.device import get_device
-    from perfsuite.hardware import hardware_key, time_class
+    from perfsuite.core.hardware import hardware_key, time_class
+    from perfsuite.worker.device import get_device
 
     device = get_device("auto")
     return hardware_key(device.type, device.name), time_class(device.type, device.name)
@@ -164,7 +148,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize ``perfsuite_case`` with the declared matrix (:func:`perfsuite.registry.matrix_cases`),
+    """Parametrize ``perfsuite_case`` with the declared matrix (:func:`perfsuite.core.registry.matrix_cases`),
     ids ``<model>-<strategy>`` (``-trainer`` through the Trainer)."""
     if "perfsuite_case" not in metafunc.fixturenames:
         return
@@ -197,10 +181,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=f"needs {module}: {install}"))
         if item.get_closest_marker("gpu"):
             if has_cuda is None:
-                import torch
+                from perfsuite.worker.device import cuda_device_count, cuda_usable
 
-                has_cuda = torch.cuda.is_available()
-                gpus = torch.cuda.device_count() if has_cuda else 0
+                has_cuda = cuda_usable()
+                gpus = cuda_device_count() if has_cuda else 0
             if not has_cuda:
                 item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU: run `pytest -m gpu` on a GPU machine"))
                 continue
@@ -217,7 +201,7 @@ def _case_of(item: pytest.Item) -> CaseSpec | None:
 
 def _keep_shard(config: pytest.Config, items: list[pytest.Item], value: str) -> None:
     """Deselect what is not on shard ``value``: matrix cases by model; other tests stay on shard 1."""
-    from perfsuite.shards import assign, parse_shard
+    from perfsuite.core.shards import assign, parse_shard
 
     try:
         index, total = parse_shard(value)
@@ -245,7 +229,7 @@ def perfsuite(pytestconfig: pytest.Config) -> Any:
 def pytest_perfsuite_run_case(
     config: pytest.Config, spec: CaseSpec, timeout_s: float, env: dict[str, str]
 ) -> dict[str, Any]:
-    from perfsuite.worker import run_isolated
+    from perfsuite.worker.process import run_isolated
 
     return run_isolated(spec, timeout_s=timeout_s, env=env)
 
@@ -279,7 +263,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
     """pytest-benchmark's machine_info knows the CPU only: add the GPU, driver, CUDA and library versions."""
-    from perfsuite.env import environment
+    from perfsuite.worker.env import environment
 
     env = environment("auto")
     machine_info["perfsuite"] = {
@@ -329,7 +313,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     report = config.getoption("perfsuite_report")
     payload = state.results_json() if results is not None or report is not None else {}
     if results is not None:
-        from perfsuite.baselines import write_json_atomic
+        from perfsuite.core.baselines import write_json_atomic
 
         write_json_atomic(results, payload)
     if report is not None and not state.refresh:

@@ -19,7 +19,7 @@ Record = dict[str, Any]
 LOSS_RTOL = 1e-4
 LOSS_ATOL = 1e-5
 # Accumulation with half-precision autocast rounds each micro-batch's activations on its
-# own: the trajectories agree to the precision's own loss tolerance (perfsuite.compare).
+# own: the trajectories agree to the precision's own loss tolerance (perfsuite.core.compare).
 HALF_RTOL = {"fp16": 1e-2, "bf16": 2e-2}
 
 
@@ -117,8 +117,9 @@ def lora(record: Record, vanilla: Record, *, expected_adapters: int) -> None:
 
 def lora_adapters(model: str, rank: int = 8) -> int:
     """r × (in + out) for every projection LoRA adapts, read off a built model."""
-    from perfsuite.adapters import LORA_TARGETS
-    from perfsuite.models import build_model, get_model_spec
+    from perfsuite.core.models import get_model_spec
+    from perfsuite.worker.adapters import LORA_TARGETS
+    from perfsuite.worker.modeling import build_model
 
     built = build_model(get_model_spec(model))
     targets = LORA_TARGETS[built.config.model_type]
@@ -154,7 +155,7 @@ def ranks_hold_the_same_parameters(record: Record) -> None:
 # averages the ranks' gradients: with unequal token counts per rank that is not the global
 # token mean one process takes, so the updates differ slightly (transformers' Trainer
 # corrects it with average_tokens_across_devices; perfsuite's loop trains as plain DDP does).
-# The reported loss is the global token mean (perfsuite.distributed.aggregate), so the first
+# The reported loss is the global token mean (perfsuite.worker.distributed.aggregate), so the first
 # step's agrees to 2e-7; measured on tiny-gpt2 and tiny-llama at world size 2 over 14 steps,
 # DDP and FSDP2 alike: the loss within 3.3e-4 relative, the gradient norm within 2.7% (the
 # gradient is where the weighting differs).

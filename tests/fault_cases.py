@@ -6,7 +6,7 @@ import os
 import time
 from typing import Any
 
-from perfsuite.case import CaseSkipped, CaseSpec
+from perfsuite.core.spec import CaseSkipped, CaseSpec
 
 
 def crash(spec: CaseSpec) -> dict[str, Any]:
@@ -51,15 +51,15 @@ def calibration_blas_spinning(spec: CaseSpec) -> dict[str, Any]:
     numpy's OpenBLAS threads spin on through the step after each calibration."""
     from threadpoolctl import threadpool_limits
 
-    import perfsuite.calibrate
+    import perfsuite.worker.calibrate
 
-    init = perfsuite.calibrate.Calibration.__init__
+    init = perfsuite.worker.calibrate.Calibration.__init__
 
-    def two_blas_threads(self: perfsuite.calibrate.Calibration) -> None:
+    def two_blas_threads(self: perfsuite.worker.calibrate.Calibration) -> None:
         init(self)
         threadpool_limits(limits=2, user_api="blas")
 
-    perfsuite.calibrate.Calibration.__init__ = two_blas_threads  # type: ignore[method-assign]
-    from perfsuite.case import train
+    perfsuite.worker.calibrate.Calibration.__init__ = two_blas_threads  # type: ignore[method-assign]
+    from perfsuite.worker.run import train
 
     return train(spec)

@@ -6,7 +6,7 @@
   the slowdown issue 8 asks the CPU tier to catch. Over three runs of
   tests/test_injected_regressions.py (36 readings: six slowed cases, two runs each) it
   read +17.6% to +32.9%, mean +24.3%, standard deviation 3.5 points, against the 15%
-  floor (README, "Step time on a shared machine");
+  floor (docs/timing.md);
 - ``optimizer_state``: the optimizer keeps 5% more state from its first step on;
 - ``leak``: a buffer of 5% of the parameters' bytes is held in a module-level global from
   the first step on, outside the model and the optimizer (a library's cache, a leak);
@@ -42,9 +42,9 @@ from typing import Any
 import torch
 
 from perfsuite import case
-from perfsuite.case import CaseSpec
-from perfsuite.engines import loop as engine
-from perfsuite.optimizers import state_bytes
+from perfsuite.core.engines import loop as engine
+from perfsuite.core.spec import CaseSpec
+from perfsuite.worker.optimizers import state_bytes
 
 LEAK: list[torch.Tensor] = []
 """The module-level global a ``leak`` fills."""
@@ -100,7 +100,7 @@ def _disabled(spec: CaseSpec, instead: str = "vanilla") -> CaseSpec:
     """``spec`` training as ``instead`` under its own name and id."""
     import dataclasses
 
-    from perfsuite.strategies import STRATEGIES
+    from perfsuite.core.strategies import STRATEGIES
 
     object.__setattr__(spec, "strategy_spec", dataclasses.replace(STRATEGIES[instead], name=spec.strategy))
     return spec

@@ -13,8 +13,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from perfsuite.compare import baseline_figures, compare, observe, resolve_tolerance
-from perfsuite.declaration import read_pyproject
+from perfsuite.core.compare import baseline_figures, compare
+from perfsuite.core.declaration import read_pyproject
+from perfsuite.core.observation import observe
+from perfsuite.core.tolerance import resolve_tolerance
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINES = ROOT / "baselines"
@@ -63,8 +65,8 @@ def slower(factor: float) -> Change:
 
 def every_push_cases() -> set[str]:
     """The ids of the CPU-tier matrix cases ``python -m pytest`` runs (those not marked nightly)."""
-    from perfsuite import registry
-    from perfsuite.models import get_model_spec
+    from perfsuite.core import registry
+    from perfsuite.core.models import get_model_spec
 
     return {
         f"{c.model}-{c.strategy}" + ("" if c.engine == "loop" else f"-{c.engine}")

@@ -1,4 +1,4 @@
-"""One record from a multi-rank case's ranks (perfsuite.distributed.aggregate), and how the
+"""One record from a multi-rank case's ranks (perfsuite.worker.distributed.aggregate), and how the
 matrix, declarations and case ids name a world size. Pure: no torch, no training."""
 
 from __future__ import annotations
@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from perfsuite import registry
-from perfsuite.case import CaseSpec, builtin_matrix, tier_spec
-from perfsuite.distributed.aggregate import aggregate
-from perfsuite.registry import DeclarationError
+from perfsuite.core import registry
+from perfsuite.core.matrix import builtin_matrix
+from perfsuite.core.registry import DeclarationError
+from perfsuite.core.spec import CaseSpec, tier_spec
+from perfsuite.worker.distributed.aggregate import aggregate
 
 
 def _rank(rank: int, steps: list[float], calibrated: list[float], peak: int, loss: list[float]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.baselines import (
+from perfsuite.core.baselines import (
     BaselineError,
     MissingBaseline,
     baseline_path,

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.case import CaseSpec
-from perfsuite.models import TINY
-from perfsuite.worker import run_isolated
+from perfsuite.core.models import TINY
+from perfsuite.core.spec import CaseSpec
+from perfsuite.worker.process import run_isolated
 
 pytestmark = pytest.mark.cpu
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # ~2.5 min: what it checks changes only with perfsuite/data.py
+@pytest.mark.nightly  # ~2.5 min: what it checks changes only with perfsuite/worker/data.py
 @pytest.mark.parametrize("model", TINY)
 def test_generated_data_is_learnable(model: str) -> None:
     # Measured at seed 0: tiny-bert 1.39 -> 0.07, tiny-gpt2 7.34 -> 2.78, tiny-t5 7.69 -> 5.75
@@ -81,7 +81,8 @@ def test_runs_are_seeded_and_repeatable() -> None:
 def test_a_missing_package_skips_the_case_naming_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from perfsuite.case import CaseSkipped, run_case
+    from perfsuite.core.spec import CaseSkipped
+    from perfsuite.worker.run import run_case
 
     real = importlib.util.find_spec
     monkeypatch.setattr(

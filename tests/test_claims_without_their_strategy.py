@@ -17,9 +17,9 @@ import claims
 import injections
 import pytest
 
-from perfsuite.case import tier_spec
+from perfsuite.core.spec import tier_spec
 from perfsuite.session import PerfsuiteSession
-from perfsuite.worker import run_isolated
+from perfsuite.worker.process import run_isolated
 
 pytestmark = pytest.mark.cpu
 

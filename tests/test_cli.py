@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from perfsuite.cli import main
-from perfsuite.engines import ENGINES
-from perfsuite.models import MODELS
-from perfsuite.strategies import STRATEGIES
+from perfsuite.core.engines import ENGINES
+from perfsuite.core.models import MODELS
+from perfsuite.core.strategies import STRATEGIES
 
 
 def _perfsuite(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:

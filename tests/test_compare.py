@@ -7,20 +7,11 @@ from typing import Any
 
 import pytest
 
-from perfsuite.baselines import build_baseline
-from perfsuite.compare import (
-    ConfigError,
-    Observation,
-    Tolerance,
-    check_loss,
-    check_memory,
-    check_time,
-    compare,
-    diff_rows,
-    observe,
-    refusals,
-    resolve_tolerance,
-)
+from perfsuite.core.baselines import build_baseline
+from perfsuite.core.compare import check_loss, check_memory, check_time, compare
+from perfsuite.core.observation import Observation, observe
+from perfsuite.core.refresh import diff_rows, refusals
+from perfsuite.core.tolerance import ConfigError, Tolerance, resolve_tolerance
 
 MIB = 2**20
 CLASS = "amd-25.1-avx2"

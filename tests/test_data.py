@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfsuite.data import (
+from perfsuite.core.models import MODELS
+from perfsuite.worker.data import (
     IGNORE_INDEX,
     TOKENS_KEY,
     WORKER_KEY,
@@ -17,7 +18,6 @@ from perfsuite.data import (
     load_text_dataset,
     sample_lengths,
 )
-from perfsuite.models import MODELS
 
 
 def _take(sampler: StepBatchSampler, n: int) -> list[list[int]]:

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite import registry
-from perfsuite.case import CaseSpec
-from perfsuite.declaration import load
-from perfsuite.models import MODELS, ModelSpec
-from perfsuite.registry import DeclarationError
-from perfsuite.strategies import STRATEGIES, Strategy
+from perfsuite.core import registry
+from perfsuite.core.declaration import load
+from perfsuite.core.models import MODELS, ModelSpec
+from perfsuite.core.registry import DeclarationError
+from perfsuite.core.spec import CaseSpec
+from perfsuite.core.strategies import STRATEGIES, Strategy
 
 TINY_BERT_CONFIG = {
     "model_type": "bert",
@@ -121,7 +121,7 @@ def test_a_declaration_puts_exactly_its_cases_in_the_matrix(project: Path) -> No
 
 
 def test_a_model_from_a_config_directory_builds_that_architecture(project: Path) -> None:
-    from perfsuite.models import build_model
+    from perfsuite.worker.modeling import build_model
 
     _declare(project, GOOD)
     model = build_model(MODELS["acme-tiny"])
@@ -248,9 +248,14 @@ def test_conftest_declarations_through_the_registration_api(pytester: pytest.Pyt
     before = (dict(MODELS), dict(STRATEGIES), registry.matrix_cases())
     pytester.makeconftest(
         """
-        from perfsuite import ModelSpec, Strategy, compose, register_cases, register_model, register_strategy
-        from perfsuite.registry import use_builtin_matrix
-        from perfsuite.strategies import STRATEGIES
+        from perfsuite import ModelSpec
+        from perfsuite import Strategy
+        from perfsuite import compose
+        from perfsuite import register_cases
+        from perfsuite import register_model
+        from perfsuite import register_strategy
+        from perfsuite.core.registry import use_builtin_matrix
+        from perfsuite.core.strategies import STRATEGIES
 
         register_model(ModelSpec(name="gizmo", task="causal_lm", config_class="GPT2Config",
                                  config={"n_embd": 32, "n_layer": 1, "n_head": 2}, tiny=True))

@@ -2,7 +2,7 @@
 case's worker through torch's elastic launcher.
 
 The claims (tests/claims.py) read the matrix's own runs (multi-rank cases train without
-dropout, see perfsuite.case.tier_spec) against ``vanilla`` without dropout on the same
+dropout, see perfsuite.core.spec.tier_spec) against ``vanilla`` without dropout on the same
 global batch. Each claim is shown failing on the silent fallback it exists for, and a
 rank that dies or hangs fails its case alone, leaving nothing running.
 """
@@ -18,9 +18,10 @@ import claims
 import injections
 import pytest
 
-from perfsuite.case import MATRIX_WORLD_SIZE, nightly_only, tier_spec
+from perfsuite.core.matrix import nightly_only
+from perfsuite.core.spec import MATRIX_WORLD_SIZE, tier_spec
 from perfsuite.session import PerfsuiteSession
-from perfsuite.worker import run_isolated
+from perfsuite.worker.process import run_isolated
 
 pytestmark = [pytest.mark.cpu, pytest.mark.distributed]
 

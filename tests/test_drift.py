@@ -1,6 +1,6 @@
 """The session's drift: the median step-time change of its CPU cases, which each case is gated against.
 
-Unit tests of the pure rule (perfsuite/drift.py, perfsuite/compare.py), then the whole
+Unit tests of the pure rule (perfsuite/core/drift.py, perfsuite/core/compare.py), then the whole
 plugin on the committed CPU baselines replayed as runs (tests/replay.py): a host that
 reads every case 12% fast, as the CI host that failed tiny-bert-grad_ckpt and
 tiny-bert-lora did, gives no false alarm and still fails the case that moved against the
@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from replay import BASELINES, record_of
 
-from perfsuite.compare import Tolerance, check_time
-from perfsuite.drift import MIN_CASES, Drift, estimate, group_of
+from perfsuite.core.compare import check_time
+from perfsuite.core.drift import MIN_CASES, Drift, estimate, group_of
+from perfsuite.core.tolerance import Tolerance
 
 HERE = Path(__file__).parent
 CPU = Tolerance(time_floor=0.15, time_k=0.0, time_drift_limit=0.15)
@@ -69,7 +70,7 @@ def _baseline(steps: list[float]) -> dict:
 
 
 def _observed(factor: float):
-    from perfsuite.compare import Observation
+    from perfsuite.core.observation import Observation
 
     return Observation(
         time=10.0 * factor,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfsuite.hardware import cpu_class, hardware_key, time_class
+from perfsuite.core.hardware import cpu_class, hardware_key, time_class
 
 EPYC = """processor\t: 0
 vendor_id\t: AuthenticAMD

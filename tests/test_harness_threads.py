@@ -14,9 +14,9 @@ import time
 import fault_cases
 import pytest
 
-from perfsuite.case import CaseSpec
-from perfsuite.cpu_threads import BUSY_SHARE, ThreadWindow
-from perfsuite.worker import run_isolated
+from perfsuite.core.spec import CaseSpec
+from perfsuite.worker.cpu_threads import BUSY_SHARE, ThreadWindow
+from perfsuite.worker.process import run_isolated
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
 

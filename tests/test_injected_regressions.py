@@ -6,7 +6,7 @@ keeping 5% more state, a buffer of 5% of the parameters' bytes held in a global 
 the first step on, a strategy silently doing nothing) and leaves the fifth alone; a
 second run makes every case, vanilla included, 25% slower, which a ratio to vanilla
 could never see and the calibrated step time does, and which the session's drift
-(perfsuite/drift.py) must not take for the machine's, being beyond the tier's drift
+(perfsuite/core/drift.py) must not take for the machine's, being beyond the tier's drift
 limit. (Adafactor's state is too small for 5% of it to clear the memory gate's 64 KiB
 floor, so the state grows in an AdamW case.)
 """
@@ -32,7 +32,7 @@ RUNNER = """
 import pytest
 
 import injections
-from perfsuite.worker import run_isolated
+from perfsuite.worker.process import run_isolated
 
 
 @pytest.hookimpl(tryfirst=True)

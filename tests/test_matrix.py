@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfsuite.case import CaseSpec
+from perfsuite.core.spec import CaseSpec
 from perfsuite.session import PerfsuiteSession
 
 

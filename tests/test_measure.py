@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from perfsuite.measure import frozen_parameters_take_no_grad_hooks
+from perfsuite.worker.measure import frozen_parameters_take_no_grad_hooks
 
 
 def _partly_frozen() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -36,7 +36,7 @@ def _tracked_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> i
     reason="upstream: torch.distributed._tools.mem_tracker.MemTracker (torch 2.5 through 2.13.0, at least) "
     "registers a gradient hook on every parameter of each module it enters, frozen ones included, and torch "
     "raises 'cannot register a hook on a tensor that doesn't require gradient'; no upstream issue found in "
-    "the pytorch tracker as of 2026-11. perfsuite.measure.frozen_parameters_take_no_grad_hooks works around "
+    "the pytorch tracker as of 2026-11. perfsuite.worker.measure.frozen_parameters_take_no_grad_hooks works around "
     "it; when this test passes (XPASS fails it), drop the workaround.",
 )
 def test_memtracker_follows_a_model_with_frozen_parameters() -> None:

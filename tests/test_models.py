@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from perfsuite.models import FULL_SIZE, MODELS, TINY, build_model, count_parameters, get_model_spec, resolve_pretrained
-from perfsuite.strategies import UnknownNameError
+from perfsuite.core.models import FULL_SIZE, MODELS, TINY, count_parameters, get_model_spec
+from perfsuite.core.strategies import UnknownNameError
+from perfsuite.worker.modeling import build_model, resolve_pretrained
 
 
 def test_registry_names() -> None:

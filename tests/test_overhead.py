@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from perfsuite.bare import FAMILIES, TRAINER_FAMILY, family
-from perfsuite.case import CaseSpec, tier_spec
 from perfsuite.cli import main
+from perfsuite.core.spec import CaseSpec, tier_spec
 from perfsuite.overhead import DEFAULT_SELECTION, measure
+from perfsuite.worker.bare import FAMILIES, TRAINER_FAMILY, family
 
 
 def _record(steps: list[float], loss: list[float], busy: int = 1) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def test_bad_arguments_exit_2_with_one_line(argv: list[str], expected: str, caps
 def test_vanilla_costs_what_a_bare_loop_costs(engine: str, threads: int) -> None:
     """The harness's share of a step, measured: a returning interference of the kind that made
     every CPU step 1.6-1.9x a bare loop's fails this; the figure itself is in docs/timing.md."""
-    from perfsuite.worker import run_isolated
+    from perfsuite.worker.process import run_isolated
 
     spec = CaseSpec(
         model="tiny-bert", strategy="vanilla", engine=engine, steps=24, warmup_steps=2, device="cpu", threads=threads

@@ -22,8 +22,8 @@ import pytest
 import torch  # noqa: F401
 import transformers  # noqa: F401
 
-from perfsuite import registry
 from perfsuite.cli import main
+from perfsuite.core import registry
 
 pytestmark = [pytest.mark.cpu, pytest.mark.slow]
 
@@ -152,6 +152,6 @@ def test_a_team_guards_its_own_model_and_recipe(project: pytest.Pytester, capsys
 
 
 def _time_class() -> str:
-    from perfsuite.hardware import local_cpu_class
+    from perfsuite.core.hardware import local_cpu_class
 
     return local_cpu_class()

@@ -329,7 +329,7 @@ def test_a_crashed_case_fails_alone(project: pytest.Pytester, monkeypatch: pytes
 
 
 def _local_class() -> str:
-    from perfsuite.hardware import local_cpu_class
+    from perfsuite.core.hardware import local_cpu_class
 
     return local_cpu_class()
 

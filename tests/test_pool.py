@@ -1,4 +1,4 @@
-"""The GPU pool (perfsuite.distributed.pool) on a CPU machine with a faked GPU count.
+"""The GPU pool (perfsuite.pool) on a CPU machine with a faked GPU count.
 
 Cases are real workers (perfsuite.worker.run_isolated) whose case function reports the
 ``CUDA_VISIBLE_DEVICES`` it was started with and when it ran; the pool must give a case
@@ -15,9 +15,9 @@ from pathlib import Path
 import fault_cases
 import pytest
 
-from perfsuite.case import CaseSpec
-from perfsuite.distributed.pool import GPUPool, PoolRunner, parse_gpus, visible_gpus, with_gpus
-from perfsuite.worker import run_isolated
+from perfsuite.core.spec import CaseSpec
+from perfsuite.pool import GPUPool, PoolRunner, parse_gpus, visible_gpus, with_gpus
+from perfsuite.worker.process import run_isolated
 
 
 def test_the_visible_gpus_come_from_a_faked_count_the_cuda_list_or_the_device_count() -> None:

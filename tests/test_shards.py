@@ -1,4 +1,4 @@
-"""Splitting the GPU matrix across machines (perfsuite.shards, ``--perfsuite-shard``) and merging
+"""Splitting the GPU matrix across machines (perfsuite.core.shards, ``--perfsuite-shard``) and merging
 the shards' results into one night (``perfsuite merge``)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from perfsuite.cli import main
+from perfsuite.core.shards import assign, parse_shard
 from perfsuite.reports.results import ResultsError, merge_results
-from perfsuite.shards import assign, parse_shard
 
 
 def test_a_shard_is_i_of_n() -> None:

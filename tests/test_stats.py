@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from perfsuite.stats import first_non_finite, paired_change, percent_of, summarize
+from perfsuite.core.stats import first_non_finite, paired_change, percent_of, summarize
 
 
 def test_summarize_median_and_spread() -> None:

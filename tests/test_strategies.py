@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from perfsuite.strategies import STRATEGIES, Strategy, UnknownNameError, compose, resolve
+from perfsuite.core.strategies import STRATEGIES, Strategy, UnknownNameError, compose, resolve
 
 ISSUE_NAMES = (
     "vanilla fp16 bf16 grad_accum grad_ckpt adafactor adamw_8bit zero2_offload zero3_offload "

@@ -21,11 +21,12 @@ from typing import Any
 import claims
 import pytest
 
-from perfsuite.case import CaseSpec, nightly_only, tier_spec
-from perfsuite.models import TINY
+from perfsuite.core.matrix import nightly_only
+from perfsuite.core.models import TINY
+from perfsuite.core.spec import CaseSpec, tier_spec
+from perfsuite.core.strategies import STRATEGIES
 from perfsuite.session import PerfsuiteSession
-from perfsuite.strategies import STRATEGIES
-from perfsuite.worker import run_isolated
+from perfsuite.worker.process import run_isolated
 
 pytestmark = pytest.mark.cpu
 
@@ -34,7 +35,7 @@ Run = Callable[..., dict[str, Any]]
 
 def tiered(*strategies: str, models: tuple[str, ...] = TINY) -> list[Any]:
     """``models`` as parameters, each marked nightly where the matrix runs one of ``strategies`` nightly
-    (a claim costs the same runs as the matrix cases it reads, see perfsuite.case.nightly_only)."""
+    (a claim costs the same runs as the matrix cases it reads, see perfsuite.core.matrix.nightly_only)."""
     return [
         pytest.param(m, marks=[pytest.mark.nightly] if any(nightly_only(m, s) for s in strategies) else [])
         for m in models

@@ -18,11 +18,11 @@ import claims
 import pytest
 from packaging.version import Version
 
-from perfsuite.case import tier_spec
-from perfsuite.engines import trainer_unsupported
-from perfsuite.engines.hf_trainer import training_arguments
+from perfsuite.core.engines import trainer_unsupported
+from perfsuite.core.spec import tier_spec
+from perfsuite.core.strategies import resolve
 from perfsuite.session import PerfsuiteSession
-from perfsuite.strategies import resolve
+from perfsuite.worker.engines.trainer_setup import training_arguments
 
 pytestmark = [pytest.mark.cpu, pytest.mark.trainer]
 
@@ -304,10 +304,11 @@ def test_all_under_the_trainer_applies_every_published_technique(run: Run) -> No
 
 
 def _small_engine(strategy: str = "vanilla") -> Any:
-    from perfsuite.data import generate_dataset
-    from perfsuite.device import get_device
-    from perfsuite.engines.hf_trainer import HFTrainerEngine
-    from perfsuite.models import build_model, get_model_spec
+    from perfsuite.core.models import get_model_spec
+    from perfsuite.worker.data import generate_dataset
+    from perfsuite.worker.device import get_device
+    from perfsuite.worker.engines.hf_trainer import HFTrainerEngine
+    from perfsuite.worker.modeling import build_model
 
     spec = get_model_spec("tiny-bert")
     return HFTrainerEngine(
@@ -327,9 +328,9 @@ def _small_engine(strategy: str = "vanilla") -> Any:
 
 
 def test_without_a_sequential_option_a_trainer_subclass_keeps_the_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    from perfsuite.engines import hf_trainer
+    from perfsuite.worker.engines import trainer_setup
 
-    monkeypatch.setattr(hf_trainer, "sequential_option", lambda: False)  # transformers 4.x, early 5.x
+    monkeypatch.setattr(trainer_setup, "sequential_option", lambda: False)  # transformers 4.x, early 5.x
     assert "train_sampling_strategy" not in _arguments("vanilla")
     engine = _small_engine()
     try:

@@ -8,8 +8,8 @@ import time
 import fault_cases
 import pytest
 
-from perfsuite.case import CaseSpec
-from perfsuite.worker import run_isolated
+from perfsuite.core.spec import CaseSpec
+from perfsuite.worker.process import run_isolated
 
 SPEC = CaseSpec(model="tiny-bert", strategy="vanilla")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from perfsuite.baselines import write_text_atomic
+from perfsuite.core.baselines import write_text_atomic
 from perfsuite.history.judge import FAILING
 from perfsuite.history.records import (
     HistoryError,

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from perfsuite.baselines import write_text_atomic
+from perfsuite.core.baselines import write_text_atomic
 from perfsuite.history.judge import Judgement, Night, Rules, judge
 from perfsuite.reports.results import Results
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from perfsuite.baselines import write_text_atomic
+from perfsuite.core.baselines import write_text_atomic
 from perfsuite.reports.results import Results, gate_runs, load_results
 
 

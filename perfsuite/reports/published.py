@@ -65,8 +65,3 @@ ARITHMETIC_002 = (
     "gradients and 2 × 1.35 GB for AdamW's two moments: optimizer state = 2 × parameters"
 )
 """The write-up's memory arithmetic, checked against each AdamW case's measured breakdown."""
-
-
-def published_for(strategy: str) -> list[Published]:
-    """The write-ups' rows for one of our strategy names (empty when none published it)."""
-    return [p for p in PUBLISHED if p.strategy == strategy]

@@ -16,9 +16,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfsuite.baselines import BaselineError, baseline_path, load_baseline
-from perfsuite.compare import Observation, Tolerance, baseline_figures, compare, observe, resolve_tolerance, time_change
-from perfsuite.drift import estimate, group_of
+from perfsuite.core.baselines import BaselineError, baseline_path, load_baseline
+from perfsuite.core.compare import baseline_figures, compare, time_change
+from perfsuite.core.drift import estimate, group_of
+from perfsuite.core.observation import Observation, observe
+from perfsuite.core.tolerance import Tolerance, resolve_tolerance
+
+RUN_RESULTS_SCHEMA_VERSION = 1
+"""``schema_version`` of ``perfsuite run --json``'s file."""
+PYTEST_RESULTS_SCHEMA_VERSION = 2
+"""``schema_version`` of ``pytest --perfsuite-json``'s file (and of ``perfsuite merge``'s)."""
 
 
 class ResultsError(ValueError):
@@ -38,7 +45,7 @@ class ReportCase:
     record: dict[str, Any] | None
     """The first run's record (``None`` when the case never ran)."""
     baseline: dict[str, Any] | None = None
-    """What it was (or would be) compared with: :func:`perfsuite.compare.baseline_figures`."""
+    """What it was (or would be) compared with: :func:`perfsuite.core.compare.baseline_figures`."""
     tolerance: dict[str, Any] | None = None
     checks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     message: str = ""
@@ -154,7 +161,7 @@ def parse_results(data: Any, path: str) -> Results:
 
 def gate_runs(results: Results, baselines: Path, settings: Mapping[str, Any] | None = None) -> None:
     """Compare the cases of a ``perfsuite run`` file with ``baselines`` as the pytest gate does,
-    a CPU case's step time against the run's drift (:mod:`perfsuite.drift`).
+    a CPU case's step time against the run's drift (:mod:`perfsuite.core.drift`).
 
     A case without a baseline keeps no checks and says why in its message; nothing fails.
     """

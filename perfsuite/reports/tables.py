@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from perfsuite.stats import percent_of
+from perfsuite.core.stats import percent_of
 
 CONTROL = "vanilla"
 

@@ -1,0 +1,56 @@
+"""The ``perfsuite`` command, one module per subcommand: ``run`` (read :mod:`perfsuite.cli.run` first),
+``list`` and ``init``, ``baselines refresh``, ``report`` and ``merge``, ``history``, ``overhead``.
+
+Every bad input ends in one line (``perfsuite: error: ...``) and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from perfsuite.cli import baselines, catalog, history, overhead, report
+from perfsuite.cli import run as run_command
+from perfsuite.cli.common import fail
+from perfsuite.core.registry import DeclarationError
+
+_COMMANDS: dict[str, Callable[[Any], int]] = {
+    "run": run_command.run,
+    "list": catalog.run_list,
+    "init": catalog.run_init,
+    "baselines": baselines.run,
+    "report": report.run_report,
+    "merge": report.run_merge,
+    "history": history.run,
+    "overhead": overhead.run,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="perfsuite", description="Performance regression tests for training transformer models."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_command.add_parser(sub)
+    overhead.add_parser(sub)
+    catalog.add_list(sub)
+    catalog.add_init(sub)
+    baselines.add_parser(sub)
+    report.add_merge(sub)
+    report.add_report(sub)
+    history.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except DeclarationError as exc:
+        return fail(str(exc))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

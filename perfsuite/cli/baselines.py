@@ -1,0 +1,66 @@
+"""``perfsuite baselines refresh``: the matrix test of this machine's tier with ``--perfsuite-refresh``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from perfsuite.core.declaration import read_pyproject
+from perfsuite.options import REPEATS
+
+
+def add_parser(sub: Any) -> None:
+    """The subcommand's arguments."""
+    baselines = sub.add_parser("baselines", help="manage the stored baselines")
+    actions = baselines.add_subparsers(dest="action", required=True)
+    refresh = actions.add_parser(
+        "refresh",
+        help="re-measure the selected cases N times and rewrite their baselines",
+        description="Runs the matrix test of this machine's tier with --perfsuite-refresh: each selected case "
+        "N times, refusing a case whose repeats spread too wide, printing old -> new per metric, and writing "
+        "each file atomically at the end (an interrupted refresh writes nothing). Arguments after -- go to pytest.",
+    )
+    refresh.add_argument("-k", dest="expression", metavar="EXPR", help="select cases like pytest -k (e.g. tiny-bert)")
+    refresh.add_argument("--repeats", **REPEATS)
+    refresh.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="tier to refresh: cpu (tiny models) or cuda (full-size); default: cuda when a GPU is visible",
+    )
+    refresh.add_argument("--markdown", type=Path, help="also write the old -> new table as markdown (a PR body)")
+    refresh.add_argument(
+        "--tests",
+        type=Path,
+        help="the matrix test (default: [tool.perfsuite] tests, else tests/test_matrix.py)",
+    )
+    refresh.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
+
+
+def run(args: Any) -> int:
+    from perfsuite.worker.device import default_device_type
+
+    if args.tests is None:
+        args.tests = Path(read_pyproject(Path("pyproject.toml")).get("tests", "tests/test_matrix.py"))
+    if not args.tests.is_file():
+        print(
+            f"perfsuite: error: no matrix test at {args.tests}; run this from the repository's root, "
+            "pass --tests, or write one with `perfsuite init`",
+            file=sys.stderr,
+        )
+        return 2
+    if args.repeats < 1:
+        print("perfsuite: error: --repeats must be at least 1", file=sys.stderr)
+        return 2
+    device = default_device_type() if args.device == "auto" else args.device
+    argv = [str(args.tests), "-m", "cpu" if device == "cpu" else "gpu", "--perfsuite-refresh"]
+    argv += [f"--perfsuite-repeats={args.repeats}", "-p", "no:cacheprovider"]
+    if args.expression:
+        argv += ["-k", args.expression]
+    if args.markdown:
+        argv += ["--perfsuite-markdown", str(args.markdown)]
+    # A fresh interpreter: pytest must import perfsuite itself (to load the plugin and
+    # rewrite its asserts), which it cannot do in a process that already imported it.
+    return subprocess.run([sys.executable, "-m", "pytest", *argv, *args.pytest_args], check=False).returncode

@@ -1,0 +1,64 @@
+"""``perfsuite list`` (the declared models, strategies and matrix) and ``perfsuite init`` (set a repository up)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from perfsuite.cli.common import load_project
+from perfsuite.core import registry
+from perfsuite.core.models import MODELS
+from perfsuite.core.strategies import STRATEGIES
+
+
+def add_list(sub: Any) -> None:
+    """``perfsuite list``."""
+    sub.add_parser("list", help="list the declared models, strategies and the matrix, with where each was declared")
+
+
+def add_init(sub: Any) -> None:
+    """The subcommand's arguments."""
+    init = sub.add_parser(
+        "init",
+        help="set up perfsuite in this repository",
+        description="Writes the [tool.perfsuite] section of pyproject.toml (with a commented example), the matrix "
+        "test, the CPU CI, GPU nightly and baseline-refresh workflows, baselines/ and a README section. An "
+        "existing file is kept unless --force; every path written or kept is printed.",
+    )
+    init.add_argument("--force", action="store_true", help="overwrite files perfsuite init wrote before")
+    init.add_argument("--dir", type=Path, default=Path(), help="the repository's root (default: here)")
+
+
+def _where(source: str | None) -> str:
+    """Where a name was declared, shown unless it is perfsuite's own."""
+    return "" if source == registry.BUILTIN else f"  [{source}]"
+
+
+def run_list(args: Any) -> int:
+    load_project()
+    declared = registry.describe()
+    print("models:")
+    for spec in MODELS.values():
+        where = _where(declared["models"][spec.name])
+        print(f"  {spec.name:<26} {spec.task:<15} {'tiny (CPU)' if spec.tiny else 'full size':<10}{where}")
+    print("strategies:")
+    for strategy in STRATEGIES.values():
+        print(f"  {strategy.name:<26} {strategy.description}{_where(declared['strategies'][strategy.name])}")
+    cases = registry.matrix_cases()
+    builtin = "perfsuite's built-in cases and " if declared["builtin_matrix"] else ""
+    print(f"matrix: {len(cases)} cases ({builtin}{len(declared['entries'])} declared entries)")
+    for entry in declared["entries"]:
+        marks = f" [{', '.join(entry['markers'])}]" if entry["markers"] else ""
+        print(
+            f"  {', '.join(entry['models'])} × {', '.join(entry['strategies'])} × {', '.join(entry['engines'])}"
+            f"{marks}  ({entry['source']})"
+        )
+    return 0
+
+
+def run_init(args: Any) -> int:
+    from perfsuite.scaffold import init
+
+    for line in init(args.dir, force=args.force):
+        print(line)
+    return 0

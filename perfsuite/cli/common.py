@@ -1,0 +1,37 @@
+"""What the subcommands share: comma-separated names, the project around the working directory,
+and the one-line error every bad input gets."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from perfsuite.core.declaration import find_pyproject, project_baselines_dir, read_pyproject
+from perfsuite.core.declaration import load as load_declaration
+
+
+def names(value: str) -> list[str]:
+    """An option's comma-separated names, blanks dropped."""
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def fail(message: str) -> int:
+    """``perfsuite: error: <message>`` on stderr; the exit code of bad input."""
+    print(f"perfsuite: error: {message}", file=sys.stderr)
+    return 2
+
+
+def load_project() -> None:
+    """Read the declarations of the project around the working directory (its nearest pyproject.toml)."""
+    pyproject = find_pyproject(Path.cwd())
+    if pyproject is not None:
+        load_declaration(pyproject)
+
+
+def project_baselines() -> tuple[dict[str, Any], Path | None]:
+    """The nearest project's ``[tool.perfsuite]`` and its baselines directory (``None`` when there is none)."""
+    pyproject = find_pyproject(Path.cwd())
+    settings = read_pyproject(pyproject) if pyproject is not None else {}
+    baselines = project_baselines_dir(pyproject.parent if pyproject else Path.cwd(), settings)
+    return settings, baselines if baselines.is_dir() else None

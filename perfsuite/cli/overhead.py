@@ -1,0 +1,126 @@
+"""``perfsuite overhead``: each case against a bare loop of the same config (:mod:`perfsuite.overhead`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from perfsuite.cli.common import names
+from perfsuite.overhead import DEFAULT_SELECTION
+from perfsuite.worker.bare import family
+
+
+def add_parser(sub: Any) -> None:
+    """The subcommand's arguments."""
+    overhead = sub.add_parser(
+        "overhead",
+        help="measure what perfsuite's harness adds to a step: each case against a bare loop of the same config",
+        description="Rounds alternate (ABBA) between a case as perfsuite runs it and a hand-written loop of exactly "
+        "the same model, data, optimizer, clipping and threads (perfsuite/worker/bare.py), each in its own worker; the "
+        "overhead is the median over rounds of the paired step-time ratio. Default: one case per family (fp32, "
+        "autocast, 8-bit, ZeRO offload, Trainer) of the tiny-bert model on a CPU, bert-base-uncased on a GPU.",
+    )
+    overhead.add_argument(
+        "--models", type=names, help="comma-separated (default: tiny-bert on CPU, bert-base-uncased on GPU)"
+    )
+    overhead.add_argument(
+        "--cases",
+        type=names,
+        help="comma-separated STRATEGY or STRATEGY:trainer with a bare loop "
+        "(vanilla, fp16, bf16, adamw_8bit, zero2_offload; vanilla:trainer); default: all of them",
+    )
+    overhead.add_argument("--rounds", type=int, default=6, help="rounds per case (default 6)")
+    overhead.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's, as perfsuite run)")
+    overhead.add_argument("--steps", type=int, help="timed steps per run (default 12 on CPU, 20 on GPU)")
+    overhead.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    overhead.add_argument("--timeout", type=float, help="seconds before a worker is killed (default 600 CPU, 900 GPU)")
+    overhead.add_argument("--json", type=Path, help="write every round's figures to this JSON file")
+
+
+def _selection(cases: Sequence[str] | None) -> list[tuple[str, str]]:
+    if not cases:
+        return list(DEFAULT_SELECTION)
+    chosen = []
+    for item in cases:
+        strategy, _, engine = item.partition(":")
+        engine = engine or "loop"
+        if family(strategy, engine) is None:
+            valid = ", ".join(s if e == "loop" else f"{s}:{e}" for s, e in DEFAULT_SELECTION)
+            raise ValueError(f"no bare loop for {item!r}; cases with one: {valid}")
+        chosen.append((strategy, engine))
+    return chosen
+
+
+def run(args: Any) -> int:
+    """``perfsuite overhead``: the table, and ``--json``; exit 1 when a side failed, 2 for bad arguments."""
+    import sys
+
+    from perfsuite.core.baselines import write_json_atomic
+    from perfsuite.core.models import get_model_spec
+    from perfsuite.core.spec import DEFAULTS, CaseSpec
+    from perfsuite.core.strategies import UnknownNameError
+    from perfsuite.overhead import HEADERS, Overhead, measure, table_rows
+    from perfsuite.worker.device import default_device_type
+    from perfsuite.worker.process import run_isolated
+
+    def error(message: str) -> int:
+        print(f"perfsuite: error: {message}", file=sys.stderr)
+        return 2
+
+    for name, value in (("--rounds", args.rounds), ("--threads", args.threads), ("--steps", args.steps)):
+        if value is not None and value < 1:
+            return error(f"{name} must be at least 1, got {value}")
+    if args.timeout is not None and args.timeout <= 0:
+        return error(f"--timeout must be positive, got {args.timeout:g}")
+    device_type = default_device_type() if args.device == "auto" else args.device
+    defaults = DEFAULTS[device_type]
+    try:
+        models = args.models or ["tiny-bert" if device_type == "cpu" else "bert-base-uncased"]
+        for model in models:
+            get_model_spec(model)
+        specs = [
+            CaseSpec(
+                model=model,
+                strategy=strategy,
+                engine=engine,
+                steps=args.steps or defaults.steps,
+                warmup_steps=defaults.warmup,
+                device=device_type,
+                threads=args.threads,
+            )
+            for model in models
+            for strategy, engine in _selection(args.cases)
+        ]
+    except (UnknownNameError, ValueError) as exc:
+        return error(str(exc))
+
+    def progress(result: Overhead, round_: int) -> None:
+        print(
+            f"perfsuite: {result.spec.id} round {round_ + 1}/{args.rounds}: {result.ratios[-1]:.3f} "
+            f"(case {result.case_ms[-1]:.1f} ms, bare {result.bare_ms[-1]:.1f} ms)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    results = measure(
+        specs, rounds=args.rounds, timeout_s=args.timeout or defaults.timeout, run=run_isolated, progress=progress
+    )
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"perfsuite's overhead: case ÷ bare loop, median of {args.rounds} rounds ({device_type})")
+    for header in HEADERS:
+        table.add_column(header)
+    for row in table_rows(results):
+        table.add_row(*row)
+    console = Console()
+    if not console.is_terminal:
+        console.width = 160  # a log or a pipe: no 80-column squeeze
+    console.print(table)
+    if args.json:
+        write_json_atomic(
+            args.json, {"device": device_type, "rounds": args.rounds, "cases": [r.as_json() for r in results]}
+        )
+        print(f"wrote {args.json}")
+    return 1 if any(r.error for r in results) else 0

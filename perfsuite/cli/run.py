@@ -1,0 +1,290 @@
+"""``perfsuite run``: the matrix (or the named cases) on this machine, each in its own worker, then the table."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from perfsuite.cli.common import load_project, names, project_baselines
+from perfsuite.core.baselines import write_json_atomic
+from perfsuite.core.engines import ENGINES, check_engine
+from perfsuite.core.models import get_model_spec
+from perfsuite.core.registry import matrix_cases
+from perfsuite.core.spec import DEFAULTS
+from perfsuite.core.strategies import STRATEGIES, UnknownNameError, resolve
+from perfsuite.options import GPUS
+
+
+def add_parser(sub: Any) -> None:
+    """The subcommand's arguments."""
+    run = sub.add_parser("run", help="run the model × strategy matrix and print the table")
+    run.add_argument(
+        "--models",
+        type=names,
+        help="comma-separated (`perfsuite list` names them); default: the matrix's cases that run on this device "
+        "(tiny models on a CPU, full-size ones on a GPU)",
+    )
+    run.add_argument(
+        "--strategies",
+        type=names,
+        help="comma-separated, 'a+b' composes; with --models, default: every registered one; without, the matrix's",
+    )
+    run.add_argument(
+        "--engine",
+        type=names,
+        help=f"comma-separated engines ({', '.join(ENGINES)}); "
+        "default: the matrix's, or loop with --models/--strategies",
+    )
+    run.add_argument("--steps", type=int, help="timed optimizer steps per case (default 12 on CPU, 20 on GPU)")
+    run.add_argument("--warmup", type=int, help="untimed warm-up steps (default 2 on CPU, 5 on GPU)")
+    run.add_argument("--batch-size", type=int, help="samples per optimizer step (default: the model's)")
+    run.add_argument("--seq-len", type=int, help="maximum sequence length (default: the model's)")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    run.add_argument(
+        "--timeout", type=float, help="seconds before a case's worker is killed (default 600 CPU, 900 GPU)"
+    )
+    run.add_argument("--pretrained", help="a save_pretrained directory (one model only), or 'hub-cache'")
+    run.add_argument("--dataset", help="a local csv/json/parquet file or a cached datasets name")
+    run.add_argument("--tokenizer", help="local tokenizer directory for --dataset")
+    run.add_argument(
+        "--no-profile", dest="profile", action="store_false", help="skip the memory-breakdown and FLOP steps"
+    )
+    run.add_argument(
+        "--threads", type=int, help="torch intra-op threads per case (default: torch's; the CPU test tier uses 1)"
+    )
+    run.add_argument(
+        "--world-size",
+        type=int,
+        default=1,
+        help="ranks per named case (--models/--strategies; default 1): needs ddp, fsdp2, zero2 or zero3",
+    )
+    run.add_argument("--gpus", **GPUS)
+    run.add_argument("--json", type=Path, help="write every figure to this JSON file")
+    run.add_argument(
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="also write report.html and summary.md there, each case compared with its baseline when one exists",
+    )
+    run.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="after each case, show the warnings and output its worker captured (always kept in --json)",
+    )
+
+
+def _matrix_selection(args: argparse.Namespace, device_type: str) -> list[tuple[str, str, str, int]]:
+    """(model, strategy, engine, world size) of what ``perfsuite run`` runs: the named ones, else the
+    matrix on this device."""
+    on_device = [c for c in matrix_cases() if (get_model_spec(c.model).tiny) == (device_type == "cpu")]
+    if not args.models and not args.strategies:
+        return [
+            (c.model, c.strategy, c.engine, c.world_size)
+            for c in on_device
+            if args.engine is None or c.engine in args.engine
+        ]
+    models = args.models or list(dict.fromkeys(c.model for c in on_device))
+    strategies = args.strategies or [n for n in STRATEGIES if args.world_size == 1 or resolve(n).distributed]
+    return [(m, s, e, args.world_size) for e in (args.engine or ["loop"]) for m in models for s in strategies]
+
+
+def _gpu_pool(args: argparse.Namespace, device_type: str) -> Any:
+    """The GPUs cases share, or ``None`` where they run one after another (a CPU, one GPU)."""
+    if device_type != "cuda":
+        return None
+    from perfsuite.pool import GPUPool, machine_gpus
+
+    gpus = machine_gpus(args.gpus)
+    return GPUPool(gpus) if len(gpus) > 1 else None
+
+
+def _specs(
+    args: argparse.Namespace, selection: list[tuple[str, str, str, int]], device_type: str, defaults: Any
+) -> list[Any]:
+    from perfsuite.core.spec import CaseSpec
+
+    return [
+        CaseSpec(
+            model=model,
+            strategy=strategy,
+            steps=args.steps or defaults.steps,
+            warmup_steps=defaults.warmup if args.warmup is None else args.warmup,
+            batch_size=args.batch_size,
+            seq_len=args.seq_len,
+            seed=args.seed,
+            device=device_type,
+            pretrained=args.pretrained,
+            dataset=args.dataset,
+            tokenizer=args.tokenizer,
+            profile=args.profile,
+            threads=args.threads,
+            engine=engine,
+            world_size=world_size,
+        )
+        for model, strategy, engine, world_size in selection
+    ]
+
+
+def _run_on_pool(specs: list[Any], pool: Any, timeout: float, done: Any, progress: Any, task: Any) -> list[Any]:
+    """``specs`` on the GPU pool, as many at once as it has GPUs (the widest first); records in ``specs`` order."""
+    from concurrent.futures import as_completed
+
+    from perfsuite.pool import PoolRunner, submit_cases
+    from perfsuite.worker.process import run_isolated
+
+    runner = PoolRunner(pool)
+    progress.update(task, description=f"{len(pool.gpus)} GPUs: {', '.join(pool.gpus)}", refresh=True)
+
+    def run(spec: Any, env: dict[str, str]) -> dict[str, Any]:
+        return run_isolated(spec, timeout_s=timeout, env=env)
+
+    futures = {future: spec for spec, future in submit_cases(runner, pool, specs, run).items()}
+    records = {}
+    try:
+        for future in as_completed(futures):
+            spec = futures[future]
+            records[spec] = future.result()
+            done(spec, records[spec])
+    finally:
+        runner.close(cancel=True)
+    return [records[spec] for spec in specs]
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from perfsuite.core.spec import CaseSpec
+    from perfsuite.reports.tables import render
+    from perfsuite.worker.device import default_device_type
+    from perfsuite.worker.process import run_isolated
+
+    console = Console(stderr=True)
+    try:
+        load_project()
+        for name in args.models or ():
+            get_model_spec(name)
+        for name in args.strategies or ():
+            resolve(name)
+        for name in args.engine or ():
+            check_engine(name)
+    except (UnknownNameError, ValueError) as exc:  # DeclarationError included
+        console.print(f"perfsuite: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return 2
+    if args.threads is not None and args.threads < 1:
+        console.print("perfsuite: error: --threads must be at least 1")
+        return 2
+    device_type = default_device_type() if args.device == "auto" else args.device
+    defaults = DEFAULTS[device_type]
+    selection = _matrix_selection(args, device_type)
+    if not selection:
+        console.print(f"perfsuite: error: the matrix has no case for this device ({device_type}); `perfsuite list`")
+        return 2
+    if args.pretrained and args.pretrained != "hub-cache" and len({m for m, _, _, _ in selection}) != 1:
+        console.print("perfsuite: error: --pretrained PATH needs exactly one --models name")
+        return 2
+    try:
+        specs = _specs(args, selection, device_type, defaults)
+    except ValueError as exc:
+        console.print(f"perfsuite: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return 2
+    try:
+        pool = _gpu_pool(args, device_type)
+    except ValueError as exc:
+        console.print(f"perfsuite: error: --gpus: {exc}", markup=False, highlight=False)
+        return 2
+    timeout = args.timeout or defaults.timeout
+    started = time.monotonic()
+    results: list[dict[str, Any]] = []
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        # Redrawn when a case starts or ends, not by a thread 10 times a second: nothing of
+        # perfsuite's runs while a case's steps are timed, the parent included.
+        auto_refresh=False,
+    ) as progress:
+        task = progress.add_task("starting", total=len(specs))
+
+        def done(spec: CaseSpec, record: dict[str, Any]) -> None:
+            line = f"{spec.id}: {record['status']}"
+            if record["status"] == "ok":
+                line += f", {record['step_time_s']['median'] * 1e3:.1f} ms/step, {record['wall_s']:.1f} s"
+                if record.get("gpus"):
+                    line += f", GPU {','.join(record['gpus'])}"
+            else:
+                line += f" ({record['error']})"
+            progress.console.print(line, markup=False, highlight=False)
+            if args.verbose:
+                _print_diagnostics(progress.console, record)
+            progress.advance(task)
+            progress.refresh()
+
+        if pool is None:
+            for spec in specs:
+                progress.update(task, description=spec.id, refresh=True)
+                results.append(run_isolated(spec, timeout_s=timeout))
+                done(spec, results[-1])
+        else:
+            results = _run_on_pool(specs, pool, timeout, done, progress, task)
+    wall = time.monotonic() - started
+    render(results)
+    failed = sum(r["status"] == "failed" for r in results)
+    skipped = sum(r["status"] == "skipped" for r in results)
+    startups = [r["worker_startup_s"] for r in results if r.get("worker_startup_s") is not None]
+    startup = ""
+    if startups:
+        # The first launch also boots the forkserver (imports torch and friends once).
+        startup = f"; first worker {startups[0]:.1f} s (forkserver boot)"
+        if len(startups) > 1:
+            startup += f", later workers median {1e3 * statistics.median(startups[1:]):.0f} ms"
+    ok = len(results) - failed - skipped
+    print(f"{len(results)} cases: {ok} ok, {skipped} skipped, {failed} failed in {wall:.0f} s{startup}")
+    if args.json or args.report:
+        from perfsuite.core.provenance import run_facts
+        from perfsuite.reports.results import RUN_RESULTS_SCHEMA_VERSION
+        from perfsuite.worker.env import environment
+
+        env = {**environment(device_type), **run_facts(Path.cwd())}
+        payload = {"schema_version": RUN_RESULTS_SCHEMA_VERSION, "env": env, "wall_s": wall, "cases": results}
+        if args.json:
+            write_json_atomic(args.json, payload)
+            print(f"wrote {args.json}")
+        if args.report:
+            _write_run_report(payload, args.report)
+    return 1 if failed else 0
+
+
+def _write_run_report(payload: dict[str, Any], out: Path) -> None:
+    """``perfsuite run --report``: the report of this run, each case compared with its baseline when one exists."""
+    from perfsuite.reports import write_report
+    from perfsuite.reports.charts import ReportExtraMissing
+    from perfsuite.reports.results import parse_results
+
+    settings, baselines = project_baselines()
+    try:
+        written = write_report(parse_results(payload, "perfsuite run"), out, baselines=baselines, settings=settings)
+    except ReportExtraMissing as exc:
+        print(f"perfsuite: no report: {exc}", file=sys.stderr)
+        return
+    for path in written:
+        print(f"wrote {path}")
+
+
+def _print_diagnostics(console: Any, record: dict[str, Any]) -> None:
+    warned = record.get("warnings") or []
+    for w in warned:
+        times = f" (×{w['count']})" if w["count"] > 1 else ""
+        console.print(f"  {w['category']}{times}: {w['message']} [{w['where']}]", markup=False, highlight=False)
+    output = (record.get("output") or "").strip()
+    if output:
+        console.print("  " + output.replace("\n", "\n  "), markup=False, highlight=False)

@@ -1,0 +1,7 @@
+"""The pure core: what a case, a strategy, a model and the matrix are; baselines, tolerances and the
+gates; statistics, the session's drift, hardware classes and shards. No torch, no pytest: everything
+here is unit-tested alone (tests/test_layers.py imports it with both blocked).
+
+Read :mod:`~perfsuite.core.spec` first (a case), then :mod:`~perfsuite.core.matrix` (which cases
+run where) and :mod:`~perfsuite.core.compare` (how one is gated).
+"""

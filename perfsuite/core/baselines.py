@@ -1,0 +1,256 @@
+"""Baseline files: where they live, reading them strictly, building and writing them. Pure: no torch, no pytest.
+
+One JSON file per case, ``baselines/<hardware>/<case-id>.json``, small enough to read in
+a pull-request diff. The hardware key names the device only (``cpu``, or a GPU model
+such as ``nvidia-h100-80gb-hbm3``): library versions stay out of the key because a
+version change is exactly what the suite exists to catch; they go into ``provenance``.
+
+Memory and the loss curve are one per file; step times are kept per *time class*
+(:mod:`perfsuite.core.hardware`): ``"time": {"amd-25.1-avx2": {...}, "intel-6.143-...": {...}}``,
+because which kernels torch runs, and so every time figure, depends on the CPU's
+features while memory and loss do not. A refresh on a new class adds its entry and
+leaves the others as they were.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from perfsuite.core.hardware import hardware_key
+from perfsuite.core.stats import paired_change
+
+__all__ = ["hardware_key"]  # re-exported: where a baseline file lives
+
+BASELINE_SCHEMA_VERSION = 2
+PYTEST_BENCHMARK_FILE = "pytest-benchmark.json"
+"""The pinned pytest-benchmark file next to a hardware's baselines (what ``--benchmark-compare`` reads)."""
+
+TIME_UNITS = ("calibrated", "s")
+"""``calibrated``: the median over timed steps of step time ÷ the calibration workload's time
+around that step (CPU: cancels machine drift, see :mod:`perfsuite.worker.calibrate`).
+``s``: median seconds per optimizer step (GPU)."""
+
+
+class BaselineError(Exception):
+    """A baseline file is missing, unreadable or of another schema; the message names the file and the fix."""
+
+
+class MissingBaseline(BaselineError):
+    """No baseline file for a case."""
+
+
+def refresh_command(case_id: str | None = None, *, hardware: str = "cpu") -> str:
+    """The command that (re)writes baselines, selected like pytest's ``-k``, quoted for a message."""
+    command = "`perfsuite baselines refresh" + (f" -k {case_id}" if case_id else "") + "`"
+    return command if hardware == "cpu" else f"{command} (on a machine with that GPU)"
+
+
+def baseline_path(root: Path, hardware: str, case_id: str) -> Path:
+    return root / hardware / f"{case_id}.json"
+
+
+def pinned_benchmark_path(root: Path, hardware: str, time_class: str) -> Path:
+    """The pytest-benchmark file ``--benchmark-compare`` reads: one per time class (times only compare within one)."""
+    if time_class == hardware:  # a GPU: the directory already names the class
+        return root / hardware / PYTEST_BENCHMARK_FILE
+    return root / hardware / f"pytest-benchmark.{time_class}.json"
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write JSON so that an interrupted write leaves the old file (or none), never half a file."""
+    write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) so that an interrupted write leaves the old file (or none), never half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        Path(tmp).chmod(0o666 & ~_umask())  # mkstemp's 0600 would make a report or baseline private
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _require(condition: bool, path: Path, what: str, case_id: str, hardware: str) -> None:
+    if not condition:
+        raise BaselineError(
+            f"{path}: {what}; rewrite it with {refresh_command(case_id, hardware=hardware)} "
+            "(or restore it with `git checkout`)"
+        )
+
+
+def load_baseline(path: Path, *, case_id: str, hardware: str) -> dict[str, Any]:
+    """Read and validate one baseline; any problem raises :class:`BaselineError` naming ``path``."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise MissingBaseline(
+            f"no baseline for {case_id} on {hardware}: {path} does not exist; "
+            f"record one with {refresh_command(case_id, hardware=hardware)}"
+        ) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BaselineError(
+            f"{path}: corrupt baseline (not JSON: {exc}); rewrite it with "
+            f"{refresh_command(case_id, hardware=hardware)} (or restore it with `git checkout`)"
+        ) from None
+    ok = isinstance(data, dict)
+    _require(ok, path, "corrupt baseline (not a JSON object)", case_id, hardware)
+    version = data.get("schema_version")
+    _require(
+        version == BASELINE_SCHEMA_VERSION,
+        path,
+        f"schema_version is {version!r}, this perfsuite reads {BASELINE_SCHEMA_VERSION}",
+        case_id,
+        hardware,
+    )
+    _require(
+        data.get("case") == case_id,
+        path,
+        f"it is the baseline of {data.get('case')!r}, not {case_id}",
+        case_id,
+        hardware,
+    )
+    time, memory, loss = data.get("time"), data.get("memory"), data.get("loss")
+    _require(
+        isinstance(time, dict)
+        and all(
+            isinstance(entry, dict)
+            and entry.get("unit") in TIME_UNITS
+            and _is_number(entry.get("median"))
+            and (entry.get("spread") is None or _is_number(entry.get("spread")))
+            for entry in time.values()
+        ),
+        path,
+        "corrupt baseline (`time` maps each time class to its unit, median and spread)",
+        case_id,
+        hardware,
+    )
+    _require(
+        isinstance(memory, dict)
+        and _is_number(memory.get("peak_bytes"))
+        and isinstance(memory.get("breakdown"), dict)
+        and all(_is_number(v) for v in memory["breakdown"].values()),
+        path,
+        "corrupt baseline (`memory` needs peak_bytes and a breakdown of numbers)",
+        case_id,
+        hardware,
+    )
+    _require(
+        isinstance(loss, list) and len(loss) > 0 and all(_is_number(v) for v in loss),
+        path,
+        "corrupt baseline (`loss` must be a non-empty list of finite numbers, one per step)",
+        case_id,
+        hardware,
+    )
+    return dict(data)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def relative_spread(values: Sequence[float]) -> float | None:
+    """Largest deviation from the median, relative to it (``None`` for a single value)."""
+    if len(values) < 2:
+        return None
+    median = statistics.median(values)
+    if median == 0:
+        return 0.0 if all(v == 0 for v in values) else math.inf
+    return max(abs(v - median) for v in values) / abs(median)
+
+
+def build_baseline(
+    *,
+    case_id: str,
+    hardware: str,
+    time_class: str,
+    time_unit: str,
+    calibration: str | None,
+    times: Sequence[float],
+    step_time_s: Sequence[float],
+    peaks: Sequence[int],
+    breakdowns: Sequence[Mapping[str, int]],
+    losses: Sequence[Sequence[float]],
+    spec: Mapping[str, Any],
+    provenance: Mapping[str, Any],
+    time_steps: Sequence[Sequence[float]] = (),
+) -> dict[str, Any]:
+    """One baseline from N repeated runs of a case: medians, and the spread each gate's tolerance builds on.
+
+    ``times`` are the compared values (calibrated or seconds), one per repeat, filed under
+    ``time_class``; ``time_steps`` the same per timed step, one list per repeat: the
+    baseline keeps each step's median over repeats, which later runs are compared with
+    step by step, and the spread is the largest such paired change of a repeat
+    (:func:`perfsuite.core.stats.paired_change`). ``step_time_s`` the absolute medians, kept
+    for a reader. The loss curve
+    stored is the first repeat's (repeats on one stack agree to the last bits;
+    :func:`refusals` checks that).
+    """
+    if time_unit not in TIME_UNITS:
+        raise ValueError(f"time unit {time_unit!r}; valid: {', '.join(TIME_UNITS)}")
+    if not (len(times) == len(step_time_s) == len(peaks) == len(breakdowns) == len(losses) >= 1):
+        raise ValueError("every repeat needs a time, a peak, a breakdown and a loss curve")
+    steps = [statistics.median(values) for values in zip(*time_steps, strict=True)] if time_steps else []
+    spread = max(abs(paired_change(repeat, steps)) for repeat in time_steps) if steps and len(time_steps) > 1 else None
+    categories = sorted(breakdowns[0])
+    breakdown = {c: int(statistics.median(b.get(c, 0) for b in breakdowns)) for c in categories}
+    memory_values = [float(p) for p in peaks]
+    return {
+        "schema_version": BASELINE_SCHEMA_VERSION,
+        "case": case_id,
+        "hardware": hardware,
+        "spec": dict(spec),
+        "time": {
+            time_class: {
+                "unit": time_unit,
+                "median": statistics.median(times),
+                "spread": spread if steps else relative_spread(times),
+                "repeats": list(times),
+                "steps": steps,
+                "step_time_s_median": statistics.median(step_time_s),
+                "calibration": calibration,
+                "recorded": provenance.get("date"),
+                "device": provenance.get("device"),
+            }
+        },
+        "memory": {
+            "peak_bytes": int(statistics.median(peaks)),
+            "spread": relative_spread(memory_values),
+            "breakdown": breakdown,
+        },
+        "loss": [float(v) for v in losses[0]],
+        "loss_repeat_max_abs_diff": max(
+            (abs(a - b) for other in losses[1:] for a, b in zip(losses[0], other, strict=False)), default=None
+        ),
+        "provenance": dict(provenance),
+    }
+
+
+def with_other_classes(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``new``, keeping the step times ``old`` recorded for other time classes untouched."""
+    merged = dict(new)
+    if old is not None:
+        merged["time"] = {**{c: e for c, e in old["time"].items() if c not in new["time"]}, **new["time"]}
+        merged["time"] = dict(sorted(merged["time"].items()))
+    return merged

@@ -1,0 +1,361 @@
+"""Gating one case against its baseline: the three checks. Pure: no torch, no pytest.
+
+Tolerances come from :mod:`perfsuite.core.tolerance`; what a refresh refuses and shows,
+from :mod:`perfsuite.core.refresh`.
+
+- Step time: two-sided. A run slower than the tolerance is a regression; one faster is
+  a failure too ("refresh the baseline"), so improvements are recorded instead of
+  leaving slack that a later regression could hide in. Tolerance = max(floor, k × the
+  spread recorded with the baseline): the smallest change the gate detects. Compared
+  only against the figure recorded for the same time class (CPU family and ISA, or
+  GPU model); without one the time is *not compared*, said so, and not a failure
+  unless asked.
+- Memory: peak and every breakdown category, two-sided and tight: for one stack the
+  allocations are deterministic.
+- Loss: one value per optimizer step, compared step by step with a tolerance chosen by
+  the precision; a NaN never passes; a failure names the first step that diverged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from perfsuite.core.baselines import refresh_command
+from perfsuite.core.drift import Drift
+from perfsuite.core.observation import Observation
+from perfsuite.core.stats import paired_change
+from perfsuite.core.tolerance import Tolerance
+
+
+@dataclass(frozen=True)
+class Check:
+    """One metric of one case against its baseline."""
+
+    metric: str
+    ok: bool
+    baseline: str
+    measured: str
+    change: str
+    tolerance: str
+    message: str
+    """Empty when ``ok`` and compared; otherwise the whole explanation, naming the case."""
+    compared: bool = True
+    """False when there was nothing to compare with (no step time recorded for this time class)."""
+    rel: float | None = None
+    """The signed relative change the gate judged (the loss: at its worst step), for reports and history."""
+    limit: float | None = None
+    """The relative tolerance it was judged against: a compared check passes exactly when ``|rel| <= limit``."""
+    raw_rel: float | None = None
+    """Step time: the change against the baseline alone, before the session's drift is taken out."""
+    drift: float | None = None
+    """Step time: the session's drift it was gated against (``None`` when it was gated on its own change)."""
+
+
+@dataclasses.dataclass
+class Outcome:
+    """One matrix case's result, for the summary table and ``--perfsuite-json``."""
+
+    case: str
+    status: str
+    """``passed``, ``failed``, ``skipped``, ``missing``, ``refreshed`` or ``refused``."""
+    hardware: str | None = None
+    checks: list[Check] = dataclasses.field(default_factory=list)
+    diff: list[tuple[str, str, str, str]] = dataclasses.field(default_factory=list)
+    message: str = ""
+    records: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """The run records (one per repeat, then one per time retry)."""
+    time_attempts: list[str] = dataclasses.field(default_factory=list)
+    """The step-time change of each run when the time was retried (empty when it was not)."""
+    baseline: dict[str, Any] | None = None
+    """What the case was compared with (:func:`baseline_figures`), for reports and history."""
+    tolerance: dict[str, Any] | None = None
+    """The case's resolved :class:`Tolerance`, as a dict."""
+
+
+def baseline_figures(baseline: Mapping[str, Any], time_class: str) -> dict[str, Any]:
+    """The figures of a stored baseline that one comparison used: this time class's step time
+    (``None`` when it has none), memory, the loss curve, and when and on what it was recorded."""
+    provenance = baseline.get("provenance") or {}
+    return {
+        "recorded": provenance.get("date"),
+        "commit": provenance.get("commit"),
+        "versions": provenance.get("versions"),
+        "time_class": time_class,
+        "time": baseline["time"].get(time_class),
+        "memory": baseline["memory"],
+        "loss": list(baseline["loss"]),
+    }
+
+
+def only_time_failed(checks: Sequence[Check]) -> bool:
+    """True when the step time is the only failing check: what a time retry can settle."""
+    failing = [c for c in checks if not c.ok]
+    return bool(failing) and all(c.metric == "step time" and c.compared for c in failing)
+
+
+def format_time(value: float, unit: str) -> str:
+    return f"{value:.3f}× calibration" if unit == "calibrated" else f"{value * 1e3:,.2f} ms"
+
+
+def format_bytes(value: float) -> str:
+    return f"{value / 2**20:,.2f} MiB"
+
+
+def rel_change(measured: float, baseline: float) -> float:
+    if baseline == 0:
+        return 0.0 if measured == 0 else math.inf
+    return (measured - baseline) / baseline
+
+
+def _not_compared(
+    case_id: str, baseline: Mapping[str, Any], observed: Observation, hardware: str, *, fail: bool
+) -> Check:
+    recorded = ", ".join(baseline["time"]) or "none"
+    message = (
+        f"{case_id}: step time not compared: the baseline has step times for {recorded}, this machine is "
+        f"{observed.time_class}, and times only compare within one class (memory and loss were gated); "
+        f"record this class's with {refresh_command(case_id, hardware=hardware)}"
+    )
+    return Check(
+        "step time",
+        not fail,
+        f"({recorded})",
+        format_time(observed.time, observed.time_unit),
+        "not compared",
+        "—",
+        message,
+        compared=False,
+    )
+
+
+def _comparable_time(baseline: Mapping[str, Any], observed: Observation) -> Mapping[str, Any] | None:
+    """The baseline's step time for ``observed``'s class, when it is in the same unit and calibration."""
+    base_time = baseline["time"].get(observed.time_class)
+    if base_time is None or base_time["unit"] != observed.time_unit:
+        return None
+    return base_time if base_time.get("calibration") == observed.calibration else None
+
+
+def _raw_change(base_time: Mapping[str, Any], observed: Observation) -> tuple[float, int]:
+    """The relative change and how many steps it was paired over (0: the medians)."""
+    base_steps = base_time.get("steps") or []
+    if len(base_steps) == len(observed.time_steps) > 0:
+        # Step by step where both have them (the same batch each time); else the medians.
+        return paired_change(observed.time_steps, base_steps), len(base_steps)
+    return rel_change(observed.time, float(base_time["median"])), 0
+
+
+def time_change(baseline: Mapping[str, Any], observed: Observation) -> float | None:
+    """The raw step-time change of ``observed`` against ``baseline`` (``None`` when they do not compare):
+    what a session's drift is the median of."""
+    base_time = _comparable_time(baseline, observed)
+    return None if base_time is None else _raw_change(base_time, observed)[0]
+
+
+def check_time(
+    case_id: str,
+    baseline: Mapping[str, Any],
+    observed: Observation,
+    tol: Tolerance,
+    hardware: str,
+    *,
+    fail_uncompared: bool = False,
+    drift: Drift | None = None,
+) -> Check:
+    """The step-time gate against the figure recorded for ``observed``'s time class.
+
+    Without one, the check passes as *not compared* (``fail_uncompared`` makes it a
+    failure, for a dedicated runner whose class must have baselines). With the session's
+    ``drift`` and a tolerance whose ``time_drift_limit`` it is within, the change is
+    judged against the drift (:mod:`perfsuite.core.drift`).
+    """
+    base_time = baseline["time"].get(observed.time_class)
+    if base_time is None:
+        return _not_compared(case_id, baseline, observed, hardware, fail=fail_uncompared)
+    if _comparable_time(baseline, observed) is None:
+        return Check(
+            "step time",
+            False,
+            base_time["unit"],
+            observed.time_unit,
+            "—",
+            "—",
+            f"{case_id}: step time: the baseline stores a {base_time['unit']!r} time "
+            f"(calibration {base_time.get('calibration')}) but this run measured {observed.time_unit!r} "
+            f"(calibration {observed.calibration}; see --perfsuite-time); "
+            f"refresh with {refresh_command(case_id, hardware=hardware)}",
+        )
+    base, now = float(base_time["median"]), observed.time
+    raw, paired = _raw_change(base_time, observed)
+    applied = drift is not None and drift.applies(tol.time_drift_limit)
+    rel = drift.gated(raw, tol.time_drift_limit) if drift is not None else raw
+    limit = tol.time_tolerance(base_time.get("spread"))
+    ok = abs(rel) <= limit
+    spread = base_time.get("spread")
+    how = f"±{limit:.1%} = max(floor {tol.time_floor:.1%}, {tol.time_k:g} × spread " + (
+        f"{spread:.1%})" if spread is not None else "n/a)"
+    )
+    message = ""
+    if not ok:
+        verdict = (
+            "slower than the baseline: a regression"
+            if rel > 0
+            else "faster than the baseline: if the speed-up is expected, record it with "
+            f"{refresh_command(case_id, hardware=hardware)}"
+        )
+        against = ""
+        if drift is not None and tol.time_drift_limit > 0:
+            against = f"; {rel:+.1%} against the session's drift" if applied else ""
+            against += f" ({drift.describe(tol.time_drift_limit)})"
+        message = (
+            f"{case_id}: step time {format_time(now, observed.time_unit)} vs baseline "
+            f"{format_time(base, observed.time_unit)} ({raw:+.1%}"
+            + (f" step by step over {paired} steps" if paired else "")
+            + f"{against}), tolerance {how}: {verdict}"
+        )
+    return Check(
+        "step time",
+        ok,
+        format_time(base, observed.time_unit),
+        format_time(now, observed.time_unit),
+        f"{rel:+.1%}" + (f" (raw {raw:+.1%})" if f"{raw:+.1%}" != f"{rel:+.1%}" else ""),
+        f"±{limit:.1%}",
+        message,
+        rel=rel,
+        limit=limit,
+        raw_rel=raw,
+        drift=drift.change if drift is not None and applied else None,
+    )
+
+
+def check_memory(case_id: str, baseline: Mapping[str, Any], observed: Observation, tol: Tolerance) -> list[Check]:
+    memory = baseline["memory"]
+    pairs: list[tuple[str, float | None, float | None]] = [("peak memory", memory["peak_bytes"], observed.peak_bytes)]
+    categories = sorted(set(memory["breakdown"]) | set(observed.breakdown))
+    pairs += [(f"memory: {c}", memory["breakdown"].get(c), observed.breakdown.get(c)) for c in categories]
+    checks = []
+    for metric, base, now in pairs:
+        if base is None or now is None:
+            missing = "the baseline" if base is None else "this run"
+            checks.append(
+                Check(
+                    metric,
+                    False,
+                    "—" if base is None else format_bytes(base),
+                    "—" if now is None else format_bytes(now),
+                    "—",
+                    "—",
+                    f"{case_id}: {metric}: {missing} has no such category; the breakdown changed shape",
+                )
+            )
+            continue
+        limit = max(tol.memory_rtol * abs(base), tol.memory_atol_bytes)
+        ok = abs(now - base) <= limit
+        rel = rel_change(now, base)
+        message = ""
+        if not ok:
+            verdict = (
+                "more than the baseline: a regression"
+                if now > base
+                else "less than the baseline: refresh it if expected"
+            )
+            message = (
+                f"{case_id}: {metric} {format_bytes(now)} vs baseline {format_bytes(base)} ({rel:+.2%}, "
+                f"{now - base:+,.0f} bytes), tolerance ±{format_bytes(limit)} "
+                f"(max({tol.memory_rtol:.1%}, {tol.memory_atol_bytes:,} bytes)): {verdict}"
+            )
+        checks.append(
+            Check(
+                metric,
+                ok,
+                format_bytes(base),
+                format_bytes(now),
+                f"{rel:+.2%}",
+                f"±{format_bytes(limit)}",
+                message,
+                rel=rel if math.isfinite(rel) else None,
+                limit=limit / abs(base) if base else None,
+            )
+        )
+    return checks
+
+
+def check_loss(case_id: str, baseline: Mapping[str, Any], observed: Observation, tol: Tolerance) -> Check:
+    base, now = list(baseline["loss"]), list(observed.losses)
+    how = f"rtol {tol.loss_rtol:g}, atol {tol.loss_atol:g} per step"
+    summary = f"{len(now)} steps"
+    if len(base) != len(now):
+        return Check(
+            "loss",
+            False,
+            f"{len(base)} steps",
+            summary,
+            "—",
+            how,
+            f"{case_id}: loss: the baseline has {len(base)} steps and this run {len(now)}; "
+            "the case's step count changed, so refresh its baseline",
+        )
+    bad = next((i for i, v in enumerate(now) if not math.isfinite(v)), None)
+    if bad is not None:
+        return Check(
+            "loss",
+            False,
+            f"{base[bad]:.6g} at step {bad}",
+            f"{now[bad]} at step {bad}",
+            "—",
+            how,
+            f"{case_id}: loss is {now[bad]} at step {bad} (baseline {base[bad]:.6g}): a non-finite loss never passes",
+        )
+    diffs = [abs(n - b) for n, b in zip(now, base, strict=True)]
+    rels = [d / abs(b) if b else (0.0 if d == 0 else math.inf) for d, b in zip(diffs, base, strict=True)]
+    first = next(
+        (i for i, (d, b) in enumerate(zip(diffs, base, strict=True)) if d > tol.loss_atol + tol.loss_rtol * abs(b)),
+        None,
+    )
+    worst = max(range(len(diffs)), key=diffs.__getitem__)
+    change = f"max |Δ| {diffs[worst]:.2g} (rel {max(rels):.2g})"
+    # For reports and history: the step that used most of its tolerance, as a relative change and limit.
+    allowed = [tol.loss_atol + tol.loss_rtol * abs(b) for b in base]
+    tightest = max(
+        range(len(diffs)),
+        key=lambda i: diffs[i] / allowed[i] if allowed[i] else (math.inf if diffs[i] else 0.0),
+    )
+    scale = abs(base[tightest]) or 1.0
+    numbers = {"rel": (now[tightest] - base[tightest]) / scale, "limit": allowed[tightest] / scale}
+    if first is None:
+        return Check("loss", True, f"final {base[-1]:.6g}", f"final {now[-1]:.6g}", change, how, "", **numbers)
+    return Check(
+        "loss",
+        False,
+        f"{base[first]:.6g} at step {first}",
+        f"{now[first]:.6g} at step {first}",
+        change,
+        how,
+        f"{case_id}: loss diverges from the baseline at step {first} of {len(now)}: {now[first]!r} vs {base[first]!r}; "
+        f"largest absolute difference {diffs[worst]:.3g} (step {worst}), largest relative {max(rels):.3g}; "
+        f"tolerance {how}",
+        **numbers,
+    )
+
+
+def compare(
+    case_id: str,
+    baseline: Mapping[str, Any],
+    observed: Observation,
+    tol: Tolerance,
+    *,
+    hardware: str,
+    fail_uncompared: bool = False,
+    drift: Drift | None = None,
+) -> list[Check]:
+    """Every gate of one case: step time (against the session's ``drift`` where it applies),
+    peak memory and its breakdown, the loss curve."""
+    return [
+        check_time(case_id, baseline, observed, tol, hardware, fail_uncompared=fail_uncompared, drift=drift),
+        *check_memory(case_id, baseline, observed, tol),
+        check_loss(case_id, baseline, observed, tol),
+    ]

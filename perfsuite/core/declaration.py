@@ -1,0 +1,293 @@
+"""A project's own models, strategies and matrix, read from ``[tool.perfsuite]`` of its ``pyproject.toml``.
+
+.. code-block:: toml
+
+    [tool.perfsuite.models.acme-encoder]
+    config = "models/acme-encoder"     # a directory holding config.json, or a hub id in the local cache,
+                                       # or a table: { class = "BertConfig", hidden_size = 256, ... }
+    config_fields = { hidden_dropout_prob = 0.0 }   # changes to a directory's or hub id's config
+    task = "classification"            # classification | seq2seq | causal_lm
+    num_labels = 3
+    batch_size = 32
+    seq_len = 256
+    data = "data/train.jsonl"          # optional: a local file with text (and label/target) columns
+    tokenizer = "models/acme-encoder"  # the tokenizer directory `data` needs
+    pretrained = "models/acme-encoder" # optional: start from these weights (or "hub-cache")
+    tiny = { num_hidden_layers = 2, hidden_size = 64, intermediate_size = 128, batch_size = 8 }
+                                       # the CPU tier's variant `acme-encoder-tiny` (config fields, plus
+                                       # batch_size/seq_len/target_len); `tiny = true`: this model is
+                                       # CPU-sized itself; false (default): no CPU tier
+
+    [tool.perfsuite.strategies.acme-recipe]
+    compose = ["bf16", "grad_ckpt"]    # optional: registered strategies, merged field by field
+    grad_accum_steps = 2               # any field of perfsuite.core.strategies.Strategy
+    batch_size = 64
+
+    [tool.perfsuite.matrix]
+    builtin = false                    # only the cases below (default true: perfsuite's matrix too)
+    [[tool.perfsuite.matrix.cases]]
+    models = ["acme-encoder"]
+    strategies = ["vanilla", "acme-recipe"]
+    engines = ["loop", "trainer"]      # default ["loop"]
+    markers = ["nightly"]              # default []: every push
+    # world_sizes = [1, 2]            # default [1]: ranks per case; beyond 1 the strategies must
+                                       # combine ddp, fsdp2, zero2 or zero3 (loop engine only)
+
+Paths are relative to the ``pyproject.toml``. Every mistake is a :class:`DeclarationError`
+naming the file and the key, raised before anything runs. Pure: reading a config class
+name asks ``transformers`` whether it exists, nothing imports torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from perfsuite.core.models import ModelSpec
+from perfsuite.core.registry import (
+    DeclarationError,
+    register_cases,
+    register_model,
+    register_strategy,
+    use_builtin_matrix,
+)
+from perfsuite.core.strategies import Strategy, compose, resolve
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+SETTINGS_KEYS = ("baselines", "tests", "tolerance", "overrides")
+"""``[tool.perfsuite]`` keys about running and gating (read by :mod:`perfsuite.session`)."""
+DECLARATION_KEYS = ("models", "strategies", "matrix")
+KEYS = SETTINGS_KEYS + DECLARATION_KEYS
+
+_MODEL_KEYS = (
+    "config",
+    "config_fields",
+    "model_class",
+    "task",
+    "num_labels",
+    "batch_size",
+    "seq_len",
+    "target_len",
+    "data",
+    "tokenizer",
+    "pretrained",
+    "first_token_id",
+    "tiny",
+)
+_SHAPE_KEYS = ("batch_size", "seq_len", "target_len")
+_STRATEGY_FIELDS = tuple(f.name for f in dataclasses.fields(Strategy) if f.name != "name")
+_MATRIX_KEYS = ("builtin", "cases")
+_CASE_KEYS = ("models", "strategies", "engines", "markers", "world_sizes")
+
+
+def read_pyproject(path: Path) -> dict[str, Any]:
+    """``[tool.perfsuite]`` of ``path`` (empty when the file or the table is absent)."""
+    if not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise DeclarationError(f"{path}: not valid TOML: {exc}") from None
+    settings = data.get("tool", {}).get("perfsuite", {})
+    if not isinstance(settings, dict):
+        raise DeclarationError(f"{path}: tool.perfsuite must be a table")
+    _unknown(path, "tool.perfsuite", settings, KEYS)
+    return settings
+
+
+def find_pyproject(start: Path) -> Path | None:
+    """The nearest ``pyproject.toml`` at or above ``start`` (how ``perfsuite run`` finds the project)."""
+    for directory in (start, *start.parents):
+        if (directory / "pyproject.toml").is_file():
+            return directory / "pyproject.toml"
+    return None
+
+
+def _unknown(path: Path, key: str, table: Mapping[str, Any], valid: tuple[str, ...]) -> None:
+    extra = [k for k in table if k not in valid]
+    if extra:
+        raise DeclarationError(
+            f"{path}: {key}: unknown key{'s' if len(extra) > 1 else ''} {', '.join(map(repr, extra))}; "
+            f"valid: {', '.join(valid)}"
+        )
+
+
+def _table(path: Path, key: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise DeclarationError(f"{path}: {key} must be a table, not {type(value).__name__}")
+    return value
+
+
+def _names(path: Path, key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DeclarationError(f"{path}: {key} must be a list of names")
+    return tuple(value)
+
+
+def load(path: Path, settings: Mapping[str, Any] | None = None) -> bool:
+    """Register the models, strategies and matrix ``path`` declares; whether it declared any."""
+    settings = read_pyproject(path) if settings is None else settings
+    root = path.parent
+    for name, value in _table(path, "tool.perfsuite.models", settings.get("models", {})).items():
+        _load_model(path, root, name, _table(path, f"tool.perfsuite.models.{name}", value))
+    for name, value in _table(path, "tool.perfsuite.strategies", settings.get("strategies", {})).items():
+        _load_strategy(path, name, _table(path, f"tool.perfsuite.strategies.{name}", value))
+    matrix = _table(path, "tool.perfsuite.matrix", settings.get("matrix", {}))
+    _unknown(path, "tool.perfsuite.matrix", matrix, _MATRIX_KEYS)
+    if "builtin" in matrix:
+        if not isinstance(matrix["builtin"], bool):
+            raise DeclarationError(f"{path}: tool.perfsuite.matrix.builtin must be true or false")
+        use_builtin_matrix(matrix["builtin"])
+    cases = matrix.get("cases", [])
+    if not isinstance(cases, list):
+        raise DeclarationError(f"{path}: tool.perfsuite.matrix.cases must be an array of tables ([[...]])")
+    for index, entry in enumerate(cases):
+        key = f"tool.perfsuite.matrix.cases[{index}]"
+        entry = _table(path, key, entry)
+        _unknown(path, key, entry, _CASE_KEYS)
+        for required in ("models", "strategies"):
+            if required not in entry:
+                raise DeclarationError(f"{path}: {key}: {required} is required")
+        register_cases(
+            _names(path, f"{key}.models", entry["models"]),
+            _names(path, f"{key}.strategies", entry["strategies"]),
+            engines=_names(path, f"{key}.engines", entry.get("engines", ["loop"])),
+            markers=_names(path, f"{key}.markers", entry.get("markers", [])),
+            source=f"{path}: {key}",
+            world_sizes=_sizes(path, f"{key}.world_sizes", entry.get("world_sizes", [1])),
+        )
+    return any(settings.get(k) for k in DECLARATION_KEYS)
+
+
+def _sizes(path: Path, key: str, value: Any) -> list[int]:
+    if not isinstance(value, list) or not value or not all(type(v) is int and v >= 1 for v in value):
+        raise DeclarationError(f"{path}: {key} must be a non-empty array of positive integers, e.g. [1, 2]")
+    return value
+
+
+def _local(root: Path, value: str) -> Path:
+    path = Path(value)
+    return path if path.is_absolute() else root / path
+
+
+def _config_source(path: Path, root: Path, key: str, value: Any) -> dict[str, Any]:
+    """ModelSpec fields for ``config``: a directory, a hub id in the local cache, or a class and its fields."""
+    if isinstance(value, dict):
+        fields = dict(value)
+        name = fields.pop("class", None)
+        if not isinstance(name, str):
+            raise DeclarationError(f'{path}: {key}: a config table needs class = "<transformers config class>"')
+        import transformers
+
+        if not hasattr(transformers, name) or not name.endswith("Config"):
+            raise DeclarationError(f"{path}: {key}.class: transformers has no config class {name!r}")
+        return {"config_class": name, "config": fields}
+    if not isinstance(value, str):
+        raise DeclarationError(f"{path}: {key} must be a directory, a hub id or a table with a class")
+    directory = _local(root, value)
+    if directory.is_dir():
+        if not (directory / "config.json").is_file():
+            raise DeclarationError(f"{path}: {key}: no config.json in {value} (relative to {path.name})")
+        return {"config_dir": str(directory)}
+    if value.count("/") <= 1 and not value.startswith("."):
+        cached = _hub_cache_config(value)
+        if cached is not None:
+            return {"config_dir": str(cached.parent)}
+    raise DeclarationError(
+        f"{path}: {key}: {value!r} is neither a directory holding config.json (relative to {path.name}) "
+        "nor a hub id in the local Hugging Face cache (nothing is downloaded)"
+    )
+
+
+def _hub_cache_config(repo_id: str) -> Path | None:
+    if importlib.util.find_spec("huggingface_hub") is None:
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json")
+    return Path(found) if isinstance(found, str) else None
+
+
+def _load_model(path: Path, root: Path, name: str, table: dict[str, Any]) -> None:
+    key = f"tool.perfsuite.models.{name}"
+    _unknown(path, key, table, _MODEL_KEYS)
+    if "config" not in table:
+        raise DeclarationError(f"{path}: {key}: config is required (a directory, a hub id or a class table)")
+    fields: dict[str, Any] = _config_source(path, root, f"{key}.config", table["config"])
+    extra = table.get("config_fields", {})
+    if extra:
+        if "config_class" in fields:
+            raise DeclarationError(f"{path}: {key}.config_fields: put the fields in the config table itself")
+        fields["config"] = dict(_table(path, f"{key}.config_fields", extra))
+    for option in ("model_class", "task", "num_labels", "batch_size", "seq_len", "target_len", "first_token_id"):
+        if option in table:
+            fields[option] = table[option]
+    for option in ("data", "tokenizer"):
+        if option in table:
+            local = _local(root, table[option])
+            if not local.exists():
+                raise DeclarationError(
+                    f"{path}: {key}.{option}: {table[option]} does not exist (relative to {path.name})"
+                )
+            fields[option] = str(local)
+    if "pretrained" in table:
+        value = table["pretrained"]
+        if value != "hub-cache":
+            local = _local(root, value)
+            if not (local / "config.json").is_file():
+                raise DeclarationError(f"{path}: {key}.pretrained: no config.json in {value}")
+            value = str(local)
+        fields["pretrained"] = value
+    if "task" not in fields:
+        raise DeclarationError(f"{path}: {key}: task is required (classification, seq2seq or causal_lm)")
+    tiny = table.get("tiny", False)
+    if not isinstance(tiny, (bool, dict)):
+        raise DeclarationError(f"{path}: {key}.tiny must be true, false or a table of the CPU variant's fields")
+    spec = _model_spec(path, key, name, fields, tiny=tiny is True)
+    variant = None
+    if isinstance(tiny, dict):
+        changes = dict(tiny)
+        shape = {k: changes.pop(k) for k in _SHAPE_KEYS if k in changes}
+        variant_fields = {**fields, **shape, "config": {**fields.get("config", {}), **changes}}
+        variant_fields.pop("pretrained", None)  # a smaller architecture cannot load the full weights
+        variant = _model_spec(path, f"{key}.tiny", f"{name}-tiny", variant_fields, tiny=True)
+    register_model(spec, source=f"{path}: {key}", cpu_variant=variant)
+
+
+def _model_spec(path: Path, key: str, name: str, fields: dict[str, Any], *, tiny: bool) -> ModelSpec:
+    try:
+        return ModelSpec(name=name, tiny=tiny, **fields)
+    except (TypeError, ValueError) as exc:
+        raise DeclarationError(f"{path}: {key}: {exc}") from None
+
+
+def _load_strategy(path: Path, name: str, table: dict[str, Any]) -> None:
+    key = f"tool.perfsuite.strategies.{name}"
+    _unknown(path, key, table, ("compose", *_STRATEGY_FIELDS))
+    fields = dict(table)
+    parts_named = _names(path, f"{key}.compose", fields.pop("compose", []))
+    try:
+        parts = [resolve(part) for part in parts_named]
+        own = Strategy(name=name, **fields)
+        strategy = compose(*parts, own, name=name, description=own.description) if parts else own
+    except (TypeError, ValueError) as exc:
+        raise DeclarationError(f"{path}: {key}: {exc}") from None
+    register_strategy(strategy, source=f"{path}: {key}")
+
+
+def project_baselines_dir(
+    project: Path, settings: Mapping[str, Any], option: str | os.PathLike[str] | None = None
+) -> Path:
+    """Where a project's baselines live: ``option`` (``--perfsuite-baselines``) or ``[tool.perfsuite] baselines``
+    (default ``baselines``), relative to the project's root unless absolute."""
+    chosen = Path(option or settings.get("baselines", "baselines"))
+    return chosen if chosen.is_absolute() else (project / chosen).resolve()

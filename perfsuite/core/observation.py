@@ -1,0 +1,67 @@
+"""What a run's record says, in the terms a baseline stores: its step time (calibrated or in seconds),
+its peak memory and breakdown, its losses. Pure: no torch, no pytest."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observation:
+    """What one run of a case measured, in the units its baseline stores."""
+
+    time: float
+    """Step time: seconds, or calibrated (÷ the calibration workload's time around each step)."""
+    time_unit: str
+    time_class: str
+    """Whose recorded times this one may be compared with (:mod:`perfsuite.core.hardware`)."""
+    calibration: str | None
+    """The calibration workload's name, for ``calibrated`` times."""
+    time_steps: Sequence[float]
+    """The same per timed step, compared step by step with the baseline's."""
+    step_time_s: float
+    """The absolute median, for the reader."""
+    peak_bytes: int
+    breakdown: Mapping[str, int]
+    losses: Sequence[float]
+
+
+def _peak(record: Mapping[str, Any]) -> int:
+    peak = record.get("peak_memory_bytes")
+    if peak is None:
+        raise ValueError(
+            f"{record['model']}-{record['strategy']}: no peak memory was measured "
+            f"({record.get('memory_breakdown_error') or 'no breakdown'})"
+        )
+    return int(peak)
+
+
+def observe(record: Mapping[str, Any], *, time_unit: str) -> Observation:
+    """An :class:`Observation` from a run record, its time in ``time_unit``."""
+    median = float(record["step_time_s"]["median"])
+    calibration = (record.get("calibration") or {}).get("workload")
+    if time_unit == "calibrated":
+        calibrated = record.get("step_time_calibrated")
+        if not calibrated:
+            raise ValueError(
+                f"{record['model']}-{record['strategy']}: no calibrated step time (only CPU runs are calibrated); "
+                "use --perfsuite-time=absolute"
+            )
+        time = float(calibrated["median"])
+        steps = [float(v) for v in calibrated.get("samples", [])]
+    else:
+        time = median
+        steps = [float(v) for v in record["step_time_s"].get("samples", [])]
+    return Observation(
+        time=time,
+        time_unit=time_unit,
+        time_class=str(record["time_class"]),
+        calibration=calibration if time_unit == "calibrated" else None,
+        time_steps=steps,
+        step_time_s=median,
+        peak_bytes=_peak(record),
+        breakdown=dict(record.get("memory_breakdown_bytes") or {}),
+        losses=list(record["loss"]),
+    )

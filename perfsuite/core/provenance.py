@@ -1,0 +1,56 @@
+"""What a result was measured on, as far as it can be told without importing the stack: the date,
+the repository's commit, python and the installed versions of the training stack.
+
+One definition for every file perfsuite writes: a baseline's ``provenance``, the ``env`` of
+``--perfsuite-json`` and of ``perfsuite run --json`` (which add the device's facts, see
+:mod:`perfsuite.worker.env`). No torch, no pytest.
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+LIBRARIES = ("torch", "transformers", "accelerate", "deepspeed", "bitsandbytes", "datasets", "numpy", "perfsuite")
+
+
+def library_versions() -> dict[str, str | None]:
+    """Installed versions, without importing the packages (``None`` when absent)."""
+    versions: dict[str, str | None] = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git(root: Path, *args: str) -> str | None:
+    """``git args`` in ``root``, its output stripped; ``None`` outside a repository or without git."""
+    try:
+        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def now() -> str:
+    """The current UTC time, to the second, ISO 8601."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def run_facts(root: Path) -> dict[str, Any]:
+    """``date``, ``commit`` and ``dirty`` (tracked files changed) of the repository at ``root``,
+    ``python`` and the stack's ``versions``."""
+    status = git(root, "status", "--porcelain", "--untracked-files=no")
+    return {
+        "date": now(),
+        "commit": git(root, "rev-parse", "HEAD"),
+        "dirty": bool(status) if status is not None else None,
+        "python": platform.python_version(),
+        "versions": library_versions(),
+    }

@@ -1,0 +1,92 @@
+"""A refresh's decisions: what it refuses to record, and the old → new rows it shows for review.
+Pure: no torch, no pytest."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from perfsuite.core.compare import format_bytes, format_time, rel_change
+from perfsuite.core.tolerance import Tolerance
+
+
+def refusals(new: Mapping[str, Any], tol: Tolerance, time_class: str) -> list[str]:
+    """Why a freshly built baseline must not be recorded (empty when it may)."""
+    reasons = []
+    time = new["time"][time_class]
+    spread = time["spread"]
+    if spread is not None and spread > tol.max_refresh_spread:
+        reasons.append(
+            f"step time spread {spread:.1%} over {len(time['repeats'])} repeats exceeds "
+            f"{tol.max_refresh_spread:.0%} (repeats: {', '.join(f'{t:.4g}' for t in time['repeats'])}); "
+            "the machine is too noisy to record a baseline now"
+        )
+    memory_spread = new["memory"]["spread"]
+    if memory_spread is not None and memory_spread * new["memory"]["peak_bytes"] > max(
+        tol.memory_rtol * new["memory"]["peak_bytes"], tol.memory_atol_bytes
+    ):
+        reasons.append(f"peak memory differs by {memory_spread:.2%} between repeats; it should be deterministic")
+    loss_diff = new.get("loss_repeat_max_abs_diff")
+    if loss_diff is not None and loss_diff > tol.loss_atol + tol.loss_rtol * min(abs(v) for v in new["loss"]):
+        reasons.append(f"loss curves differ by up to {loss_diff:.3g} between repeats (tolerance {tol.loss_rtol:g} rel)")
+    return reasons
+
+
+def diff_rows(
+    old: Mapping[str, Any] | None, new: Mapping[str, Any], time_class: str
+) -> list[tuple[str, str, str, str]]:
+    """``(metric, old, new, change)`` for a refresh's old → new table.
+
+    The step time is this time class's; memory and loss are shared by every class, so a
+    change there is called out: it rewrites what the other classes are gated on too.
+    """
+    entry = new["time"][time_class]
+    unit = entry["unit"]
+    old_entry = None if old is None else old["time"].get(time_class)
+    if old_entry is not None and old_entry["unit"] != unit:
+        old_entry = None
+
+    rows: list[tuple[str, str, str, str]] = []
+
+    def add(metric: str, before: float | None, after: float, fmt: Any) -> None:
+        change = "new" if before is None else f"{rel_change(after, before):+.1%}"
+        rows.append((metric, "—" if before is None else fmt(before), fmt(after), change))
+
+    add(
+        f"step time [{time_class}]",
+        None if old_entry is None else float(old_entry["median"]),
+        float(entry["median"]),
+        lambda v: format_time(v, unit),
+    )
+    spread = entry["spread"]
+    rows.append(("time spread", _spread(old_entry), "—" if spread is None else f"{spread:.1%}", ""))
+    if old is not None:
+        others = [c for c in old["time"] if c != time_class]
+        if others:
+            rows.append(("step time, other classes", ", ".join(others), "kept", ""))
+    add("peak memory", None if old is None else old["memory"]["peak_bytes"], new["memory"]["peak_bytes"], format_bytes)
+    for category, value in new["memory"]["breakdown"].items():
+        before = None if old is None else old["memory"]["breakdown"].get(category)
+        add(f"memory: {category}", before, value, format_bytes)
+    old_loss = None if old is None else old["loss"][-1]
+    add(f"final loss ({len(new['loss'])} steps)", old_loss, new["loss"][-1], lambda v: f"{v:.6g}")
+    if old is not None:
+        loss_changed = len(old["loss"]) != len(new["loss"]) or any(
+            a != b for a, b in zip(old["loss"], new["loss"], strict=False)
+        )
+        memory_changed = (
+            old["memory"]["peak_bytes"] != new["memory"]["peak_bytes"]
+            or old["memory"]["breakdown"] != new["memory"]["breakdown"]
+        )
+        changed = [name for name, flag in (("memory", memory_changed), ("loss", loss_changed)) if flag]
+        if changed:
+            rows.append(
+                (f"{' and '.join(changed)} changed", "", "", "rewritten for every time class: review before merging")
+            )
+    return rows
+
+
+def _spread(entry: Mapping[str, Any] | None) -> str:
+    if entry is None or entry.get("spread") is None:
+        return "—"
+    return f"{entry['spread']:.1%}"

@@ -1,0 +1,238 @@
+"""What the matrix runs: declared models, strategies and cases, from every declaration.
+
+A *declaration* names models (:class:`~perfsuite.core.models.ModelSpec`), strategies
+(:class:`~perfsuite.core.strategies.Strategy`) and matrix entries (:class:`MatrixEntry`:
+models × strategies × engines, with the pytest markers that choose their tier).
+perfsuite's own models, strategies and matrix are one declaration (``BUILTIN``); a
+project's ``[tool.perfsuite]`` in its ``pyproject.toml`` is another
+(:mod:`perfsuite.core.declaration`); a ``conftest.py`` may add more through
+:func:`register_model`, :func:`register_strategy` and :func:`register_cases`. All of them
+land here, and the pytest plugin and ``perfsuite run`` read the matrix from
+:func:`matrix_cases`.
+
+Pure: no torch, no pytest. Names are checked when they are declared, so a mistake is
+reported at start-up with where it was made, not as a failing case later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from perfsuite.core.engines import ENGINES, trainer_unsupported
+from perfsuite.core.matrix import BUILTIN, MatrixEntry, builtin_matrix
+from perfsuite.core.models import MODELS, ModelSpec
+from perfsuite.core.strategies import STRATEGIES, Strategy, UnknownNameError, resolve
+
+TIER_MARKERS = ("cpu", "gpu")
+"""Markers the device decides (a tiny model runs on the CPU tier, a full-size one on a GPU)."""
+
+
+class DeclarationError(ValueError):
+    """A declaration that cannot be used; the message names where it was made."""
+
+
+@dataclass(frozen=True)
+class MatrixCase:
+    """One case of the expanded matrix."""
+
+    model: str
+    strategy: str
+    engine: str
+    markers: tuple[str, ...]
+    source: str
+    world_size: int = 1
+
+
+@dataclass
+class _State:
+    sources: dict[str, str]
+    entries: list[MatrixEntry]
+    variants: dict[str, str]
+    builtin_matrix: bool = True
+
+
+_STATE = _State(
+    sources={**{f"model {n}": BUILTIN for n in MODELS}, **{f"strategy {n}": BUILTIN for n in STRATEGIES}},
+    entries=[],
+    variants={},
+)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The registry at one moment (:func:`snapshot`), to go back to with :func:`restore`."""
+
+    models: dict[str, ModelSpec]
+    strategies: dict[str, Strategy]
+    state: _State
+
+
+def snapshot() -> Snapshot:
+    """The registry as it is now: a pytest session restores it when it ends, so declarations stay its own."""
+    state = dataclasses.replace(
+        _STATE, sources=dict(_STATE.sources), entries=list(_STATE.entries), variants=dict(_STATE.variants)
+    )
+    return Snapshot(dict(MODELS), dict(STRATEGIES), state)
+
+
+def restore(saved: Snapshot) -> None:
+    """Go back to ``saved``: declarations made since are forgotten."""
+    MODELS.clear()
+    MODELS.update(saved.models)
+    STRATEGIES.clear()
+    STRATEGIES.update(saved.strategies)
+    _STATE.sources = dict(saved.state.sources)
+    _STATE.entries = list(saved.state.entries)
+    _STATE.variants = dict(saved.state.variants)
+    _STATE.builtin_matrix = saved.state.builtin_matrix
+
+
+def source_of(kind: str, name: str) -> str | None:
+    """Where the model or strategy ``name`` was declared (``kind``: ``model`` or ``strategy``)."""
+    return _STATE.sources.get(f"{kind} {name}")
+
+
+def _claim(kind: str, name: str, source: str) -> None:
+    if not name or name != name.strip() or "+" in name:
+        raise DeclarationError(f"{source}: {kind} name {name!r} must be non-empty, without spaces around it or '+'")
+    earlier = _STATE.sources.get(f"{kind} {name}")
+    if earlier is not None:
+        raise DeclarationError(f"{source}: {kind} {name!r} is already declared by {earlier}; pick another name")
+    _STATE.sources[f"{kind} {name}"] = source
+
+
+def register_model(spec: ModelSpec, *, source: str = "register_model()", cpu_variant: ModelSpec | None = None) -> None:
+    """Declare a model; ``cpu_variant``, a tiny model of the same architecture, is the one the CPU tier runs.
+
+    A matrix entry naming the model also runs its variant's cases (on the CPU tier).
+    """
+    if cpu_variant is not None and not cpu_variant.tiny:
+        raise DeclarationError(f"{source}: the CPU variant {cpu_variant.name!r} must be declared tiny")
+    _claim("model", spec.name, source)
+    if cpu_variant is not None:
+        try:
+            _claim("model", cpu_variant.name, source)
+        except DeclarationError:
+            del _STATE.sources[f"model {spec.name}"]
+            raise
+        MODELS[cpu_variant.name] = cpu_variant
+        _STATE.variants[spec.name] = cpu_variant.name
+    MODELS[spec.name] = spec
+
+
+def register_strategy(strategy: Strategy, *, source: str = "register_strategy()") -> None:
+    """Declare a strategy (:func:`perfsuite.core.strategies.compose` builds one from registered ones)."""
+    _claim("strategy", strategy.name, source)
+    STRATEGIES[strategy.name] = strategy
+
+
+def register_cases(
+    models: Iterable[str],
+    strategies: Iterable[str],
+    *,
+    engines: Iterable[str] = ("loop",),
+    markers: Iterable[str] = (),
+    source: str = "register_cases()",
+    world_sizes: Iterable[int] = (1,),
+) -> MatrixEntry:
+    """Add the cases ``models`` × ``strategies`` × ``engines`` × ``world_sizes`` to the matrix, marked ``markers``."""
+    entry = MatrixEntry(
+        models=tuple(models),
+        strategies=tuple(strategies),
+        engines=tuple(engines),
+        markers=tuple(markers),
+        source=source,
+        world_sizes=tuple(world_sizes),
+    )
+    _check_entry(entry)
+    _expand([*_active_entries(), entry])  # a case declared twice is an error now, where it was declared
+    _STATE.entries.append(entry)
+    return entry
+
+
+def use_builtin_matrix(enabled: bool) -> None:
+    """Whether the matrix includes perfsuite's built-in cases (default) or only the declared ones."""
+    _STATE.builtin_matrix = enabled
+
+
+def _check_entry(entry: MatrixEntry) -> None:
+    where = entry.source
+    if not entry.models or not entry.strategies or not entry.engines:
+        raise DeclarationError(f"{where}: a matrix entry needs at least one model, strategy and engine")
+    for name in entry.models:
+        if name not in MODELS:
+            raise DeclarationError(f"{where}: unknown model {name!r}; valid: {', '.join(MODELS)}")
+    for name in entry.strategies:
+        try:
+            resolve(name)
+        except (UnknownNameError, ValueError) as exc:
+            raise DeclarationError(f"{where}: {exc}") from None
+    for size in entry.world_sizes:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise DeclarationError(f"{where}: world sizes must be positive integers, not {size!r}")
+        if size > 1:
+            for strategy in entry.strategies:
+                if not resolve(strategy).distributed:
+                    raise DeclarationError(
+                        f"{where}: {strategy} at world size {size}: the strategy must say how ranks share "
+                        "the work (combine it with ddp, fsdp2, zero2 or zero3)"
+                    )
+    for name in entry.engines:
+        if name not in ENGINES:
+            raise DeclarationError(f"{where}: unknown engine {name!r}; valid: {', '.join(ENGINES)}")
+        if name == "trainer":
+            if any(size > 1 for size in entry.world_sizes):
+                raise DeclarationError(f"{where}: multi-rank cases run through the loop engine only")
+            for strategy in entry.strategies:
+                reason = trainer_unsupported(resolve(strategy))
+                if reason is not None:
+                    raise DeclarationError(f"{where}: {strategy} cannot run through the trainer engine: {reason}")
+    for marker in entry.markers:
+        if not marker.isidentifier() or marker in TIER_MARKERS:
+            raise DeclarationError(
+                f"{where}: marker {marker!r} must be a Python identifier other than {', '.join(TIER_MARKERS)} "
+                "(a case's device decides those)"
+            )
+
+
+def _active_entries() -> list[MatrixEntry]:
+    return [*(builtin_matrix() if _STATE.builtin_matrix else ()), *_STATE.entries]
+
+
+def _expand(entries: Sequence[MatrixEntry]) -> list[MatrixCase]:
+    cases: dict[tuple[str, str, str, int], MatrixCase] = {}
+    for entry in entries:
+        for engine in entry.engines:
+            for declared in entry.models:
+                variant = _STATE.variants.get(declared)
+                for model in (declared, variant) if variant else (declared,):
+                    for strategy in entry.strategies:
+                        for size in entry.world_sizes:
+                            key = (model, strategy, engine, size)
+                            if key in cases:
+                                ranks = "" if size == 1 else f" at world size {size}"
+                                raise DeclarationError(
+                                    f"{entry.source}: the case {model} × {strategy} × {engine}{ranks} is already "
+                                    f"declared by {cases[key].source}"
+                                )
+                            cases[key] = MatrixCase(model, strategy, engine, entry.markers, entry.source, size)
+    return list(cases.values())
+
+
+def matrix_cases() -> list[MatrixCase]:
+    """Every case of the matrix, in declaration order: perfsuite's built-in ones unless
+    :func:`use_builtin_matrix` turned them off, then the declared ones."""
+    return _expand(_active_entries())
+
+
+def describe() -> dict[str, Any]:
+    """Who declared what, for ``perfsuite list``."""
+    return {
+        "models": {name: source_of("model", name) for name in MODELS},
+        "strategies": {name: source_of("strategy", name) for name in STRATEGIES},
+        "builtin_matrix": _STATE.builtin_matrix,
+        "entries": [dataclasses.asdict(e) for e in _STATE.entries],
+    }

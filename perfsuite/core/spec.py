@@ -1,0 +1,158 @@
+"""What a case is: its spec, its defaults per device, and the exceptions a run reports by. Pure.
+
+A :class:`CaseSpec` names a model × strategy run and its knobs; it is made in the
+pytest process or the CLI and sent to a worker (:mod:`perfsuite.worker.process`), which
+runs it (:mod:`perfsuite.worker.run`). Everything here imports neither torch nor pytest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfsuite.core.engines import check_engine
+from perfsuite.core.models import ModelSpec, get_model_spec
+from perfsuite.core.strategies import Strategy, resolve
+
+
+@dataclass(frozen=True)
+class RunDefaults:
+    """How long a device's cases run when not told otherwise (``perfsuite run`` and the pytest tiers)."""
+
+    steps: int
+    warmup: int
+    timeout: float
+
+
+TIER_THREADS = 1
+"""Intra-op threads of the CPU tier (see :attr:`CaseSpec.threads`)."""
+
+# CPU runs the tiny models briefly; a GPU the full-size ones longer.
+DEFAULTS = {
+    # A first DeepSpeed case on a fresh machine JIT-compiles DeepSpeedCPUAdam (~2 min on 2 cores;
+    # .ci/run compiles it before the tests).
+    # 12 timed steps: single steps spike on a shared machine, and the median of 12
+    # calibrated steps moved 3% between repeats where 8 moved up to 10% (measured).
+    "cpu": RunDefaults(steps=12, warmup=2, timeout=600.0),
+    "cuda": RunDefaults(steps=20, warmup=5, timeout=900.0),
+}
+
+
+class CaseSkipped(Exception):
+    """The case cannot run here (missing package, unsupported precision); the message says why."""
+
+
+class NonFiniteLoss(RuntimeError):
+    """A NaN or infinite loss; the message names the optimizer step."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseSpec:
+    """One model × strategy run and its knobs."""
+
+    model: str
+    """Registered model name."""
+    strategy: str
+    """Registered strategy name or a ``+`` combination."""
+    steps: int = 10
+    """Timed optimizer steps."""
+    warmup_steps: int = 2
+    """Optimizer steps before timing starts (allocator, autotuning, lazy optimizer state)."""
+    batch_size: int | None = None
+    """Samples per optimizer step; the model's default when ``None``."""
+    seq_len: int | None = None
+    """Maximum sequence length; the model's default when ``None``."""
+    seed: int = 0
+    """Seeds the weights, the data and the batch order."""
+    lr: float | None = None
+    """Learning rate; 1e-3 for tiny models, 1e-4 for full-size ones when ``None``."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (the HF Trainer default)."""
+    dropout: bool = True
+    """Keep the architecture's dropout; equivalence checks turn it off (see tests)."""
+    device: str = "auto"
+    """``auto``, ``cpu`` or ``cuda``."""
+    pretrained: str | None = None
+    """A ``save_pretrained`` directory, or ``hub-cache`` for locally cached hub weights."""
+    dataset: str | None = None
+    """A local data file or cached ``datasets`` name instead of generated data."""
+    tokenizer: str | None = None
+    """Tokenizer directory for ``dataset``."""
+    num_samples: int = 1024
+    """Generated dataset size (epochs repeat with a new seeded order)."""
+    profile: bool = True
+    """Run the untimed memory-breakdown and FLOP-count steps."""
+    engine: str = "loop"
+    """``loop`` (perfsuite's explicit loop) or ``trainer`` (the Hugging Face Trainer), see
+    :mod:`perfsuite.core.engines`."""
+    world_size: int = 1
+    """Ranks the case trains on, each a process launched from the case's worker through torch's
+    elastic launcher (one GPU each, or a CPU core); the strategy says how they share the work
+    (``ddp``, ``fsdp2``, ``zero2``, ``zero3``). ``batch_size`` stays the global batch."""
+    threads: int | None = None
+    """Intra-op threads for torch; ``None`` keeps torch's default (the calibration's BLAS always uses one).
+    The CPU tier uses 1: on a shared 2-core machine two threads wait on each other and on
+    every other process, which doubled the run-to-run spread (measured; docs/timing.md)."""
+
+    model_spec: ModelSpec = field(init=False, repr=False, compare=False)
+    """The declared model, resolved where the case was made: a worker needs no registry (a
+    project's ``conftest.py`` declarations live in the pytest process only)."""
+    strategy_spec: Strategy = field(init=False, repr=False, compare=False)
+    """The declared strategy (or composition), resolved likewise."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model_spec", get_model_spec(self.model))
+        object.__setattr__(self, "strategy_spec", resolve(self.strategy))
+        check_engine(self.engine)
+        if self.steps < 1 or self.warmup_steps < 0:
+            raise ValueError("steps must be >= 1 and warmup_steps >= 0")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError("threads must be >= 1")
+        if self.dataset is not None and self.tokenizer is None:
+            raise ValueError("a dataset needs --tokenizer (a local tokenizer directory)")
+        if self.world_size < 1:
+            raise ValueError("world_size must be >= 1")
+        if self.world_size > 1 and not self.strategy_spec.distributed:
+            raise ValueError(
+                f"{self.strategy} does not say how {self.world_size} ranks share the work; "
+                f"combine it with one of {', '.join(MULTI_RANK_STRATEGIES)} (e.g. {self.strategy}+ddp)"
+            )
+        if self.launches_ranks and self.engine != "loop":
+            raise ValueError("multi-rank cases run through the loop engine (the Trainer's launch is not mapped yet)")
+
+    @property
+    def launches_ranks(self) -> bool:
+        """Whether the case's ranks are launched as processes of their own (:mod:`perfsuite.worker.distributed`).
+
+        DeepSpeed at world size 1 (``zero2_offload``) stays in the worker, in a world of one."""
+        return self.world_size > 1 or self.strategy_spec.data_parallel != "none"
+
+    @property
+    def id(self) -> str:
+        """``<model>-<strategy>``, plus ``-ws<N>`` beyond one rank (``tiny-bert-ddp-ws2``) and
+        ``-<engine>`` beyond the loop (``tiny-bert-fp16-trainer``)."""
+        ranks = "" if self.world_size == 1 else f"-ws{self.world_size}"
+        suffix = "" if self.engine == "loop" else f"-{self.engine}"
+        return f"{self.model}-{self.strategy}{ranks}{suffix}"
+
+
+def tier_spec(model: str, strategy: str, engine: str = "loop", **overrides: Any) -> CaseSpec:
+    """The case as the test tiers run it: tiny models on the CPU, full-size ones on the GPU.
+
+    Multi-rank cases train without dropout: each rank would draw its own masks, so only
+    then is their loss the loss one process has on the same global batch, which their
+    claims check against ``vanilla`` (also without dropout), sharing the matrix's runs."""
+    device = "cpu" if get_model_spec(model).tiny else "cuda"
+    defaults = DEFAULTS[device]
+    fields: dict[str, Any] = {"steps": defaults.steps, "warmup_steps": defaults.warmup, "device": device}
+    if overrides.get("world_size", 1) > 1:
+        fields["dropout"] = False
+    if device == "cpu":
+        fields["threads"] = TIER_THREADS
+    return CaseSpec(model=model, strategy=strategy, engine=engine, **(fields | overrides))
+
+
+MULTI_RANK_STRATEGIES = ("ddp", "fsdp2", "zero2", "zero3")
+"""The strategies that say how ranks share the work; the matrix runs them at :data:`MATRIX_WORLD_SIZE`."""
+MATRIX_WORLD_SIZE = 2
+"""Ranks of the matrix's multi-rank cases: two CPU cores (gloo) in the CPU tier, two GPUs (NCCL) on a GPU box."""

@@ -1,0 +1,222 @@
+"""The pytest plugin's run state, one :class:`PerfsuiteSession` per pytest run, registered with the
+plugin manager as ``perfsuite-session`` (:mod:`perfsuite.plugin` holds only hooks and fixtures).
+
+- :mod:`~perfsuite.session.runs`: each case's records, made once and shared (read this first).
+- :mod:`~perfsuite.session.drifts`: the session's drift, from the CPU cases run before any is gated.
+- :mod:`~perfsuite.session.gating`: one case against its baseline, with retries while only its time fails.
+- :mod:`~perfsuite.session.staging`: a refresh's new baselines, written at the end.
+- :mod:`~perfsuite.session.benchmark`: pytest-benchmark's rounds from the worker's step times.
+- :mod:`~perfsuite.session.results`: what ``--perfsuite-json`` writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfsuite.core.baselines import BaselineError, MissingBaseline, baseline_path, load_baseline, pinned_benchmark_path
+from perfsuite.core.compare import Outcome, baseline_figures
+from perfsuite.core.declaration import find_pyproject, project_baselines_dir, read_pyproject
+from perfsuite.core.declaration import load as load_declaration
+from perfsuite.core.drift import MIN_CASES, Drift
+from perfsuite.core.observation import Observation, observe
+from perfsuite.core.registry import DeclarationError
+from perfsuite.core.spec import CaseSpec
+from perfsuite.core.tolerance import ConfigError, resolve_tolerance, validate_config
+from perfsuite.session.benchmark import record_benchmark
+from perfsuite.session.drifts import SessionDrift
+from perfsuite.session.gating import gate
+from perfsuite.session.results import results_json
+from perfsuite.session.runs import RunCache
+from perfsuite.session.staging import RefreshStager
+
+
+def project_file(config: pytest.Config) -> Path:
+    """The project's ``pyproject.toml``: pytest's own config file if it is one, else the nearest
+    one at or above the rootdir (a ``pyproject.toml`` without a pytest table is not pytest's)."""
+    if config.inipath is not None and config.inipath.name == "pyproject.toml":
+        return config.inipath
+    return find_pyproject(config.rootpath) or config.rootpath / "pyproject.toml"
+
+
+def load_settings(path: Path) -> dict[str, Any]:
+    """``[tool.perfsuite]`` of ``path`` (empty when there is none)."""
+    try:
+        return read_pyproject(path)
+    except DeclarationError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+class PerfsuiteSession:
+    """Registered with the plugin manager as ``perfsuite-session``; one per pytest run."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.pyproject = project_file(config)
+        self.settings = load_settings(self.pyproject)
+        try:
+            validate_config(self.settings)
+        except ConfigError as exc:
+            raise pytest.UsageError(f"{self.pyproject}: {exc}") from None
+        try:
+            load_declaration(self.pyproject, self.settings)
+        except DeclarationError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.root = project_baselines_dir(self.pyproject.parent, self.settings, config.getoption("perfsuite_baselines"))
+        self.missing: str = config.getoption("perfsuite_missing")
+        self.time_mode: str = config.getoption("perfsuite_time")
+        self.fail_uncompared: bool = config.getoption("perfsuite_uncompared_time") == "fail"
+        self.refresh: bool = config.getoption("perfsuite_refresh")
+        self.repeats: int = config.getoption("perfsuite_repeats") if self.refresh else 1
+        if self.repeats < 1:
+            raise pytest.UsageError("--perfsuite-repeats must be at least 1")
+        self.runs = RunCache(config)
+        self.drifts = SessionDrift(
+            self.settings, lambda hardware, case: baseline_path(self.root, hardware, case), self.time_unit
+        )
+        self.stager = RefreshStager(self.root, config.rootpath, self.repeats)
+        self.outcomes: list[Outcome] = []
+        self.benchmark_json: dict[str, Any] | None = None
+        self.benchmark_scratch: Path | None = None
+
+    # -- running -------------------------------------------------------------------------
+
+    def records(self, spec: CaseSpec, count: int = 1) -> list[dict[str, Any]]:
+        """``count`` runs of ``spec``, each in a fresh worker; runs already made this session are reused."""
+        return self.runs.get(spec, count)
+
+    def record(self, spec: CaseSpec) -> dict[str, Any]:
+        """One run of ``spec`` (cached): what tests of a strategy's claims look at."""
+        return self.runs.get(spec)[0]
+
+    def prefetch(self, specs: list[CaseSpec]) -> None:
+        """Start the GPU cases' first runs on the GPU pool (:meth:`RunCache.prefetch`)."""
+        self.runs.prefetch(specs)
+
+    def measure_first(self, specs: list[CaseSpec], progress: Callable[[str], None]) -> None:
+        """Run each CPU case once, one after another, before any test is gated.
+
+        A CPU case's step time is gated against the session's drift, the median change of
+        all its cases (:mod:`perfsuite.core.drift`), which is known only once they have all run.
+        Nothing else runs meanwhile (the tests come after), so each has the machine to
+        itself. Fewer than :data:`~perfsuite.core.drift.MIN_CASES` cases, or a refresh, run in
+        their tests as before.
+        """
+        unique = list(dict.fromkeys(specs))
+        if self.refresh or len(unique) < MIN_CASES:
+            return
+        progress(f"perfsuite: running {len(unique)} CPU case(s) first; their median change is the session's drift")
+        self.runs.run_each_once(unique, progress)
+        self.drifts.measured = [(spec, self.runs.get(spec)[0]) for spec in unique]
+
+    def drift(self, record: Mapping[str, Any]) -> Drift | None:
+        """The session's drift for ``record``'s group (``None`` when no case was run first)."""
+        return self.drifts.of(record)
+
+    def drift_lines(self) -> list[str]:
+        """One line per group whose drift was estimated, for the summary."""
+        return self.drifts.lines()
+
+    def close(self) -> None:
+        """Stop runs nobody waits for any more (an interrupted session)."""
+        self.runs.close()
+
+    def time_unit(self, device_type: str) -> str:
+        if self.time_mode == "auto":
+            return "calibrated" if device_type == "cpu" else "s"
+        return "calibrated" if self.time_mode == "calibrated" else "s"
+
+    # -- the matrix test -----------------------------------------------------------------
+
+    def check(self, spec: CaseSpec, benchmark: Any = None) -> None:
+        """Run ``spec`` and gate its time, memory and loss against the baseline (or stage a refresh)."""
+        outcome = Outcome(case=spec.id, status="failed")
+        self.outcomes.append(outcome)
+        runs = self.records(spec, self.repeats)
+        outcome.records = list(runs)
+        bad = next((r for r in runs if r["status"] != "ok"), None)
+        if bad is not None:
+            outcome.message = f"{spec.id}: {bad['status']}: {bad['error']}"
+            if bad["status"] == "skipped":
+                outcome.status = "skipped"
+                pytest.skip(outcome.message)
+            pytest.fail(outcome.message, pytrace=False)
+        hardware = str(runs[0]["hardware"])
+        outcome.hardware = hardware
+        try:
+            observations = [self._observe(r) for r in runs]
+        except ValueError as exc:
+            outcome.message = str(exc)
+            pytest.fail(outcome.message, pytrace=False)
+        time_class = observations[0].time_class
+        if benchmark is not None:
+            record_benchmark(benchmark, runs, observations, hardware)
+        tolerance = resolve_tolerance(self.settings, hardware=hardware, case_id=spec.id, precision=runs[0]["precision"])
+        path = baseline_path(self.root, hardware, spec.id)
+        if self.refresh:
+            refused = self.stager.stage(spec, runs, observations, path, hardware, outcome, tolerance)
+            if refused is not None:
+                outcome.message = f"{spec.id}: not recorded: {refused}"
+                pytest.fail(outcome.message, pytrace=False)
+            if benchmark is not None:
+                self.stager.staged_benchmarks[benchmark.fullname] = (hardware, time_class)
+            return
+        try:
+            baseline = load_baseline(path, case_id=spec.id, hardware=hardware)
+        except MissingBaseline as exc:
+            outcome.status, outcome.message = "missing", str(exc)
+            if self.missing == "skip":
+                pytest.skip(outcome.message)
+            pytest.fail(outcome.message, pytrace=False)
+        except BaselineError as exc:
+            outcome.message = str(exc)
+            pytest.fail(outcome.message, pytrace=False)
+        outcome.baseline = baseline_figures(baseline, time_class)
+        outcome.tolerance = dataclasses.asdict(tolerance)
+
+        def rerun() -> tuple[dict[str, Any], Observation | None]:
+            record = self.runs.run(spec)
+            return record, self._observe(record) if record["status"] == "ok" else None
+
+        gate(
+            spec.id,
+            baseline,
+            observations[0],
+            tolerance,
+            outcome,
+            hardware=hardware,
+            fail_uncompared=self.fail_uncompared,
+            drift=self.drift(runs[0]),
+            rerun=rerun,
+        )
+        failures = [c.message for c in outcome.checks if not c.ok]
+        if failures:
+            outcome.message = "\n".join(failures)
+            pytest.fail(outcome.message, pytrace=False)
+        outcome.status = "passed"
+
+    def _observe(self, record: Mapping[str, Any]) -> Observation:
+        return observe(record, time_unit=self.time_unit(record["device"]))
+
+    # -- end of session ------------------------------------------------------------------
+
+    @property
+    def written(self) -> list[Path]:
+        return self.stager.written
+
+    def write_staged(self) -> None:
+        """Write every staged baseline (each atomically), then merge the pinned pytest-benchmark files."""
+        self.stager.write(self.benchmark_json)
+
+    def pinned_benchmark(self, hardware: str, time_class: str) -> Path:
+        return pinned_benchmark_path(self.root, hardware, time_class)
+
+    def results_json(self) -> dict[str, Any]:
+        """What ``--perfsuite-json`` writes: every matrix case's status, checks and run records."""
+        return results_json(
+            repository=self.config.rootpath, refresh=self.refresh, drift=self.drifts.as_json(), outcomes=self.outcomes
+        )

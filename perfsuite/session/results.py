@@ -1,0 +1,40 @@
+"""What ``pytest --perfsuite-json`` writes: the session's env and drift, every matrix case's status,
+checks and run records (read back by :mod:`perfsuite.reports.results`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from perfsuite.core.compare import Outcome
+from perfsuite.core.provenance import run_facts
+from perfsuite.reports.results import PYTEST_RESULTS_SCHEMA_VERSION
+
+
+def results_json(
+    *, repository: Path, refresh: bool, drift: list[dict[str, Any]], outcomes: Sequence[Outcome]
+) -> dict[str, Any]:
+    """The results file of a session: its cases' ``outcomes``, the ``drift`` groups it gated against."""
+    return {
+        "schema_version": PYTEST_RESULTS_SCHEMA_VERSION,
+        "refresh": refresh,
+        "env": run_facts(repository),
+        "drift": drift,
+        "cases": [
+            {
+                "case": o.case,
+                "status": o.status,
+                "hardware": o.hardware,
+                "message": o.message,
+                "checks": [dataclasses.asdict(c) for c in o.checks],
+                "diff": [dict(zip(("metric", "old", "new", "change"), row, strict=True)) for row in o.diff],
+                "records": o.records,
+                "time_attempts": o.time_attempts,
+                "baseline": o.baseline,
+                "tolerance": o.tolerance,
+            }
+            for o in outcomes
+        ],
+    }

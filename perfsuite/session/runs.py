@@ -1,0 +1,71 @@
+"""The session's runs: each case's records, made once and shared by every test that reads them
+(the matrix test, the claims), started early on a GPU pool when there is one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+
+from perfsuite.core.spec import DEFAULTS, CaseSpec
+
+
+class RunCache:
+    """Records per case for one pytest session; runs go through the ``pytest_perfsuite_run_case`` hook."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.records: dict[CaseSpec, list[dict[str, Any]]] = {}
+        self._pending: dict[CaseSpec, Future[dict[str, Any]]] = {}
+        self._runner: Any = None
+
+    def get(self, spec: CaseSpec, count: int = 1) -> list[dict[str, Any]]:
+        """``count`` runs of ``spec``, each in a fresh worker; runs already made this session are reused."""
+        runs = self.records.setdefault(spec, [])
+        pending = self._pending.pop(spec, None)
+        if pending is not None:
+            runs.append(pending.result())
+        # A crash or skip repeats itself: once one run is not ok, don't pay for it again.
+        while len(runs) < count and all(r["status"] == "ok" for r in runs):
+            runs.append(self.run(spec))
+        return runs
+
+    def run(self, spec: CaseSpec, env: dict[str, str] | None = None) -> dict[str, Any]:
+        """One more run of ``spec``, not cached (a retry)."""
+        timeout = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"].timeout
+        return self.config.hook.pytest_perfsuite_run_case(  # type: ignore[no-any-return]
+            config=self.config, spec=spec, timeout_s=timeout, env=env or {}
+        )
+
+    def prefetch(self, specs: list[CaseSpec]) -> None:
+        """Start the first run of each GPU case on the GPU pool, when it has more than one GPU
+        (:mod:`perfsuite.pool`); a case's test then waits for its run. Repeats and
+        retries run one at a time, on all the GPUs."""
+        from perfsuite.pool import GPUPool, PoolRunner, machine_gpus, submit_cases
+
+        try:
+            gpus = machine_gpus(self.config.getoption("perfsuite_gpus"))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--perfsuite-gpus: {exc}") from None
+        if len(gpus) < 2:
+            return
+        pool = GPUPool(gpus)
+        self._runner = PoolRunner(pool)
+        fitting = [spec for spec in specs if spec.world_size <= len(gpus)]
+        self._pending.update(submit_cases(self._runner, pool, fitting, self.run))
+
+    def run_each_once(self, specs: list[CaseSpec], progress: Callable[[str], None]) -> None:
+        """Run each case once, one after another, reporting each."""
+        import time
+
+        for i, spec in enumerate(specs, 1):
+            start = time.perf_counter()
+            status = self.get(spec)[0]["status"]
+            progress(f"perfsuite: [{i}/{len(specs)}] {spec.id}: {status} in {time.perf_counter() - start:.0f} s")
+
+    def close(self) -> None:
+        """Stop runs nobody waits for any more (an interrupted session)."""
+        if self._runner is not None:
+            self._runner.close(cancel=True)

@@ -1,0 +1,137 @@
+"""A refresh's staging: each case's new baseline built from its repeats, refused or staged, and every
+staged file written at the end of the session (atomically), with the pinned pytest-benchmark files."""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from perfsuite.core.baselines import (
+    BaselineError,
+    build_baseline,
+    load_baseline,
+    pinned_benchmark_path,
+    with_other_classes,
+    write_json_atomic,
+)
+from perfsuite.core.compare import Outcome
+from perfsuite.core.observation import Observation
+from perfsuite.core.provenance import run_facts
+from perfsuite.core.refresh import diff_rows, refusals
+from perfsuite.core.spec import CaseSpec
+from perfsuite.core.tolerance import Tolerance
+
+
+class RefreshStager:
+    """New baselines held until the session ends, so that an interrupted refresh writes nothing."""
+
+    def __init__(self, root: Path, repository: Path, repeats: int) -> None:
+        self.root = root
+        self.repository = repository
+        self.repeats = repeats
+        self.staged: dict[Path, dict[str, Any]] = {}
+        self.staged_benchmarks: dict[str, tuple[str, str]] = {}
+        """pytest node id → (hardware, time class): the cases whose pinned pytest-benchmark entry a refresh replaces."""
+        self.written: list[Path] = []
+
+    def stage(
+        self,
+        spec: CaseSpec,
+        runs: list[dict[str, Any]],
+        observations: list[Observation],
+        path: Path,
+        hardware: str,
+        outcome: Outcome,
+        tolerance: Tolerance,
+    ) -> str | None:
+        """Stage ``spec``'s new baseline; the reasons it is refused, joined, or ``None`` when staged."""
+        first = runs[0]
+        time_class = observations[0].time_class
+        new = build_baseline(
+            case_id=spec.id,
+            hardware=hardware,
+            time_class=time_class,
+            time_unit=observations[0].time_unit,
+            calibration=observations[0].calibration,
+            times=[o.time for o in observations],
+            time_steps=[o.time_steps for o in observations],
+            step_time_s=[o.step_time_s for o in observations],
+            peaks=[o.peak_bytes for o in observations],
+            breakdowns=[o.breakdown for o in observations],
+            losses=[o.losses for o in observations],
+            spec={
+                "model": spec.model,
+                "strategy": spec.strategy,
+                "precision": first["precision"],
+                "steps": spec.steps,
+                "warmup_steps": spec.warmup_steps,
+                "batch_size": first["batch_size"],
+                "micro_batch_size": first["micro_batch_size"],
+                "seq_len": first["seq_len"],
+                "seed": spec.seed,
+                "device": first["device"],
+                "threads": first.get("threads"),
+                "world_size": first.get("world_size", 1),
+            },
+            provenance=self._provenance(first),
+        )
+        try:
+            old: dict[str, Any] | None = load_baseline(path, case_id=spec.id, hardware=hardware)
+        except BaselineError:
+            old = None
+        outcome.diff = diff_rows(old, new, time_class)
+        reasons = refusals(new, tolerance, time_class)
+        if reasons:
+            outcome.status = "refused"
+            return "; ".join(reasons)
+        self.staged[path] = with_other_classes(new, old)
+        outcome.status = "refreshed"
+        return None
+
+    def _provenance(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        facts = run_facts(self.repository)
+        return {
+            "date": facts["date"],
+            "commit": facts["commit"],
+            "dirty": facts["dirty"],
+            "repeats": self.repeats,
+            "host": platform.node(),
+            "device": record["device_name"],
+            "python": facts["python"],
+            "versions": facts["versions"],
+        }
+
+    def write(self, benchmark_json: dict[str, Any] | None) -> None:
+        """Write every staged baseline (each atomically), then merge the pinned pytest-benchmark files."""
+        for path, payload in sorted(self.staged.items()):
+            write_json_atomic(path, payload)
+            self.written.append(path)
+        if benchmark_json is None or not self.staged_benchmarks:
+            return
+        by_class: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for bench in benchmark_json["benchmarks"]:
+            key = self.staged_benchmarks.get(bench["fullname"])
+            if key is not None:
+                by_class.setdefault(key, []).append(bench)
+        for (hardware, time_class), fresh in by_class.items():
+            path = pinned_benchmark_path(self.root, hardware, time_class)
+            pinned = _read_pinned(path)
+            names = {b["fullname"] for b in fresh}
+            kept = [b for b in pinned.get("benchmarks", []) if b["fullname"] not in names]
+            payload = dict(benchmark_json)
+            payload["benchmarks"] = sorted(kept + fresh, key=lambda b: b["fullname"])
+            write_json_atomic(path, payload)
+            self.written.append(path)
+
+
+def _read_pinned(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except json.JSONDecodeError as exc:
+        raise BaselineError(f"{path}: corrupt pinned pytest-benchmark file ({exc}); delete it and refresh") from None
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,268 @@
+"""Bare training loops: what a case's step costs without perfsuite around it. Runs in a worker.
+
+``perfsuite overhead`` (:mod:`perfsuite.overhead`) runs a case and the loop here on
+exactly the same model, data, batch order, optimizer, clipping and thread count, and
+compares their median step times. The loop here is what a person would write by hand
+(forward, backward, clip, step, in the order nanoGPT does them), timed with nothing
+else running in the process: no calibration, no accelerate, no instruments. The
+model, data and optimizer are built with perfsuite's own functions, outside the timed
+region, so that both sides train the same thing; that both do is checked from their
+losses.
+
+A family's bare equivalent exists for: fp32 (``vanilla``), autocast (``fp16`` with a
+GradScaler, ``bf16``), 8-bit optimizers (``adamw_8bit``), ZeRO offload
+(``zero2_offload``, DeepSpeed's engine called directly), and the HF Trainer
+(``vanilla`` through ``trainer.train()``, timed by a callback between step ends).
+Anything else is :data:`NO_BARE_EQUIVALENT` with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from perfsuite.core.spec import CaseSkipped, CaseSpec
+from perfsuite.core.stats import summarize
+
+if TYPE_CHECKING:
+    import torch
+
+FAMILIES = {
+    "vanilla": "fp32",
+    "fp16": "autocast",
+    "bf16": "autocast",
+    "adamw_8bit": "8-bit",
+    "zero2_offload": "ZeRO offload",
+}
+"""Strategy → family, for the loop engine; every strategy here has a bare loop below."""
+TRAINER_FAMILY = {"vanilla": "Trainer"}
+"""Strategy → family, through the HF Trainer."""
+
+NO_BARE_EQUIVALENT = (
+    "a bare loop of the other strategies would reimplement them (checkpointing, accumulation, LoRA, "
+    "compile, the DataLoader's workers change what the loop is), so its step would be perfsuite's own "
+    "code again; their overhead is the family's, whose loop they share"
+)
+
+
+def family(strategy: str, engine: str) -> str | None:
+    """The strategy family a case belongs to for the overhead benchmark, ``None`` without a bare loop."""
+    return (TRAINER_FAMILY if engine == "trainer" else FAMILIES).get(strategy)
+
+
+def run_bare(spec: CaseSpec) -> dict[str, Any]:
+    """The bare loop of ``spec``: its warm-up and timed step times and losses (a worker's target)."""
+    import torch
+
+    from perfsuite.worker.data import TOKENS_KEY, WORKER_KEY, build_loader, generate_dataset
+    from perfsuite.worker.device import get_device
+    from perfsuite.worker.modeling import build_model
+
+    name = family(spec.strategy, spec.engine)
+    if name is None:
+        raise CaseSkipped(f"{spec.id}: no bare loop: {NO_BARE_EQUIVALENT}")
+    if spec.threads is not None:
+        torch.set_num_threads(spec.threads)
+    strategy, model_spec = spec.strategy_spec, spec.model_spec
+    missing = strategy.missing_requirements()
+    if missing:
+        raise CaseSkipped(f"{spec.id} needs {', '.join(missing)}")
+    device = get_device(spec.device)
+    batch_size = spec.batch_size or strategy.batch_size or model_spec.batch_size
+    seq_len = spec.seq_len or model_spec.seq_len
+    lr = spec.lr or (1e-3 if model_spec.tiny else 1e-4)
+    needed = batch_size * (spec.warmup_steps + spec.steps + 2)
+    dataset = generate_dataset(model_spec, num_samples=max(spec.num_samples, needed), seq_len=seq_len, seed=spec.seed)
+    model = build_model(model_spec, seed=spec.seed, dropout=spec.dropout, attention=strategy.attention)
+    total = spec.warmup_steps + spec.steps
+    if spec.engine == "trainer":
+        times, losses = _trainer_loop(spec, model, dataset, device, lr=lr, batch_size=batch_size, seq_len=seq_len)
+    else:
+        loader = build_loader(
+            dataset,
+            strategy,
+            batch_size=batch_size,
+            seq_len=seq_len,
+            target_len=model_spec.target_len,
+            seed=spec.seed,
+            pin_memory=False,
+        )
+
+        def batches() -> Iterator[dict[str, torch.Tensor]]:
+            for batch in loader:
+                batch.pop(TOKENS_KEY)
+                batch.pop(WORKER_KEY)
+                yield {k: v.to(device.type) for k, v in batch.items()}
+
+        torch.nn.Module.to(model, device.type)
+        step = _STEPS[spec.strategy](model, spec, lr, batches(), device.type)
+        times, losses = [], []
+        for _ in range(total):
+            device.synchronize()
+            start = time.perf_counter()
+            loss = step()
+            device.synchronize()  # a host clock read after the device's work, not its launch
+            times.append(time.perf_counter() - start)
+            losses.append(loss)
+    timed = times[spec.warmup_steps :]
+    return {
+        "model": spec.model,
+        "strategy": spec.strategy,
+        "engine": spec.engine,
+        "family": name,
+        "status": "ok",
+        "error": None,
+        "threads": torch.get_num_threads(),
+        "step_time_s": summarize(timed),
+        "loss": [float(v) for v in losses],
+    }
+
+
+StepFn = Callable[[], "torch.Tensor"]
+"""One optimizer step; returns its loss (on the device: reading it would sync)."""
+
+
+def _plain(model: Any, spec: CaseSpec, lr: float, batches: Iterator[Any], device: str) -> StepFn:
+    """fp32 (and the 8-bit optimizer): forward, backward, clip, step."""
+    import torch
+
+    from perfsuite.worker.optimizers import build_optimizer
+
+    optimizer = build_optimizer(spec.strategy_spec.optimizer, model, lr)
+    params = [p for p in model.parameters() if p.requires_grad]
+    torch.manual_seed(spec.seed)  # as both engines do once everything is built
+
+    def step() -> torch.Tensor:
+        loss = model(**next(batches)).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, spec.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step
+
+
+def _autocast(model: Any, spec: CaseSpec, lr: float, batches: Iterator[Any], device: str) -> StepFn:
+    """fp16 or bf16 autocast; fp16 with a GradScaler (unscaled before clipping)."""
+    import torch
+
+    from perfsuite.worker.optimizers import build_optimizer
+
+    dtype = torch.float16 if spec.strategy_spec.precision == "fp16" else torch.bfloat16
+    optimizer = build_optimizer(spec.strategy_spec.optimizer, model, lr)
+    scaler = torch.amp.GradScaler(device, enabled=dtype == torch.float16)
+    params = [p for p in model.parameters() if p.requires_grad]
+    torch.manual_seed(spec.seed)
+
+    def step() -> torch.Tensor:
+        with torch.autocast(device, dtype=dtype):
+            loss = model(**next(batches)).loss
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(params, spec.max_grad_norm)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step
+
+
+def _zero_offload(model: Any, spec: CaseSpec, lr: float, batches: Iterator[Any], device: str) -> StepFn:
+    """DeepSpeed's engine, called directly with the case's config (ZeRO-2, CPU Adam)."""
+    import deepspeed
+    import torch
+
+    from perfsuite.worker.engines.common import deepspeed_setup
+
+    strategy = spec.strategy_spec
+    batch_size = spec.batch_size or strategy.batch_size or spec.model_spec.batch_size
+    config = deepspeed_setup(
+        strategy,
+        model,
+        on_accelerator=device != "cpu",
+        micro_batch_size=batch_size // strategy.grad_accum_steps,
+        lr=lr,
+        max_grad_norm=spec.max_grad_norm,
+    )
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    torch.manual_seed(spec.seed)
+
+    def step() -> torch.Tensor:
+        loss = engine(**next(batches)).loss
+        engine.backward(loss)
+        engine.step()
+        return loss.detach()
+
+    return step
+
+
+_STEPS: dict[str, Callable[[Any, CaseSpec, float, Iterator[Any], str], StepFn]] = {
+    "vanilla": _plain,
+    "adamw_8bit": _plain,
+    "fp16": _autocast,
+    "bf16": _autocast,
+    "zero2_offload": _zero_offload,
+}
+
+
+def _trainer_loop(
+    spec: CaseSpec, model: Any, dataset: Any, device: Any, *, lr: float, batch_size: int, seq_len: int
+) -> tuple[list[float], list[float]]:
+    """``trainer.train()`` with the case's arguments, timed from one step's end to the next
+    (the period perfsuite's Trainer engine times: batch fetch, step, log)."""
+    import tempfile
+
+    from transformers import TrainerCallback, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from perfsuite.worker.engines.trainer_setup import trainer_inputs, training_arguments
+
+    total = spec.warmup_steps + spec.steps
+    ends: list[float] = []
+    losses: list[float] = []
+
+    class _Clock(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            ends.append(time.perf_counter())
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if logs and "loss" in logs:
+                ends.append(time.perf_counter())  # after the step and its log, as the engine's step() returns
+                losses.append(float(logs["loss"]))
+
+    strategy = spec.strategy_spec
+    with tempfile.TemporaryDirectory(prefix="perfsuite-bare-") as out:
+        kwargs = training_arguments(
+            strategy,
+            output_dir=out,
+            micro_batch_size=batch_size // strategy.grad_accum_steps,
+            lr=lr,
+            max_grad_norm=spec.max_grad_norm,
+            seed=spec.seed,
+            max_steps=total,
+            on_accelerator=device.is_accelerator,
+            pin_memory=False,
+            deepspeed=None,
+        )
+        train_dataset, collator, trainer_cls = trainer_inputs(
+            strategy,
+            dataset,
+            batch_size=batch_size,
+            seq_len=seq_len,
+            target_len=spec.model_spec.target_len,
+            seed=spec.seed,
+        )
+        hf = trainer_cls(
+            model=model,
+            args=TrainingArguments(**kwargs),
+            train_dataset=train_dataset,
+            data_collator=collator,
+            callbacks=[_Clock()],
+        )
+        for cls in (PrinterCallback, ProgressCallback):
+            hf.remove_callback(cls)
+        hf.train()
+    return [b - a for a, b in zip(ends, ends[1:], strict=False)], losses

@@ -1,0 +1,155 @@
+"""Building a case inside its worker: the checks that may skip it, its data, model and engine.
+
+Nothing here is timed. :func:`build` returns what :mod:`perfsuite.worker.run` drives and
+what the record (:mod:`perfsuite.worker.record`) reports of the setup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from perfsuite.core.spec import CaseSkipped, CaseSpec
+
+if TYPE_CHECKING:
+    from perfsuite.worker.device import Device
+    from perfsuite.worker.engines.interface import Engine
+
+
+@dataclass
+class Built:
+    """A case ready to step, and what was decided while building it."""
+
+    engine: Engine
+    device: Device
+    batch_size: int
+    seq_len: int
+    lr: float
+    dataset: str
+    """The data file, or ``generated:<task>``."""
+    pretrained: str | None
+    num_parameters: int
+    model_config: dict[str, Any]
+
+
+def check_runnable(spec: CaseSpec, device: Device | None = None) -> None:
+    """Raise :class:`CaseSkipped` with the reason when ``spec`` cannot run here (a missing package;
+    with ``device``, a precision it lacks or a GPU-only technique)."""
+    strategy = spec.strategy_spec
+    unmet = strategy.unmet_requirements()
+    if unmet:
+        raise CaseSkipped(unmet)
+    if device is None:
+        return
+    reason = device.precision_unsupported(strategy.precision, deepspeed=strategy.uses_deepspeed)
+    if reason:
+        raise CaseSkipped(reason)
+    if strategy.gpu_only and not device.is_accelerator:
+        raise CaseSkipped(f"{strategy.name} needs a GPU: {strategy.gpu_only}")
+
+
+def build(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> Built:
+    """The case's data, model and engine, seeded; rank ``rank`` of ``world_size`` takes its share of each batch."""
+    import torch
+
+    from perfsuite.worker.data import generate_dataset, load_text_dataset
+    from perfsuite.worker.device import get_device
+    from perfsuite.worker.modeling import build_model
+
+    strategy, model_spec = spec.strategy_spec, spec.model_spec
+    device = get_device(spec.device)
+    check_runnable(spec, device)
+    batch_size = spec.batch_size or strategy.batch_size or model_spec.batch_size
+    if batch_size % (strategy.grad_accum_steps * world_size):
+        raise ValueError(
+            f"batch size {batch_size} does not split into {strategy.grad_accum_steps} micro-batches "
+            f"across {world_size} rank(s)"
+        )
+    seq_len = spec.seq_len or model_spec.seq_len
+    lr = spec.lr or (1e-3 if model_spec.tiny else 1e-4)
+    # The case's own data and weights, else the model's declared ones.
+    data_file, tokenizer_dir = spec.dataset, spec.tokenizer
+    if data_file is None:
+        data_file, tokenizer_dir = model_spec.data, model_spec.tokenizer
+    pretrained = spec.pretrained or model_spec.pretrained
+    torch.manual_seed(spec.seed)
+    vocab_size = None
+    if data_file is not None:
+        assert tokenizer_dir is not None
+        dataset = load_text_dataset(data_file, tokenizer=tokenizer_dir, task=model_spec.task, seq_len=seq_len)
+        if pretrained is None:
+            from transformers import AutoTokenizer
+
+            vocab_size = len(AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True))
+    else:
+        needed = batch_size * (spec.warmup_steps + spec.steps + 2)
+        dataset = generate_dataset(
+            model_spec, num_samples=max(spec.num_samples, needed), seq_len=seq_len, seed=spec.seed
+        )
+    model = build_model(
+        model_spec,
+        seed=spec.seed,
+        dropout=spec.dropout,
+        pretrained=pretrained,
+        vocab_size=vocab_size,
+        attention=strategy.attention,
+    )
+    num_parameters = sum(p.numel() for p in model.parameters())
+    model_config = model.config.to_diff_dict()
+    if strategy.quantize_4bit:
+        from perfsuite.worker.adapters import quantize_4bit
+
+        dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+        model = quantize_4bit(model, compute_dtype=dtypes[strategy.precision])
+    common = {"lr": lr, "max_grad_norm": spec.max_grad_norm, "batch_size": batch_size, "seed": spec.seed}
+    pin_memory = strategy.pin_memory and device.pins_memory
+    engine: Engine
+    if spec.engine == "trainer":
+        from perfsuite.worker.engines.hf_trainer import HFTrainerEngine
+
+        tokenizer = None
+        if tokenizer_dir is not None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+        engine = HFTrainerEngine(
+            model,
+            strategy,
+            dataset,
+            device,
+            seq_len=seq_len,
+            target_len=model_spec.target_len,
+            max_steps=spec.warmup_steps + spec.steps + (2 if spec.profile else 0),
+            pin_memory=pin_memory,
+            tokenizer=tokenizer,
+            **common,
+        )
+    else:
+        from perfsuite.worker.data import RankShare, build_loader
+        from perfsuite.worker.engines.loop import LoopEngine
+
+        loader: Any = build_loader(
+            dataset,
+            strategy,
+            batch_size=batch_size,
+            seq_len=seq_len,
+            target_len=model_spec.target_len,
+            seed=spec.seed,
+            pin_memory=pin_memory,
+        )
+        if world_size > 1:
+            loader = RankShare(loader, rank, world_size)
+        engine = LoopEngine(
+            model, strategy, loader, device, world_size=world_size, causal_lm=model_spec.task == "causal_lm", **common
+        )
+    return Built(
+        engine=engine,
+        device=device,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        lr=lr,
+        dataset=data_file or f"generated:{model_spec.task}",
+        pretrained=pretrained,
+        num_parameters=num_parameters,
+        model_config=model_config,
+    )

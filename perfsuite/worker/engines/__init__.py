@@ -1,0 +1,7 @@
+"""How a case trains, one engine per module, behind :mod:`~perfsuite.worker.engines.interface`.
+
+- :mod:`~perfsuite.worker.engines.loop`: perfsuite's explicit loop on accelerate (read this first).
+- :mod:`~perfsuite.worker.engines.hf_trainer`: the Hugging Face ``Trainer``, driven one step at a time.
+- :mod:`~perfsuite.worker.engines.common`: what both set up alike (DeepSpeed's config, checkpointing,
+  evidence helpers).
+"""

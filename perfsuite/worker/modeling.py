@@ -1,0 +1,115 @@
+"""Building a declared model (:mod:`perfsuite.core.models`): from its config with seeded weights, or
+from local pretrained weights. Nothing is downloaded."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from perfsuite.core.models import ModelSpec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+_AUTO_CLASSES: dict[str, str] = {
+    "classification": "AutoModelForSequenceClassification",
+    "seq2seq": "AutoModelForSeq2SeqLM",
+    "causal_lm": "AutoModelForCausalLM",
+}
+
+
+def _without_dropout(config: Any) -> None:
+    # Names differ per architecture (hidden_dropout_prob, dropout_rate, resid_pdrop, ...).
+    for key, value in list(vars(config).items()):
+        if isinstance(value, float) and ("dropout" in key or key.endswith("pdrop")):
+            setattr(config, key, 0.0)
+
+
+def build_config(
+    spec: ModelSpec, *, dropout: bool = True, vocab_size: int | None = None, attention: str = "sdpa"
+) -> Any:
+    """The architecture config of ``spec``, optionally without dropout or with a tokenizer's vocab.
+
+    The attention implementation is always pinned: transformers' default moved from
+    eager (4.x, for a model built from its config) to SDPA (5.x), and a case must mean
+    the same kernels on every version.
+    """
+    import transformers
+
+    kwargs = dict(spec.config, attn_implementation=attention)
+    if spec.num_labels:
+        kwargs["num_labels"] = spec.num_labels
+    if vocab_size is not None:
+        kwargs["vocab_size"] = vocab_size
+    if spec.config_dir is not None:
+        config = transformers.AutoConfig.from_pretrained(spec.config_dir, local_files_only=True, **kwargs)
+    else:
+        config = getattr(transformers, spec.config_class)(**kwargs)
+    if not dropout:
+        _without_dropout(config)
+    return config
+
+
+def resolve_pretrained(spec: ModelSpec, pretrained: str) -> str:
+    """Where pretrained weights for ``spec`` come from: a local directory, or the hub cache.
+
+    ``pretrained`` is a directory holding ``config.json`` (as written by
+    ``save_pretrained``) or the word ``hub-cache``, which looks the spec's hub id up in
+    the local Hugging Face cache without touching the network.
+    """
+    if pretrained == "hub-cache":
+        if spec.hub_id is None:
+            raise ValueError(f"{spec.name} has no hub id to look up in the local cache")
+        from huggingface_hub import snapshot_download
+
+        # Read the cache location now, not at huggingface_hub's import.
+        cache_dir = os.environ.get("HF_HUB_CACHE") or None
+        try:
+            return snapshot_download(spec.hub_id, local_files_only=True, cache_dir=cache_dir)
+        except Exception as exc:  # LocalEntryNotFoundError and friends
+            raise FileNotFoundError(
+                f"{spec.hub_id} is not in the local Hugging Face cache "
+                f"({os.environ.get('HF_HUB_CACHE', 'default cache')}): {exc}"
+            ) from exc
+    path = Path(pretrained)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{pretrained}: no config.json there; pass a directory written by save_pretrained")
+    return str(path)
+
+
+def _from_config(spec: ModelSpec, config: Any, transformers: Any) -> Any:
+    if spec.model_class:
+        return getattr(transformers, spec.model_class)(config)
+    return getattr(transformers, _AUTO_CLASSES[spec.task]).from_config(config)
+
+
+def build_model(
+    spec: ModelSpec,
+    *,
+    seed: int = 0,
+    dropout: bool = True,
+    pretrained: str | None = None,
+    vocab_size: int | None = None,
+    attention: str = "sdpa",
+) -> PreTrainedModel:
+    """A seeded, randomly initialised model of ``spec`` (or its pretrained weights), in train mode."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    if pretrained is not None:
+        source = resolve_pretrained(spec, pretrained)
+        auto = getattr(transformers, _AUTO_CLASSES[spec.task])
+        kwargs: dict[str, Any] = {"num_labels": spec.num_labels} if spec.num_labels else {}
+        model = auto.from_pretrained(source, local_files_only=True, attn_implementation=attention, **kwargs)
+        if not dropout:
+            _without_dropout(model.config)
+            for module in model.modules():
+                if isinstance(module, torch.nn.Dropout):
+                    module.p = 0.0
+    else:
+        config = build_config(spec, dropout=dropout, vocab_size=vocab_size, attention=attention)
+        model = _from_config(spec, config, transformers)
+    model.train()
+    return model  # type: ignore[no-any-return]

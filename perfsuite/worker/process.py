@@ -1,0 +1,161 @@
+"""Runs each case in its own process, so one case's memory, crash or hang stays its own.
+
+Workers fork from a forkserver that has already imported torch, transformers and
+accelerate (``perfsuite.worker.preload``), so starting one costs milliseconds rather than
+the seconds a fresh interpreter needs. A worker that overruns its timeout is killed;
+one that dies without answering (a segfault, ``os._exit``, the OOM killer) is
+reported with its exit code. Either way the case fails and the run goes on.
+
+A worker is quiet: what third-party code prints (DeepSpeed's FutureWarnings, a
+transformers note per case, a JIT compiler's log) and every Python warning go into
+the case's record (``warnings``, ``output``), not between the caller's progress lines.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from perfsuite.core.spec import CaseSkipped, CaseSpec
+from perfsuite.worker.capture import captured_output, warning_list
+
+CaseFn = Callable[[CaseSpec], dict[str, Any]]
+
+_PRELOAD = ["perfsuite.worker.preload"]
+OUTPUT_LIMIT = 20_000
+"""Characters of a worker's captured output kept in its record (the end, where errors are)."""
+
+
+def _context() -> multiprocessing.context.ForkServerContext:
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
+    return ctx
+
+
+def _describe_error(exc: BaseException) -> str:
+    name = type(exc).__name__
+    if "OutOfMemory" in name or "out of memory" in str(exc).lower():
+        return f"out of memory: {exc}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename.rsplit(os.sep, 1)[-1]}:{frames[-1].lineno})" if frames else ""
+    return f"{name}: {exc}{where}"
+
+
+def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Connection, env: dict[str, str]) -> None:
+    # A process group of its own: a timeout kills the worker with everything it started (ranks, loaders).
+    os.setpgid(0, 0)
+    os.environ.update(env)  # before anything asks CUDA which GPUs it sees
+    conn.send(("started", time.monotonic()))
+    from perfsuite.worker import preload
+
+    with captured_output() as captured, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            message: tuple[str, Any] = ("result", target(spec))
+        except CaseSkipped as exc:
+            message = ("skipped", str(exc))
+        except BaseException as exc:  # the worker reports everything; the parent decides
+            message = ("error", _describe_error(exc))
+            traceback.print_exc()
+    output = captured["output"]
+    diagnostics = {
+        "warnings": warning_list(preload.IMPORT_WARNINGS + caught),
+        "output": output[-OUTPUT_LIMIT:],
+        "output_truncated": len(output) > OUTPUT_LIMIT,
+    }
+    conn.send((*message, diagnostics))
+    conn.close()
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "worker did not exit"
+    if code < 0:
+        try:
+            return f"worker killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"worker killed by signal {-code}"
+    return f"worker exited with code {code} before reporting a result"
+
+
+def _kill_group(proc: multiprocessing.process.BaseProcess) -> None:
+    """SIGKILL the worker's process group: the worker, its ranks and DataLoader workers."""
+    if proc.pid is None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_isolated(
+    spec: CaseSpec, *, timeout_s: float, target: CaseFn | None = None, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run one case in a fresh worker and return its result record (never raises for the case's faults).
+
+    ``target`` defaults to :func:`perfsuite.worker.run.run_case`; tests pass functions that
+    crash or hang to show the run goes on. ``env`` is set in the worker before the case
+    starts (the GPU pool's ``CUDA_VISIBLE_DEVICES``).
+    """
+    from perfsuite.worker.record import failed_record
+    from perfsuite.worker.run import run_case
+
+    ctx = _context()
+    receiver, sender = ctx.Pipe(duplex=False)
+    # Not a daemon: a daemonic process may not start DataLoader workers of its own.
+    proc = ctx.Process(
+        target=_child, args=(target or run_case, spec, sender, dict(env or {})), name=f"perfsuite-{spec.id}"
+    )
+    launched = time.monotonic()
+    proc.start()
+    sender.close()
+    startup: float | None = None
+    kind: str = "error"
+    payload: Any = None
+    diagnostics: dict[str, Any] = {}
+    deadline = launched + timeout_s
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not receiver.poll(remaining):
+                kind, payload = "timeout", f"timed out after {timeout_s:g} s; worker killed"
+                break
+            try:
+                kind, payload, *rest = receiver.recv()
+                diagnostics = rest[0] if rest else {}
+            except EOFError:
+                proc.join(5)
+                kind, payload = "error", _exit_reason(proc.exitcode)
+                break
+            if kind == "started":
+                startup = payload - launched
+                continue
+            break
+    finally:
+        receiver.close()
+        proc.join(5 if kind != "timeout" else 0)
+        if proc.is_alive():
+            _kill_group(proc)
+            proc.kill()
+            proc.join()
+        if kind not in ("result", "skipped"):
+            _kill_group(proc)  # whatever a failed worker left behind (a rank that outlived it)
+    wall = time.monotonic() - launched
+    if kind == "result":
+        record = dict(payload)
+    elif kind == "skipped":
+        record = failed_record(spec, status="skipped", error=str(payload))
+    else:
+        record = failed_record(spec, status="failed", error=str(payload))
+    record["worker_startup_s"] = startup
+    record["wall_s"] = wall
+    record["warnings"] = diagnostics.get("warnings", [])
+    record["output"] = diagnostics.get("output", "")
+    return record

@@ -1,0 +1,94 @@
+"""One case end to end, inside its worker: build, warm up, time, instrument, record.
+
+Order of a case: build (:mod:`perfsuite.worker.build`), warm-up steps (loss kept, time
+dropped), timed steps (the device's step timer only: nothing samples memory while they
+run; on a CPU each is bracketed by the calibration workload, see
+:mod:`perfsuite.worker.calibrate`), then untimed profiling steps: one under MemTracker
+for the memory breakdown (every live tensor of the process counted), one under
+FlopCounterMode for FLOPs and the dtypes the matmuls ran in. The record's shape is
+:class:`perfsuite.worker.record.CaseRecord`.
+"""
+
+from __future__ import annotations
+
+from perfsuite.core.spec import CaseSpec, NonFiniteLoss
+from perfsuite.core.stats import first_non_finite
+from perfsuite.worker.build import Built, build, check_runnable
+from perfsuite.worker.record import CaseRecord, Timed, case_record
+
+
+def run_case(spec: CaseSpec) -> CaseRecord:
+    """Build and run one case; returns its result record. Runs inside a worker.
+
+    A multi-rank case launches its ranks from here (:mod:`perfsuite.worker.distributed.launch`),
+    each running :func:`train` on its share of every global batch, and returns their
+    records aggregated into one (:mod:`perfsuite.worker.distributed.aggregate`).
+    """
+    if spec.launches_ranks:
+        from perfsuite.worker.distributed.launch import run_ranks
+
+        check_runnable(spec)
+        return cast(CaseRecord, run_ranks(spec, train))
+    return train(spec)
+
+
+def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> CaseRecord:
+    """Train ``spec`` in this process and measure it: the whole case, or rank ``rank`` of a
+    ``world_size``-rank one (whose process group is already up, see :mod:`perfsuite.worker.distributed`)."""
+    import torch
+
+    if spec.threads is not None:
+        torch.set_num_threads(spec.threads)
+    built = build(spec, rank=rank, world_size=world_size)
+    try:
+        timed = _steps(spec, built)
+    finally:
+        built.engine.close()
+    return case_record(spec, built, timed, rank=rank, world_size=world_size)
+
+
+def _steps(spec: CaseSpec, built: Built) -> Timed:
+    from perfsuite.worker import measure
+    from perfsuite.worker.calibrate import Calibration
+    from perfsuite.worker.cpu_threads import ThreadWindow
+
+    engine, device = built.engine, built.device
+    out = Timed()
+    # Host-side drift cancels against a workload outside the stack under test; a GPU's
+    # step time is its kernels', which a host workload says nothing about.
+    calibration = None if device.is_accelerator else Calibration()
+    warm_timer = device.timer()
+    for _ in range(spec.warmup_steps):
+        warm_timer.start()
+        out.warm.append(engine.step())
+        warm_timer.stop()
+    out.warmup_times = warm_timer.elapsed()
+    # The calibration runs in the thread that runs the steps (the Trainer's own), so it
+    # measures the core and the state the steps ran in.
+    if calibration is not None:
+        engine.in_training_thread(calibration.run_once)  # its own warm-up (page faults, BLAS buffers)
+    device.reset_peak_memory()
+    threads = ThreadWindow()  # which threads ran while steps were timed (read at the two ends only)
+    threads.start()
+    timer = device.timer()
+    for _ in range(spec.steps):
+        if calibration is not None:
+            out.calibrations.append(engine.in_training_thread(calibration.run_once))
+        timer.start()
+        out.timed.append(engine.step())
+        timer.stop()
+    if calibration is not None:
+        out.calibrations.append(engine.in_training_thread(calibration.run_once))
+    out.step_times = timer.elapsed()
+    out.threads = threads.stop()
+    out.allocator_peaks = device.peak_memory()
+    losses = [float(o.loss) for o in out.warm + out.timed]
+    bad = first_non_finite(losses)
+    if bad is not None:
+        raise NonFiniteLoss(f"loss is {losses[bad]} at optimizer step {bad} (of {len(losses)})")
+    out.micro_batches = getattr(engine, "micro_batches", lambda steps: None)(len(losses))
+    if spec.profile:
+        out.breakdown = measure.memory_breakdown(engine)
+        out.flops = measure.count_flops(engine)
+    out.evidence = engine.evidence()
+    return out
