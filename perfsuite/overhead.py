@@ -12,14 +12,18 @@ losses are compared too: a ratio means something only when both trained the same
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from perfsuite.core.spec import CaseSpec
-from perfsuite.core.stats import paired_change
-from perfsuite.worker.bare import family, run_bare
+from perfsuite.core.stats import median_interval, paired_change
+from perfsuite.worker.bare import INTERLEAVED, family, run_bare, run_interleaved
+
+MIN_ROUNDS_FOR_INTERVAL = 6
+"""Rounds below which a 95% interval of the median cannot be had from the rounds alone."""
 
 DEFAULT_SELECTION = (
     ("vanilla", "loop"),
@@ -44,6 +48,8 @@ class Overhead:
     bare_ms: list[float] = field(default_factory=list)
     loss_diff: float = 0.0
     """Largest absolute difference of the two sides' losses, step by step, over the rounds."""
+    interleaved: list[float] = field(default_factory=list)
+    """Per pair of steps in one process (:func:`perfsuite.worker.bare.run_interleaved`): case step ÷ bare step."""
     busy_threads: list[int | None] = field(default_factory=list)
     """Per round: threads busy while the case's steps were timed (see :mod:`perfsuite.worker.cpu_threads`)."""
     error: str | None = None
@@ -52,12 +58,29 @@ class Overhead:
     def ratio(self) -> float | None:
         return statistics.median(self.ratios) if self.ratios else None
 
+    @property
+    def interleaved_ratio(self) -> float | None:
+        return statistics.median(self.interleaved) if self.interleaved else None
+
+    @property
+    def interleaved_interval(self) -> tuple[float, float] | None:
+        return median_interval(self.interleaved) if len(self.interleaved) >= MIN_ROUNDS_FOR_INTERVAL else None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """95% interval of the median ratio (sign test over rounds); ``None`` under 6 rounds."""
+        return median_interval(self.ratios) if len(self.ratios) >= MIN_ROUNDS_FOR_INTERVAL else None
+
     def as_json(self) -> dict[str, Any]:
         return {
             "case": self.spec.id,
             "family": self.family,
             "threads": self.spec.threads,
             "ratio": self.ratio,
+            "interval_95": self.interval,
+            "interleaved_ratio": self.interleaved_ratio,
+            "interleaved_interval_95": self.interleaved_interval,
+            "interleaved_ratios": self.interleaved,
             "ratios": self.ratios,
             "case_step_ms": self.case_ms,
             "bare_step_ms": self.bare_ms,
@@ -83,6 +106,7 @@ def measure(
     rounds: int,
     timeout_s: float,
     run: Runner,
+    pairs: int = 0,
     progress: Callable[[Overhead, int], None] = lambda result, round_: None,
 ) -> list[Overhead]:
     """Each spec's rounds, case and bare loop alternated ABBA; ``run`` is :func:`perfsuite.worker.run_isolated`."""
@@ -92,6 +116,12 @@ def measure(
         assert name is not None, spec.id
         result = Overhead(spec, name)
         results.append(result)
+        if pairs and spec.engine == "loop" and spec.strategy in INTERLEAVED:
+            paired = run(dataclasses.replace(spec, steps=pairs), timeout_s=timeout_s, target=run_interleaved)
+            if paired.get("status") != "ok":
+                result.error = f"interleaved: {paired.get('error')}"
+                continue
+            result.interleaved = [float(r) for r in paired["ratios"]]
         for round_ in range(rounds):
             order = ("case", "bare") if round_ % 2 == 0 else ("bare", "case")
             records = {
@@ -112,24 +142,28 @@ def measure(
     return results
 
 
+def _with_interval(value: float | None, interval: tuple[float, float] | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.3f}" + ("" if interval is None else f" [{interval[0]:.3f}, {interval[1]:.3f}]")
+
+
 def table_rows(results: Sequence[Overhead]) -> list[list[str]]:
-    """The terminal table: case, family, threads, ratio and range, both medians, loss difference, busy threads."""
+    """The terminal table (:data:`HEADERS`): each ratio with its 95% interval, both sides' medians, the
+    largest loss difference, the threads busy during the case's timed steps per round."""
     rows = []
     for r in results:
-        if r.ratio is None:
-            rows.append([r.spec.id, r.family, str(r.spec.threads or "default"), "—", "—", "—", "—", "—", r.error or ""])
-            continue
         rows.append(
             [
                 r.spec.id,
                 r.family,
                 str(r.spec.threads or "default"),
-                f"{r.ratio:.3f}",
-                f"{min(r.ratios):.3f}..{max(r.ratios):.3f}",
-                f"{statistics.median(r.case_ms):.1f}",
-                f"{statistics.median(r.bare_ms):.1f}",
-                f"{r.loss_diff:.2g}",
-                ",".join("?" if b is None else str(b) for b in r.busy_threads),
+                _with_interval(r.interleaved_ratio, r.interleaved_interval),
+                _with_interval(r.ratio, r.interval),
+                f"{statistics.median(r.case_ms):.1f}" if r.case_ms else "—",
+                f"{statistics.median(r.bare_ms):.1f}" if r.bare_ms else "—",
+                f"{r.loss_diff:.2g}" if r.ratios else "—",
+                r.error or ",".join("?" if b is None else str(b) for b in r.busy_threads),
             ]
         )
     return rows
@@ -139,8 +173,8 @@ HEADERS = [
     "case",
     "family",
     "threads",
-    "overhead",
-    "rounds' range",
+    "in one process [95%]",
+    "across processes [95%]",
     "case ms",
     "bare ms",
     "max |Δloss|",

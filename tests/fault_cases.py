@@ -62,4 +62,4 @@ def calibration_blas_spinning(spec: CaseSpec) -> dict[str, Any]:
     perfsuite.worker.calibrate.Calibration.__init__ = two_blas_threads  # type: ignore[method-assign]
     from perfsuite.worker.run import train
 
-    return train(spec)
+    return dict(train(spec))

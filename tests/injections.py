@@ -41,10 +41,14 @@ from typing import Any
 
 import torch
 
-from perfsuite import case
-from perfsuite.core.engines import loop as engine
 from perfsuite.core.spec import CaseSpec
+from perfsuite.worker import optimizers
+from perfsuite.worker import run as case
+from perfsuite.worker.engines import common as engine_common
+from perfsuite.worker.engines import loop as engine
+from perfsuite.worker.engines.interface import StepOutput
 from perfsuite.worker.optimizers import state_bytes
+from perfsuite.worker.record import CaseRecord
 
 LEAK: list[torch.Tensor] = []
 """The module-level global a ``leak`` fills."""
@@ -65,7 +69,7 @@ def kinds(spec: CaseSpec) -> set[str]:
 def _patch_step(slow: bool, leak: bool) -> None:
     step = engine.LoopEngine.step
 
-    def patched(self: engine.LoopEngine, *args: Any, **kwargs: Any) -> engine.StepOutput:
+    def patched(self: engine.LoopEngine, *args: Any, **kwargs: Any) -> StepOutput:
         if leak and not LEAK:
             params = sum(p.numel() * p.element_size() for p in self.model.parameters())
             LEAK.append(torch.ones(int(GROWTH * params) // 4))
@@ -81,7 +85,7 @@ def _patch_step(slow: bool, leak: bool) -> None:
 
 
 def _patch_optimizer() -> None:
-    build = engine.build_optimizer
+    build = optimizers.build_optimizer
 
     def grow(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         states = list(optimizer.state.values())
@@ -93,7 +97,7 @@ def _patch_optimizer() -> None:
         optimizer.register_step_post_hook(grow)
         return optimizer
 
-    engine.build_optimizer = patched
+    optimizers.build_optimizer = patched
 
 
 def _disabled(spec: CaseSpec, instead: str = "vanilla") -> CaseSpec:
@@ -115,14 +119,14 @@ def _patch_accelerate_cpu_switch() -> None:
         kwargs["cpu"] = False
         init(self, *args, **kwargs)
 
-    accelerate.Accelerator.__init__ = without_cpu  # type: ignore[method-assign]
+    accelerate.Accelerator.__init__ = without_cpu
 
 
 def _patch_rank_fault(kind: str) -> None:
     step = engine.LoopEngine.step
     calls = [0]
 
-    def patched(self: engine.LoopEngine, *args: Any, **kwargs: Any) -> engine.StepOutput:
+    def patched(self: engine.LoopEngine, *args: Any, **kwargs: Any) -> StepOutput:
         calls[0] += 1
         if os.environ.get("RANK") == "1" and calls[0] == 5:  # 2 warm-up steps, then the third timed one
             if kind == "kill_rank":
@@ -144,7 +148,7 @@ def _note_rank_pid() -> None:
 def _patch_pid_notes() -> None:
     train = case.train
 
-    def noted(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    def noted(*args: Any, **kwargs: Any) -> CaseRecord:
         _note_rank_pid()
         return train(*args, **kwargs)
 
@@ -154,7 +158,7 @@ def _patch_pid_notes() -> None:
 def _patch_drop_grad() -> None:
     step = engine.LoopEngine.step
 
-    def patched(self: engine.LoopEngine, before_micro_batch: Any = None, within: Any = None) -> engine.StepOutput:
+    def patched(self: engine.LoopEngine, before_micro_batch: Any = None, within: Any = None) -> StepOutput:
         seen = [0]
 
         def before() -> None:
@@ -186,7 +190,7 @@ def run_injected(spec: CaseSpec, chosen: frozenset[str]) -> dict[str, Any]:
     if "optimizer_state" in chosen:
         _patch_optimizer()
     if "noop" in chosen:
-        engine.enable_checkpointing = lambda model, **kwargs: None
+        engine_common.enable_checkpointing = lambda model, **kwargs: None
     if "as_ddp" in chosen:
         spec = _disabled(spec, instead="ddp")
     if "alone" in chosen:
@@ -194,6 +198,6 @@ def run_injected(spec: CaseSpec, chosen: frozenset[str]) -> dict[str, Any]:
     for kind in chosen & {"kill_rank", "hang_rank"}:
         _patch_rank_fault(kind)
     _patch_pid_notes()
-    record = case.run_case(spec)
+    record = dict(case.run_case(spec))
     record["injected"] = sorted(chosen)
     return record

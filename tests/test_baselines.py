@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from perfsuite.core.baselines import (
 )
 
 
-def _valid(case: str = "tiny-bert-vanilla") -> dict[str, object]:
+def _valid(case: str = "tiny-bert-vanilla") -> dict[str, Any]:
     return build_baseline(
         case_id=case,
         hardware="cpu",

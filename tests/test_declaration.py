@@ -248,12 +248,7 @@ def test_conftest_declarations_through_the_registration_api(pytester: pytest.Pyt
     before = (dict(MODELS), dict(STRATEGIES), registry.matrix_cases())
     pytester.makeconftest(
         """
-        from perfsuite import ModelSpec
-        from perfsuite import Strategy
-        from perfsuite import compose
-        from perfsuite import register_cases
-        from perfsuite import register_model
-        from perfsuite import register_strategy
+        from perfsuite import ModelSpec, Strategy, compose, register_cases, register_model, register_strategy
         from perfsuite.core.registry import use_builtin_matrix
         from perfsuite.core.strategies import STRATEGIES
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from replay import BASELINES, record_of
 
 from perfsuite.core.compare import check_time
 from perfsuite.core.drift import MIN_CASES, Drift, estimate, group_of
+from perfsuite.core.observation import Observation
 from perfsuite.core.tolerance import Tolerance
 
 HERE = Path(__file__).parent
@@ -62,16 +64,14 @@ def test_too_few_cases_make_no_drift() -> None:
     assert "too few" in drift.describe(0.15)
 
 
-def _baseline(steps: list[float]) -> dict:
+def _baseline(steps: list[float]) -> dict[str, Any]:
     return {
         "case": "x",
         "time": {"c": {"unit": "calibrated", "calibration": "w", "median": 10.0, "steps": steps, "spread": 0.0}},
     }
 
 
-def _observed(factor: float):
-    from perfsuite.core.observation import Observation
-
+def _observed(factor: float) -> Observation:
     return Observation(
         time=10.0 * factor,
         time_unit="calibrated",
@@ -144,8 +144,8 @@ def _project(pytester: pytest.Pytester, limit: float, replay: str) -> None:
     pytester.makepyfile(test_matrix=(HERE / "test_matrix.py").read_text())
     pytester.makeconftest(RUNNER)
     pytester.makepyprojecttoml(PYPROJECT.format(limit=limit))
-    pytester._monkeypatch.setenv("REPLAY", replay)  # type: ignore[attr-defined]
-    pytester._monkeypatch.setenv("REPLAY_LOG", str(pytester.path / "runs.log"))  # type: ignore[attr-defined]
+    pytester._monkeypatch.setenv("REPLAY", replay)
+    pytester._monkeypatch.setenv("REPLAY_LOG", str(pytester.path / "runs.log"))
 
 
 def _failed(result: pytest.RunResult) -> set[str]:

@@ -76,7 +76,7 @@ def test_injected_regressions_fail_exactly_their_cases(pytester: pytest.Pytester
     refresh = pytester.runpytest_subprocess(*args, "--perfsuite-refresh", "--perfsuite-repeats=2")
     refresh.assert_outcomes(passed=5)
 
-    pytester._monkeypatch.setenv(  # type: ignore[attr-defined]
+    pytester._monkeypatch.setenv(
         "PERFSUITE_INJECT",
         "tiny-bert-adafactor=slow;tiny-bert-grad_accum=optimizer_state;"
         "tiny-bert-dynamic_padding=leak;tiny-bert-grad_ckpt=noop",
@@ -92,7 +92,7 @@ def test_injected_regressions_fail_exactly_their_cases(pytester: pytest.Pytester
     assert re.search(r"memory: other .*more than the baseline", failures["dynamic_padding"])
     assert re.search(r"memory: activations .*more than the baseline", failures["grad_ckpt"])
 
-    pytester._monkeypatch.setenv("PERFSUITE_INJECT", "*=slow")  # type: ignore[attr-defined]
+    pytester._monkeypatch.setenv("PERFSUITE_INJECT", "*=slow")
     uniform = pytester.runpytest_subprocess(*args)
     uniform.assert_outcomes(failed=5)
     assert "beyond the ±15% a machine drifts, so every case moved" in uniform.stdout.str()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import cast
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import torch
 from perfsuite.worker.measure import frozen_parameters_take_no_grad_hooks
 
 
-def _partly_frozen() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+def _partly_frozen() -> tuple[torch.nn.Sequential, torch.optim.Optimizer]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
     model[0].requires_grad_(False)  # a frozen base, as LoRA leaves it
@@ -52,6 +53,7 @@ def test_with_the_workaround_memtracker_counts_the_trainable_parameters_state() 
         peak = _tracked_step(model, optimizer)
     assert peak > 0
     assert torch.Tensor.register_hook.__name__ == "register_hook"  # restored
+    weight = cast(torch.Tensor, model[0].weight)
     with pytest.raises(RuntimeError, match="doesn't require gradient"):
-        model[0].weight.register_hook(lambda g: g)  # outside the context torch's check is back
+        weight.register_hook(lambda g: g)  # type: ignore[no-untyped-call]  # outside it, torch's check is back
     assert all(p.grad is None for p in model[0].parameters())

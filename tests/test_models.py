@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import torch
 
-from perfsuite.core.models import FULL_SIZE, MODELS, TINY, count_parameters, get_model_spec
+from perfsuite.core.models import FULL_SIZE, MODELS, TINY, ModelSpec, get_model_spec
 from perfsuite.core.strategies import UnknownNameError
 from perfsuite.worker.modeling import build_model, resolve_pretrained
+
+
+def count_parameters(spec: ModelSpec) -> int:
+    """Parameters of ``spec``'s architecture, counted on the meta device (no memory, no init)."""
+    with torch.device("meta"):
+        model = build_model(spec)
+    return sum(p.numel() for p in model.parameters())
 
 
 def test_registry_names() -> None:
@@ -67,7 +75,7 @@ def test_build_is_seeded_and_in_train_mode() -> None:
     b = build_model(MODELS["tiny-bert"], seed=3)
     c = build_model(MODELS["tiny-bert"], seed=4)
     assert a.training
-    wa, wb, wc = (m.bert.embeddings.word_embeddings.weight for m in (a, b, c))
+    wa, wb, wc = (cast(Any, m).bert.embeddings.word_embeddings.weight for m in (a, b, c))
     assert torch.equal(wa, wb)
     assert not torch.equal(wa, wc)
 

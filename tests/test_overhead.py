@@ -11,7 +11,7 @@ import pytest
 from perfsuite.cli import main
 from perfsuite.core.spec import CaseSpec, tier_spec
 from perfsuite.overhead import DEFAULT_SELECTION, measure
-from perfsuite.worker.bare import FAMILIES, TRAINER_FAMILY, family
+from perfsuite.worker.bare import FAMILIES, TRAINER_FAMILY, family, run_interleaved
 
 
 def _record(steps: list[float], loss: list[float], busy: int = 1) -> dict[str, Any]:
@@ -40,6 +40,25 @@ def test_rounds_alternate_and_pair_each_step() -> None:
     assert result.loss_diff == pytest.approx(0.5)
     assert result.family == "fp32"
     assert result.busy_threads == [1, 1, 1, 1]
+
+
+def test_pairs_in_one_process_come_first_where_the_case_has_them() -> None:
+    calls: list[tuple[str, int]] = []
+
+    def fake(spec: CaseSpec, *, timeout_s: float, target: Any) -> dict[str, Any]:
+        if target is run_interleaved:
+            calls.append(("pairs", spec.steps))
+            return {"status": "ok", "ratios": [1.0, 1.01, 0.99, 1.02, 1.0, 1.01, 1.0]}
+        calls.append(("case" if target is None else "bare", spec.steps))
+        return _record([1.0, 1.0], [1.0, 1.0])
+
+    vanilla, trainer = tier_spec("tiny-bert", "vanilla"), tier_spec("tiny-bert", "vanilla", engine="trainer")
+    paired, unpaired = measure([vanilla, trainer], rounds=1, pairs=7, timeout_s=1, run=fake)
+    assert calls[0] == ("pairs", 7)  # its own steps: the pairs
+    assert [c for c, _ in calls[1:]] == ["case", "bare", "case", "bare"]
+    assert paired.interleaved_ratio == pytest.approx(1.0)
+    assert paired.interleaved_interval == (0.99, 1.02)
+    assert unpaired.interleaved_ratio is None  # the Trainer owns its loop: no pairing in one process
 
 
 def test_a_failed_side_ends_the_case_and_names_it() -> None:

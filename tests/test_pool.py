@@ -16,7 +16,7 @@ import fault_cases
 import pytest
 
 from perfsuite.core.spec import CaseSpec
-from perfsuite.pool import GPUPool, PoolRunner, parse_gpus, visible_gpus, with_gpus
+from perfsuite.pool import GPUPool, PoolRunner, parse_gpus, submit_cases, visible_gpus
 from perfsuite.worker.process import run_isolated
 
 
@@ -50,16 +50,13 @@ def test_cases_share_four_faked_gpus_without_ever_sharing_one(tmp_path: Path) ->
         CaseSpec(model="tiny-bert", strategy="ddp" if n > 1 else "vanilla", world_size=n, seed=i)
         for i, n in enumerate(sizes)
     ]
-    futures = [
-        runner.submit(
-            spec.world_size,
-            lambda env, spec=spec: with_gpus(
-                run_isolated(spec, timeout_s=60, target=fault_cases.gpu_holder, env=env), env, pool
-            ),
-        )
-        for spec in specs
-    ]
-    records = [f.result() for f in futures]
+    futures = submit_cases(
+        runner,
+        pool,
+        specs,
+        lambda spec, env: run_isolated(spec, timeout_s=60, target=fault_cases.gpu_holder, env=env),
+    )
+    records = [futures[spec].result() for spec in specs]
     runner.close()
     for spec, record in zip(specs, records, strict=True):
         assert record["status"] == "ok", record["error"]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from perfsuite.core.stats import first_non_finite, paired_change, percent_of, summarize
+from perfsuite.core.stats import first_non_finite, median_interval, paired_change, percent_of, summarize
 
 
 def test_summarize_median_and_spread() -> None:
@@ -48,3 +48,21 @@ def test_paired_change_is_the_median_ratio_step_by_step() -> None:
     assert paired_change([2.0, 20.0, 3.3], [2.0, 10.0, 3.0]) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="equal, non-empty"):
         paired_change([1.0], [1.0, 2.0])
+
+
+def test_median_interval_is_the_sign_test_interval() -> None:
+    assert median_interval(list(range(1, 11))) == (2, 9)  # n = 10: coverage 97.9%; (3, 8) would be 89%
+    assert median_interval([5.0, 1.0, 3.0, 2.0, 4.0, 6.0]) == (1.0, 6.0)
+    with pytest.raises(ValueError, match="too few"):
+        median_interval([1.0, 2.0, 3.0, 4.0, 5.0])
+
+
+def test_median_interval_covers_the_median_as_often_as_it_claims() -> None:
+    import random
+
+    rng = random.Random(0)
+    covered = 0
+    for _ in range(2000):
+        low, high = median_interval([rng.gauss(0.0, 1.0) for _ in range(12)])
+        covered += low <= 0.0 <= high
+    assert 0.95 <= covered / 2000 <= 0.995

@@ -73,7 +73,7 @@ def test_strategies_are_frozen_and_keyword_only() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         STRATEGIES["fp16"].precision = "bf16"  # type: ignore[misc]
     with pytest.raises(TypeError):
-        Strategy("positional")  # type: ignore[misc]
+        Strategy("positional")  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize(

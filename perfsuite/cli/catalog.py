@@ -7,6 +7,7 @@ from typing import Any
 
 from perfsuite.cli.common import load_project
 from perfsuite.core import registry
+from perfsuite.core.matrix import BUILTIN
 from perfsuite.core.models import MODELS
 from perfsuite.core.strategies import STRATEGIES
 
@@ -31,7 +32,7 @@ def add_init(sub: Any) -> None:
 
 def _where(source: str | None) -> str:
     """Where a name was declared, shown unless it is perfsuite's own."""
-    return "" if source == registry.BUILTIN else f"  [{source}]"
+    return "" if source == BUILTIN else f"  [{source}]"
 
 
 def run_list(args: Any) -> int:

@@ -30,7 +30,14 @@ def add_parser(sub: Any) -> None:
         help="comma-separated STRATEGY or STRATEGY:trainer with a bare loop "
         "(vanilla, fp16, bf16, adamw_8bit, zero2_offload; vanilla:trainer); default: all of them",
     )
-    overhead.add_argument("--rounds", type=int, default=6, help="rounds per case (default 6)")
+    overhead.add_argument(
+        "--pairs",
+        type=int,
+        default=60,
+        help="pairs of steps, the case's engine and the bare loop alternately in one worker (default 60; "
+        "vanilla, fp16, bf16, adamw_8bit)",
+    )
+    overhead.add_argument("--rounds", type=int, default=6, help="rounds of separate workers per case (default 6)")
     overhead.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's, as perfsuite run)")
     overhead.add_argument("--steps", type=int, help="timed steps per run (default 12 on CPU, 20 on GPU)")
     overhead.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -68,7 +75,8 @@ def run(args: Any) -> int:
         print(f"perfsuite: error: {message}", file=sys.stderr)
         return 2
 
-    for name, value in (("--rounds", args.rounds), ("--threads", args.threads), ("--steps", args.steps)):
+    checked = (("--rounds", args.rounds), ("--threads", args.threads), ("--steps", args.steps), ("--pairs", args.pairs))
+    for name, value in checked:
         if value is not None and value < 1:
             return error(f"{name} must be at least 1, got {value}")
     if args.timeout is not None and args.timeout <= 0:
@@ -104,12 +112,20 @@ def run(args: Any) -> int:
         )
 
     results = measure(
-        specs, rounds=args.rounds, timeout_s=args.timeout or defaults.timeout, run=run_isolated, progress=progress
+        specs,
+        rounds=args.rounds,
+        pairs=args.pairs,
+        timeout_s=args.timeout or defaults.timeout,
+        run=run_isolated,
+        progress=progress,
     )
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"perfsuite's overhead: case ÷ bare loop, median of {args.rounds} rounds ({device_type})")
+    table = Table(
+        title=f"perfsuite's overhead on {device_type}: case step ÷ bare-loop step, the median of {args.pairs} pairs of "
+        f"steps in one process and of {args.rounds} rounds of separate processes"
+    )
     for header in HEADERS:
         table.add_column(header)
     for row in table_rows(results):

@@ -70,3 +70,17 @@ def paired_change(now: Sequence[float], base: Sequence[float]) -> float:
     if len(now) != len(base) or not now:
         raise ValueError(f"paired step times need equal, non-empty lengths ({len(now)} vs {len(base)})")
     return statistics.median(n / b for n, b in zip(now, base, strict=True)) - 1.0
+
+
+def median_interval(values: Sequence[float], *, confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval for the median of ``values``: the order statistics
+    whose binomial coverage is at least ``confidence`` (the sign-test interval; with n = 10 and
+    95%, the 2nd smallest to the 2nd largest). Needs at least 6 values for 95%."""
+    ordered = sorted(values)
+    n = len(ordered)
+    # P(B <= k - 1) for B ~ Binomial(n, 1/2): the chance the median lies below the k-th value.
+    for k in range(n // 2, 0, -1):
+        below = sum(math.comb(n, i) for i in range(k)) / 2**n
+        if 1 - 2 * below >= confidence:
+            return ordered[k - 1], ordered[n - k]
+    raise ValueError(f"{n} values are too few for a {confidence:.0%} interval of the median")

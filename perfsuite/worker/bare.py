@@ -14,13 +14,19 @@ GradScaler, ``bf16``), 8-bit optimizers (``adamw_8bit``), ZeRO offload
 (``zero2_offload``, DeepSpeed's engine called directly), and the HF Trainer
 (``vanilla`` through ``trainer.train()``, timed by a callback between step ends).
 Anything else is :data:`NO_BARE_EQUIVALENT` with the reason.
+
+:func:`run_interleaved` is the sharper measurement: the case's own engine (built as the
+case builds it, the calibration before each of its steps on a CPU, as the case runs it)
+and the bare loop on a second copy of the model step alternately in one process, so
+each pair of steps sees the same machine; separate processes differ by a few percent
+from run to run, which hides a harness cost of that size.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from perfsuite.core.spec import CaseSkipped, CaseSpec
 from perfsuite.core.stats import summarize
@@ -76,6 +82,8 @@ def run_bare(spec: CaseSpec) -> dict[str, Any]:
     dataset = generate_dataset(model_spec, num_samples=max(spec.num_samples, needed), seq_len=seq_len, seed=spec.seed)
     model = build_model(model_spec, seed=spec.seed, dropout=spec.dropout, attention=strategy.attention)
     total = spec.warmup_steps + spec.steps
+    times: list[float]
+    losses: list[Any]
     if spec.engine == "trainer":
         times, losses = _trainer_loop(spec, model, dataset, device, lr=lr, batch_size=batch_size, seq_len=seq_len)
     else:
@@ -139,7 +147,7 @@ def _plain(model: Any, spec: CaseSpec, lr: float, batches: Iterator[Any], device
         torch.nn.utils.clip_grad_norm_(params, spec.max_grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
+        return cast(torch.Tensor, loss.detach())
 
     return step
 
@@ -165,7 +173,7 @@ def _autocast(model: Any, spec: CaseSpec, lr: float, batches: Iterator[Any], dev
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
+        return cast(torch.Tensor, loss.detach())
 
     return step
 
@@ -194,7 +202,7 @@ def _zero_offload(model: Any, spec: CaseSpec, lr: float, batches: Iterator[Any],
         loss = engine(**next(batches)).loss
         engine.backward(loss)
         engine.step()
-        return loss.detach()
+        return cast(torch.Tensor, loss.detach())
 
     return step
 
@@ -266,3 +274,84 @@ def _trainer_loop(
             hf.remove_callback(cls)
         hf.train()
     return [b - a for a, b in zip(ends, ends[1:], strict=False)], losses
+
+
+INTERLEAVED = ("vanilla", "fp16", "bf16", "adamw_8bit")
+"""Loop-engine cases :func:`run_interleaved` can pair in one process (two DeepSpeed engines in one
+process share its global state; the Trainer owns its loop)."""
+
+
+def run_interleaved(spec: CaseSpec) -> dict[str, Any]:
+    """``spec.steps`` pairs of steps, the case's engine and the bare loop alternately (ABBA), after
+    ``spec.warmup_steps`` of each: each side's step times and the median paired ratio (a worker's target)."""
+    import torch
+
+    from perfsuite.worker.build import build
+    from perfsuite.worker.calibrate import Calibration
+    from perfsuite.worker.data import TOKENS_KEY, WORKER_KEY, build_loader, generate_dataset
+    from perfsuite.worker.modeling import build_model
+
+    if spec.engine != "loop" or spec.strategy not in INTERLEAVED:
+        raise CaseSkipped(f"{spec.id}: no interleaved pairing (cases with one: {', '.join(INTERLEAVED)})")
+    if spec.threads is not None:
+        torch.set_num_threads(spec.threads)
+    built = build(spec)
+    engine, device = built.engine, built.device
+    model_spec = spec.model_spec
+    dataset = generate_dataset(model_spec, num_samples=spec.num_samples, seq_len=built.seq_len, seed=spec.seed)
+    loader = build_loader(
+        dataset,
+        spec.strategy_spec,
+        batch_size=built.batch_size,
+        seq_len=built.seq_len,
+        target_len=model_spec.target_len,
+        seed=spec.seed,
+        pin_memory=False,
+    )
+
+    def batches() -> Iterator[dict[str, torch.Tensor]]:
+        while True:
+            for batch in loader:
+                batch.pop(TOKENS_KEY)
+                batch.pop(WORKER_KEY)
+                yield {k: v.to(device.type) for k, v in batch.items()}
+
+    model = build_model(model_spec, seed=spec.seed, dropout=spec.dropout, attention=spec.strategy_spec.attention)
+    torch.nn.Module.to(model, device.type)
+    bare = _STEPS[spec.strategy](model, spec, built.lr, batches(), device.type)
+    calibration = None if device.is_accelerator else Calibration()
+
+    def calibrate() -> None:
+        if calibration is not None:  # as the case runs it: before each of its steps, not timed
+            engine.in_training_thread(calibration.run_once)
+
+    sides: dict[str, Callable[[], object]] = {"case": engine.step, "bare": bare}
+    times: dict[str, list[float]] = {"case": [], "bare": []}
+    try:
+        for _ in range(spec.warmup_steps):
+            calibrate()
+            engine.step()
+            bare()
+        for i in range(spec.steps):
+            for side in ("case", "bare") if i % 2 == 0 else ("bare", "case"):
+                if side == "case":
+                    calibrate()
+                device.synchronize()
+                start = time.perf_counter()
+                sides[side]()
+                device.synchronize()
+                times[side].append(time.perf_counter() - start)
+    finally:
+        engine.close()
+    ratios = [c / b for c, b in zip(times["case"], times["bare"], strict=True)]
+    return {
+        "model": spec.model,
+        "strategy": spec.strategy,
+        "engine": spec.engine,
+        "status": "ok",
+        "error": None,
+        "threads": torch.get_num_threads(),
+        "case_step_s": times["case"],
+        "bare_step_s": times["bare"],
+        "ratios": ratios,
+    }

@@ -101,7 +101,17 @@ def build(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> Built:
 
         dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
         model = quantize_4bit(model, compute_dtype=dtypes[strategy.precision])
-    common = {"lr": lr, "max_grad_norm": spec.max_grad_norm, "batch_size": batch_size, "seed": spec.seed}
+    from perfsuite.worker.engines.common import deepspeed_setup
+
+    # One DeepSpeed config for whichever engine runs the case (None unless the strategy is ZeRO).
+    deepspeed = deepspeed_setup(
+        strategy,
+        model,
+        on_accelerator=device.is_accelerator,
+        micro_batch_size=batch_size // strategy.grad_accum_steps // world_size,
+        lr=lr,
+        max_grad_norm=spec.max_grad_norm,
+    )
     pin_memory = strategy.pin_memory and device.pins_memory
     engine: Engine
     if spec.engine == "trainer":
@@ -122,7 +132,11 @@ def build(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> Built:
             max_steps=spec.warmup_steps + spec.steps + (2 if spec.profile else 0),
             pin_memory=pin_memory,
             tokenizer=tokenizer,
-            **common,
+            lr=lr,
+            max_grad_norm=spec.max_grad_norm,
+            batch_size=batch_size,
+            seed=spec.seed,
+            deepspeed=deepspeed,
         )
     else:
         from perfsuite.worker.data import RankShare, build_loader
@@ -140,7 +154,17 @@ def build(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> Built:
         if world_size > 1:
             loader = RankShare(loader, rank, world_size)
         engine = LoopEngine(
-            model, strategy, loader, device, world_size=world_size, causal_lm=model_spec.task == "causal_lm", **common
+            model,
+            strategy,
+            loader,
+            device,
+            lr=lr,
+            max_grad_norm=spec.max_grad_norm,
+            batch_size=batch_size,
+            seed=spec.seed,
+            world_size=world_size,
+            causal_lm=model_spec.task == "causal_lm",
+            deepspeed=deepspeed,
         )
     return Built(
         engine=engine,

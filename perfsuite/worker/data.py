@@ -56,6 +56,9 @@ class TokenDataset:
     def __getitem__(self, index: int) -> Example:
         return self.examples[index]
 
+    def __iter__(self) -> Iterator[Example]:
+        return iter(self.examples)
+
 
 def sample_lengths(rng: np.random.Generator, n: int, max_len: int, min_len: int = 8) -> np.ndarray:
     """Long-tailed lengths: log-normal with a median near 30% of ``max_len``, clipped.

@@ -148,12 +148,13 @@ def run_isolated(
         if kind not in ("result", "skipped"):
             _kill_group(proc)  # whatever a failed worker left behind (a rank that outlived it)
     wall = time.monotonic() - launched
+    record: dict[str, Any]
     if kind == "result":
         record = dict(payload)
     elif kind == "skipped":
-        record = failed_record(spec, status="skipped", error=str(payload))
+        record = dict(failed_record(spec, status="skipped", error=str(payload)))
     else:
-        record = failed_record(spec, status="failed", error=str(payload))
+        record = dict(failed_record(spec, status="failed", error=str(payload)))
     record["worker_startup_s"] = startup
     record["wall_s"] = wall
     record["warnings"] = diagnostics.get("warnings", [])

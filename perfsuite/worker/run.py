@@ -11,6 +11,8 @@ FlopCounterMode for FLOPs and the dtypes the matmuls ran in. The record's shape 
 
 from __future__ import annotations
 
+from typing import cast
+
 from perfsuite.core.spec import CaseSpec, NonFiniteLoss
 from perfsuite.core.stats import first_non_finite
 from perfsuite.worker.build import Built, build, check_runnable

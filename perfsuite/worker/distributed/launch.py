@@ -162,7 +162,7 @@ def _rank_main(spec: CaseSpec, train: TrainFn) -> dict[str, Any]:
         warnings.simplefilter("always")
         _init_process_group(gpus, local_rank)
         try:
-            record = train(spec, rank=rank, world_size=world_size)
+            record: dict[str, Any] = dict(train(spec, rank=rank, world_size=world_size))
         except CaseSkipped as exc:
             return {"skipped": str(exc)}
         finally:

@@ -35,7 +35,6 @@ from transformers import TrainerCallback
 from perfsuite.core.engines import trainer_unsupported
 from perfsuite.worker.engines.common import (
     checkpointing_enabled,
-    deepspeed_setup,
     dynamo_evidence,
     galore_evidence,
     group_flag,
@@ -137,6 +136,7 @@ class HFTrainerEngine:
         max_steps: int,
         pin_memory: bool,
         tokenizer: Any = None,
+        deepspeed: dict[str, Any] | None = None,
     ) -> None:
         from transformers import TrainingArguments
 
@@ -145,19 +145,13 @@ class HFTrainerEngine:
             from perfsuite.core.spec import CaseSkipped
 
             raise CaseSkipped(f"{strategy.name} through the Trainer: {reason}")
+        if strategy.uses_deepspeed and deepspeed is None:
+            raise ValueError(f"{strategy.name} needs its DeepSpeed config (engines.common.deepspeed_setup)")
         self.strategy = strategy
         self.accum_steps = strategy.grad_accum_steps
         self.micro_batch_size = batch_size // strategy.grad_accum_steps
         self.device = device
         self._output_dir = tempfile.TemporaryDirectory(prefix="perfsuite-trainer-")
-        ds_config = deepspeed_setup(
-            strategy,
-            model,
-            on_accelerator=device.is_accelerator,
-            micro_batch_size=self.micro_batch_size,
-            lr=lr,
-            max_grad_norm=max_grad_norm,
-        )
         kwargs = training_arguments(
             strategy,
             output_dir=self._output_dir.name,
@@ -168,7 +162,7 @@ class HFTrainerEngine:
             max_steps=max_steps,
             on_accelerator=device.is_accelerator,
             pin_memory=pin_memory,
-            deepspeed=ds_config,
+            deepspeed=deepspeed,
         )
         self.args = TrainingArguments(**kwargs)
         train_dataset, collator, trainer_cls = trainer_inputs(

@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from perfsuite.worker import optimizers
 from perfsuite.worker.data import IGNORE_INDEX, TOKENS_KEY, WORKER_KEY
+from perfsuite.worker.engines import common
 from perfsuite.worker.engines.common import (
     checkpointing_enabled,
     deepspeed_builds_optimizer,
-    deepspeed_setup,
     dynamo_evidence,
-    enable_checkpointing,
     galore_evidence,
     group_flag,
 )
 from perfsuite.worker.engines.interface import StepOutput
-from perfsuite.worker.optimizers import build_optimizer, state_bytes
+from perfsuite.worker.optimizers import state_bytes
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -53,10 +53,13 @@ class LoopEngine:
         seed: int = 0,
         world_size: int = 1,
         causal_lm: bool = False,
+        deepspeed: dict[str, Any] | None = None,
     ) -> None:
         from accelerate import Accelerator
         from accelerate.utils import DeepSpeedPlugin, DummyOptim
 
+        if strategy.uses_deepspeed and deepspeed is None:
+            raise ValueError(f"{strategy.name} needs its DeepSpeed config (engines.common.deepspeed_setup)")
         self.strategy = strategy
         self.loader = loader
         self.max_grad_norm = max_grad_norm
@@ -71,15 +74,7 @@ class LoopEngine:
         self.pinned_batches = 0
         self.batches_seen = 0
 
-        config = deepspeed_setup(
-            strategy,
-            model,
-            on_accelerator=device.is_accelerator,
-            micro_batch_size=self.micro_batch_size,
-            lr=lr,
-            max_grad_norm=max_grad_norm,
-        )
-        plugin = None if config is None else DeepSpeedPlugin(hf_ds_config=config)
+        plugin = None if deepspeed is None else DeepSpeedPlugin(hf_ds_config=deepspeed)
         self.accelerator = Accelerator(
             # cpu=True would make accelerate skip the DeepSpeed plugin; DS_ACCELERATOR=cpu places it.
             # Under several ranks, cpu=True is also what makes accelerate join them (MULTI_CPU):
@@ -100,7 +95,7 @@ class LoopEngine:
         if strategy.grad_checkpointing:
             # Non-reentrant checkpointing restores the RNG state when recomputing, so
             # dropout masks (and the loss) match a run without checkpointing.
-            enable_checkpointing(self.base_model, offload=strategy.activation_offload)
+            common.enable_checkpointing(self.base_model, offload=strategy.activation_offload)
             if strategy.lora_rank:
                 # Frozen embeddings give checkpointed blocks inputs without grad; this hook
                 # makes them require it (transformers >= 5.23 does it too, 4.x does not).
@@ -114,7 +109,7 @@ class LoopEngine:
         if strategy.uses_deepspeed and deepspeed_builds_optimizer(strategy):
             optimizer: Any = DummyOptim(model.parameters(), lr=lr)
         else:
-            optimizer = build_optimizer(strategy.optimizer, model, lr)
+            optimizer = optimizers.build_optimizer(strategy.optimizer, model, lr)
         self.trained_model = model  # the model handed to accelerate (peft-wrapped for LoRA), before compiling
         if strategy.compile:
             model = torch.compile(model)  # type: ignore[assignment]
