@@ -81,7 +81,8 @@ def test_every_family_has_a_default_case() -> None:
     ("argv", "expected"),
     [
         (["--cases", "grad_ckpt"], "no bare loop for 'grad_ckpt'; cases with one: vanilla, bf16"),
-        (["--rounds", "0"], "--rounds must be at least 1, got 0"),
+        (["--rounds", "-1"], "--rounds must be at least 0, got -1"),
+        (["--rounds", "0", "--pairs", "0"], "--rounds 0 and --pairs 0 measure nothing"),
         (["--threads", "-1"], "--threads must be at least 1, got -1"),
         (["--models", "nope"], "nope"),
     ],
@@ -98,16 +99,20 @@ def test_bad_arguments_exit_2_with_one_line(argv: list[str], expected: str, caps
 @pytest.mark.parametrize("engine", ["loop", "trainer"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_vanilla_costs_what_a_bare_loop_costs(engine: str, threads: int) -> None:
-    """The harness's share of a step, measured: a returning interference of the kind that made
-    every CPU step 1.6-1.9x a bare loop's fails this; the figure itself is in docs/timing.md."""
+    """The harness's share of a step, measured: a returning interference of the kind that made every
+    CPU step 1.6-1.9x a bare loop's fails this. The bounds leave room for noise (the measured figures,
+    0.999-1.012 in one process, are in docs/timing.md); the thread check is exact."""
     from perfsuite.worker.process import run_isolated
 
     spec = CaseSpec(
         model="tiny-bert", strategy="vanilla", engine=engine, steps=24, warmup_steps=2, device="cpu", threads=threads
     )
-    [result] = measure([spec], rounds=6, timeout_s=600, run=run_isolated)
+    [result] = measure([spec], rounds=6, pairs=60, timeout_s=600, run=run_isolated)
     assert result.error is None
     assert result.loss_diff == 0.0  # the same training on both sides, step by step
     assert result.ratio is not None
     assert result.ratio <= 1.10, result.as_json()
+    if engine == "loop":
+        assert result.interleaved_ratio is not None
+        assert result.interleaved_ratio <= 1.05, result.as_json()
     assert all(b is not None and b <= threads for b in result.busy_threads), result.busy_threads

@@ -35,9 +35,9 @@ def add_parser(sub: Any) -> None:
         type=int,
         default=60,
         help="pairs of steps, the case's engine and the bare loop alternately in one worker (default 60; "
-        "vanilla, fp16, bf16, adamw_8bit)",
+        "vanilla, fp16, bf16, adamw_8bit; 0: rounds only)",
     )
-    overhead.add_argument("--rounds", type=int, default=6, help="rounds of separate workers per case (default 6)")
+    overhead.add_argument("--rounds", type=int, default=6, help="rounds of separate workers per case (default 6; 0: pairs only)")
     overhead.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's, as perfsuite run)")
     overhead.add_argument("--steps", type=int, help="timed steps per run (default 12 on CPU, 20 on GPU)")
     overhead.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -75,10 +75,14 @@ def run(args: Any) -> int:
         print(f"perfsuite: error: {message}", file=sys.stderr)
         return 2
 
-    checked = (("--rounds", args.rounds), ("--threads", args.threads), ("--steps", args.steps), ("--pairs", args.pairs))
-    for name, value in checked:
+    for name, value in (("--threads", args.threads), ("--steps", args.steps)):
         if value is not None and value < 1:
             return error(f"{name} must be at least 1, got {value}")
+    for name, value in (("--rounds", args.rounds), ("--pairs", args.pairs)):
+        if value < 0:
+            return error(f"{name} must be at least 0, got {value}")
+    if args.rounds == 0 and args.pairs == 0:
+        return error("--rounds 0 and --pairs 0 measure nothing")
     if args.timeout is not None and args.timeout <= 0:
         return error(f"--timeout must be positive, got {args.timeout:g}")
     device_type = default_device_type() if args.device == "auto" else args.device
