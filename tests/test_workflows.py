@@ -109,3 +109,45 @@ def test_the_gpu_nightly_is_sharded_and_one_job_merges_every_shard() -> None:
         assert download["with"]["pattern"].endswith("-*")
         merge = "\n".join(step.get("run", "") for step in history["steps"])
         assert f"perfsuite merge shards/*/perfsuite.json --expect {total}" in merge, path
+
+
+def _node24_from() -> dict[str, int]:
+    table: dict[str, int] = yaml.safe_load((ROOT / ".github" / "action-runtimes.yaml").read_text())["node24-from"]
+    return table
+
+
+def _uses(path: Path) -> list[str]:
+    return [
+        str(step["uses"])
+        for job in _jobs(path).values()
+        for step in job.get("steps", [])
+        if "uses" in step and not str(step["uses"]).startswith(("./", "docker://"))
+    ]
+
+
+def _too_old(uses: str, table: dict[str, int]) -> str | None:
+    """Why ``owner/action@vN`` would not run on GitHub's runners now (``None`` when it would)."""
+    action, _, ref = uses.partition("@")
+    if action not in table:
+        return f"{uses}: not in .github/action-runtimes.yaml; look up its first node24 major and add it"
+    major = ref.removeprefix("v").split(".")[0]
+    if not major.isdigit():
+        return f"{uses}: pin a major version (vN), so that its runtime can be checked"
+    if int(major) < table[action]:
+        return f"{uses}: runs on node20, which GitHub's runners no longer have; use @v{table[action]} or later"
+    return None
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_action_runs_on_a_current_node_runtime(path: Path) -> None:
+    table = _node24_from()
+    problems = [p for p in (_too_old(u, table) for u in _uses(path)) if p]
+    assert problems == []
+
+
+def test_the_runtime_check_flags_node20_majors_and_unknown_actions() -> None:
+    table = _node24_from()
+    assert _too_old("actions/download-artifact@v6", table) is not None
+    assert _too_old("actions/download-artifact@v7", table) is None
+    assert "look up" in str(_too_old("someone/new-action@v1", table))
+    assert "pin a major" in str(_too_old("actions/checkout@main", table))
