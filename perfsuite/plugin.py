@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--perfsuite-baselines",
         metavar="DIR",
         help="baseline directory, relative to the rootdir (default: [tool.perfsuite] baselines, else 'baselines')",
+    )
+    group.addoption(
+        "--perfsuite-no-gpu",
+        choices=("fail", "skip"),
+        default="fail",
+        help="when the GPU tier is selected (-m gpu) and torch sees no CUDA GPU: fail at once, saying so "
+        "(default), or skip its tests",
     )
     group.addoption(
         "--perfsuite-missing",
@@ -186,11 +194,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 has_cuda = cuda_usable()
                 gpus = cuda_device_count() if has_cuda else 0
             if not has_cuda:
+                if _gpu_tier_selected(config) and config.getoption("perfsuite_no_gpu") == "fail":
+                    raise pytest.UsageError(
+                        "the GPU tier is selected (-m gpu) but torch sees no CUDA GPU here, so nothing would be "
+                        "measured; run it on a GPU machine, or pass --perfsuite-no-gpu=skip to skip its tests"
+                    )
                 item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU: run `pytest -m gpu` on a GPU machine"))
                 continue
             spec = _case_of(item)
             if spec is not None and spec.world_size > gpus:
                 item.add_marker(pytest.mark.skip(reason=f"needs {spec.world_size} GPUs; this machine has {gpus}"))
+
+
+def _gpu_tier_selected(config: pytest.Config) -> bool:
+    """Whether ``-m`` asks for the GPU tier (``gpu``, ``gpu and ...``), not merely leaves it in."""
+    expression = str(config.getoption("markexpr") or "")
+    return re.search(r"(?<!not )\bgpu\b", expression) is not None
 
 
 def _case_of(item: pytest.Item) -> CaseSpec | None:

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from perfsuite.cli import main
 from perfsuite.core.spec import CaseSpec, tier_spec
 from perfsuite.overhead import DEFAULT_SELECTION, measure
 from perfsuite.worker.bare import FAMILIES, TRAINER_FAMILY, family, run_interleaved
@@ -75,23 +74,6 @@ def test_a_failed_side_ends_the_case_and_names_it() -> None:
 def test_every_family_has_a_default_case() -> None:
     assert {family(s, e) for s, e in DEFAULT_SELECTION} == set(FAMILIES.values()) | set(TRAINER_FAMILY.values())
     assert family("grad_ckpt", "loop") is None
-
-
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["--cases", "grad_ckpt"], "no bare loop for 'grad_ckpt'; cases with one: vanilla, bf16"),
-        (["--rounds", "-1"], "--rounds must be at least 0, got -1"),
-        (["--rounds", "0", "--pairs", "0"], "--rounds 0 and --pairs 0 measure nothing"),
-        (["--threads", "-1"], "--threads must be at least 1, got -1"),
-        (["--models", "nope"], "nope"),
-    ],
-)
-def test_bad_arguments_exit_2_with_one_line(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["overhead", *argv]) == 2
-    err = capsys.readouterr().err
-    assert expected in err
-    assert err.count("\n") == 1
 
 
 @pytest.mark.cpu

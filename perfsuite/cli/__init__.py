@@ -13,7 +13,7 @@ from typing import Any
 
 from perfsuite.cli import baselines, catalog, history, overhead, report
 from perfsuite.cli import run as run_command
-from perfsuite.cli.common import fail
+from perfsuite.cli.common import Parser, fail
 from perfsuite.core.registry import DeclarationError
 
 _COMMANDS: dict[str, Callable[[Any], int]] = {
@@ -29,9 +29,7 @@ _COMMANDS: dict[str, Callable[[Any], int]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="perfsuite", description="Performance regression tests for training transformer models."
-    )
+    parser = Parser(prog="perfsuite", description="Performance regression tests for training transformer models.")
     sub = parser.add_subparsers(dest="command", required=True)
     run_command.add_parser(sub)
     overhead.add_parser(sub)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.core.declaration import read_pyproject
-from perfsuite.options import REPEATS
+from perfsuite.options import REPEATS, output_file
 
 
 def add_parser(sub: Any) -> None:
@@ -30,7 +30,7 @@ def add_parser(sub: Any) -> None:
         default="auto",
         help="tier to refresh: cpu (tiny models) or cuda (full-size); default: cuda when a GPU is visible",
     )
-    refresh.add_argument("--markdown", type=Path, help="also write the old -> new table as markdown (a PR body)")
+    refresh.add_argument("--markdown", type=output_file, help="also write the old -> new table as markdown (a PR body)")
     refresh.add_argument(
         "--tests",
         type=Path,

@@ -10,6 +10,7 @@ from perfsuite.core import registry
 from perfsuite.core.matrix import BUILTIN
 from perfsuite.core.models import MODELS
 from perfsuite.core.strategies import STRATEGIES
+from perfsuite.options import existing_dir
 
 
 def add_list(sub: Any) -> None:
@@ -27,7 +28,7 @@ def add_init(sub: Any) -> None:
         "existing file is kept unless --force; every path written or kept is printed.",
     )
     init.add_argument("--force", action="store_true", help="overwrite files perfsuite init wrote before")
-    init.add_argument("--dir", type=Path, default=Path(), help="the repository's root (default: here)")
+    init.add_argument("--dir", type=existing_dir, default=Path(), help="the repository's root (default: here)")
 
 
 def _where(source: str | None) -> str:

@@ -3,12 +3,22 @@ and the one-line error every bad input gets."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from perfsuite.core.declaration import find_pyproject, project_baselines_dir, read_pyproject
 from perfsuite.core.declaration import load as load_declaration
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a bad argument reported as one line (``perfsuite: error: ...``) and exit code 2,
+    not the usage block; ``--help`` shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("perfsuite").strip()
+        self.exit(2, f"perfsuite: error: {command + ': ' if command else ''}{message}\n")
 
 
 def names(value: str) -> list[str]:

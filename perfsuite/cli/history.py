@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from perfsuite.options import existing_dir, night, not_a_file, output_file
+
 
 def add_parser(sub: Any) -> None:
     """The subcommand's arguments."""
@@ -12,8 +14,8 @@ def add_parser(sub: Any) -> None:
     steps = history.add_subparsers(dest="action", required=True)
     record = steps.add_parser("record", help="append tonight's record of a `pytest --perfsuite-json` file")
     record.add_argument("results", type=Path)
-    record.add_argument("--dir", type=Path, required=True, help="the history directory")
-    record.add_argument("--night", help="the night's date, YYYY-MM-DD (default: the results' date)")
+    record.add_argument("--dir", type=not_a_file, required=True, help="the history directory")
+    record.add_argument("--night", type=night, help="the night's date, YYYY-MM-DD (default: the results' date)")
     judge = steps.add_parser(
         "judge",
         help="judge every series; exit 1 when one regressed",
@@ -21,8 +23,8 @@ def add_parser(sub: Any) -> None:
         "suspicious after 3 in a row earlier; memory and loss regress on their first night out. Drift (the last "
         "7 nights against the segment's first 7) is reported and never fails.",
     )
-    judge.add_argument("--dir", type=Path, required=True, help="the history directory")
-    judge.add_argument("--markdown", type=Path, help="also write the verdicts as markdown")
+    judge.add_argument("--dir", type=existing_dir, required=True, help="the history directory")
+    judge.add_argument("--markdown", type=output_file, help="also write the verdicts as markdown")
     judge.add_argument(
         "--results",
         type=Path,
@@ -31,7 +33,7 @@ def add_parser(sub: Any) -> None:
     track = steps.add_parser(
         "track", help="open, update and close one GitHub issue per regressed series (needs gh and a token)"
     )
-    track.add_argument("--dir", type=Path, required=True, help="the history directory")
+    track.add_argument("--dir", type=existing_dir, required=True, help="the history directory")
     track.add_argument("--repo", required=True, help="OWNER/NAME")
     track.add_argument("--dry-run", action="store_true", help="print what would be done")
 

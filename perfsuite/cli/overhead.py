@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from perfsuite.cli.common import names
+from perfsuite.options import at_least, output_file, positive_seconds
 from perfsuite.overhead import DEFAULT_SELECTION
 from perfsuite.worker.bare import family
 
@@ -32,17 +32,23 @@ def add_parser(sub: Any) -> None:
     )
     overhead.add_argument(
         "--pairs",
-        type=int,
+        type=at_least(0),
         default=60,
         help="pairs of steps, the case's engine and the bare loop alternately in one worker (default 60; "
         "vanilla, fp16, bf16, adamw_8bit; 0: rounds only)",
     )
-    overhead.add_argument("--rounds", type=int, default=6, help="rounds of separate workers per case (default 6; 0: pairs only)")
-    overhead.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's, as perfsuite run)")
-    overhead.add_argument("--steps", type=int, help="timed steps per run (default 12 on CPU, 20 on GPU)")
+    overhead.add_argument(
+        "--rounds", type=at_least(0), default=6, help="rounds of separate workers per case (default 6; 0: pairs only)"
+    )
+    overhead.add_argument(
+        "--threads", type=at_least(1), help="torch intra-op threads (default: torch's, as perfsuite run)"
+    )
+    overhead.add_argument("--steps", type=at_least(1), help="timed steps per run (default 12 on CPU, 20 on GPU)")
     overhead.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    overhead.add_argument("--timeout", type=float, help="seconds before a worker is killed (default 600 CPU, 900 GPU)")
-    overhead.add_argument("--json", type=Path, help="write every round's figures to this JSON file")
+    overhead.add_argument(
+        "--timeout", type=positive_seconds, help="seconds before a worker is killed (default 600 CPU, 900 GPU)"
+    )
+    overhead.add_argument("--json", type=output_file, help="write every round's figures to this JSON file")
 
 
 def _selection(cases: Sequence[str] | None) -> list[tuple[str, str]]:

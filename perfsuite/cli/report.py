@@ -8,6 +8,7 @@ from typing import Any
 
 from perfsuite.cli.common import project_baselines
 from perfsuite.core.baselines import write_json_atomic
+from perfsuite.options import at_least, existing_dir, not_a_file, output_file
 
 
 def add_report(sub: Any) -> None:
@@ -20,11 +21,13 @@ def add_report(sub: Any) -> None:
         "matplotlib: pip install 'perfsuite[report]'. No torch needed.",
     )
     report.add_argument("results", type=Path)
-    report.add_argument("-o", "--out", type=Path, required=True, metavar="DIR")
-    report.add_argument("--history", type=Path, metavar="DIR", help="nightly records: trends, heatmap, sparklines")
+    report.add_argument("-o", "--out", type=not_a_file, required=True, metavar="DIR")
+    report.add_argument(
+        "--history", type=existing_dir, metavar="DIR", help="nightly records: trends, heatmap, sparklines"
+    )
     report.add_argument(
         "--baselines",
-        type=Path,
+        type=existing_dir,
         metavar="DIR",
         help="compare a `perfsuite run` file's cases with these (default: [tool.perfsuite] baselines when present)",
     )
@@ -37,8 +40,8 @@ def add_merge(sub: Any) -> None:
         help="merge the shards' pytest --perfsuite-json files into one (the nightly's machines each run a shard)",
     )
     merge.add_argument("results", type=Path, nargs="+")
-    merge.add_argument("-o", "--out", type=Path, required=True, metavar="FILE")
-    merge.add_argument("--expect", type=int, metavar="N", help="fail unless there are N files (a shard lost)")
+    merge.add_argument("-o", "--out", type=output_file, required=True, metavar="FILE")
+    merge.add_argument("--expect", type=at_least(1), metavar="N", help="fail unless there are N files (a shard lost)")
 
 
 def run_report(args: Any) -> int:

@@ -16,7 +16,7 @@ from perfsuite.core.models import get_model_spec
 from perfsuite.core.registry import matrix_cases
 from perfsuite.core.spec import DEFAULTS
 from perfsuite.core.strategies import STRATEGIES, UnknownNameError, resolve
-from perfsuite.options import GPUS
+from perfsuite.options import GPUS, at_least, not_a_file, output_file, positive_seconds
 
 
 def add_parser(sub: Any) -> None:
@@ -39,14 +39,14 @@ def add_parser(sub: Any) -> None:
         help=f"comma-separated engines ({', '.join(ENGINES)}); "
         "default: the matrix's, or loop with --models/--strategies",
     )
-    run.add_argument("--steps", type=int, help="timed optimizer steps per case (default 12 on CPU, 20 on GPU)")
-    run.add_argument("--warmup", type=int, help="untimed warm-up steps (default 2 on CPU, 5 on GPU)")
-    run.add_argument("--batch-size", type=int, help="samples per optimizer step (default: the model's)")
-    run.add_argument("--seq-len", type=int, help="maximum sequence length (default: the model's)")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--steps", type=at_least(1), help="timed optimizer steps per case (default 12 on CPU, 20 on GPU)")
+    run.add_argument("--warmup", type=at_least(0), help="untimed warm-up steps (default 2 on CPU, 5 on GPU)")
+    run.add_argument("--batch-size", type=at_least(1), help="samples per optimizer step (default: the model's)")
+    run.add_argument("--seq-len", type=at_least(1), help="maximum sequence length (default: the model's)")
+    run.add_argument("--seed", type=at_least(0), default=0)
     run.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     run.add_argument(
-        "--timeout", type=float, help="seconds before a case's worker is killed (default 600 CPU, 900 GPU)"
+        "--timeout", type=positive_seconds, help="seconds before a case's worker is killed (default 600 CPU, 900 GPU)"
     )
     run.add_argument("--pretrained", help="a save_pretrained directory (one model only), or 'hub-cache'")
     run.add_argument("--dataset", help="a local csv/json/parquet file or a cached datasets name")
@@ -55,19 +55,21 @@ def add_parser(sub: Any) -> None:
         "--no-profile", dest="profile", action="store_false", help="skip the memory-breakdown and FLOP steps"
     )
     run.add_argument(
-        "--threads", type=int, help="torch intra-op threads per case (default: torch's; the CPU test tier uses 1)"
+        "--threads",
+        type=at_least(1),
+        help="torch intra-op threads per case (default: torch's; the CPU test tier uses 1)",
     )
     run.add_argument(
         "--world-size",
-        type=int,
+        type=at_least(1),
         default=1,
         help="ranks per named case (--models/--strategies; default 1): needs ddp, fsdp2, zero2 or zero3",
     )
     run.add_argument("--gpus", **GPUS)
-    run.add_argument("--json", type=Path, help="write every figure to this JSON file")
+    run.add_argument("--json", type=output_file, help="write every figure to this JSON file")
     run.add_argument(
         "--report",
-        type=Path,
+        type=not_a_file,
         metavar="DIR",
         help="also write report.html and summary.md there, each case compared with its baseline when one exists",
     )

@@ -19,7 +19,7 @@ from perfsuite.reports import charts
 from perfsuite.reports.published import ARITHMETIC_002, PUBLISHED
 from perfsuite.reports.results import ReportCase, Results, regressions_first
 from perfsuite.reports.summary import gate_row
-from perfsuite.reports.tables import summary_rows
+from perfsuite.reports.tables import summary_rows, verdict
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:1100px;padding:0 1em;color:#222}
@@ -241,41 +241,42 @@ def report_html(
         + ("<a href='#history'>history</a>" if records is not None else "")
         + "</nav>",
     ]
+    time_checks = [
+        (bool(check.get("compared", True)), (c.record or {}).get("time_class"))
+        for c in results.cases
+        if (check := c.check("step time")) is not None
+    ]
+    # The verdict first, then the charts; the long tables after them, passing rows folded away.
+    out.append(
+        f"<p class='verdict'><strong>{_esc(verdict([c.status for c in results.cases], time_checks))}</strong></p>"
+    )
     gated = [c for c in results.cases if c.checks or c.status in ("failed", "missing")]
     if gated:
         ordered = regressions_first(gated)
-        rows = [[cell for i, cell in enumerate(gate_row(c, "")) if i != 6] for c in ordered]  # no sparkline
+        failing = [c for c in ordered if c.status in ("failed", "missing", "refused")]
+        passing = [c for c in ordered if c not in failing]
+        headers = ["case", "status", "step time", "detects", "peak memory", "loss", "note"]
+
+        def rows_of(cases: list[ReportCase]) -> list[list[str]]:
+            return [[cell for i, cell in enumerate(gate_row(c, "")) if i != 6] for c in cases]  # no sparkline
+
         out += [
             "<h2 id='gate'>Gate</h2>",
             "<p>Each case against its committed baseline; failures first. 'detects' is the step-time "
             "tolerance: the smallest change of this case's time the gate sees.</p>",
-            _table(
-                ["case", "status", "step time", "detects", "peak memory", "loss", "note"],
-                rows,
-                [c.status for c in ordered],
-            ),
         ]
+        if failing:
+            out.append(_table(headers, rows_of(failing), [c.status for c in failing]))
+        if passing:
+            out += [
+                f"<details><summary>{len(passing)} passing case(s)</summary>",
+                _table(headers, rows_of(passing), [c.status for c in passing]),
+                "</details>",
+            ]
     for table, cases in tables.items():
         rows, classes = _strategy_rows(cases)
         slug = _slug(table)
-        out += [
-            f"<h2 id='model-{slug}'>{_esc(table)}</h2>",
-            _table(
-                [
-                    "strategy",
-                    "status",
-                    "step ms",
-                    "peak MiB",
-                    "optim MiB",
-                    "activ MiB",
-                    "final loss",
-                    "time % of vanilla",
-                    "memory % of vanilla",
-                ],
-                rows,
-                classes,
-            ),
-        ]
+        out.append(f"<h2 id='model-{slug}'>{_esc(table)}</h2>")
         if any(c.ran for c in cases):
             out += [
                 _figure(
@@ -297,6 +298,25 @@ def report_html(
                     "median step time against peak memory; the dotted line is the Pareto front",
                 ),
             ]
+        out += [
+            "<details><summary>the table: every strategy's figures</summary>",
+            _table(
+                [
+                    "strategy",
+                    "status",
+                    "step ms",
+                    "peak MiB",
+                    "optim MiB",
+                    "activ MiB",
+                    "final loss",
+                    "time % of vanilla",
+                    "memory % of vanilla",
+                ],
+                rows,
+                classes,
+            ),
+            "</details>",
+        ]
         for case in cases:
             if case.status not in ("ok", "passed") and case.message:
                 out.append(f"<p class='meta'>{_esc(case.id)}: {_esc(case.message.splitlines()[0])}</p>")

@@ -132,26 +132,55 @@ def _case_from_record(record: Mapping[str, Any]) -> ReportCase:
     )
 
 
-def load_results(path: Path) -> Results:
-    """Read ``path`` (either kind of results file); a problem raises :class:`ResultsError` naming it."""
+EXPECTED = (
+    "expected `pytest --perfsuite-json`'s file (a 'cases' list of outcomes, each with 'case' and 'status') or "
+    "`perfsuite run --json`'s (a 'cases' list of records, each with 'model', 'strategy' and 'status')"
+)
+
+
+def read_results_json(path: Path) -> Any:
+    """``path``'s JSON; a missing, unreadable, empty or non-JSON file raises :class:`ResultsError` naming it."""
+    path = Path(path)
     try:
-        data = json.loads(Path(path).read_text())
+        text = path.read_text()
     except FileNotFoundError:
         raise ResultsError(
             f"{path}: no such results file; write one with `pytest --perfsuite-json {path}` "
             f"or `perfsuite run --json {path}`"
         ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except IsADirectoryError:
+        raise ResultsError(f"{path}: is a directory; {EXPECTED}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: cannot be read ({exc})") from None
+    if not text.strip():
+        raise ResultsError(f"{path}: is empty; {EXPECTED}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}: not a perfsuite results file (not JSON: {exc})") from None
-    return parse_results(data, str(path))
+
+
+def load_results(path: Path) -> Results:
+    """Read ``path`` (either kind of results file); a problem raises :class:`ResultsError` naming it."""
+    return parse_results(read_results_json(path), str(path))
 
 
 def parse_results(data: Any, path: str) -> Results:
     """A results file's content (``path`` names it in errors and in the report)."""
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
-        raise ResultsError(f"{path}: not a perfsuite results file (no 'cases' list)")
+        raise ResultsError(f"{path}: not a perfsuite results file (no 'cases' list); {EXPECTED}")
     cases = data["cases"]
+    if not all(isinstance(c, dict) for c in cases):
+        raise ResultsError(f"{path}: not a perfsuite results file (a case is not an object); {EXPECTED}")
     gate = any("checks" in c for c in cases) or "refresh" in data
+    needed = ("case", "status") if gate else ("model", "strategy", "status")
+    for i, case in enumerate(cases):
+        missing = [key for key in needed if key not in case]
+        if missing:
+            raise ResultsError(
+                f"{path}: case {i} has no {', '.join(repr(k) for k in missing)}: not a perfsuite results file; "
+                f"{EXPECTED}"
+            )
     try:
         parsed = [_case_from_outcome(c) if gate else _case_from_record(c) for c in cases]
     except (KeyError, TypeError, AttributeError) as exc:
@@ -226,14 +255,11 @@ def merge_results(paths: Sequence[Path], *, expect: int | None = None) -> dict[s
     seen: dict[str, str] = {}
     shards = []
     for path in paths:
-        try:
-            data = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise ResultsError(f"{path}: no such results file") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ResultsError(f"{path}: not a perfsuite results file (not JSON: {exc})") from None
+        data = read_results_json(path)
         if not isinstance(data, dict) or not isinstance(data.get("cases"), list) or "refresh" not in data:
             raise ResultsError(f"{path}: not a pytest --perfsuite-json results file")
+        if not all(isinstance(c, dict) and "case" in c for c in data["cases"]):
+            raise ResultsError(f"{path}: a case has no 'case' name: not a pytest --perfsuite-json results file")
         for case in data["cases"]:
             name = str(case.get("case"))
             if name in seen:

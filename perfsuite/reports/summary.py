@@ -12,6 +12,7 @@ from typing import Any
 
 from perfsuite.history.records import judge_all
 from perfsuite.reports.results import ReportCase, Results, regressions_first
+from perfsuite.reports.tables import verdict
 
 LIMIT_BYTES = 1024 * 1024
 """GitHub's limit for one step's summary."""
@@ -100,7 +101,14 @@ def summary_markdown(
     ordered = regressions_first(results.cases)
     first = [c for c in ordered if c.status in ("failed", "missing", "refused") or c.id in flagged_ids]
     rest = [c for c in ordered if c not in first]
-    body = head + ["**Needs a look**" if first else "Every case passed its gates.", ""]
+    time_checks = [
+        (bool(check.get("compared", True)), (case.record or {}).get("time_class"))
+        for case in results.cases
+        if (check := case.check("step time")) is not None
+    ]
+    line = verdict([c.status for c in results.cases], time_checks)
+    passed = "Every case passed its gates." if all(c for c, _ in time_checks) else "No case failed a gate it was given."
+    body = [*head[:2], f"**{line}**", "", *head[2:], "**Needs a look**" if first else passed, ""]
     if first:
         body += _table([gate_row(c, trend(c)) for c in first]) + [""]
         for case in first:

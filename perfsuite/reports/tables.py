@@ -197,6 +197,41 @@ def _refresh_rows(outcome: Any) -> list[list[str]]:
     return rows
 
 
+def verdict(statuses: Sequence[str], time_checks: Sequence[tuple[bool, str | None]]) -> str:
+    """The first line of every summary: how many cases passed or failed, and, when any case's step
+    time was not compared (no figures for this machine's time class), how many and how to get it gated.
+
+    ``time_checks``: per gated case, whether its step time was compared, and the time class it ran on.
+    """
+    counts: dict[str, int] = {}
+    for status in statuses:
+        counts[status] = counts.get(status, 0) + 1
+    bad = sum(n for status, n in counts.items() if status in ("failed", "missing", "refused"))
+    head = "FAILED" if bad else "passed"
+    line = f"perfsuite: {head}: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    uncompared = [time_class for compared, time_class in time_checks if not compared]
+    if not uncompared:
+        return line + (f"; step time gated for all {len(time_checks)}" if time_checks else "")
+    classes = ", ".join(sorted({c or "unknown" for c in uncompared}))
+    return (
+        f"{line}; step time NOT gated for {len(uncompared)} of {len(time_checks)} (no baseline figures for "
+        f"this machine's time class {classes}; memory and loss were gated): record them here with "
+        "`perfsuite baselines refresh`, or compare two stacks side by side on this machine (`perfsuite ab`, "
+        "being built)"
+    )
+
+
+def outcomes_verdict(outcomes: Sequence[Any]) -> str:
+    """:func:`verdict` of a session's outcomes."""
+    time_checks = []
+    for outcome in outcomes:
+        check = next((c for c in outcome.checks if c.metric == "step time"), None)
+        if check is not None:
+            record = outcome.records[0] if outcome.records else {}
+            time_checks.append((bool(check.compared), record.get("time_class")))
+    return verdict([o.status for o in outcomes], time_checks)
+
+
 def gate_text(outcomes: Sequence[Any], *, refresh: bool, width: int = 200, notes: Sequence[str] = ()) -> str:
     """The session summary as terminal text: one row per case (a refresh: its old → new per metric),
     then ``notes`` (the session's drift) and every step time that was not compared."""
@@ -209,7 +244,8 @@ def gate_text(outcomes: Sequence[Any], *, refresh: bool, width: int = 200, notes
             table.add_row(*row, style=style)
     buffer = io.StringIO()
     Console(file=buffer, width=width, force_terminal=False, color_system=None).print(table)
-    return buffer.getvalue() + "".join(f"{line}\n" for line in [*notes, *_uncompared(outcomes)])
+    first = "" if refresh else outcomes_verdict(outcomes) + "\n"
+    return first + buffer.getvalue() + "".join(f"{line}\n" for line in [*notes, *_uncompared(outcomes)])
 
 
 def _uncompared(outcomes: Sequence[Any]) -> list[str]:
@@ -230,4 +266,6 @@ def gate_markdown(outcomes: Sequence[Any], *, refresh: bool, notes: Sequence[str
     heading = "perfsuite: baselines " + ("refreshed" if refresh else "compared")
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     below = "".join(f"\n- {line}" for line in [*notes, *_uncompared(outcomes)])
+    if not refresh:
+        summary = outcomes_verdict(outcomes)
     return f"### {heading}\n\n{summary}\n\n" + "\n".join(lines) + "\n" + below + ("\n" if below else "")

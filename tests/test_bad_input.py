@@ -1,0 +1,159 @@
+"""Every subcommand refuses bad input with one line and exit code 2, never a traceback, and writes
+nothing: each option below is given a bad value in a directory that must stay empty."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from perfsuite.cli import main
+from perfsuite.worker import process
+
+RUN = [
+    (["--steps", "0"], "--steps: must be at least 1, got 0"),
+    (["--steps", "-3"], "--steps: must be at least 1, got -3"),
+    (["--steps", "ten"], "--steps: expected an integer, got 'ten'"),
+    (["--warmup", "-1"], "--warmup: must be at least 0, got -1"),
+    (["--batch-size", "0"], "--batch-size: must be at least 1, got 0"),
+    (["--seq-len", "0"], "--seq-len: must be at least 1, got 0"),
+    (["--threads", "0"], "--threads: must be at least 1, got 0"),
+    (["--timeout", "0"], "--timeout: must be more than 0 seconds, got 0"),
+    (["--timeout", "soon"], "--timeout: expected a number of seconds, got 'soon'"),
+    (["--world-size", "0"], "--world-size: must be at least 1, got 0"),
+    (["--seed", "-1"], "--seed: must be at least 0, got -1"),
+    (["--models", "bert-huge"], "unknown model 'bert-huge'; valid: bert-base-uncased"),
+    (["--strategies", "fp8"], "unknown strategy 'fp8'"),
+    (["--engine", "keras"], "unknown engine 'keras'; valid engines: loop, trainer"),
+    (["--device", "tpu"], "--device: invalid choice: 'tpu'"),
+    (["--gpus", "two"], "--gpus"),
+    (["--json", "{tmp}"], "--json: {tmp}: is a directory, expected a file to write"),
+    (["--report", "{tmp}/file.txt"], "--report: {tmp}/file.txt: is a file, expected a directory"),
+]
+OVERHEAD = [
+    (["--rounds", "-1"], "--rounds: must be at least 0, got -1"),
+    (["--pairs", "-1"], "--pairs: must be at least 0, got -1"),
+    (["--rounds", "0", "--pairs", "0"], "--rounds 0 and --pairs 0 measure nothing"),
+    (["--steps", "0"], "--steps: must be at least 1, got 0"),
+    (["--threads", "0"], "--threads: must be at least 1, got 0"),
+    (["--timeout", "-5"], "--timeout: must be more than 0 seconds, got -5"),
+    (["--cases", "grad_ckpt"], "no bare loop for 'grad_ckpt'"),
+    (["--models", "bert-huge"], "unknown model 'bert-huge'"),
+    (["--json", "{tmp}"], "--json: {tmp}: is a directory, expected a file to write"),
+]
+REPORT = [
+    (["{tmp}", "-o", "{tmp}/out"], "{tmp}: is a directory; expected `pytest --perfsuite-json`'s file"),
+    (["{tmp}/empty.json", "-o", "{tmp}/out"], "empty.json: is empty; expected"),
+    (["{tmp}/not-json.json", "-o", "{tmp}/out"], "not-json.json: not a perfsuite results file (not JSON"),
+    (["{tmp}/other.json", "-o", "{tmp}/out"], "other.json: case 0 has no 'model', 'strategy', 'status'"),
+    (["{tmp}/list.json", "-o", "{tmp}/out"], "list.json: not a perfsuite results file (no 'cases' list)"),
+    (["{tmp}/missing.json", "-o", "{tmp}/out"], "missing.json: no such results file"),
+    (["{tmp}/other.json", "-o", "{tmp}/file.txt"], "--out: {tmp}/file.txt: is a file, expected a directory"),
+    (["{tmp}/other.json", "-o", "{tmp}/out", "--history", "{tmp}/none"], "--history: {tmp}/none: no such directory"),
+    (["{tmp}/other.json", "-o", "{tmp}/out", "--baselines", "{tmp}/none"], "--baselines: {tmp}/none: no such"),
+    ([], "the following arguments are required: results, -o/--out"),
+]
+MERGE = [
+    (["{tmp}/other.json", "-o", "{tmp}/merged.json"], "other.json: not a pytest --perfsuite-json results file"),
+    (["{tmp}/empty.json", "-o", "{tmp}/merged.json"], "empty.json: is empty"),
+    (["{tmp}", "-o", "{tmp}/merged.json"], "is a directory"),
+    (["{tmp}/other.json", "-o", "{tmp}"], "--out: {tmp}: is a directory, expected a file to write"),
+    (["{tmp}/other.json", "-o", "{tmp}/merged.json", "--expect", "0"], "--expect: must be at least 1, got 0"),
+    (["{tmp}/other.json", "-o", "{tmp}/merged.json", "--expect", "2"], "1 shard results for 2 shards"),
+]
+BASELINES = [
+    (["refresh", "--repeats", "0"], "--repeats: must be at least 1, got 0"),
+    (["refresh", "--tests", "{tmp}/none.py"], "no matrix test at {tmp}/none.py"),
+    (["refresh", "--markdown", "{tmp}"], "--markdown: {tmp}: is a directory, expected a file to write"),
+    (["refresh", "--device", "tpu"], "--device: invalid choice: 'tpu'"),
+    (["prune"], "invalid choice: 'prune'"),
+]
+HISTORY = [
+    (["record", "{tmp}/other.json", "--dir", "{tmp}/history"], "other.json: case 0 has no"),
+    (["record", "{tmp}/other.json", "--dir", "{tmp}/file.txt"], "--dir: {tmp}/file.txt: is a file"),
+    (["record", "{tmp}/other.json", "--dir", "{tmp}/h", "--night", "yesterday"], "expected a date YYYY-MM-DD"),
+    (["judge", "--dir", "{tmp}/none"], "--dir: {tmp}/none: no such directory"),
+    (["judge", "--dir", "{tmp}", "--results", "{tmp}/empty.json"], "empty.json: is empty"),
+    (["judge", "--dir", "{tmp}", "--markdown", "{tmp}"], "--markdown: {tmp}: is a directory"),
+    (["track", "--dir", "{tmp}/none", "--repo", "a/b"], "--dir: {tmp}/none: no such directory"),
+]
+INIT = [
+    (["--dir", "{tmp}/none"], "--dir: {tmp}/none: no such directory"),
+    (["--dir", "{tmp}/file.txt"], "--dir: {tmp}/file.txt: not a directory"),
+]
+CASES = [
+    *((["run", *a], m) for a, m in RUN),
+    *((["overhead", *a], m) for a, m in OVERHEAD),
+    *((["report", *a], m) for a, m in REPORT),
+    *((["merge", *a], m) for a, m in MERGE),
+    *((["baselines", *a], m) for a, m in BASELINES),
+    *((["history", *a], m) for a, m in HISTORY),
+    *((["init", *a], m) for a, m in INIT),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+]
+INPUTS = {
+    "empty.json": "",
+    "not-json.json": "{",
+    "other.json": json.dumps({"cases": [{"name": "x"}]}),
+    "list.json": json.dumps([1, 2]),
+    "file.txt": "a file",
+}
+
+
+@pytest.mark.parametrize(("argv", "expected"), CASES, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_bad_input_is_one_line_and_exit_2(
+    argv: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # nothing may be written here, the working directory included
+
+    def ran(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"bad input got as far as running something: {args}")
+
+    monkeypatch.setattr(process, "run_isolated", ran)
+    monkeypatch.setattr(subprocess, "run", ran)
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    for name, text in INPUTS.items():
+        (inputs / name).write_text(text)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    args = [a.replace("{tmp}", str(inputs)) for a in argv]
+    code: object
+    try:
+        code = main(args)
+    except SystemExit as exc:
+        code = exc.code  # argparse's own refusals
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert err.count("\n") == 1, err
+    assert err.startswith("perfsuite: error: ")
+    assert expected.replace("{tmp}", str(inputs)) in err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+def _cuda() -> bool:
+    from perfsuite.worker.device import cuda_usable
+
+    return cuda_usable()
+
+
+@pytest.mark.skipif(_cuda(), reason="on a GPU machine the GPU tier runs")
+def test_selecting_the_gpu_tier_without_a_gpu_fails_unless_skips_are_asked_for(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_tier="""
+        import pytest
+
+        @pytest.mark.gpu
+        def test_on_a_gpu():
+            pass
+        """
+    )
+    refused = pytester.runpytest_subprocess("-m", "gpu", "-p", "no:cacheprovider")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*the GPU tier is selected (-m gpu) but torch sees no CUDA GPU here*"])
+    skipped = pytester.runpytest_subprocess("-m", "gpu", "--perfsuite-no-gpu=skip", "-p", "no:cacheprovider")
+    skipped.assert_outcomes(skipped=1)
+    left_in = pytester.runpytest_subprocess("-p", "no:cacheprovider")  # the tier not asked for: skipped as before
+    left_in.assert_outcomes(skipped=1)
