@@ -132,3 +132,23 @@ def test_run_prints_the_table_and_writes_json(tmp_path: Path) -> None:
         assert set(case["memory_breakdown_bytes"]) >= {"parameters", "gradients", "optimizer_state", "activations"}
         assert case["num_parameters"] == vanilla["num_parameters"]
     assert ckpt["memory_breakdown_bytes"]["activations"] < vanilla["memory_breakdown_bytes"]["activations"]
+
+
+def test_a_first_run_is_a_quick_set_and_all_is_the_matrix() -> None:
+    from argparse import Namespace
+
+    from perfsuite.cli.run import _matrix_selection
+
+    args = Namespace(models=None, strategies=None, engine=None, all=False, world_size=1)
+    quick = _matrix_selection(args, "cpu")
+    whole = _matrix_selection(Namespace(**{**vars(args), "all": True}), "cpu")
+    assert len(quick) == 10
+    assert {m for m, _, _, _ in quick} == {"tiny-bert"}
+    assert {e for _, _, e, _ in quick} == {"loop", "trainer"}
+    assert set(quick) < set(whole)
+    assert len(whole) > 100
+
+
+def test_run_all_takes_no_selection(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--all", "--models", "tiny-bert"]) == 2
+    assert "--all runs the whole matrix; it takes no --models or --strategies" in capsys.readouterr().err

@@ -12,6 +12,7 @@ from typing import Any
 from perfsuite.cli.common import load_project, names, project_baselines
 from perfsuite.core.baselines import write_json_atomic
 from perfsuite.core.engines import ENGINES, check_engine
+from perfsuite.core.matrix import first_run
 from perfsuite.core.models import get_model_spec
 from perfsuite.core.registry import matrix_cases
 from perfsuite.core.spec import DEFAULTS
@@ -38,6 +39,12 @@ def add_parser(sub: Any) -> None:
         type=names,
         help=f"comma-separated engines ({', '.join(ENGINES)}); "
         "default: the matrix's, or loop with --models/--strategies",
+    )
+    run.add_argument(
+        "--all",
+        action="store_true",
+        help="without --models/--strategies: the whole matrix on this device (122 cases on a CPU, about 12 "
+        "minutes); by default a quick set of 10 cases (tiny-bert on a CPU, under a minute)",
     )
     run.add_argument("--steps", type=at_least(1), help="timed optimizer steps per case (default 12 on CPU, 20 on GPU)")
     run.add_argument("--warmup", type=at_least(0), help="untimed warm-up steps (default 2 on CPU, 5 on GPU)")
@@ -83,17 +90,26 @@ def add_parser(sub: Any) -> None:
 
 def _matrix_selection(args: argparse.Namespace, device_type: str) -> list[tuple[str, str, str, int]]:
     """(model, strategy, engine, world size) of what ``perfsuite run`` runs: the named ones, else the
-    matrix on this device."""
+    matrix on this device (its quick set, :func:`perfsuite.core.matrix.first_run`, without ``--all``)."""
     on_device = [c for c in matrix_cases() if (get_model_spec(c.model).tiny) == (device_type == "cpu")]
     if not args.models and not args.strategies:
-        return [
+        cases = [
             (c.model, c.strategy, c.engine, c.world_size)
             for c in on_device
             if args.engine is None or c.engine in args.engine
         ]
+        return cases if args.all else first_run(cases)
     models = args.models or list(dict.fromkeys(c.model for c in on_device))
     strategies = args.strategies or [n for n in STRATEGIES if args.world_size == 1 or resolve(n).distributed]
     return [(m, s, e, args.world_size) for e in (args.engine or ["loop"]) for m in models for s in strategies]
+
+
+def _time_left(elapsed: float, done: int, total: int) -> str:
+    """`` · about N min left``, from the cases done so far (nothing before the first is done)."""
+    if done == 0:
+        return ""
+    left = elapsed / done * (total - done)
+    return f" · about {left / 60:.0f} min left" if left >= 90 else f" · about {left:.0f} s left"
 
 
 def _gpu_pool(args: argparse.Namespace, device_type: str) -> Any:
@@ -179,17 +195,32 @@ def run(args: argparse.Namespace) -> int:
     except (UnknownNameError, ValueError) as exc:  # DeclarationError included
         console.print(f"perfsuite: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2
-    if args.threads is not None and args.threads < 1:
-        console.print("perfsuite: error: --threads must be at least 1")
-        return 2
     device_type = default_device_type() if args.device == "auto" else args.device
     defaults = DEFAULTS[device_type]
+    if args.all and (args.models or args.strategies):
+        console.print(
+            "perfsuite: error: --all runs the whole matrix; it takes no --models or --strategies", soft_wrap=True
+        )
+        return 2
     selection = _matrix_selection(args, device_type)
     if not selection:
-        console.print(f"perfsuite: error: the matrix has no case for this device ({device_type}); `perfsuite list`")
+        console.print(
+            f"perfsuite: error: the matrix has no case for this device ({device_type}); `perfsuite list`",
+            markup=False,
+            soft_wrap=True,
+        )
         return 2
+    if not (args.all or args.models or args.strategies):
+        whole = len(_matrix_selection(argparse.Namespace(**{**vars(args), "all": True}), device_type))
+        if whole > len(selection):
+            console.print(
+                f"perfsuite: a quick set of {len(selection)} of the matrix's {whole} cases on this device; "
+                "`perfsuite run --all` runs them all",
+                markup=False,
+                highlight=False,
+            )
     if args.pretrained and args.pretrained != "hub-cache" and len({m for m, _, _, _ in selection}) != 1:
-        console.print("perfsuite: error: --pretrained PATH needs exactly one --models name")
+        console.print("perfsuite: error: --pretrained PATH needs exactly one --models name", soft_wrap=True)
         return 2
     try:
         specs = _specs(args, selection, device_type, defaults)
@@ -199,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         pool = _gpu_pool(args, device_type)
     except ValueError as exc:
-        console.print(f"perfsuite: error: --gpus: {exc}", markup=False, highlight=False)
+        console.print(f"perfsuite: error: --gpus: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2
     timeout = args.timeout or defaults.timeout
     started = time.monotonic()
@@ -232,8 +263,9 @@ def run(args: argparse.Namespace) -> int:
             progress.refresh()
 
         if pool is None:
-            for spec in specs:
-                progress.update(task, description=spec.id, refresh=True)
+            for i, spec in enumerate(specs):
+                progress.update(task, description=f"{spec.id}{_time_left(time.monotonic() - started, i, len(specs))}")
+                progress.refresh()
                 results.append(run_isolated(spec, timeout_s=timeout))
                 done(spec, results[-1])
         else:

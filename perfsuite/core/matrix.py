@@ -169,3 +169,32 @@ def builtin_matrix() -> tuple[MatrixEntry, ...]:
                     )
     entries.append(MatrixEntry(models=("bert-base-uncased",), strategies=("ddp",), source=BUILTIN))
     return tuple(entries)
+
+
+FIRST_RUN_STRATEGIES: tuple[tuple[str, str], ...] = (
+    ("vanilla", "loop"),
+    ("fp16", "loop"),
+    ("bf16", "loop"),
+    ("grad_accum", "loop"),
+    ("grad_ckpt", "loop"),
+    ("adafactor", "loop"),
+    ("adamw_8bit", "loop"),
+    ("dynamic_padding", "loop"),
+    ("lora", "loop"),
+    ("vanilla", "trainer"),
+)
+"""What ``perfsuite run`` runs with no selection, on the first model of each device's matrix (tiny-bert on
+a CPU, bert-base-uncased on a GPU): a strategy of each kind the write-ups publish (precision, accumulation,
+checkpointing, two memory-saving optimizers, padding, LoRA) and the Trainer: 47 s on a 2-core EPYC
+(measured with ``time perfsuite run``). ``perfsuite run --all`` runs the whole matrix (122 cases on a CPU, about
+12 minutes)."""
+
+
+def first_run(cases: list[tuple[str, str, str, int]]) -> list[tuple[str, str, str, int]]:
+    """The quick set of ``cases`` (model, strategy, engine, world size): :data:`FIRST_RUN_STRATEGIES` on the
+    first model; all of ``cases`` when the quick set has none of them (a project's own matrix)."""
+    if not cases:
+        return []
+    model = cases[0][0]
+    chosen = [c for c in cases if c[0] == model and c[3] == 1 and (c[1], c[2]) in FIRST_RUN_STRATEGIES]
+    return chosen or cases
