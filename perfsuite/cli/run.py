@@ -12,7 +12,7 @@ from typing import Any
 from perfsuite.cli.common import load_project, names, project_baselines
 from perfsuite.core.baselines import write_json_atomic
 from perfsuite.core.engines import ENGINES, check_engine
-from perfsuite.core.matrix import first_run
+from perfsuite.core.matrix import BUILTIN, first_run
 from perfsuite.core.models import get_model_spec
 from perfsuite.core.registry import matrix_cases
 from perfsuite.core.spec import DEFAULTS
@@ -93,12 +93,11 @@ def _matrix_selection(args: argparse.Namespace, device_type: str) -> list[tuple[
     matrix on this device (its quick set, :func:`perfsuite.core.matrix.first_run`, without ``--all``)."""
     on_device = [c for c in matrix_cases() if (get_model_spec(c.model).tiny) == (device_type == "cpu")]
     if not args.models and not args.strategies:
-        cases = [
-            (c.model, c.strategy, c.engine, c.world_size)
-            for c in on_device
-            if args.engine is None or c.engine in args.engine
-        ]
-        return cases if args.all else first_run(cases)
+        chosen = [c for c in on_device if args.engine is None or c.engine in args.engine]
+        builtin = [(c.model, c.strategy, c.engine, c.world_size) for c in chosen if c.source == BUILTIN]
+        declared = [(c.model, c.strategy, c.engine, c.world_size) for c in chosen if c.source != BUILTIN]
+        # A project's own cases always run; perfsuite's built-in matrix is cut to its quick set.
+        return (builtin if args.all else first_run(builtin)) + declared
     models = args.models or list(dict.fromkeys(c.model for c in on_device))
     strategies = args.strategies or [n for n in STRATEGIES if args.world_size == 1 or resolve(n).distributed]
     return [(m, s, e, args.world_size) for e in (args.engine or ["loop"]) for m in models for s in strategies]

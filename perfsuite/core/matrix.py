@@ -191,8 +191,8 @@ checkpointing, two memory-saving optimizers, padding, LoRA) and the Trainer: 47 
 
 
 def first_run(cases: list[tuple[str, str, str, int]]) -> list[tuple[str, str, str, int]]:
-    """The quick set of ``cases`` (model, strategy, engine, world size): :data:`FIRST_RUN_STRATEGIES` on the
-    first model; all of ``cases`` when the quick set has none of them (a project's own matrix)."""
+    """The quick set of perfsuite's built-in ``cases`` (model, strategy, engine, world size):
+    :data:`FIRST_RUN_STRATEGIES` on the first model (all of ``cases`` when it has none of them)."""
     if not cases:
         return []
     model = cases[0][0]
