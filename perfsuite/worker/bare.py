@@ -61,7 +61,7 @@ def run_bare(spec: CaseSpec) -> dict[str, Any]:
     """The bare loop of ``spec``: its warm-up and timed step times and losses (a worker's target)."""
     import torch
 
-    from perfsuite.worker.data import TOKENS_KEY, WORKER_KEY, build_loader, generate_dataset
+    from perfsuite.worker.data import generate_dataset
     from perfsuite.worker.device import get_device
     from perfsuite.worker.modeling import build_model
 
@@ -87,24 +87,9 @@ def run_bare(spec: CaseSpec) -> dict[str, Any]:
     if spec.engine == "trainer":
         times, losses = _trainer_loop(spec, model, dataset, device, lr=lr, batch_size=batch_size, seq_len=seq_len)
     else:
-        loader = build_loader(
-            dataset,
-            strategy,
-            batch_size=batch_size,
-            seq_len=seq_len,
-            target_len=model_spec.target_len,
-            seed=spec.seed,
-            pin_memory=False,
-        )
-
-        def batches() -> Iterator[dict[str, torch.Tensor]]:
-            for batch in loader:
-                batch.pop(TOKENS_KEY)
-                batch.pop(WORKER_KEY)
-                yield {k: v.to(device.type) for k, v in batch.items()}
-
+        batches = _batches(spec, dataset, batch_size=batch_size, seq_len=seq_len, device=device.type)
         torch.nn.Module.to(model, device.type)
-        step = _STEPS[spec.strategy](model, spec, lr, batches(), device.type)
+        step = _STEPS[spec.strategy](model, spec, lr, batches, device.type)
         times, losses = [], []
         for _ in range(total):
             device.synchronize()
@@ -125,6 +110,25 @@ def run_bare(spec: CaseSpec) -> dict[str, Any]:
         "step_time_s": summarize(timed),
         "loss": [float(v) for v in losses],
     }
+
+
+def _batches(spec: CaseSpec, dataset: Any, *, batch_size: int, seq_len: int, device: str) -> Iterator[Any]:
+    """The case's endless micro-batch stream (its loader, its seeded order) on ``device``, as a model takes them."""
+    from perfsuite.worker.data import TOKENS_KEY, WORKER_KEY, build_loader
+
+    loader = build_loader(
+        dataset,
+        spec.strategy_spec,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        target_len=spec.model_spec.target_len,
+        seed=spec.seed,
+        pin_memory=False,
+    )
+    for batch in loader:
+        batch.pop(TOKENS_KEY)
+        batch.pop(WORKER_KEY)
+        yield {k: v.to(device) for k, v in batch.items()}
 
 
 StepFn = Callable[[], "torch.Tensor"]
@@ -288,7 +292,7 @@ def run_interleaved(spec: CaseSpec) -> dict[str, Any]:
 
     from perfsuite.worker.build import build
     from perfsuite.worker.calibrate import Calibration
-    from perfsuite.worker.data import TOKENS_KEY, WORKER_KEY, build_loader, generate_dataset
+    from perfsuite.worker.data import generate_dataset
     from perfsuite.worker.modeling import build_model
 
     if spec.engine != "loop" or spec.strategy not in INTERLEAVED:
@@ -299,26 +303,10 @@ def run_interleaved(spec: CaseSpec) -> dict[str, Any]:
     engine, device = built.engine, built.device
     model_spec = spec.model_spec
     dataset = generate_dataset(model_spec, num_samples=spec.num_samples, seq_len=built.seq_len, seed=spec.seed)
-    loader = build_loader(
-        dataset,
-        spec.strategy_spec,
-        batch_size=built.batch_size,
-        seq_len=built.seq_len,
-        target_len=model_spec.target_len,
-        seed=spec.seed,
-        pin_memory=False,
-    )
-
-    def batches() -> Iterator[dict[str, torch.Tensor]]:
-        while True:
-            for batch in loader:
-                batch.pop(TOKENS_KEY)
-                batch.pop(WORKER_KEY)
-                yield {k: v.to(device.type) for k, v in batch.items()}
-
+    batches = _batches(spec, dataset, batch_size=built.batch_size, seq_len=built.seq_len, device=device.type)
     model = build_model(model_spec, seed=spec.seed, dropout=spec.dropout, attention=spec.strategy_spec.attention)
     torch.nn.Module.to(model, device.type)
-    bare = _STEPS[spec.strategy](model, spec, built.lr, batches(), device.type)
+    bare = _STEPS[spec.strategy](model, spec, built.lr, batches, device.type)
     calibration = None if device.is_accelerator else Calibration()
 
     def calibrate() -> None:
