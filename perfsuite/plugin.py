@@ -69,10 +69,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--perfsuite-time",
-        choices=("auto", "calibrated", "absolute"),
+        choices=("auto", "calibrated", "absolute", "off"),
         default="auto",
         help="compare step time against the calibration workload run around each step, or in seconds "
-        "(default auto: calibrated on CPU, where shared machines drift by tens of percent; seconds on a GPU)",
+        "(default auto: calibrated on CPU, where shared machines drift by tens of percent; seconds on a GPU); "
+        "off: measure it but gate memory and loss only (another stack against these baselines)",
     )
     group.addoption(
         "--perfsuite-uncompared-time",

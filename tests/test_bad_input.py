@@ -83,7 +83,34 @@ INIT = [
     (["--dir", "{tmp}/none"], "--dir: {tmp}/none: no such directory"),
     (["--dir", "{tmp}/file.txt"], "--dir: {tmp}/file.txt: not a directory"),
 ]
+AB = [
+    (["--base", "nothing", "--candidate", "current"], "--base 'nothing': neither an interpreter"),
+    (["--base", "current", "--candidate", "{tmp}/none/python"], "--candidate '{tmp}/none/python': neither"),
+    (["--base", "current", "--candidate", "{tmp}/file.txt"], "not executable; give a Python interpreter"),
+    (["--base", "current", "--candidate", "{tmp}"], "a directory without bin/python"),
+    (["--base", "current", "--candidate", "transformers=="], "'transformers==' is not a requirement"),
+    (["--base", "current"], "the following arguments are required: --candidate"),
+    (["--base", "current", "--candidate", "current", "--floor", "2"], "--floor: 2 must lie in [0, 1)"),
+    (["--base", "current", "--candidate", "current", "--alpha", "0"], "--alpha: must be above 0"),
+    (["--base", "current", "--candidate", "current", "--pairs", "0"], "--pairs: must be at least 1, got 0"),
+    (["--base", "current", "--candidate", "current", "--pairs", "6", "--max-pairs", "4"], "--max-pairs 4 is below"),
+    (["--base", "current", "--candidate", "current", "--models", "bert-huge"], "unknown model 'bert-huge'"),
+    (["--base", "current", "--candidate", "current", "--steps", "0"], "--steps: must be at least 1, got 0"),
+    (["--base", "current", "--candidate", "current", "--json", "{tmp}"], "--json: {tmp}: is a directory"),
+    (["--base", "current", "--candidate", "current", "--report", "{tmp}/file.txt"], "--report: {tmp}/file.txt: is"),
+]
+BISECT = [
+    (["transformers", "--good", "5.0.0", "--bad", "4.57.6", "--case", "tiny-gpt2-vanilla"], "wrong order"),
+    (["transformers", "--good", "5.0.0", "--bad", "5.0.0", "--case", "tiny-gpt2-vanilla"], "are both 5.0.0"),
+    (["transformers", "--good", "five", "--bad", "5.0.0", "--case", "tiny-gpt2-vanilla"], "not a version"),
+    (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "tiny-nope"], "no case 'tiny-nope'"),
+    (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "c", "--metric", "speed"], "invalid choice"),
+    (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "c", "--threads", "0"], "--threads: must be"),
+    (["transformers", "--good", "4.57.6"], "the following arguments are required: --bad, --case"),
+]
 CASES = [
+    *((["ab", *a], m) for a, m in AB),
+    *((["bisect", *a], m) for a, m in BISECT),
     *((["run", *a], m) for a, m in RUN),
     *((["overhead", *a], m) for a, m in OVERHEAD),
     *((["report", *a], m) for a, m in REPORT),

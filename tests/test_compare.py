@@ -254,3 +254,30 @@ def test_step_times_compare_step_by_step_when_the_baseline_has_them() -> None:
     slow = check_time("c", base, _observed(time=1.4, time_steps=[v * 1.25 for v in steps]), tol, "cpu")
     assert not slow.ok
     assert "(+25.0% step by step over 8 steps)" in slow.message
+
+
+def test_a_run_of_other_attention_kernels_is_not_compared_at_all() -> None:
+    # T5 on transformers 4.x has no SDPA path and runs eager: no figure of an SDPA baseline compares.
+    base = _baseline(spec={"model": "tiny-t5", "attention": "sdpa"})
+    checks = compare("tiny-t5-vanilla", base, _observed(attention="eager"), Tolerance(), hardware="cpu")
+    assert [(c.metric, c.ok) for c in checks] == [("attention", False)]
+    assert "baseline ran sdpa attention and this run eager" in checks[0].message
+    assert "eager_attention variant" in checks[0].message
+    # The same kernels, or a side that predates recording them, compare as before.
+    for observed_attention, stored in (("sdpa", "sdpa"), ("eager", None), (None, "sdpa")):
+        spec = {"model": "tiny-t5"} | ({"attention": stored} if stored else {})
+        observed = _observed(attention=observed_attention)
+        checks = compare("c", _baseline(spec=spec), observed, Tolerance(), hardware="cpu")
+        assert [c.metric for c in checks][:2] == ["step time", "peak memory"]
+        assert all(c.ok for c in checks)
+
+
+def test_time_off_gates_memory_and_loss_but_not_time() -> None:
+    slow = _observed(time=8.0)
+    checks = compare("c", _baseline(), slow, Tolerance(), hardware="cpu", gate_time=False)
+    time = next(c for c in checks if c.metric == "step time")
+    assert time.ok
+    assert not time.compared
+    assert time.change == "not gated"
+    heavy = _observed(time=8.0, peak_bytes=200 * MIB)
+    assert not all(c.ok for c in compare("c", _baseline(), heavy, Tolerance(), hardware="cpu", gate_time=False))

@@ -126,3 +126,25 @@ def test_hub_cache_lookup_is_offline(tmp_path: Path, monkeypatch: pytest.MonkeyP
     (tmp_path / "models--gpt2" / "refs" / "main").write_text(revision)
     build_model(MODELS["tiny-gpt2"]).save_pretrained(snapshot)
     assert Path(resolve_pretrained(MODELS["gpt2"], "hub-cache")) == snapshot
+
+
+def test_attention_falls_back_to_eager_where_the_installed_transformers_has_no_sdpa() -> None:
+    from perfsuite.worker.modeling import model_class, supported_attention
+
+    class Sdpa:
+        _supports_sdpa = True
+
+    class NoSdpa:
+        _supports_sdpa = False
+
+    assert supported_attention(Sdpa, "sdpa") == "sdpa"
+    assert supported_attention(NoSdpa, "sdpa") == "eager"
+    assert supported_attention(Sdpa, "eager") == "eager"  # asked for eager: eager, always
+    import transformers
+
+    # Every tiny model builds on the installed transformers, and the record says which ran.
+    for name in ("tiny-bert", "tiny-t5", "tiny-gpt2", "tiny-llama"):
+        spec = get_model_spec(name)
+        cls = model_class(spec, getattr(transformers, spec.config_class))
+        model = build_model(spec, seed=0)
+        assert model.config._attn_implementation == supported_attention(cls, "sdpa")

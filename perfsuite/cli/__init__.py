@@ -1,5 +1,6 @@
 """The ``perfsuite`` command, one module per subcommand: ``run`` (read :mod:`perfsuite.cli.run` first),
-``list`` and ``init``, ``baselines refresh``, ``report`` and ``merge``, ``history``, ``overhead``.
+``list`` and ``init``, ``baselines refresh``, ``report`` and ``merge``, ``history``, ``overhead``,
+``ab`` and ``bisect``.
 
 Every bad input ends in one line (``perfsuite: error: ...``) and exit code 2.
 """
@@ -11,7 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from perfsuite.cli import baselines, catalog, history, overhead, report
+from perfsuite.cli import ab, baselines, catalog, history, overhead, report
+from perfsuite.cli import bisect as bisect_command
 from perfsuite.cli import run as run_command
 from perfsuite.cli.common import Parser, fail
 from perfsuite.core.registry import DeclarationError
@@ -25,6 +27,8 @@ _COMMANDS: dict[str, Callable[[Any], int]] = {
     "merge": report.run_merge,
     "history": history.run,
     "overhead": overhead.run,
+    "ab": ab.run,
+    "bisect": bisect_command.run,
 }
 
 
@@ -33,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run_command.add_parser(sub)
     overhead.add_parser(sub)
+    ab.add_parser(sub)
+    bisect_command.add_parser(sub)
     catalog.add_list(sub)
     catalog.add_init(sub)
     baselines.add_parser(sub)

@@ -16,62 +16,69 @@ from perfsuite.core.matrix import BUILTIN, first_run
 from perfsuite.core.models import get_model_spec
 from perfsuite.core.registry import matrix_cases
 from perfsuite.core.spec import DEFAULTS
-from perfsuite.core.strategies import STRATEGIES, UnknownNameError, resolve
+from perfsuite.core.strategies import STRATEGIES, resolve
 from perfsuite.options import GPUS, at_least, not_a_file, output_file, positive_seconds
 
 
-def add_parser(sub: Any) -> None:
-    """The subcommand's arguments."""
-    run = sub.add_parser("run", help="run the model × strategy matrix and print the table")
-    run.add_argument(
+def add_selection(parser: Any) -> None:
+    """The options that choose and shape the cases: ``perfsuite run``'s, and ``perfsuite ab``'s."""
+    parser.add_argument(
         "--models",
         type=names,
         help="comma-separated (`perfsuite list` names them); default: the matrix's cases that run on this device "
         "(tiny models on a CPU, full-size ones on a GPU)",
     )
-    run.add_argument(
+    parser.add_argument(
         "--strategies",
         type=names,
         help="comma-separated, 'a+b' composes; with --models, default: every registered one; without, the matrix's",
     )
-    run.add_argument(
+    parser.add_argument(
         "--engine",
         type=names,
         help=f"comma-separated engines ({', '.join(ENGINES)}); "
         "default: the matrix's, or loop with --models/--strategies",
     )
-    run.add_argument(
+    parser.add_argument(
         "--all",
         action="store_true",
         help="without --models/--strategies: the whole matrix on this device (122 cases on a CPU, about 12 "
         "minutes); by default a quick set of 10 cases (tiny-bert on a CPU, under a minute)",
     )
-    run.add_argument("--steps", type=at_least(1), help="timed optimizer steps per case (default 12 on CPU, 20 on GPU)")
-    run.add_argument("--warmup", type=at_least(0), help="untimed warm-up steps (default 2 on CPU, 5 on GPU)")
-    run.add_argument("--batch-size", type=at_least(1), help="samples per optimizer step (default: the model's)")
-    run.add_argument("--seq-len", type=at_least(1), help="maximum sequence length (default: the model's)")
-    run.add_argument("--seed", type=at_least(0), default=0)
-    run.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    run.add_argument(
+    parser.add_argument(
+        "--steps", type=at_least(1), help="timed optimizer steps per case (default 12 on CPU, 20 on GPU)"
+    )
+    parser.add_argument("--warmup", type=at_least(0), help="untimed warm-up steps (default 2 on CPU, 5 on GPU)")
+    parser.add_argument("--batch-size", type=at_least(1), help="samples per optimizer step (default: the model's)")
+    parser.add_argument("--seq-len", type=at_least(1), help="maximum sequence length (default: the model's)")
+    parser.add_argument("--seed", type=at_least(0), default=0)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument(
         "--timeout", type=positive_seconds, help="seconds before a case's worker is killed (default 600 CPU, 900 GPU)"
     )
-    run.add_argument("--pretrained", help="a save_pretrained directory (one model only), or 'hub-cache'")
-    run.add_argument("--dataset", help="a local csv/json/parquet file or a cached datasets name")
-    run.add_argument("--tokenizer", help="local tokenizer directory for --dataset")
-    run.add_argument(
+    parser.add_argument("--pretrained", help="a save_pretrained directory (one model only), or 'hub-cache'")
+    parser.add_argument("--dataset", help="a local csv/json/parquet file or a cached datasets name")
+    parser.add_argument("--tokenizer", help="local tokenizer directory for --dataset")
+    parser.add_argument(
         "--no-profile", dest="profile", action="store_false", help="skip the memory-breakdown and FLOP steps"
     )
-    run.add_argument(
+    parser.add_argument(
         "--threads",
         type=at_least(1),
         help="torch intra-op threads per case (default: torch's; the CPU test tier uses 1)",
     )
-    run.add_argument(
+    parser.add_argument(
         "--world-size",
         type=at_least(1),
         default=1,
         help="ranks per named case (--models/--strategies; default 1): needs ddp, fsdp2, zero2 or zero3",
     )
+
+
+def add_parser(sub: Any) -> None:
+    """The subcommand's arguments."""
+    run = sub.add_parser("run", help="run the model × strategy matrix and print the table")
+    add_selection(run)
     run.add_argument("--gpus", **GPUS)
     run.add_argument("--json", type=output_file, help="write every figure to this JSON file")
     run.add_argument(
@@ -173,59 +180,54 @@ def _run_on_pool(specs: list[Any], pool: Any, timeout: float, done: Any, progres
     return [records[spec] for spec in specs]
 
 
+def select(args: argparse.Namespace) -> tuple[list[Any], str, Any, str | None]:
+    """The cases ``args`` select (checked: a ``ValueError`` says what is wrong), their device type,
+    its defaults, and a note for the reader when the selection is the quick set."""
+    from perfsuite.worker.device import default_device_type
+
+    load_project()
+    for name in args.models or ():
+        get_model_spec(name)
+    for name in args.strategies or ():
+        resolve(name)
+    for name in args.engine or ():
+        check_engine(name)
+    device_type = default_device_type() if args.device == "auto" else args.device
+    if args.all and (args.models or args.strategies):
+        raise ValueError("--all runs the whole matrix; it takes no --models or --strategies")
+    selection = _matrix_selection(args, device_type)
+    if not selection:
+        raise ValueError(f"the matrix has no case for this device ({device_type}); `perfsuite list`")
+    note = None
+    if not (args.all or args.models or args.strategies):
+        whole = len(_matrix_selection(argparse.Namespace(**{**vars(args), "all": True}), device_type))
+        if whole > len(selection):
+            note = (
+                f"perfsuite: a quick set of {len(selection)} of the matrix's {whole} cases on this device; "
+                f"`perfsuite {args.command} --all` runs them all"
+            )
+    if args.pretrained and args.pretrained != "hub-cache" and len({m for m, _, _, _ in selection}) != 1:
+        raise ValueError("--pretrained PATH needs exactly one --models name")
+    defaults = DEFAULTS[device_type]
+    return _specs(args, selection, device_type, defaults), device_type, defaults, note
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from perfsuite.core.spec import CaseSpec
     from perfsuite.reports.tables import render
-    from perfsuite.worker.device import default_device_type
     from perfsuite.worker.process import run_isolated
 
     console = Console(stderr=True)
     try:
-        load_project()
-        for name in args.models or ():
-            get_model_spec(name)
-        for name in args.strategies or ():
-            resolve(name)
-        for name in args.engine or ():
-            check_engine(name)
-    except (UnknownNameError, ValueError) as exc:  # DeclarationError included
+        specs, device_type, defaults, note = select(args)
+    except ValueError as exc:  # UnknownNameError and DeclarationError included
         console.print(f"perfsuite: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2
-    device_type = default_device_type() if args.device == "auto" else args.device
-    defaults = DEFAULTS[device_type]
-    if args.all and (args.models or args.strategies):
-        console.print(
-            "perfsuite: error: --all runs the whole matrix; it takes no --models or --strategies", soft_wrap=True
-        )
-        return 2
-    selection = _matrix_selection(args, device_type)
-    if not selection:
-        console.print(
-            f"perfsuite: error: the matrix has no case for this device ({device_type}); `perfsuite list`",
-            markup=False,
-            soft_wrap=True,
-        )
-        return 2
-    if not (args.all or args.models or args.strategies):
-        whole = len(_matrix_selection(argparse.Namespace(**{**vars(args), "all": True}), device_type))
-        if whole > len(selection):
-            console.print(
-                f"perfsuite: a quick set of {len(selection)} of the matrix's {whole} cases on this device; "
-                "`perfsuite run --all` runs them all",
-                markup=False,
-                highlight=False,
-            )
-    if args.pretrained and args.pretrained != "hub-cache" and len({m for m, _, _, _ in selection}) != 1:
-        console.print("perfsuite: error: --pretrained PATH needs exactly one --models name", soft_wrap=True)
-        return 2
-    try:
-        specs = _specs(args, selection, device_type, defaults)
-    except ValueError as exc:
-        console.print(f"perfsuite: error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        return 2
+    if note:
+        console.print(note, markup=False, highlight=False)
     try:
         pool = _gpu_pool(args, device_type)
     except ValueError as exc:

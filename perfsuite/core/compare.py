@@ -12,6 +12,9 @@ from :mod:`perfsuite.core.refresh`.
   unless asked.
 - Memory: peak and every breakdown category, two-sided and tight: for one stack the
   allocations are deterministic.
+- Kernels: a run whose attention implementation differs from the baseline's (T5 on
+  transformers 4.x has no SDPA path and runs eager) is not compared at all: one
+  failing check says so, since every figure would differ for that reason alone.
 - Loss: one value per optimizer step, compared step by step with a tolerance chosen by
   the precision; a NaN never passes; a failure names the first step that diverged.
 """
@@ -21,38 +24,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from perfsuite.core.baselines import refresh_command
+from perfsuite.core.check import Check
 from perfsuite.core.drift import Drift
+from perfsuite.core.kernels import check_kernels
 from perfsuite.core.observation import Observation
 from perfsuite.core.stats import paired_change
 from perfsuite.core.tolerance import Tolerance
-
-
-@dataclass(frozen=True)
-class Check:
-    """One metric of one case against its baseline."""
-
-    metric: str
-    ok: bool
-    baseline: str
-    measured: str
-    change: str
-    tolerance: str
-    message: str
-    """Empty when ``ok`` and compared; otherwise the whole explanation, naming the case."""
-    compared: bool = True
-    """False when there was nothing to compare with (no step time recorded for this time class)."""
-    rel: float | None = None
-    """The signed relative change the gate judged (the loss: at its worst step), for reports and history."""
-    limit: float | None = None
-    """The relative tolerance it was judged against: a compared check passes exactly when ``|rel| <= limit``."""
-    raw_rel: float | None = None
-    """Step time: the change against the baseline alone, before the session's drift is taken out."""
-    drift: float | None = None
-    """Step time: the session's drift it was gated against (``None`` when it was gated on its own change)."""
 
 
 @dataclasses.dataclass
@@ -165,14 +145,28 @@ def check_time(
     *,
     fail_uncompared: bool = False,
     drift: Drift | None = None,
+    gated: bool = True,
 ) -> Check:
     """The step-time gate against the figure recorded for ``observed``'s time class.
 
-    Without one, the check passes as *not compared* (``fail_uncompared`` makes it a
+    With ``gated`` false (``--perfsuite-time=off``: two stacks' memory and loss compared,
+    their times not) the check passes as *not gated*. Without a figure for the class, the
+    check passes as *not compared* (``fail_uncompared`` makes it a
     failure, for a dedicated runner whose class must have baselines). With the session's
     ``drift`` and a tolerance whose ``time_drift_limit`` it is within, the change is
     judged against the drift (:mod:`perfsuite.core.drift`).
     """
+    if not gated:
+        return Check(
+            "step time",
+            True,
+            "—",
+            format_time(observed.time, observed.time_unit),
+            "not gated",
+            "—",
+            f"{case_id}: step time not gated (--perfsuite-time=off; memory and loss were gated)",
+            compared=False,
+        )
     base_time = baseline["time"].get(observed.time_class)
     if base_time is None:
         return _not_compared(case_id, baseline, observed, hardware, fail=fail_uncompared)
@@ -351,11 +345,18 @@ def compare(
     hardware: str,
     fail_uncompared: bool = False,
     drift: Drift | None = None,
+    gate_time: bool = True,
 ) -> list[Check]:
     """Every gate of one case: step time (against the session's ``drift`` where it applies),
-    peak memory and its breakdown, the loss curve."""
+    peak memory and its breakdown, the loss curve; or one failing check when the run's
+    attention kernels are not the baseline's (:func:`check_kernels`)."""
+    kernels = check_kernels(case_id, baseline, observed, hardware)
+    if kernels is not None:
+        return [kernels]
     return [
-        check_time(case_id, baseline, observed, tol, hardware, fail_uncompared=fail_uncompared, drift=drift),
+        check_time(
+            case_id, baseline, observed, tol, hardware, fail_uncompared=fail_uncompared, drift=drift, gated=gate_time
+        ),
         *check_memory(case_id, baseline, observed, tol),
         check_loss(case_id, baseline, observed, tol),
     ]

@@ -26,6 +26,8 @@ class Observation:
     peak_bytes: int
     breakdown: Mapping[str, int]
     losses: Sequence[float]
+    attention: str | None = None
+    """The attention implementation that ran (``None`` for records that predate it)."""
 
 
 def _peak(record: Mapping[str, Any]) -> int:
@@ -64,4 +66,5 @@ def observe(record: Mapping[str, Any], *, time_unit: str) -> Observation:
         peak_bytes=_peak(record),
         breakdown=dict(record.get("memory_breakdown_bytes") or {}),
         losses=list(record["loss"]),
+        attention=(record.get("applied") or {}).get("attention_implementation"),
     )

@@ -10,12 +10,13 @@ from perfsuite.core.compare import format_bytes, format_time, rel_change
 from perfsuite.core.tolerance import Tolerance
 
 
-def refusals(new: Mapping[str, Any], tol: Tolerance, time_class: str) -> list[str]:
-    """Why a freshly built baseline must not be recorded (empty when it may)."""
+def refusals(new: Mapping[str, Any], tol: Tolerance, time_class: str, *, gate_time: bool = True) -> list[str]:
+    """Why a freshly built baseline must not be recorded (empty when it may); its step time's
+    spread only when that time will be gated (not under ``--perfsuite-time=off``)."""
     reasons = []
     time = new["time"][time_class]
     spread = time["spread"]
-    if spread is not None and spread > tol.max_refresh_spread:
+    if gate_time and spread is not None and spread > tol.max_refresh_spread:
         reasons.append(
             f"step time spread {spread:.1%} over {len(time['repeats'])} repeats exceeds "
             f"{tol.max_refresh_spread:.0%} (repeats: {', '.join(f'{t:.4g}' for t in time['repeats'])}); "

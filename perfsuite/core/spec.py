@@ -82,6 +82,9 @@ class CaseSpec:
     """Generated dataset size (epochs repeat with a new seeded order)."""
     profile: bool = True
     """Run the untimed memory-breakdown and FLOP-count steps."""
+    calibrate: bool = True
+    """On a CPU, bracket each timed step with the calibration workload (what stored times are
+    gated in); ``perfsuite ab`` turns it off: its two sides share the machine's drift instead."""
     engine: str = "loop"
     """``loop`` (perfsuite's explicit loop) or ``trainer`` (the Hugging Face Trainer), see
     :mod:`perfsuite.core.engines`."""

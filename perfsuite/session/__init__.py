@@ -78,7 +78,7 @@ class PerfsuiteSession:
         self.drifts = SessionDrift(
             self.settings, lambda hardware, case: baseline_path(self.root, hardware, case), self.time_unit
         )
-        self.stager = RefreshStager(self.root, config.rootpath, self.repeats)
+        self.stager = RefreshStager(self.root, config.rootpath, self.repeats, gate_time=self.time_mode != "off")
         self.outcomes: list[Outcome] = []
         self.benchmark_json: dict[str, Any] | None = None
         self.benchmark_scratch: Path | None = None
@@ -126,7 +126,7 @@ class PerfsuiteSession:
         self.runs.close()
 
     def time_unit(self, device_type: str) -> str:
-        if self.time_mode == "auto":
+        if self.time_mode in ("auto", "off"):
             return "calibrated" if device_type == "cpu" else "s"
         return "calibrated" if self.time_mode == "calibrated" else "s"
 
@@ -191,6 +191,7 @@ class PerfsuiteSession:
             hardware=hardware,
             fail_uncompared=self.fail_uncompared,
             drift=self.drift(runs[0]),
+            gate_time=self.time_mode != "off",
             rerun=rerun,
         )
         failures = [c.message for c in outcome.checks if not c.ok]

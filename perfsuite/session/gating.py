@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from perfsuite.core.compare import Check, Outcome, compare, only_time_failed
+from perfsuite.core.check import Check
+from perfsuite.core.compare import Outcome, compare, only_time_failed
 from perfsuite.core.drift import Drift
 from perfsuite.core.observation import Observation
 from perfsuite.core.tolerance import Tolerance
@@ -27,6 +28,7 @@ def gate(
     hardware: str,
     fail_uncompared: bool,
     drift: Drift | None,
+    gate_time: bool = True,
     rerun: Callable[[], tuple[dict[str, Any], Observation | None]],
 ) -> None:
     """``outcome.checks`` of ``observed`` against ``baseline``, retried through ``rerun`` (a fresh run and
@@ -41,6 +43,7 @@ def gate(
             hardware=hardware,
             fail_uncompared=fail_uncompared,
             drift=drift,
+            gate_time=gate_time,
         )
 
     outcome.checks = checks_of(observed)

@@ -28,8 +28,10 @@ from perfsuite.core.tolerance import Tolerance
 class RefreshStager:
     """New baselines held until the session ends, so that an interrupted refresh writes nothing."""
 
-    def __init__(self, root: Path, repository: Path, repeats: int) -> None:
+    def __init__(self, root: Path, repository: Path, repeats: int, *, gate_time: bool = True) -> None:
         self.root = root
+        self.gate_time = gate_time
+        """False under ``--perfsuite-time=off``: a noisy step time does not refuse the refresh."""
         self.repository = repository
         self.repeats = repeats
         self.staged: dict[Path, dict[str, Any]] = {}
@@ -75,6 +77,7 @@ class RefreshStager:
                 "device": first["device"],
                 "threads": first.get("threads"),
                 "world_size": first.get("world_size", 1),
+                "attention": observations[0].attention,
             },
             provenance=self._provenance(first),
         )
@@ -83,7 +86,7 @@ class RefreshStager:
         except BaselineError:
             old = None
         outcome.diff = diff_rows(old, new, time_class)
-        reasons = refusals(new, tolerance, time_class)
+        reasons = refusals(new, tolerance, time_class, gate_time=self.gate_time)
         if reasons:
             outcome.status = "refused"
             return "; ".join(reasons)

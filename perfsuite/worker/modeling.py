@@ -26,6 +26,28 @@ def _without_dropout(config: Any) -> None:
             setattr(config, key, 0.0)
 
 
+def model_class(spec: ModelSpec, config_class: type) -> type:
+    """The class ``spec`` builds for a config of ``config_class``, on the installed transformers."""
+    import transformers
+
+    if spec.model_class:
+        return getattr(transformers, spec.model_class)  # type: ignore[no-any-return]
+    mapping = getattr(transformers, _AUTO_CLASSES[spec.task])._model_mapping
+    return mapping[config_class]  # type: ignore[no-any-return]
+
+
+def supported_attention(model_cls: type, requested: str) -> str:
+    """``requested``, or ``eager`` where the installed transformers has no SDPA path for ``model_cls``.
+
+    T5 gained SDPA only in transformers 5.0; 4.x refuses ``sdpa`` for it outright. The
+    implementation that ran is recorded (``applied.attention_implementation``) and kept
+    in a baseline, whose gates refuse a run of other kernels (:mod:`perfsuite.core.compare`).
+    """
+    if requested == "sdpa" and not getattr(model_cls, "_supports_sdpa", False):
+        return "eager"
+    return requested
+
+
 def build_config(
     spec: ModelSpec, *, dropout: bool = True, vocab_size: int | None = None, attention: str = "sdpa"
 ) -> Any:
@@ -33,10 +55,15 @@ def build_config(
 
     The attention implementation is always pinned: transformers' default moved from
     eager (4.x, for a model built from its config) to SDPA (5.x), and a case must mean
-    the same kernels on every version.
+    the same kernels on every version (:func:`supported_attention` says which ran).
     """
     import transformers
 
+    if spec.config_dir is not None:
+        config_class = type(transformers.AutoConfig.from_pretrained(spec.config_dir, local_files_only=True))
+    else:
+        config_class = getattr(transformers, spec.config_class)
+    attention = supported_attention(model_class(spec, config_class), attention)
     kwargs = dict(spec.config, attn_implementation=attention)
     if spec.num_labels:
         kwargs["num_labels"] = spec.num_labels
@@ -102,6 +129,8 @@ def build_model(
         source = resolve_pretrained(spec, pretrained)
         auto = getattr(transformers, _AUTO_CLASSES[spec.task])
         kwargs: dict[str, Any] = {"num_labels": spec.num_labels} if spec.num_labels else {}
+        config_class = type(transformers.AutoConfig.from_pretrained(source, local_files_only=True))
+        attention = supported_attention(model_class(spec, config_class), attention)
         model = auto.from_pretrained(source, local_files_only=True, attn_implementation=attention, **kwargs)
         if not dropout:
             _without_dropout(model.config)

@@ -58,7 +58,7 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
     out = Timed()
     # Host-side drift cancels against a workload outside the stack under test; a GPU's
     # step time is its kernels', which a host workload says nothing about.
-    calibration = None if device.is_accelerator else Calibration()
+    calibration = None if device.is_accelerator or not spec.calibrate else Calibration()
     warm_timer = device.timer()
     for _ in range(spec.warmup_steps):
         warm_timer.start()

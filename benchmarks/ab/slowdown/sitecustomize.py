@@ -1,0 +1,32 @@
+"""An injected slowdown, for measuring ``perfsuite ab``'s sensitivity (docs/ab.md): loaded only by the
+``slow-python`` wrapper's interpreters, never by perfsuite.
+
+After each optimizer step (torch's global step hook: torch's optimizers, bitsandbytes',
+DeepSpeed's CPU Adam, transformers' Adafactor), it spins for ``PERFSUITE_SLOWDOWN`` (0.05: 5%)
+of the time since the previous step ended, so every step takes that much longer.
+``PERFSUITE_SLOWDOWN_OPTIMIZER`` (a class name, e.g. ``Adafactor``) limits it to one optimizer:
+one strategy slowed, the others not.
+"""
+
+import os
+import time
+
+_FRACTION = float(os.environ.get("PERFSUITE_SLOWDOWN", "0") or 0)
+_ONLY = os.environ.get("PERFSUITE_SLOWDOWN_OPTIMIZER") or None
+
+if _FRACTION > 0:
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    _last = [None]
+
+    def _spin(optimizer, args, kwargs):  # noqa: ARG001 - the hook's signature
+        if _ONLY is not None and type(optimizer).__name__ != _ONLY:
+            return
+        now = time.perf_counter()
+        if _last[0] is not None:
+            until = now + _FRACTION * (now - _last[0])
+            while time.perf_counter() < until:
+                pass
+        _last[0] = time.perf_counter()
+
+    register_optimizer_step_post_hook(_spin)

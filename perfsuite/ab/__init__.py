@@ -1,0 +1,10 @@
+"""``perfsuite ab`` and ``perfsuite bisect``: two environments compared side by side on this machine.
+
+- :mod:`perfsuite.ab.envs`: what a side is (an interpreter, a virtual environment, or pins
+  laid over this environment as a cached overlay);
+- :mod:`perfsuite.ab.sides`: a side's long-lived server (:mod:`perfsuite.worker.serve`);
+- :mod:`perfsuite.ab.rounds`: one case in alternating pairs, with the paired verdict
+  (:mod:`perfsuite.core.paired`) and memory and loss through the suite's gates;
+- :mod:`perfsuite.ab.compare`: a whole comparison, from set-up to exit code;
+- :mod:`perfsuite.ab.bisect`: the first release between two that changes a case.
+"""

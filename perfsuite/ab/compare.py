@@ -1,0 +1,137 @@
+"""``perfsuite ab`` from start to verdict: both sides set up and checked, every case compared
+(:mod:`perfsuite.ab.rounds`), then the table, ``--json`` and ``--report``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from perfsuite.ab.envs import EnvError, make_env
+from perfsuite.ab.rounds import CaseResult, Schedule, compare_case
+from perfsuite.ab.sides import Side
+from perfsuite.core.baselines import write_json_atomic
+from perfsuite.core.paired import case_confidence, min_pairs
+from perfsuite.core.provenance import now
+from perfsuite.core.spec import CaseSpec
+from perfsuite.core.tolerance import Tolerance
+
+AB_SCHEMA_VERSION = 1
+
+
+class Failed(Exception):
+    """A side that cannot be tested: it did not resolve, install, start or import what was asked."""
+
+
+def schedule_for(cases: int, *, floor: float, alpha: float, first: int | None, cap: int | None) -> Schedule:
+    """Pairs per case: the first verdict as soon as the corrected confidence can be reached, 2 more
+    at a time while undecided, 8 more at most."""
+    confidence = case_confidence(cases, alpha)
+    start = first if first is not None else min_pairs(confidence) + 1
+    return Schedule(
+        first=start, step=2, cap=max(start, cap if cap is not None else start + 8), floor=floor, confidence=confidence
+    )
+
+
+@dataclasses.dataclass
+class AbRun:
+    sides: tuple[Side, Side]
+    specs: list[CaseSpec]
+    schedule: Schedule
+    say: Callable[[str], None]
+
+    @classmethod
+    def start(cls, args: argparse.Namespace, specs: list[CaseSpec], say: Callable[[str], None]) -> AbRun:
+        sides: list[Side] = []
+        try:
+            for name in ("base", "candidate"):
+                say(f"perfsuite: setting up {name} ({getattr(args, name)})")
+                side = Side(name, make_env(getattr(args, name), name=name))
+                sides.append(side)
+                side.check_pins()
+        except EnvError as exc:
+            for side in sides:
+                side.close()
+            raise Failed(str(exc)) from None
+        schedule = schedule_for(len(specs), floor=args.floor, alpha=args.alpha, first=args.pairs, cap=args.max_pairs)
+        run = cls((sides[0], sides[1]), specs, schedule, say)
+        for line in run.version_lines():
+            say(line)
+        say(
+            f"perfsuite: {len(specs)} case(s), {schedule.first} to {schedule.cap} pairs each, "
+            f"floor {schedule.floor:.1%}, "
+            f"confidence {schedule.confidence:.4g} per case (alpha {1 - schedule.confidence:.2g} × {len(specs)})"
+        )
+        return run
+
+    def version_lines(self) -> list[str]:
+        a, b = self.sides[0].versions(), self.sides[1].versions()
+        differ = [f"{n} {a.get(n)} → {b.get(n)}" for n in dict.fromkeys([*a, *b]) if a.get(n) != b.get(n)]
+        return [
+            f"perfsuite: base → candidate: {', '.join(differ) if differ else 'the same versions (an A/A comparison)'}"
+        ]
+
+    def compare_all(self, timeout_s: float) -> list[CaseResult]:
+        results = []
+        started = time.monotonic()
+        for index, spec in enumerate(self.specs):
+
+            def progress(result: CaseResult, index: int = index) -> None:
+                t = result.time
+                if t is not None:
+                    self.say(
+                        f"  [{index + 1}/{len(self.specs)}] {result.case}: {t.pairs} pairs, B/A {t.ratio:.3f} "
+                        f"[{t.low:.3f}, {t.high:.3f}] → {t.verdict}"
+                    )
+
+            result = compare_case(spec, self.sides, self.schedule, Tolerance(), timeout_s=timeout_s, progress=progress)
+            results.append(result)
+            self.say(
+                f"  [{index + 1}/{len(self.specs)}] {result.case}: {result.verdict}"
+                + (f" ({result.error})" if result.error else "")
+                + f" · {time.monotonic() - started:.0f} s"
+            )
+        return results
+
+    def close(self) -> None:
+        for side in self.sides:
+            side.close()
+
+    def payload(self, results: Sequence[CaseResult], wall_s: float) -> dict[str, Any]:
+        return {
+            "schema_version": AB_SCHEMA_VERSION,
+            "kind": "perfsuite-ab",
+            "date": now(),
+            "wall_s": wall_s,
+            "schedule": dataclasses.asdict(self.schedule),
+            "sides": {
+                side.name: {"env": side.env.label, "overlay": list(side.env.moved), "probe": side.probe}
+                for side in self.sides
+            },
+            "cases": [r.as_json() for r in results],
+            "verdicts": {v: sum(r.verdict == v for r in results) for v in _VERDICTS},
+        }
+
+    def finish(self, results: Sequence[CaseResult], args: argparse.Namespace, wall_s: float, console: Any) -> int:
+        from perfsuite.reports.ab import render_table, write_report
+
+        payload = self.payload(results, wall_s)
+        console.print(render_table(payload))
+        counts = payload["verdicts"]
+        line = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+        self.say(f"perfsuite ab: {line} of {len(results)} case(s) in {wall_s:.0f} s")
+        if args.json:
+            write_json_atomic(Path(args.json), payload)
+            self.say(f"wrote {args.json}")
+        if args.report:
+            write_report(payload, Path(args.report))
+            self.say(f"wrote {Path(args.report) / 'report.html'}")
+        if counts["cannot test"] == len(results):
+            return 3
+        return 1 if counts["regressed"] else 0
+
+
+_VERDICTS = ("regressed", "improved", "same", "undecided", "cannot test")

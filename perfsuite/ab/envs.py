@@ -1,0 +1,194 @@
+"""What a side of ``perfsuite ab`` runs in: an interpreter, a virtual environment, or requirement pins
+laid over the current environment (an *overlay*).
+
+An overlay is built the way the notes prescribe (docs/ab.md): resolve the whole set first
+(``uv pip install --dry-run`` of every installed distribution, the pinned ones at their
+pins, which keeps each installed version that still fits and moves only what must), then
+install exactly what moved, with no further resolution, into a cache directory keyed by
+that set (``--target``), which the side's workers put first on their path. A set that
+cannot resolve with the installed stack is an :class:`EnvError` naming uv's reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+_NOT_RESOLVED = frozenset({"perfsuite", "pip", "setuptools", "wheel", "uv"})
+"""Never part of an overlay's resolution: perfsuite itself (editable) and the installers."""
+
+_TORCH_ONLY = re.compile(r"^(nvidia-|cuda-|triton$)")
+"""What only torch's CUDA build pulls in: an overlay that would add it would replace the CPU torch."""
+
+
+class EnvError(Exception):
+    """A side that cannot be set up: one line saying why."""
+
+
+@dataclass(frozen=True)
+class Env:
+    """One side: the interpreter its workers run, and what goes first on their path."""
+
+    label: str
+    python: str
+    path: tuple[str, ...] = ()
+    pins: tuple[str, ...] = ()
+    """The requirements asked for (an overlay), checked against what the side's workers import."""
+    moved: tuple[str, ...] = field(default=(), compare=False)
+    """``name==version`` of everything the overlay holds (the asked-for pins and what moved with them)."""
+
+
+def split_spec(text: str) -> list[str]:
+    """``a==1,b==2`` → ``["a==1", "b==2"]``; a comma inside one specifier (``a>=1,<2``) stays."""
+    return [part.strip() for part in re.split(r",(?=\s*[A-Za-z])", text) if part.strip()]
+
+
+def parse_env(text: str, *, name: str) -> Env | list[Requirement]:
+    """An interpreter, a virtual environment's interpreter, ``current``, or the requirements of a spec."""
+    if text in ("current", "."):
+        return Env(label="current", python=sys.executable)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        python = path / "bin" / "python"
+        if not python.is_file():
+            raise EnvError(f"--{name} {text}: a directory without bin/python; give a virtual environment")
+        return Env(label=text, python=str(python))
+    if path.is_file():
+        if not os.access(path, os.X_OK):
+            raise EnvError(f"--{name} {text}: not executable; give a Python interpreter")
+        return Env(label=text, python=str(path))
+    if "/" in text or not re.search(r"[=<>~!]", text):
+        raise EnvError(
+            f"--{name} {text!r}: neither an interpreter, a virtual environment, 'current', "
+            "nor requirement pins such as transformers==4.57.6 or 'torch==2.12.0,accelerate==1.10.0'"
+        )
+    requirements = []
+    for part in split_spec(text):
+        try:
+            requirements.append(Requirement(part))
+        except InvalidRequirement as exc:
+            reason = str(exc).splitlines()[0]
+            raise EnvError(f"--{name} {text!r}: {part!r} is not a requirement ({reason})") from None
+    return requirements
+
+
+def _uv() -> str:
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if found is None:
+            raise EnvError("an overlay needs uv: pip install uv") from None
+        return found
+
+
+def installed() -> dict[str, str]:
+    """Every distribution of this environment, by normalised name."""
+    found: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(_normal(name), dist.version)
+    return found
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _local_free(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def resolve(requirements: list[Requirement], *, python: str = sys.executable) -> list[str]:
+    """``name==version`` of what must change in this environment for ``requirements`` to hold,
+    the whole installed set resolved together (:mod:`uv`'s dry run; nothing is installed)."""
+    present = installed()
+    asked = {_normal(r.name): str(r) for r in requirements}
+    lines = [asked.get(name, name) for name in sorted(present) if name not in _NOT_RESOLVED]
+    lines += [spec for name, spec in asked.items() if name not in present]
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as handle:
+        handle.write("\n".join(lines) + "\n")
+    try:
+        done = subprocess.run(
+            [_uv(), "pip", "install", "--dry-run", "--python", python, "-r", handle.name],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    finally:
+        Path(handle.name).unlink(missing_ok=True)
+    if done.returncode != 0:
+        reason = " ".join(line.strip() for line in done.stderr.splitlines() if line.strip() and "WARN" not in line)
+        raise EnvError(f"{', '.join(asked.values())} does not resolve with the installed stack: {reason[-600:]}")
+    moved = []
+    for line in done.stderr.splitlines() + done.stdout.splitlines():
+        match = re.match(r"^\s*\+\s+(\S+)==(\S+)", line)
+        if match:
+            name, version = _normal(match.group(1)), match.group(2)
+            if _local_free(present.get(name, "")) != _local_free(version):
+                moved.append(f"{name}=={version}")
+    torch_builds = [m for m in moved if _TORCH_ONLY.match(m) or m.startswith("torch==")]
+    if torch_builds and "torch" not in asked:
+        raise EnvError(
+            f"{', '.join(asked.values())} would replace the installed torch ({', '.join(torch_builds[:3])}, ...); "
+            "pin torch in the spec, or compare a virtual environment"
+        )
+    return sorted(moved)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("PERFSUITE_CACHE") or Path.home() / ".cache" / "perfsuite")
+
+
+def overlay(requirements: list[Requirement], *, label: str) -> Env:
+    """The overlay for ``requirements`` (built once per resolved set, then reused from the cache)."""
+    moved = resolve(requirements)
+    if not moved:
+        return Env(label=label, python=sys.executable, pins=tuple(str(r) for r in requirements))
+    key = hashlib.sha256(("\n".join([sys.version, *moved])).encode()).hexdigest()[:16]
+    target = cache_root() / "overlays" / key
+    if not (target / ".ready").is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{key}."))
+        done = subprocess.run(
+            [_uv(), "pip", "install", "--no-deps", "--target", str(scratch), "--python", sys.executable, *moved],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
+        )
+        if done.returncode != 0:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise EnvError(f"{label}: installing {' '.join(moved)} failed: {done.stderr.strip()[-600:]}")
+        (scratch / ".ready").write_text("\n".join(moved) + "\n")
+        shutil.rmtree(target, ignore_errors=True)
+        scratch.replace(target)
+    return Env(
+        label=label,
+        python=sys.executable,
+        path=(str(target),),
+        pins=tuple(str(r) for r in requirements),
+        moved=tuple(moved),
+    )
+
+
+def make_env(text: str, *, name: str) -> Env:
+    """The side ``--name text`` asks for, built (an overlay) where needed."""
+    parsed = parse_env(text, name=name)
+    if isinstance(parsed, Env):
+        return parsed
+    return overlay(parsed, label=text)

@@ -1,0 +1,147 @@
+"""``perfsuite bisect``'s driver: the good end's side kept running, each tested release an overlay of
+its own compared with it (:func:`perfsuite.ab.rounds.compare_case`), and the search of
+:mod:`perfsuite.ab.bisect` judging each by the metric asked."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from perfsuite.ab.bisect import Found, Judgement, Step, search
+from perfsuite.ab.compare import schedule_for
+from perfsuite.ab.envs import EnvError, make_env
+from perfsuite.ab.rounds import CaseResult, compare_case
+from perfsuite.ab.sides import Side
+from perfsuite.core.baselines import write_json_atomic
+from perfsuite.core.registry import matrix_cases
+from perfsuite.core.spec import CaseSpec, tier_spec
+from perfsuite.core.tolerance import Tolerance
+
+
+def case_spec(case_id: str, *, steps: int | None, threads: int) -> CaseSpec:
+    """The matrix case ``case_id`` as the tiers run it (``ValueError`` naming where to look when unknown)."""
+    from perfsuite.cli.common import load_project
+
+    load_project()
+    for case in matrix_cases():
+        spec = tier_spec(case.model, case.strategy, case.engine, world_size=case.world_size)
+        if spec.id == case_id:
+            overrides: dict[str, Any] = {"threads": threads}
+            if steps is not None:
+                overrides["steps"] = steps
+            return dataclasses.replace(spec, **overrides)
+    raise ValueError(f"no case {case_id!r} in the matrix; `python -m pytest --collect-only -q -m cpu` lists the ids")
+
+
+def changed(result: CaseResult, metric: str) -> bool | None:
+    """Whether ``result`` shows a change of ``metric`` (``None``: the time is undecided)."""
+    if metric == "time":
+        if result.time is None or result.time.verdict == "undecided":
+            return None
+        return result.time.verdict in ("slower", "faster")
+    wanted = "loss" if metric == "loss" else ("peak memory", "memory", "attention")
+    return any(not c.ok for c in result.checks if c.metric in wanted or c.metric.startswith("memory"))
+
+
+def evidence(result: CaseResult, metric: str) -> str:
+    if result.error:
+        return result.error
+    if metric == "time" and result.time is not None:
+        t = result.time
+        return f"time B/A {t.ratio:.3f} [{t.low:.3f}, {t.high:.3f}] over {t.pairs} pairs: {t.verdict}"
+    failing = [c.message for c in result.checks if not c.ok]
+    return "; ".join(failing) or f"{metric}: as the good end"
+
+
+@dataclasses.dataclass
+class Bisection:
+    args: argparse.Namespace
+    spec: CaseSpec
+    versions: list[str]
+    say: Callable[[str], None]
+
+    def _compare(self, good: Side, version: str) -> CaseResult:
+        if self.args.metric == "time":
+            schedule = schedule_for(
+                1, floor=self.args.floor, alpha=self.args.alpha, first=self.args.pairs, cap=self.args.max_pairs
+            )
+        else:  # memory and loss are deterministic on one stack: one pair says it
+            schedule = schedule_for(1, floor=self.args.floor, alpha=self.args.alpha, first=1, cap=1)
+        try:
+            side = Side(version, make_env(f"{self.args.package}=={version}", name="candidate"))
+        except EnvError as exc:
+            return CaseResult(case=self.spec.id, error=str(exc))
+        try:
+            side.check_pins()
+            return compare_case(self.spec, (good, side), schedule, Tolerance(), timeout_s=self.args.timeout or 600.0)
+        except EnvError as exc:
+            return CaseResult(case=self.spec.id, error=str(exc))
+        finally:
+            side.close()
+
+    def run(self) -> int:
+        package, metric = self.args.package, self.args.metric
+        try:
+            good = Side("good", make_env(f"{package}=={self.versions[0]}", name="good"))
+            good.check_pins()
+        except EnvError as exc:
+            self.say(f"perfsuite: cannot test the good end {self.versions[0]}: {exc}")
+            return 3
+        try:
+            ends = self._compare(good, self.versions[-1])
+            self.say(f"  {self.versions[-1]} (bad end): {evidence(ends, metric)}")
+            if ends.error:
+                self.say(f"perfsuite: cannot test the bad end {self.versions[-1]}: {ends.error}")
+                return 3
+            if not changed(ends, metric):
+                self.say(
+                    f"perfsuite: {self.versions[0]} and {self.versions[-1]} do not differ in {metric} "
+                    f"on {self.spec.id}; nothing to bisect"
+                )
+                self._write(None, ends)
+                return 0
+
+            def judge(version: str) -> tuple[Judgement, str]:
+                result = self._compare(good, version)
+                verdict = changed(result, metric)
+                judgement: Judgement = "cannot" if result.error or verdict is None else ("bad" if verdict else "good")
+                self.say(f"  {version}: {judgement}: {evidence(result, metric)}")
+                return judgement, evidence(result, metric)
+
+            found = search(self.versions, judge)
+        finally:
+            good.close()
+        self._write(found, ends)
+        if found.first_bad is not None:
+            self.say(
+                f"perfsuite: the first bad {package} is {found.first_bad} (last good {found.last_good}) "
+                f"for {self.spec.id}'s {metric}"
+            )
+            return 0
+        self.say(
+            f"perfsuite: the first bad {package} is one of {', '.join(found.candidates)}; "
+            "the others in between could not be tested"
+        )
+        return 1
+
+    def _write(self, found: Found | None, ends: CaseResult) -> None:
+        if not self.args.json:
+            return
+        steps: list[Step] = found.steps if found else []
+        write_json_atomic(
+            Path(self.args.json),
+            {
+                "kind": "perfsuite-bisect",
+                "package": self.args.package,
+                "case": self.spec.id,
+                "metric": self.args.metric,
+                "versions": self.versions,
+                "ends": ends.as_json(),
+                "steps": [dataclasses.asdict(s) for s in steps],
+                "first_bad": found.first_bad if found else None,
+                "candidates": found.candidates if found else [],
+            },
+        )

@@ -1,0 +1,103 @@
+"""A side of a comparison as a running process: :mod:`perfsuite.worker.serve` in the side's
+environment, asked to probe itself and to run cases (each in a fresh worker of its own forkserver)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from typing import Any
+
+from packaging.requirements import Requirement
+
+from perfsuite.ab.envs import Env, EnvError, cache_root
+
+
+class Side:
+    """One long-lived server per side; both sides' cases cost the same start-up."""
+
+    def __init__(self, name: str, env: Env) -> None:
+        self.name = name
+        self.env = env
+        environ = dict(os.environ)
+        if env.path:
+            environ["PYTHONPATH"] = os.pathsep.join([*env.path, *filter(None, [environ.get("PYTHONPATH")])])
+        self.proc = subprocess.Popen(  # noqa: S603 - the side's own interpreter, by design
+            [env.python, "-m", "perfsuite.worker.serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=environ,
+        )
+        names = [Requirement(pin).name for pin in env.pins]
+        self.probe: dict[str, Any] = self._ask({"op": "probe", "names": names})["probe"]
+        self.extensions = self._extensions_dir()
+
+    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
+        if not line:
+            code = self.proc.poll()
+            raise EnvError(
+                f"{self.name} ({self.env.label}): its worker did not start (exit {code}); "
+                f"does `{self.env.python} -c 'import perfsuite.worker.serve'` work?"
+            )
+        answer: dict[str, Any] = json.loads(line)
+        if not answer.get("ok"):
+            raise EnvError(f"{self.name} ({self.env.label}): {answer.get('error')}")
+        return answer
+
+    def _extensions_dir(self) -> str:
+        """A torch extensions directory per DeepSpeed and torch version: no side loads another's CPU Adam."""
+        libs = self.probe["libraries"]
+        key = "-".join(f"{name}{(libs.get(name) or {}).get('version', 'none')}" for name in ("deepspeed", "torch"))
+        return str(cache_root() / "torch-extensions" / re.sub(r"[^\w.+-]", "_", key))
+
+    def versions(self) -> dict[str, str | None]:
+        return {name: (lib or {}).get("version") for name, lib in self.probe["libraries"].items()}
+
+    def check_pins(self) -> None:
+        """Refuse a side whose workers do not import what its overlay pinned."""
+        for pin in self.env.pins:
+            requirement = Requirement(pin)
+            lib = self.probe["libraries"].get(requirement.name)
+            version = (lib or {}).get("version")
+            if version is None or not requirement.specifier.contains(version.split("+")[0], prereleases=True):
+                where = (lib or {}).get("file") or "nowhere"
+                raise EnvError(
+                    f"{self.name}: the overlay did not take: its workers see {requirement.name} {version} "
+                    f"(from {where}), not {requirement.specifier}"
+                )
+            moved = {m.split("==")[0] for m in self.env.moved}
+            overlaid = self.env.path and requirement.name.lower().replace("_", "-") in moved
+            if overlaid and not str((lib or {}).get("file") or "").startswith(self.env.path[0]):
+                raise EnvError(
+                    f"{self.name}: {requirement.name} imports from {lib and lib.get('file')}, not the overlay"
+                )
+
+    def run(self, spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        record: dict[str, Any] = self._ask(
+            {"op": "run", "spec": spec, "timeout_s": timeout_s, "env": {"TORCH_EXTENSIONS_DIR": self.extensions}}
+        )["record"]
+        return record
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None and self.proc.stdin is not None:
+                self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                self.proc.stdin.flush()
+            self.proc.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()

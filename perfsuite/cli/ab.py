@@ -1,0 +1,91 @@
+"""``perfsuite ab``: two environments side by side on this machine, case by case, with paired statistics.
+
+Exit codes: 0 nothing regressed, 1 a case regressed (slower, more memory, or another loss),
+2 bad arguments, 3 a side cannot be tested (it did not install or import; the error is shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from perfsuite.cli.run import add_selection, select
+from perfsuite.options import at_least, not_a_file, output_file
+
+EXIT_CANNOT_TEST = 3
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must lie in [0, 1) (0.03 is 3%)")
+    return value
+
+
+def _alpha(text: str) -> float:
+    value = _fraction(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be above 0")
+    return value
+
+
+def add_parser(sub: Any) -> None:
+    ab = sub.add_parser("ab", help="compare two environments side by side: time, memory and loss per case")
+    ab.add_argument(
+        "--base",
+        required=True,
+        metavar="ENV",
+        help="an interpreter, a virtual environment, 'current', or pins over this environment "
+        "(transformers==4.57.6, or 'torch==2.12.0,accelerate==1.10.0')",
+    )
+    ab.add_argument("--candidate", required=True, metavar="ENV", help="the same kinds as --base")
+    add_selection(ab)
+    ab.add_argument("--floor", type=_fraction, default=0.03, help="smallest time change called (default 0.03: 3%%)")
+    ab.add_argument(
+        "--alpha", type=_alpha, default=0.05, help="false-alarm rate over all cases together (default 0.05)"
+    )
+    ab.add_argument("--pairs", type=at_least(1), help="pairs before the first verdict (default: the fewest that can)")
+    ab.add_argument("--max-pairs", type=at_least(1), help="cap while undecided (default: the first + 8)")
+    ab.add_argument("--json", type=output_file, help="write every pair, figure and verdict to this JSON file")
+    ab.add_argument("--report", type=not_a_file, metavar="DIR", help="write report.html and summary.md there")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from perfsuite.ab.compare import AbRun, Failed
+    from perfsuite.ab.envs import EnvError, parse_env
+
+    console = Console(stderr=True)
+
+    def say(line: str) -> None:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    try:
+        if args.threads is None:
+            args.threads = 1  # the CPU tier's: the other core absorbs the machine's own work
+        specs, device_type, defaults, note = select(args)
+        for name in ("base", "candidate"):
+            parse_env(getattr(args, name), name=name)  # bad input: before anything is installed
+        if args.max_pairs is not None and args.pairs is not None and args.max_pairs < args.pairs:
+            raise ValueError(f"--max-pairs {args.max_pairs} is below --pairs {args.pairs}")
+    except (ValueError, EnvError) as exc:
+        say(f"perfsuite: error: {exc}")
+        return 2
+    if note:
+        say(note)
+    started = time.monotonic()
+    try:
+        ab_run = AbRun.start(args, specs, say)
+    except Failed as exc:
+        say(f"perfsuite: cannot test: {exc}")
+        return EXIT_CANNOT_TEST
+    try:
+        results = ab_run.compare_all(args.timeout or defaults.timeout)
+    finally:
+        ab_run.close()
+    return ab_run.finish(results, args, time.monotonic() - started, console)

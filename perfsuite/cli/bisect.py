@@ -1,0 +1,56 @@
+"""``perfsuite bisect PACKAGE --good V1 --bad V2 --case ID``: which release changed the case.
+
+Exit codes: 0 found (or the two ends do not differ: said so), 1 untestable releases leave a
+range, 2 bad arguments, 3 an end cannot be tested.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from perfsuite.options import at_least, output_file, positive_seconds
+
+METRICS = ("time", "memory", "loss")
+
+
+def add_parser(sub: Any) -> None:
+    from perfsuite.cli.ab import _alpha, _fraction
+
+    bisect = sub.add_parser("bisect", help="find the release of a package that changed a case's time, memory or loss")
+    bisect.add_argument("package", help="the package to bisect (transformers, accelerate, peft, ...)")
+    bisect.add_argument("--good", required=True, metavar="V1", help="a release where the case is as it should be")
+    bisect.add_argument("--bad", required=True, metavar="V2", help="a release where it changed")
+    bisect.add_argument("--case", required=True, help="a case id, as `perfsuite run` and the tests name it")
+    bisect.add_argument("--metric", choices=METRICS, default="time", help="what changed (default: time)")
+    bisect.add_argument("--pre", action="store_true", help="also test pre-releases between the two")
+    bisect.add_argument("--steps", type=at_least(1), help="timed optimizer steps per run (default: the device's)")
+    bisect.add_argument("--threads", type=at_least(1), default=1, help="torch threads per case (default 1)")
+    bisect.add_argument("--floor", type=_fraction, default=0.03, help="smallest time change called (default 3%%)")
+    bisect.add_argument("--alpha", type=_alpha, default=0.05, help="false-alarm rate per comparison (default 0.05)")
+    bisect.add_argument("--pairs", type=at_least(2), help="pairs before the first verdict (default: the fewest)")
+    bisect.add_argument("--max-pairs", type=at_least(2), help="cap while undecided (default: the first + 8)")
+    bisect.add_argument("--timeout", type=positive_seconds, help="seconds before a run is killed")
+    bisect.add_argument("--json", type=output_file, help="write the steps and the answer to this JSON file")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from perfsuite.ab.bisect import BisectError, between, check_order, index_versions
+    from perfsuite.ab.runner import Bisection, case_spec
+
+    console = Console(stderr=True)
+
+    def say(line: str) -> None:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    try:
+        check_order(args.good, args.bad)
+        spec = case_spec(args.case, steps=args.steps, threads=args.threads)
+        versions = between(index_versions(args.package), args.good, args.bad, pre=args.pre)
+    except (BisectError, ValueError) as exc:
+        say(f"perfsuite: error: {exc}")
+        return 2
+    say(f"perfsuite: {args.package}: {len(versions)} releases from {versions[0]} (good) to {versions[-1]} (bad)")
+    return Bisection(args, spec, versions, say).run()

@@ -1,0 +1,29 @@
+"""One metric of one case against its baseline: what every gate returns. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Check:
+    """One metric of one case against its baseline."""
+
+    metric: str
+    ok: bool
+    baseline: str
+    measured: str
+    change: str
+    tolerance: str
+    message: str
+    """Empty when ``ok`` and compared; otherwise the whole explanation, naming the case."""
+    compared: bool = True
+    """False when there was nothing to compare with (no step time recorded for this time class)."""
+    rel: float | None = None
+    """The signed relative change the gate judged (the loss: at its worst step), for reports and history."""
+    limit: float | None = None
+    """The relative tolerance it was judged against: a compared check passes exactly when ``|rel| <= limit``."""
+    raw_rel: float | None = None
+    """Step time: the change against the baseline alone, before the session's drift is taken out."""
+    drift: float | None = None
+    """Step time: the session's drift it was gated against (``None`` when it was gated on its own change)."""

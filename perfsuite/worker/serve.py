@@ -1,0 +1,89 @@
+"""One side of a side-by-side comparison (``perfsuite ab``): a long-lived process in that side's
+environment that runs cases on request, each in a fresh worker from its own forkserver.
+
+``python -m perfsuite.worker.serve``, started by :mod:`perfsuite.ab.sides` with the side's
+interpreter and path. It reads one JSON request per line on stdin and answers one JSON
+line on its protocol stream (the original stdout; anything else printed goes to stderr):
+
+- ``{"op": "probe", "names": [...]}``: this environment as its workers see it: the interpreter, and per
+  library its version and the file it imports from, so an overlay that did not take is
+  caught before anything is compared;
+- ``{"op": "run", "spec": {...CaseSpec fields}, "timeout_s": T, "env": {...}}``: the case's record
+  (:func:`perfsuite.worker.process.run_isolated`; a crash or hang is a failed record);
+- ``{"op": "exit"}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import sys
+from importlib import metadata
+from typing import IO, Any
+
+from perfsuite.core.provenance import LIBRARIES
+from perfsuite.core.spec import CaseSpec
+
+_IMPORT_NAMES = {"lion-pytorch": "lion_pytorch", "galore-torch": "galore_torch"}
+
+
+def probe(names: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """The interpreter and, per library (perfsuite's and ``names``), ``{"version", "file"}``
+    (``None`` when absent); nothing is imported."""
+    libraries: dict[str, dict[str, str | None] | None] = {}
+    for name in dict.fromkeys((*LIBRARIES, "huggingface_hub", "tokenizers", "peft", *names)):
+        try:
+            version: str | None = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            libraries[name] = None
+            continue
+        module = _IMPORT_NAMES.get(name, name.replace("-", "_"))
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            found = None
+        libraries[name] = {"version": version, "file": found.origin if found is not None else None}
+    return {"python": sys.executable, "version": sys.version.split()[0], "pid": os.getpid(), "libraries": libraries}
+
+
+def _spec(fields: dict[str, Any]) -> CaseSpec:
+    known = {f.name for f in dataclasses.fields(CaseSpec) if f.init}
+    return CaseSpec(**{k: v for k, v in fields.items() if k in known})
+
+
+def _answer(request: dict[str, Any]) -> dict[str, Any]:
+    if request.get("op") == "probe":
+        return {"ok": True, "probe": probe(request.get("names", ()))}
+    if request.get("op") == "run":
+        from perfsuite.worker.process import run_isolated
+
+        spec, env = _spec(request["spec"]), dict(request.get("env") or {})
+        record = run_isolated(spec, timeout_s=float(request["timeout_s"]), env=env)
+        return {"ok": True, "record": record}
+    return {"ok": False, "error": f"unknown request {request.get('op')!r}"}
+
+
+def serve(requests: IO[str], answers: IO[str]) -> None:
+    for line in requests:
+        request = json.loads(line)
+        if request.get("op") == "exit":
+            return
+        try:
+            answer = _answer(request)
+        except Exception as exc:  # a bad request, not a case's fault: say so and go on
+            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        answers.write(json.dumps(answer, default=str) + "\n")
+        answers.flush()
+
+
+def main() -> None:
+    # The protocol keeps the original stdout; what libraries print at import goes to stderr.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    serve(sys.stdin, answers)
+
+
+if __name__ == "__main__":
+    main()

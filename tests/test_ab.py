@@ -1,0 +1,137 @@
+"""``perfsuite ab`` and ``perfsuite bisect``: what a side is, overlays, the search, and a short A/A
+run end to end. The comparisons' false-alarm rate and sensitivity are measured in docs/ab.md,
+not here (benchmarks/ab)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfsuite.ab.bisect import BisectError, Judgement, between, search
+from perfsuite.ab.envs import Env, EnvError, parse_env, resolve, split_spec
+from perfsuite.cli import main
+
+RELEASES = ["4.44.0", "4.45.0", "4.45.1", "4.46.0rc1", "4.46.0", "4.46.1", "4.47.0", "4.48.0"]
+
+
+def test_a_side_is_an_interpreter_a_venv_current_or_pins(tmp_path: Path) -> None:
+    assert parse_env("current", name="base") == Env(label="current", python=sys.executable)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    assert isinstance(parse_env(str(venv), name="base"), Env)
+    pins = parse_env("torch==2.12.0,accelerate==1.10.0", name="candidate")
+    assert [str(r) for r in pins] == ["torch==2.12.0", "accelerate==1.10.0"]  # type: ignore[union-attr]
+    assert split_spec("transformers>=4.46,<5,peft==0.13.2") == ["transformers>=4.46,<5", "peft==0.13.2"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("nothing", "neither an interpreter"),
+        ("./no/such/python", "neither an interpreter"),
+        ("transformers==", "is not a requirement"),
+    ],
+)
+def test_a_side_that_is_none_of_those_is_one_clear_line(text: str, message: str) -> None:
+    with pytest.raises(EnvError, match=message):
+        parse_env(text, name="base")
+
+
+def test_a_directory_without_an_interpreter_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(EnvError, match="without bin/python"):
+        parse_env(str(tmp_path), name="base")
+
+
+def test_an_overlay_resolves_the_whole_installed_set() -> None:
+    # transformers 4.x needs huggingface_hub < 1.0: resolving the whole set moves it too.
+    moved = resolve(parse_env("transformers==4.57.6", name="candidate"))  # type: ignore[arg-type]
+    names = {m.split("==")[0] for m in moved}
+    assert "transformers==4.57.6" in moved
+    assert "huggingface-hub" in names
+    assert "torch" not in names
+
+
+def test_a_spec_that_conflicts_with_the_installed_stack_is_a_clear_error() -> None:
+    with pytest.raises(EnvError, match="does not resolve with the installed stack"):
+        resolve(parse_env("transformers==4.57.6,huggingface-hub==1.0.0", name="candidate"))  # type: ignore[arg-type]
+
+
+def test_releases_between_two_skip_pre_releases_and_keep_the_order_asked() -> None:
+    assert between(RELEASES, "4.45.0", "4.47.0") == ["4.45.0", "4.45.1", "4.46.0", "4.46.1", "4.47.0"]
+    assert "4.46.0rc1" in between(RELEASES, "4.45.0", "4.47.0", pre=True)
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "message"),
+    [
+        ("4.46.0", "4.46.0", "both"),
+        ("4.46.0", "9.9.9", "not a release"),
+        ("4.46.0", "4.46.1", "no release between"),
+        ("4.46.0", "banana", "not a version"),
+        ("4.47.0", "4.45.1", "wrong order"),
+    ],
+)
+def test_bad_version_ranges_are_refused(good: str, bad: str, message: str) -> None:
+    with pytest.raises(BisectError, match=message):
+        between(RELEASES, good, bad)
+
+
+def _judge(first_bad: str, untestable: set[str], seen: list[str]):  # type: ignore[no-untyped-def]
+    order = [f"1.{i}" for i in range(20)]
+
+    def judge(version: str) -> tuple[Judgement, str]:
+        seen.append(version)
+        if version in untestable:
+            return "cannot", "did not install"
+        return ("bad" if order.index(version) >= order.index(first_bad) else "good"), "fake"
+
+    return order, judge
+
+
+@pytest.mark.parametrize("first_bad", ["1.1", "1.7", "1.13", "1.19"])
+def test_the_search_finds_the_first_bad_release(first_bad: str) -> None:
+    seen: list[str] = []
+    order, judge = _judge(first_bad, set(), seen)
+    found = search(order, judge)
+    assert found.first_bad == first_bad
+    assert len(seen) <= 5  # log2(18) rounded up
+
+
+def test_the_search_steps_around_a_release_that_cannot_be_tested() -> None:
+    seen: list[str] = []
+    order, judge = _judge("1.9", {"1.9", "1.10"}, seen)
+    found = search(order, judge)
+    assert found.first_bad == "1.9" or found.candidates == ["1.9", "1.10", "1.11"]
+    assert {"cannot"} <= {s.judgement for s in found.steps}
+    seen.clear()
+    order, judge = _judge("1.8", {"1.9"}, seen)
+    assert search(order, judge).first_bad == "1.8"
+
+
+def test_untestable_releases_leave_a_range_said_so() -> None:
+    order, judge = _judge("1.5", {"1.4", "1.5", "1.6"}, [])
+    found = search(order[3:8], judge)  # 1.3 good ... 1.7 bad, everything between untestable
+    assert found.first_bad is None
+    assert found.candidates == ["1.4", "1.5", "1.6", "1.7"]
+
+
+def test_an_a_a_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ab.json"
+    args = ["ab", "--base", "current", "--candidate", "current", "--models", "tiny-bert", "--strategies", "vanilla"]
+    args += ["--pairs", "2", "--max-pairs", "2", "--steps", "4"]
+    code = main([*args, "--json", str(out), "--report", str(tmp_path)])
+    assert code == 0
+    payload = json.loads(out.read_text())
+    (case,) = payload["cases"]
+    # Two pairs cannot reach 95%: undecided, never a guess; memory and loss identical on one stack.
+    assert case["verdict"] == "undecided"
+    assert len(case["ratios"]) == 2
+    assert case["memory"]["a"] == case["memory"]["b"] > 0
+    assert case["loss"]["max_abs_diff"] == 0
+    assert payload["sides"]["base"]["probe"]["libraries"]["torch"]["version"]
+    assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")
+    assert "no regression" in capsys.readouterr().err

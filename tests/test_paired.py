@@ -1,0 +1,106 @@
+"""The paired statistics of ``perfsuite ab`` on known distributions (perfsuite.core.paired)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from perfsuite.core.paired import (
+    case_confidence,
+    decide,
+    hodges_lehmann,
+    log_ratios,
+    min_pairs,
+    next_pairs,
+    signed_rank_interval,
+)
+
+
+def _pairs(shift: float, noise: float, n: int, seed: int) -> list[float]:
+    """Log ratios of ``n`` pairs: B is ``shift`` slower than A, each run ``noise`` (relative sd) apart."""
+    rng = random.Random(seed)
+    a = [1.0 * math.exp(rng.gauss(0, noise)) for _ in range(n)]
+    b = [(1 + shift) * math.exp(rng.gauss(0, noise)) for _ in range(n)]
+    return log_ratios(a, b)
+
+
+def test_hodges_lehmann_and_the_exact_interval_on_a_known_sample() -> None:
+    d = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+    assert hodges_lehmann(d) == pytest.approx(0.55)
+    # n = 10 at 95%: the 9th smallest and 9th largest of the 55 Walsh averages (critical value 9).
+    low, high = signed_rank_interval(d, 0.95)
+    assert low == pytest.approx(0.3)
+    assert high == pytest.approx(0.8)
+
+
+def test_too_few_pairs_are_undecided_never_a_guess() -> None:
+    assert min_pairs(0.95) == 6  # 2 / 2**6 < 0.05 <= 2 / 2**5
+    d = _pairs(0.20, 0.01, 5, seed=1)  # clearly slower, but 5 pairs cannot reach 95%
+    result = decide(d, floor=0.03, confidence=0.95)
+    assert result.verdict == "undecided"
+    assert (result.low, result.high) == (0.0, math.inf)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_a_stays_same(seed: int) -> None:
+    result = decide(_pairs(0.0, 0.01, 16, seed), floor=0.03, confidence=0.99)
+    assert result.verdict == "same", result
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_shifted_sample_is_slower_and_the_mirror_faster(seed: int) -> None:
+    slower = decide(_pairs(0.05, 0.01, 12, seed), floor=0.03, confidence=0.99)
+    assert slower.verdict == "slower"
+    assert 1.0 < slower.low < slower.ratio < slower.high
+    faster = decide(_pairs(-0.05, 0.01, 12, seed), floor=0.03, confidence=0.99)
+    assert faster.verdict == "faster"
+
+
+def test_a_change_below_the_floor_is_same_once_the_interval_is_tight() -> None:
+    assert decide(_pairs(0.01, 0.002, 16, 3), floor=0.03, confidence=0.99).verdict == "same"
+
+
+def test_wide_noise_is_undecided_until_more_pairs_decide() -> None:
+    d = _pairs(0.05, 0.06, 40, seed=7)
+    assert decide(d[:8], floor=0.03, confidence=0.99).verdict == "undecided"
+
+
+def test_the_confidence_is_corrected_for_the_number_of_cases() -> None:
+    assert case_confidence(1) == pytest.approx(0.95)
+    assert case_confidence(50) == pytest.approx(0.999)
+    assert min_pairs(case_confidence(10)) == 9
+    with pytest.raises(ValueError, match="at least one case"):
+        case_confidence(0)
+
+
+def test_false_alarms_over_many_cases_stay_rare() -> None:
+    # 50 cases of A/A at the corrected confidence, 200 times: a false alarm in at most a few comparisons.
+    confidence = case_confidence(50)
+    alarms = 0
+    rng = random.Random(0)
+    for _ in range(200):
+        verdicts = [
+            decide(_pairs(0.0, 0.03, 12, rng.randrange(10**9)), floor=0.03, confidence=confidence).verdict
+            for _ in range(50)
+        ]
+        alarms += any(v in ("slower", "faster") for v in verdicts)
+    assert alarms <= 10  # 5% of 200
+
+
+def test_the_schedule_starts_extends_while_undecided_and_stops_at_the_cap() -> None:
+    assert next_pairs(0, "undecided", first=6, step=2, cap=12) == 6
+    assert next_pairs(6, "undecided", first=6, step=2, cap=12) == 2
+    assert next_pairs(6, "same", first=6, step=2, cap=12) == 0
+    assert next_pairs(11, "undecided", first=6, step=2, cap=12) == 1
+    assert next_pairs(12, "undecided", first=6, step=2, cap=12) == 0
+
+
+def test_bad_inputs_are_errors() -> None:
+    with pytest.raises(ValueError, match="a pair needs one of each"):
+        log_ratios([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        signed_rank_interval([0.1] * 8, 1.0)
+    with pytest.raises(ValueError, match="no pairs"):
+        hodges_lehmann([])
