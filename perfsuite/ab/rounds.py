@@ -151,6 +151,9 @@ def compare_case(
             # The first pair profiles memory and loss; the rest only time.
             run_fields = fields if index == 0 else {**fields, "profile": False}
             order = (0, 1) if index % 2 == 0 else (1, 0)
+            if index > 0:  # each pair on new forkservers: no side keeps one memory layout's bias
+                for side in sides:
+                    side.reset()
             records: dict[int, dict[str, Any]] = {}
             for which in order:
                 record = sides[which].run(run_fields, timeout_s)

@@ -32,7 +32,11 @@ class Side:
             env=environ,
         )
         names = [Requirement(pin).name for pin in env.pins]
-        self.probe: dict[str, Any] = self._ask({"op": "probe", "names": names})["probe"]
+        try:
+            self.probe: dict[str, Any] = self._ask({"op": "probe", "names": names})["probe"]
+        except EnvError:
+            self.close()
+            raise
         self.extensions = self._extensions_dir()
 
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -82,6 +86,10 @@ class Side:
                 raise EnvError(
                     f"{self.name}: {requirement.name} imports from {lib and lib.get('file')}, not the overlay"
                 )
+
+    def reset(self) -> None:
+        """A new forkserver (and so a new address-space layout) for the runs that follow."""
+        self._ask({"op": "reset"})
 
     def run(self, spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         record: dict[str, Any] = self._ask(

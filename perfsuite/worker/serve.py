@@ -10,6 +10,11 @@ line on its protocol stream (the original stdout; anything else printed goes to 
   caught before anything is compared;
 - ``{"op": "run", "spec": {...CaseSpec fields}, "timeout_s": T, "env": {...}}``: the case's record
   (:func:`perfsuite.worker.process.run_isolated`; a crash or hang is a failed record);
+- ``{"op": "reset"}``: stop this side's forkserver, so the next run starts a new one: a new
+  interpreter, so a new randomised address-space layout, which every worker forked from it
+  inherits. Kept, one layout would bias every run of the side by a few percent (measured
+  in docs/ab.md: an A/A comparison called a case 4% faster); renewed before each pair, the
+  layout's effect is noise that the pairs average out;
 - ``{"op": "exit"}``.
 """
 
@@ -56,6 +61,13 @@ def _spec(fields: dict[str, Any]) -> CaseSpec:
 def _answer(request: dict[str, Any]) -> dict[str, Any]:
     if request.get("op") == "probe":
         return {"ok": True, "probe": probe(request.get("names", ()))}
+    if request.get("op") == "reset":
+        import multiprocessing.forkserver
+
+        stop = getattr(multiprocessing.forkserver._forkserver, "_stop", None)
+        if stop is not None:
+            stop()
+        return {"ok": True, "reset": stop is not None}
     if request.get("op") == "run":
         from perfsuite.worker.process import run_isolated
 

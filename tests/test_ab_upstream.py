@@ -1,0 +1,63 @@
+"""Two real upstream regressions, each caught by ``perfsuite ab`` between the released versions and
+located by ``perfsuite bisect`` (nightly: each installs overlays of transformers from the index).
+
+- transformers 5.0.0 dropped GPT-2's scaled ``c_proj`` initialisation (std 0.02 instead of
+  0.02 / sqrt(2 · n_layer)): the seeded loss curve of a GPT-2 built from its config moves
+  (huggingface/transformers#47458, fixed in 5.15.0 by #47459).
+- transformers 4.47.0 called ``compute_loss`` without ``num_items_in_batch`` for models that
+  take loss kwargs: under gradient accumulation the Trainer's loss is the accumulation count
+  times too large and clipping changes the training (fixed in 4.47.1 by #35113 and #35121;
+  back in 4.48.0, huggingface/transformers#35663).
+
+The commands and their output are in docs/ab.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfsuite.cli import main
+
+pytestmark = [pytest.mark.cpu, pytest.mark.nightly]
+
+
+def _ab(tmp_path: Path, base: str, candidate: str, model: str, strategy: str, engine: str) -> dict:  # type: ignore[type-arg]
+    out = tmp_path / "ab.json"
+    args = ["ab", "--base", base, "--candidate", candidate, "--models", model, "--strategies", strategy]
+    code = main([*args, "--engine", engine, "--pairs", "1", "--max-pairs", "1", "--json", str(out)])
+    assert code == 1
+    (case,) = json.loads(out.read_text())["cases"]
+    return case  # type: ignore[no-any-return]
+
+
+def test_gpt2_init_in_transformers_5_changes_the_loss(tmp_path: Path) -> None:
+    case = _ab(tmp_path, "transformers==4.57.6", "transformers==5.0.0", "tiny-gpt2", "vanilla", "loop")
+    assert case["verdict"] == "regressed"
+    assert [c["metric"] for c in case["checks"] if not c["ok"]] == ["loss"]
+    assert case["loss"]["a"][0] == case["loss"]["b"][0]  # the same first step; the curves part after it
+    assert case["loss"]["max_abs_diff"] > 0.01
+
+
+def test_bisect_names_5_0_0_for_the_gpt2_init(tmp_path: Path) -> None:
+    out = tmp_path / "bisect.json"
+    args = ["bisect", "transformers", "--good", "4.57.6", "--bad", "5.2.0", "--case", "tiny-gpt2-vanilla"]
+    assert main([*args, "--metric", "loss", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["first_bad"] == "5.0.0"
+
+
+def test_trainer_loss_under_accumulation_in_4_47_0(tmp_path: Path) -> None:
+    case = _ab(tmp_path, "transformers==4.46.3", "transformers==4.47.0", "tiny-llama", "grad_accum", "trainer")
+    assert case["verdict"] == "regressed"
+    # About gradient_accumulation_steps = 4 times the loss (measured: 33.19 against 8.09 at step 0; not
+    # exactly 4: each micro-batch's mean replaces the mean over the accumulated tokens).
+    assert 3.5 < case["loss"]["b"][0] / case["loss"]["a"][0] < 4.5
+
+
+def test_bisect_names_4_47_0_for_the_accumulated_loss(tmp_path: Path) -> None:
+    out = tmp_path / "bisect.json"
+    args = ["bisect", "transformers", "--good", "4.46.3", "--bad", "4.48.0", "--case", "tiny-llama-grad_accum-trainer"]
+    assert main([*args, "--metric", "loss", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["first_bad"] == "4.47.0"
