@@ -37,7 +37,7 @@ def test_gpt2_init_in_transformers_5_changes_the_loss(tmp_path: Path) -> None:
     case = _ab(tmp_path, "transformers==4.57.6", "transformers==5.0.0", "tiny-gpt2", "vanilla", "loop")
     assert case["verdict"] == "regressed"
     assert [c["metric"] for c in case["checks"] if not c["ok"]] == ["loss"]
-    assert case["loss"]["a"][0] == case["loss"]["b"][0]  # the same first step; the curves part after it
+    assert case["memory"]["a"] == pytest.approx(case["memory"]["b"], abs=64)  # the same model, other weights
     assert case["loss"]["max_abs_diff"] > 0.01
 
 
