@@ -96,3 +96,22 @@ REPEATS: dict[str, Any] = {
     "metavar": "N",
     "help": "runs per case when refreshing; their spread sets the time tolerance (default 3)",
 }
+
+
+def fraction(text: str) -> float:
+    """A share in [0, 1) (``0.03``: 3%), for ``--floor``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must lie in [0, 1) (0.03 is 3%)")
+    return value
+
+
+def positive_fraction(text: str) -> float:
+    """A share in (0, 1), for ``--alpha``."""
+    value = fraction(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be above 0")
+    return value

@@ -68,8 +68,9 @@ class AbRun:
         return run
 
     def version_lines(self) -> list[str]:
-        a, b = self.sides[0].versions(), self.sides[1].versions()
-        differ = [f"{n} {a.get(n)} → {b.get(n)}" for n in dict.fromkeys([*a, *b]) if a.get(n) != b.get(n)]
+        from perfsuite.reports.ab import differing
+
+        differ = differing(self.sides[0].versions(), self.sides[1].versions())
         return [
             f"perfsuite: base → candidate: {', '.join(differ) if differ else 'the same versions (an A/A comparison)'}"
         ]

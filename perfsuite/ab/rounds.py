@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -172,10 +171,3 @@ def compare_case(
         progress(result)
     return result
 
-
-def summary_ratio(result: CaseResult) -> float | None:
-    """The plain median of the per-pair ratios (a cross-check of the estimate)."""
-    if not result.times_a:
-        return None
-    ratios = [b / a for a, b in zip(result.times_a, result.times_b, strict=True)]
-    return math.exp(statistics.median(math.log(r) for r in ratios))

@@ -11,26 +11,9 @@ import time
 from typing import Any
 
 from perfsuite.cli.run import add_selection, select
-from perfsuite.options import at_least, not_a_file, output_file
+from perfsuite.options import at_least, fraction, not_a_file, output_file, positive_fraction
 
 EXIT_CANNOT_TEST = 3
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must lie in [0, 1) (0.03 is 3%)")
-    return value
-
-
-def _alpha(text: str) -> float:
-    value = _fraction(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be above 0")
-    return value
 
 
 def add_parser(sub: Any) -> None:
@@ -44,9 +27,9 @@ def add_parser(sub: Any) -> None:
     )
     ab.add_argument("--candidate", required=True, metavar="ENV", help="the same kinds as --base")
     add_selection(ab)
-    ab.add_argument("--floor", type=_fraction, default=0.03, help="smallest time change called (default 0.03: 3%%)")
+    ab.add_argument("--floor", type=fraction, default=0.03, help="smallest time change called (default 0.03: 3%%)")
     ab.add_argument(
-        "--alpha", type=_alpha, default=0.05, help="false-alarm rate over all cases together (default 0.05)"
+        "--alpha", type=positive_fraction, default=0.05, help="false-alarm rate over all cases together (default 0.05)"
     )
     ab.add_argument("--pairs", type=at_least(1), help="pairs before the first verdict (default: the fewest that can)")
     ab.add_argument("--max-pairs", type=at_least(1), help="cap while undecided (default: the first + 8)")

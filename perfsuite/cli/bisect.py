@@ -9,14 +9,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from perfsuite.options import at_least, output_file, positive_seconds
+from perfsuite.options import at_least, fraction, output_file, positive_fraction, positive_seconds
 
 METRICS = ("time", "memory", "loss")
 
 
 def add_parser(sub: Any) -> None:
-    from perfsuite.cli.ab import _alpha, _fraction
-
     bisect = sub.add_parser("bisect", help="find the release of a package that changed a case's time, memory or loss")
     bisect.add_argument("package", help="the package to bisect (transformers, accelerate, peft, ...)")
     bisect.add_argument("--good", required=True, metavar="V1", help="a release where the case is as it should be")
@@ -26,8 +24,10 @@ def add_parser(sub: Any) -> None:
     bisect.add_argument("--pre", action="store_true", help="also test pre-releases between the two")
     bisect.add_argument("--steps", type=at_least(1), help="timed optimizer steps per run (default: the device's)")
     bisect.add_argument("--threads", type=at_least(1), default=1, help="torch threads per case (default 1)")
-    bisect.add_argument("--floor", type=_fraction, default=0.03, help="smallest time change called (default 3%%)")
-    bisect.add_argument("--alpha", type=_alpha, default=0.05, help="false-alarm rate per comparison (default 0.05)")
+    bisect.add_argument("--floor", type=fraction, default=0.03, help="smallest time change called (default 3%%)")
+    bisect.add_argument(
+        "--alpha", type=positive_fraction, default=0.05, help="false-alarm rate per comparison (default 0.05)"
+    )
     bisect.add_argument("--pairs", type=at_least(2), help="pairs before the first verdict (default: the fewest)")
     bisect.add_argument("--max-pairs", type=at_least(2), help="cap while undecided (default: the first + 8)")
     bisect.add_argument("--timeout", type=positive_seconds, help="seconds before a run is killed")

@@ -54,21 +54,21 @@ def rows(payload: Mapping[str, Any]) -> list[list[str]]:
     return out
 
 
-def _differing(payload: Mapping[str, Any]) -> list[str]:
-    a = payload["sides"]["base"]["probe"]["libraries"]
-    b = payload["sides"]["candidate"]["probe"]["libraries"]
-    return [
-        f"{name} {(a.get(name) or {}).get('version')} → {(b.get(name) or {}).get('version')}"
-        for name in dict.fromkeys([*a, *b])
-        if (a.get(name) or {}).get("version") != (b.get(name) or {}).get("version")
-    ]
+def differing(a: Mapping[str, str | None], b: Mapping[str, str | None]) -> list[str]:
+    """``name a → b`` for each library whose version differs between two sides."""
+    return [f"{n} {a.get(n)} → {b.get(n)}" for n in dict.fromkeys([*a, *b]) if a.get(n) != b.get(n)]
+
+
+def _versions(payload: Mapping[str, Any], side: str) -> dict[str, str | None]:
+    return {n: (lib or {}).get("version") for n, lib in payload["sides"][side]["probe"]["libraries"].items()}
 
 
 def verdict_line(payload: Mapping[str, Any]) -> str:
     counts = payload["verdicts"]
     head = "REGRESSED" if counts["regressed"] else "no regression"
     parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-    return f"{head}: {parts} (base → candidate: {', '.join(_differing(payload)) or 'the same versions'})"
+    moved = ", ".join(differing(_versions(payload, "base"), _versions(payload, "candidate")))
+    return f"{head}: {parts} (base → candidate: {moved or 'the same versions'})"
 
 
 def render_table(payload: Mapping[str, Any]) -> Any:
