@@ -135,3 +135,20 @@ def test_an_a_a_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert payload["sides"]["base"]["probe"]["libraries"]["torch"]["version"]
     assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")
     assert "no regression" in capsys.readouterr().err
+
+
+def test_bisect_judges_only_the_metric_asked() -> None:
+    from perfsuite.ab.rounds import CaseResult
+    from perfsuite.ab.runner import changed
+    from perfsuite.core.check import Check
+
+    def failing(metric: str) -> Check:
+        return Check(metric, False, "", "", "", "", f"{metric} moved")
+
+    memory_only = CaseResult(case="c", checks=[failing("memory: buffers")])
+    assert changed(memory_only, "memory") is True
+    assert changed(memory_only, "loss") is False  # a memory change is not a loss change
+    loss_only = CaseResult(case="c", checks=[failing("loss")])
+    assert (changed(loss_only, "loss"), changed(loss_only, "memory")) == (True, False)
+    assert changed(CaseResult(case="c", checks=[failing("attention")]), "loss") is True
+    assert changed(CaseResult(case="c"), "time") is None  # no time verdict: undecided

@@ -42,8 +42,15 @@ def changed(result: CaseResult, metric: str) -> bool | None:
         if result.time is None or result.time.verdict == "undecided":
             return None
         return result.time.verdict in ("slower", "faster")
-    wanted = "loss" if metric == "loss" else ("peak memory", "memory", "attention")
-    return any(not c.ok for c in result.checks if c.metric in wanted or c.metric.startswith("memory"))
+
+    def counts(check_metric: str) -> bool:
+        if check_metric == "attention":  # other kernels: every figure differs
+            return True
+        if metric == "loss":
+            return check_metric == "loss"
+        return check_metric == "peak memory" or check_metric.startswith("memory:")
+
+    return any(not c.ok for c in result.checks if counts(c.metric))
 
 
 def evidence(result: CaseResult, metric: str) -> str:
