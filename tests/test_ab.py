@@ -5,6 +5,7 @@ not here (benchmarks/ab)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -133,8 +134,16 @@ def test_an_a_a_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert case["memory"]["a"] == case["memory"]["b"] > 0
     assert case["loss"]["max_abs_diff"] == 0
     assert payload["sides"]["base"]["probe"]["libraries"]["torch"]["version"]
-    assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")
+    # One process on one thread: a duet (both sides at once, one core each) where there are two cores.
+    assert case["mode"] == ("duet" if len(os.sched_getaffinity(0)) >= 2 else "alternate")
+    assert [len(steps) for steps in case["step_time_s"]["steps_a"] + case["step_time_s"]["steps_b"]] == [4] * 4
+    page = (tmp_path / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert 'data-chart="pair-ratios"' in page
     assert "no regression" in capsys.readouterr().err
+    # The suite's report command rebuilds the same page from the JSON file.
+    assert main(["report", str(out), "-o", str(tmp_path / "again")]) == 0
+    assert 'data-chart="pair-ratios"' in (tmp_path / "again" / "report.html").read_text()
 
 
 def test_bisect_judges_only_the_metric_asked() -> None:

@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# perfsuite ab's false alarms and sensitivity on this machine (docs/ab.md): three A/A comparisons,
-# then a candidate slowed 5% everywhere, then one whose Adafactor alone is slowed 5%
-# (benchmarks/ab/slow-python), each on tiny-bert's vanilla, bf16 and adafactor (other cases: pass
-# perfsuite ab's selection options). Run it on an otherwise idle machine; results go to $OUT.
+# perfsuite ab's false alarms and sensitivity on this machine (docs/ab.md): a candidate slowed 5%
+# everywhere, one whose Adafactor alone is slowed 5% (benchmarks/ab/slow-python), then three A/A
+# comparisons; each on perfsuite ab's default selection (the quick set: tiny-bert's 10 cases on a
+# CPU) unless selection options are passed. Run it on an otherwise idle machine; the JSON files
+# and logs go to $OUT (default ab-results), `perfsuite report $OUT/X.json -o DIR` draws one.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-ab-results}"
 mkdir -p "$OUT"
 SLOW="$PWD/benchmarks/ab/slow-python"
 export PERFSUITE_BASE_PYTHON="$(command -v python)"
-[ $# -gt 0 ] || set -- --models tiny-bert --strategies vanilla,bf16,adafactor
-PERFSUITE_SLOWDOWN=0.05 /usr/bin/time -f "%e s" \
-    perfsuite ab --base current --candidate "$SLOW" --json "$OUT/uniform-5.json" "$@" || true
-PERFSUITE_SLOWDOWN=0.05 PERFSUITE_SLOWDOWN_OPTIMIZER=Adafactor /usr/bin/time -f "%e s" \
-    perfsuite ab --base current --candidate "$SLOW" --json "$OUT/adafactor-5.json" "$@" || true
+
+compare() {  # NAME CANDIDATE [perfsuite ab options...]
+    local name=$1 candidate=$2
+    shift 2
+    /usr/bin/time -f "$name: %e s" perfsuite ab --base current --candidate "$candidate" \
+        --json "$OUT/$name.json" "$@" 2>&1 | tee "$OUT/$name.log" | grep -E "^perfsuite ab:|: [0-9.]+ s$" || true
+}
+
+PERFSUITE_SLOWDOWN=0.05 compare uniform-5 "$SLOW" "$@"
+PERFSUITE_SLOWDOWN=0.05 PERFSUITE_SLOWDOWN_OPTIMIZER=Adafactor compare adafactor-5 "$SLOW" "$@"
 for i in 1 2 3; do
-    /usr/bin/time -f "%e s" perfsuite ab --base current --candidate current --json "$OUT/aa-$i.json" "$@" || true
+    compare "aa-$i" current "$@"
 done

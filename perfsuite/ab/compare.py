@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.ab.envs import EnvError, make_env
-from perfsuite.ab.rounds import CaseResult, Schedule, compare_case
+from perfsuite.ab.pairs import Choice
+from perfsuite.ab.rounds import CaseResult, Schedule, compare_cases
 from perfsuite.ab.sides import Side
 from perfsuite.core.baselines import write_json_atomic
 from perfsuite.core.paired import case_confidence, min_pairs
@@ -42,6 +43,8 @@ class AbRun:
     specs: list[CaseSpec]
     schedule: Schedule
     say: Callable[[str], None]
+    device_type: str = "cpu"
+    mode: Choice = "auto"
 
     @classmethod
     def start(cls, args: argparse.Namespace, specs: list[CaseSpec], say: Callable[[str], None]) -> AbRun:
@@ -57,7 +60,7 @@ class AbRun:
                 side.close()
             raise Failed(str(exc)) from None
         schedule = schedule_for(len(specs), floor=args.floor, alpha=args.alpha, first=args.pairs, cap=args.max_pairs)
-        run = cls((sides[0], sides[1]), specs, schedule, say)
+        run = cls((sides[0], sides[1]), specs, schedule, say, args.device_type, args.mode)
         for line in run.version_lines():
             say(line)
         say(
@@ -76,26 +79,36 @@ class AbRun:
         ]
 
     def compare_all(self, timeout_s: float) -> list[CaseResult]:
-        results = []
         started = time.monotonic()
-        for index, spec in enumerate(self.specs):
+        total = len(self.specs)
+        done: set[str] = set()
 
-            def progress(result: CaseResult, index: int = index) -> None:
-                t = result.time
-                if t is not None:
-                    self.say(
-                        f"  [{index + 1}/{len(self.specs)}] {result.case}: {t.pairs} pairs, B/A {t.ratio:.3f} "
-                        f"[{t.low:.3f}, {t.high:.3f}] → {t.verdict}"
-                    )
-
-            result = compare_case(spec, self.sides, self.schedule, Tolerance(), timeout_s=timeout_s, progress=progress)
-            results.append(result)
-            self.say(
-                f"  [{index + 1}/{len(self.specs)}] {result.case}: {result.verdict}"
-                + (f" ({result.error})" if result.error else "")
-                + f" · {time.monotonic() - started:.0f} s"
+        def progress(result: CaseResult) -> None:
+            t, pairs = result.time, len(result.log_ratios)
+            line = f"  {result.case}: {pairs} pair(s)"
+            if t is not None:
+                line += f", B/A {t.ratio:.3f} [{t.low:.3f}, {t.high:.3f}] → {t.verdict}"
+            finished = result.error is not None or (
+                t is not None and (t.verdict != "undecided" or pairs >= self.schedule.cap)
             )
-        return results
+            if finished:
+                done.add(result.case)
+                line += f" · {result.verdict}" + (f" ({result.error})" if result.error else "")
+            self.say(f"{line} · {len(done)}/{total} done · {time.monotonic() - started:.0f} s")
+
+        return compare_cases(
+            self.specs,
+            self.sides,
+            self.schedule,
+            Tolerance(),
+            timeout_s=timeout_s,
+            device_type=self.device_type,
+            mode=self.mode,
+            progress=progress,
+            on_round=lambda index, cases: self.say(
+                f"  round {index + 1}: {cases} case(s) · {time.monotonic() - started:.0f} s"
+            ),
+        )
 
     def close(self) -> None:
         for side in self.sides:
@@ -128,8 +141,11 @@ class AbRun:
             write_json_atomic(Path(args.json), payload)
             self.say(f"wrote {args.json}")
         if args.report:
-            write_report(payload, Path(args.report))
-            self.say(f"wrote {Path(args.report) / 'report.html'}")
+            try:
+                for path in write_report(payload, Path(args.report)):
+                    self.say(f"wrote {path}")
+            except ImportError as exc:  # no matplotlib: the verdict stands, the page is not written
+                self.say(f"perfsuite: no report: {exc}")
         if counts["cannot test"] == len(results):
             return 3
         return 1 if counts["regressed"] else 0

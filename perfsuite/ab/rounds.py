@@ -1,22 +1,25 @@
-"""One case compared side by side: pairs of runs in alternating order until the time verdict is
-decided (:mod:`perfsuite.core.paired`), and memory and loss of the first pair against the
-suite's own gates (:mod:`perfsuite.core.compare`), side A standing in for the baseline."""
+"""Cases compared side by side in rounds: a pair of runs of each case per round
+(:mod:`perfsuite.ab.pairs`) until its time verdict is decided (:mod:`perfsuite.core.paired`),
+and memory and loss of the first pair against the suite's own gates
+(:mod:`perfsuite.core.compare`), side A standing in for the baseline."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfsuite.ab.pairs import Choice, Mode, Pair, duet_fits, run_pair
 from perfsuite.ab.sides import Side
 from perfsuite.core.baselines import build_baseline
 from perfsuite.core.check import Check
 from perfsuite.core.compare import check_loss, check_memory
 from perfsuite.core.kernels import check_kernels
 from perfsuite.core.observation import observe
-from perfsuite.core.paired import Paired, Verdict, decide, log_ratios, next_pairs
+from perfsuite.core.paired import Paired, decide
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
 
@@ -35,9 +38,17 @@ class Schedule:
 @dataclass
 class CaseResult:
     case: str
+    mode: Mode = "alternate"
+    """How its pairs ran (:mod:`perfsuite.ab.pairs`)."""
     time: Paired | None = None
+    log_ratios: list[float] = field(default_factory=list)
+    """Per pair, ``log(B / A)``: what the verdict is decided on."""
     times_a: list[float] = field(default_factory=list)
+    """Per pair, each side's median step time (s)."""
     times_b: list[float] = field(default_factory=list)
+    steps_a: list[list[float]] = field(default_factory=list)
+    """Per pair, each side's timed steps (s)."""
+    steps_b: list[list[float]] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     """Memory (peak and breakdown) and loss of B against A."""
     memory_a: int | None = None
@@ -48,6 +59,15 @@ class CaseResult:
     loss_b: list[float] = field(default_factory=list)
     error: str | None = None
     """Why the case could not be compared (a side's run failed: its error)."""
+
+    def add(self, pair: Pair) -> None:
+        self.log_ratios.append(pair.log_ratio)
+        for record, medians, steps in (
+            (pair.records[0], self.times_a, self.steps_a),
+            (pair.records[1], self.times_b, self.steps_b),
+        ):
+            medians.append(float(record["step_time_s"]["median"]))
+            steps.append([float(s) for s in record["step_time_s"]["samples"]])
 
     @property
     def verdict(self) -> str:
@@ -70,8 +90,9 @@ class CaseResult:
             "verdict": self.verdict,
             "error": self.error,
             "time": _finite(dataclasses.asdict(self.time)) if self.time is not None else None,
-            "step_time_s": {"a": self.times_a, "b": self.times_b},
-            "ratios": [b / a for a, b in zip(self.times_a, self.times_b, strict=False)],
+            "mode": self.mode,
+            "step_time_s": {"a": self.times_a, "b": self.times_b, "steps_a": self.steps_a, "steps_b": self.steps_b},
+            "ratios": [math.exp(d) for d in self.log_ratios],
             "memory": {
                 "a": self.memory_a,
                 "b": self.memory_b,
@@ -92,10 +113,6 @@ def _max_diff(a: list[float], b: list[float]) -> float | None:
     if not a or len(a) != len(b):
         return None
     return max(abs(x - y) for x, y in zip(a, b, strict=True))
-
-
-def _median_step(record: Mapping[str, Any]) -> float:
-    return float(record["step_time_s"]["median"])
 
 
 def _as_baseline(case_id: str, record: Mapping[str, Any]) -> dict[str, Any]:
@@ -131,6 +148,81 @@ def _memory_and_loss(result: CaseResult, a: Mapping[str, Any], b: Mapping[str, A
     )
 
 
+def _fields(spec: CaseSpec, *, profile: bool) -> dict[str, Any]:
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.init}
+    return {**fields, "calibrate": False, "profile": spec.profile and profile}
+
+
+def _due(pairs: int, schedule: Schedule) -> bool:
+    """Whether a case with ``pairs`` pairs gets a verdict now: at ``first``, every ``step`` after, at the cap."""
+    return pairs >= schedule.cap or (pairs >= schedule.first and (pairs - schedule.first) % schedule.step == 0)
+
+
+def compare_cases(
+    specs: Sequence[CaseSpec],
+    sides: tuple[Side, Side],
+    schedule: Schedule,
+    tolerance: Tolerance,
+    *,
+    timeout_s: float,
+    device_type: str,
+    mode: Choice = "auto",
+    progress: Callable[[CaseResult], None] = lambda result: None,
+    on_round: Callable[[int, int], None] = lambda index, cases: None,
+    seed: int = 0,
+) -> list[CaseResult]:
+    """Every case compared in rounds: one pair of each open case per round, in a new random order
+    each round, until its time verdict is decided or it reaches the cap.
+
+    Both sides' forkservers are renewed before every round but the first: every worker forked
+    from one interpreter inherits its randomised address-space layout, which moves a case's
+    step time by a few percent the same way in every run (measured: docs/ab.md), so each
+    round draws a new one for each side, and the pairs average it out. Memory and loss
+    come from the first round's runs (profiled). ``progress`` hears of each verdict (and each
+    error), ``on_round`` of each round's start (its index, the cases it runs).
+    """
+    results = {
+        spec.id: CaseResult(
+            case=spec.id, mode="duet" if mode != "alternate" and duet_fits(spec, device_type) else "alternate"
+        )
+        for spec in specs
+    }
+    if mode == "duet" and (unfit := [r.case for r in results.values() if r.mode != "duet"]):
+        raise ValueError(f"--mode duet: {', '.join(unfit)} cannot run as a duet (see docs/ab.md)")
+    pending = list(specs)
+    order = random.Random(seed)
+    index = 0
+    while pending:
+        on_round(index, len(pending))
+        if index > 0:
+            for side in sides:
+                side.reset()
+        for spec in order.sample(pending, len(pending)):
+            result = results[spec.id]
+            pair = run_pair(sides, _fields(spec, profile=index == 0), index, timeout_s, mode=result.mode)
+            if pair.error is not None:
+                result.error = pair.error
+                continue
+            if index == 0:
+                _memory_and_loss(result, pair.records[0], pair.records[1], tolerance)
+            result.add(pair)
+        index += 1
+        still: list[CaseSpec] = []
+        for spec in pending:
+            result = results[spec.id]
+            if result.error is not None:
+                progress(result)
+                continue
+            if _due(len(result.log_ratios), schedule):
+                result.time = decide(result.log_ratios, floor=schedule.floor, confidence=schedule.confidence)
+                progress(result)
+                if result.time.verdict != "undecided" or len(result.log_ratios) >= schedule.cap:
+                    continue
+            still.append(spec)
+        pending = still
+    return [results[spec.id] for spec in specs]
+
+
 def compare_case(
     spec: CaseSpec,
     sides: tuple[Side, Side],
@@ -138,36 +230,7 @@ def compare_case(
     tolerance: Tolerance,
     *,
     timeout_s: float,
-    progress: Callable[[CaseResult], None] = lambda result: None,
+    device_type: str,
 ) -> CaseResult:
-    """Pairs of fresh runs of ``spec`` on each side, A first in even pairs and B first in odd ones."""
-    result = CaseResult(case=spec.id)
-    fields = {**dataclasses.asdict(spec), "calibrate": False}
-    verdict: Verdict = "undecided"
-    while more := next_pairs(len(result.times_a), verdict, first=schedule.first, step=schedule.step, cap=schedule.cap):
-        for _ in range(more):
-            index = len(result.times_a)
-            # The first pair profiles memory and loss; the rest only time.
-            run_fields = fields if index == 0 else {**fields, "profile": False}
-            order = (0, 1) if index % 2 == 0 else (1, 0)
-            if index > 0:  # each pair on new forkservers: no side keeps one memory layout's bias
-                for side in sides:
-                    side.reset()
-            records: dict[int, dict[str, Any]] = {}
-            for which in order:
-                record = sides[which].run(run_fields, timeout_s)
-                if record.get("status") != "ok":
-                    result.error = f"{sides[which].name}: {record.get('error') or record.get('status')}"
-                    return result
-                records[which] = record
-            if index == 0:
-                _memory_and_loss(result, records[0], records[1], tolerance)
-            result.times_a.append(_median_step(records[0]))
-            result.times_b.append(_median_step(records[1]))
-        result.time = decide(
-            log_ratios(result.times_a, result.times_b), floor=schedule.floor, confidence=schedule.confidence
-        )
-        verdict = result.time.verdict
-        progress(result)
-    return result
-
+    """One case (``perfsuite bisect``'s step)."""
+    return compare_cases([spec], sides, schedule, tolerance, timeout_s=timeout_s, device_type=device_type)[0]

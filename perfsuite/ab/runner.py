@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,8 +60,13 @@ def evidence(result: CaseResult, metric: str) -> str:
     if metric == "time" and result.time is not None:
         t = result.time
         return f"time B/A {t.ratio:.3f} [{t.low:.3f}, {t.high:.3f}] over {t.pairs} pairs: {t.verdict}"
-    failing = [c.message for c in result.checks if not c.ok]
+    failing = [_good_end(c.message) for c in result.checks if not c.ok]
     return "; ".join(failing) or f"{metric}: as the good end"
+
+
+def _good_end(message: str) -> str:
+    """A gate's message with the good end where it says baseline: a bisect step's reference."""
+    return re.sub(r"\b(the )?baseline('s)?\b", lambda m: "the good end" + (m.group(2) or ""), message)
 
 
 @dataclasses.dataclass
@@ -83,7 +89,14 @@ class Bisection:
             return CaseResult(case=self.spec.id, error=str(exc))
         try:
             side.check_pins()
-            return compare_case(self.spec, (good, side), schedule, Tolerance(), timeout_s=self.args.timeout or 600.0)
+            return compare_case(
+                self.spec,
+                (good, side),
+                schedule,
+                Tolerance(),
+                timeout_s=self.args.timeout or 600.0,
+                device_type=self.args.device_type,
+            )
         except EnvError as exc:
             return CaseResult(case=self.spec.id, error=str(exc))
         finally:

@@ -91,10 +91,10 @@ class Side:
         """A new forkserver (and so a new address-space layout) for the runs that follow."""
         self._ask({"op": "reset"})
 
-    def run(self, spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        record: dict[str, Any] = self._ask(
-            {"op": "run", "spec": spec, "timeout_s": timeout_s, "env": {"TORCH_EXTENSIONS_DIR": self.extensions}}
-        )["record"]
+    def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+        """One run of a case (a :class:`CaseSpec`'s fields) in a fresh worker; ``env`` is set in that worker."""
+        env = {"TORCH_EXTENSIONS_DIR": self.extensions, **(env or {})}
+        record: dict[str, Any] = self._ask({"op": "run", "spec": spec, "timeout_s": timeout_s, "env": env})["record"]
         return record
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ import argparse
 import time
 from typing import Any
 
+from perfsuite.ab.pairs import MODES
 from perfsuite.cli.run import add_selection, select
 from perfsuite.options import at_least, fraction, not_a_file, output_file, positive_fraction
 
@@ -33,6 +34,13 @@ def add_parser(sub: Any) -> None:
     )
     ab.add_argument("--pairs", type=at_least(1), help="pairs before the first verdict (default: the fewest that can)")
     ab.add_argument("--max-pairs", type=at_least(1), help="cap while undecided (default: the first + 8)")
+    ab.add_argument(
+        "--mode",
+        choices=MODES,
+        default="auto",
+        help="duet: both sides at once, one core each (CPU cases in one process); alternate: one side, then "
+        "the other; auto (default): duet where a case fits, else alternate",
+    )
     ab.add_argument("--json", type=output_file, help="write every pair, figure and verdict to this JSON file")
     ab.add_argument("--report", type=not_a_file, metavar="DIR", help="write report.html and summary.md there")
 
@@ -42,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     from perfsuite.ab.compare import AbRun, Failed
     from perfsuite.ab.envs import EnvError, parse_env
+    from perfsuite.ab.pairs import duet_fits
 
     console = Console(stderr=True)
 
@@ -52,6 +61,11 @@ def run(args: argparse.Namespace) -> int:
         if args.threads is None:
             args.threads = 1  # the CPU tier's: the other core absorbs the machine's own work
         specs, device_type, defaults, note = select(args)
+        args.device_type = device_type
+        if args.mode == "duet" and (unfit := [s.id for s in specs if not duet_fits(s, device_type)]):
+            raise ValueError(
+                f"--mode duet needs CPU cases in one process on one thread, and two cores: not {', '.join(unfit)}"
+            )
         for name in ("base", "candidate"):
             parse_env(getattr(args, name), name=name)  # bad input: before anything is installed
         if args.max_pairs is not None and args.pairs is not None and args.max_pairs < args.pairs:

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     from perfsuite.ab.bisect import BisectError, between, check_order, index_versions
     from perfsuite.ab.runner import Bisection, case_spec
+    from perfsuite.worker.device import default_device_type
 
     console = Console(stderr=True)
 
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_order(args.good, args.bad)
         spec = case_spec(args.case, steps=args.steps, threads=args.threads)
+        args.device_type = default_device_type()
         versions = between(index_versions(args.package), args.good, args.bad, pre=args.pre)
     except (BisectError, ValueError) as exc:
         say(f"perfsuite: error: {exc}")

@@ -16,7 +16,8 @@ def add_report(sub: Any) -> None:
     report = sub.add_parser(
         "report",
         help="write report.html (charts, offline) and summary.md (a CI job summary) from a results file",
-        description="RESULTS is `pytest --perfsuite-json`'s file or `perfsuite run --json`'s. report.html is one "
+        description="RESULTS is `pytest --perfsuite-json`'s file, `perfsuite run --json`'s or `perfsuite ab "
+        "--json`'s. report.html is one "
         "self-contained file (inline SVG, no JavaScript); summary.md fits a GitHub job summary. Charts need "
         "matplotlib: pip install 'perfsuite[report]'. No torch needed.",
     )

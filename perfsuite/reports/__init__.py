@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.core.baselines import write_text_atomic
-from perfsuite.reports.results import Results, gate_runs, load_results
+from perfsuite.reports.ab import is_ab
+from perfsuite.reports.ab import write_report as write_ab_report
+from perfsuite.reports.results import Results, ResultsError, gate_runs, parse_results, read_results_json
 
 
 def write_report(
@@ -25,6 +27,9 @@ def write_report(
 ) -> list[Path]:
     """Write ``report.html`` and ``summary.md`` into ``out_dir``; return their paths.
 
+    ``results``: a results file or its parsed form; ``perfsuite ab --json``'s file gets the
+    comparison's page (:mod:`perfsuite.reports.ab`).
+
     ``history``: a directory of nightly records (:mod:`perfsuite.history.records`) for the
     trends, the heatmap and the sparklines, limited to this results file's machine.
     ``baselines``: for a ``perfsuite run`` file, compare its cases with these first.
@@ -34,7 +39,13 @@ def write_report(
     from perfsuite.reports.summary import summary_markdown
 
     if not isinstance(results, Results):
-        results = load_results(results)
+        data = read_results_json(results)
+        if isinstance(data, dict) and is_ab(data):
+            try:
+                return write_ab_report(data, out_dir)
+            except (KeyError, TypeError) as exc:
+                raise ResultsError(f"{results}: a perfsuite ab file without a field it writes ({exc!r})") from None
+        results = parse_results(data, str(results))
     if baselines is not None and results.kind == "run":
         gate_runs(results, baselines, settings)
     records = load_records(history) if history is not None else None

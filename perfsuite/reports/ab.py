@@ -1,11 +1,9 @@
-"""``perfsuite ab``'s results for a reader: the terminal table, ``summary.md`` and ``report.html``
-(verdicts first, then a chart of every pair's time ratio per case, then the table)."""
+"""``perfsuite ab``'s results for a reader: the terminal table, ``summary.md`` and a ``report.html``
+in the suite report's look (verdicts first, then a chart of every pair's time ratio per case,
+then the table). ``perfsuite report ab.json`` rebuilds them from ``--json``'s file."""
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -88,49 +86,49 @@ def markdown(payload: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _chart(payload: Mapping[str, Any]) -> str | None:
-    """Every pair's B/A time ratio per case, with the estimate and its interval, as a PNG data URL."""
-    try:
-        import matplotlib
+def report_html(payload: Mapping[str, Any]) -> str:
+    """The comparison as a page of the suite's report (:mod:`perfsuite.reports.html`): the verdict,
+    the per-pair ratio chart, the table, each side's stack."""
+    from perfsuite.reports import charts
+    from perfsuite.reports.html import esc, head, html_figure, html_table
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    cases = [c for c in payload["cases"] if c["ratios"]]
-    if not cases:
-        return None
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(cases) + 1.2))
-    for y, case in enumerate(cases):
-        ax.scatter(case["ratios"], [y] * len(case["ratios"]), s=12, alpha=0.6, color="tab:blue")
-        t = case["time"]
-        if t:
-            low, high = max(t["low"] or 0.5, 0.5), min(t["high"] or 2.0, 2.0)
-            ax.plot([low, high], [y, y], color="black", lw=2)
-            ax.plot([t["ratio"]], [y], marker="|", color="red", ms=14)
-    ax.axvline(1.0, color="grey", lw=0.8)
-    ax.set_yticks(range(len(cases)), [c["case"] for c in cases])
-    ax.set_xlabel("step time B / A per pair (black: interval, red: estimate)")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    charts.require_matplotlib()
+    schedule = payload["schedule"]
+    sides = payload["sides"]
+    stacks = [
+        [name, side["env"], ", ".join(f"{k} {v}" for k, v in _versions(payload, name).items() if v)]
+        for name, side in sides.items()
+    ]
+    out = [
+        head("perfsuite ab"),
+        f"<p class='meta'>{esc(payload['date'])} · {len(payload['cases'])} case(s) in {payload['wall_s']:.0f} s · "
+        f"{schedule['first']} to {schedule['cap']} pairs each · floor {schedule['floor']:.1%} · "
+        f"confidence {schedule['confidence']:.4g} per case</p>",
+        f"<p class='verdict'><strong>{esc(verdict_line(payload))}</strong></p>",
+        html_figure(
+            "pair-ratios",
+            "ab",
+            charts.pair_ratio_chart(payload["cases"], schedule["floor"]),
+            "step time B/A of every pair (later pairs darker), the estimate (red) and its interval (black); "
+            "the grey band is ± the floor, within which a case is 'same'",
+        ),
+        "<h2 id='cases'>Cases</h2>",
+        html_table(HEADERS, rows(payload)),
+        "<h2 id='sides'>Sides</h2>",
+        html_table(["side", "environment", "versions"], stacks),
+        "</body></html>",
+    ]
+    return "\n".join(out) + "\n"
 
 
-def write_report(payload: Mapping[str, Any], out: Path) -> None:
+def is_ab(data: Mapping[str, Any]) -> bool:
+    return data.get("kind") == "perfsuite-ab"
+
+
+def write_report(payload: Mapping[str, Any], out: Path) -> list[Path]:
+    """``report.html`` and ``summary.md`` of a comparison into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / "summary.md", markdown(payload))
-    chart = _chart(payload)
-    table = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows(payload)
-    )
-    page = (
-        "<!doctype html><meta charset='utf-8'><title>perfsuite ab</title>"
-        f"<h1>{html.escape(verdict_line(payload))}</h1>"
-        + (f"<img alt='per-pair time ratios' src='{chart}'>" if chart else "<p>(no chart: pip install matplotlib)</p>")
-        + "<table border=1 cellspacing=0 cellpadding=3><tr>"
-        + "".join(f"<th>{h}</th>" for h in HEADERS)
-        + f"</tr>{table}</table>"
-    )
-    write_text_atomic(out / "report.html", page)
+    page, summary = out / "report.html", out / "summary.md"
+    write_text_atomic(page, report_html(payload))
+    write_text_atomic(summary, markdown(payload))
+    return [page, summary]

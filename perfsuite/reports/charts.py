@@ -304,3 +304,25 @@ def heatmap_chart(rows: Sequence[str], nights: Sequence[str], cells: Sequence[Se
         ax.set_title("step time per night: (value ÷ baseline − 1) ÷ tolerance")
         fig.colorbar(image, ax=ax, shrink=0.6, label="÷ tolerance (|x| > 1 is out)")
         return to_svg(fig)
+
+
+def pair_ratio_chart(cases: Sequence[Mapping[str, Any]], floor: float) -> str:
+    """``perfsuite ab``: each pair's time ratio B/A per case (dots, the first pairs lightest), the
+    estimate (red tick) and its interval (black bar); the grey band is ± the floor."""
+    shown = [c for c in cases if c.get("ratios")]
+    with _figure(7.5, 0.9 + 0.34 * max(len(shown), 1)) as fig:
+        ax = fig.add_subplot()
+        ax.axvspan(1 / (1 + floor), 1 + floor, color="0.92", zorder=0)
+        ax.axvline(1.0, color="0.5", lw=0.8)
+        for y, case in enumerate(shown):
+            ratios = case["ratios"]
+            ax.scatter(ratios, [y] * len(ratios), s=10, c=range(len(ratios)), cmap="Blues", vmin=-len(ratios) / 2)
+            t = case.get("time")
+            if t and t["low"] and t["high"] is not None:  # an unbounded interval (too few pairs) has no bar
+                ax.plot([t["low"], t["high"]], [y, y], color="black", lw=2, solid_capstyle="butt")
+            if t:
+                ax.plot([t["ratio"]], [y], marker="|", color="tab:red", ms=14, mew=2)
+        ax.set_yticks(range(len(shown)), [c["case"] for c in shown])
+        ax.invert_yaxis()
+        ax.set_xlabel("step time B / A, one dot per pair")
+        return to_svg(fig)

@@ -34,23 +34,32 @@ nav a{margin-right:.8em}
 """
 
 
-def _esc(value: Any) -> str:
+def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
 
-def _figure(kind: str, key: str, svg: str, caption: str) -> str:
+def head(title: str) -> str:
+    """The document's start, through its ``<h1>``: every perfsuite page's look."""
     return (
-        f'<figure class="chart" data-chart="{_esc(kind)}" id="{_esc(kind)}-{_esc(key)}">{svg}'
-        f"<figcaption>{_esc(caption)}</figcaption></figure>"
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{esc(title)}</title><style>{_CSS}</style></head><body><h1>{esc(title)}</h1>"
     )
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], classes: Sequence[str] | None = None) -> str:
-    head = "".join(f"<th>{_esc(h)}</th>" for h in headers)
+def html_figure(kind: str, key: str, svg: str, caption: str) -> str:
+    return (
+        f'<figure class="chart" data-chart="{esc(kind)}" id="{esc(kind)}-{esc(key)}">{svg}'
+        f"<figcaption>{esc(caption)}</figcaption></figure>"
+    )
+
+
+def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], classes: Sequence[str] | None = None) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = []
     for i, row in enumerate(rows):
-        cls = f' class="{_esc(classes[i])}"' if classes else ""
-        body.append(f"<tr{cls}>" + "".join(f"<td>{_esc(c)}</td>" for c in row) + "</tr>")
+        cls = f' class="{esc(classes[i])}"' if classes else ""
+        body.append(f"<tr{cls}>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
@@ -122,9 +131,9 @@ def _published_section(results: Results) -> str:
                     "; ".join(ours.get(p.strategy, [])) or "not in this run",
                 ]
             )
-        parts.append(f"<p class='theirs'>{_esc(source)}</p>")
+        parts.append(f"<p class='theirs'>{esc(source)}</p>")
         parts.append(
-            _table(
+            html_table(
                 ["their run", "their model", "their time", "their memory", "% of", "ours: time / memory % of vanilla"],
                 rows,
             )
@@ -142,10 +151,12 @@ def _published_section(results: Results) -> str:
                     f"{ratio:.2f}",
                 ]
             )
-    parts.append(f"<p class='theirs'>{_esc(ARITHMETIC_002)}</p>")
+    parts.append(f"<p class='theirs'>{esc(ARITHMETIC_002)}</p>")
     if arithmetic:
         parts.append(
-            _table(["ours (vanilla, AdamW)", "parameters MiB", "optimizer state MiB", "state ÷ parameters"], arithmetic)
+            html_table(
+                ["ours (vanilla, AdamW)", "parameters MiB", "optimizer state MiB", "state ÷ parameters"], arithmetic
+            )
         )
     return "\n".join(parts)
 
@@ -197,13 +208,13 @@ def _history_section(
         "gate's tolerance band. An orange dashed rule marks a new segment (an upgrade of the stack or a "
         "baseline refresh); streaks and drift never reach across one. Step time is a regression after 2 "
         "nights in a row out of tolerance; memory and loss on the first night.</p>",
-        _figure("heatmap", "nights", heat, f"step time over the last {len(all_nights)} nights"),
+        html_figure("heatmap", "nights", heat, f"step time over the last {len(all_nights)} nights"),
     ]
     if verdict_rows:
-        parts.append(_table(["case", "metric", "verdict", "drift", "why"], verdict_rows))
+        parts.append(html_table(["case", "metric", "verdict", "drift", "why"], verdict_rows))
     if trends:
         parts.append(
-            _figure(
+            html_figure(
                 "trend",
                 "cases",
                 charts.trend_chart(trends),
@@ -225,16 +236,12 @@ def report_html(
     versions = env.get("versions") or {}
     tables = results.by_table()
     device = next((c.record.get("device_name") for c in results.cases if c.ran and c.record), None)
-    nav = "".join(f"<a href='#model-{_slug(t)}'>{_esc(t)}</a>" for t in tables)
+    nav = "".join(f"<a href='#model-{_slug(t)}'>{esc(t)}</a>" for t in tables)
     out = [
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-        "<title>perfsuite report</title>",
-        f"<style>{_CSS}</style></head><body>",
-        "<h1>perfsuite report</h1>",
-        f"<p class='meta'>{_esc(results.counts())} · device "
-        f"{_esc(device)} · {_esc(env.get('date'))} · commit {_esc((env.get('commit') or '')[:7])} · "
-        + _esc(", ".join(f"{k} {v}" for k, v in versions.items() if v))
+        head("perfsuite report"),
+        f"<p class='meta'>{esc(results.counts())} · device "
+        f"{esc(device)} · {esc(env.get('date'))} · commit {esc((env.get('commit') or '')[:7])} · "
+        + esc(", ".join(f"{k} {v}" for k, v in versions.items() if v))
         + "</p>",
         f"<nav>{nav}<a href='#published'>published figures</a>"
         + ("<a href='#gate'>gate</a>" if results.kind == "gate" or any(c.checks for c in results.cases) else "")
@@ -248,7 +255,7 @@ def report_html(
     ]
     # The verdict first, then the charts; the long tables after them, passing rows folded away.
     out.append(
-        f"<p class='verdict'><strong>{_esc(verdict([c.status for c in results.cases], time_checks))}</strong></p>"
+        f"<p class='verdict'><strong>{esc(verdict([c.status for c in results.cases], time_checks))}</strong></p>"
     )
     gated = [c for c in results.cases if c.checks or c.status in ("failed", "missing")]
     if gated:
@@ -266,32 +273,32 @@ def report_html(
             "tolerance: the smallest change of this case's time the gate sees.</p>",
         ]
         if failing:
-            out.append(_table(headers, rows_of(failing), [c.status for c in failing]))
+            out.append(html_table(headers, rows_of(failing), [c.status for c in failing]))
         if passing:
             out += [
                 f"<details><summary>{len(passing)} passing case(s)</summary>",
-                _table(headers, rows_of(passing), [c.status for c in passing]),
+                html_table(headers, rows_of(passing), [c.status for c in passing]),
                 "</details>",
             ]
     for table, cases in tables.items():
         rows, classes = _strategy_rows(cases)
         slug = _slug(table)
-        out.append(f"<h2 id='model-{slug}'>{_esc(table)}</h2>")
+        out.append(f"<h2 id='model-{slug}'>{esc(table)}</h2>")
         if any(c.ran for c in cases):
             out += [
-                _figure(
+                html_figure(
                     "loss",
                     slug,
                     charts.loss_chart(cases, table),
                     "loss per optimizer step; below, the difference from the baseline in units of its tolerance",
                 ),
-                _figure(
+                html_figure(
                     "memory",
                     slug,
                     charts.memory_chart(cases, table),
                     "memory at the peak by category (PyTorch's colours)",
                 ),
-                _figure(
+                html_figure(
                     "pareto",
                     slug,
                     charts.pareto_chart(cases, table),
@@ -300,7 +307,7 @@ def report_html(
             ]
         out += [
             "<details><summary>the table: every strategy's figures</summary>",
-            _table(
+            html_table(
                 [
                     "strategy",
                     "status",
@@ -319,7 +326,7 @@ def report_html(
         ]
         for case in cases:
             if case.status not in ("ok", "passed") and case.message:
-                out.append(f"<p class='meta'>{_esc(case.id)}: {_esc(case.message.splitlines()[0])}</p>")
+                out.append(f"<p class='meta'>{esc(case.id)}: {esc(case.message.splitlines()[0])}</p>")
     out.append(_published_section(results))
     if records is not None:
         out.append(_history_section(results, records, machine))

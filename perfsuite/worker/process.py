@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from perfsuite.core.spec import CaseSkipped, CaseSpec
+from perfsuite.worker import duet
 from perfsuite.worker.capture import captured_output, warning_list
 
 CaseFn = Callable[[CaseSpec], dict[str, Any]]
@@ -52,6 +53,7 @@ def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Conn
     # A process group of its own: a timeout kills the worker with everything it started (ranks, loaders).
     os.setpgid(0, 0)
     os.environ.update(env)  # before anything asks CUDA which GPUs it sees
+    duet.pin()  # a duet run's core (perfsuite ab), before anything starts threads
     conn.send(("started", time.monotonic()))
     from perfsuite.worker import preload
 

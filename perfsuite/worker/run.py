@@ -53,6 +53,7 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
     from perfsuite.worker import measure
     from perfsuite.worker.calibrate import Calibration
     from perfsuite.worker.cpu_threads import ThreadWindow
+    from perfsuite.worker.duet import together
 
     engine, device = built.engine, built.device
     out = Timed()
@@ -76,6 +77,7 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
     for _ in range(spec.steps):
         if calibration is not None:
             out.calibrations.append(engine.in_training_thread(calibration.run_once))
+        together(len(out.timed))  # a duet (perfsuite ab): each step starts on both sides at once
         timer.start()
         out.timed.append(engine.step())
         timer.stop()

@@ -1,0 +1,131 @@
+"""One pair: a run of a case on each side, next to each other in time, and its log ratio.
+
+Two ways to run a pair (``perfsuite ab --mode``):
+
+- **duet** (a CPU case in one process with one thread, on a machine with two cores or more):
+  both sides' workers run at once, each pinned to its own core (the cores swap from pair
+  to pair), and every timed step starts together on both (:mod:`perfsuite.worker.duet`).
+  Whatever else the machine does in those seconds slows both; the pair's difference is the
+  median over steps of ``log(B_step / A_step)``, so a burst that hit one side's few steps
+  does not move it.
+- **alternate** (everything else: multi-rank and DataLoader-worker cases need both cores,
+  and a GPU runs one side at a time): one side's run, then the other's, A first in even
+  pairs and B first in odd ones; the difference is ``log(median B / median A)``.
+
+A run that fails makes the pair fail with that side's error; in a duet the other side's
+worker is released at once instead of waiting for a peer that will never come.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from perfsuite.ab.sides import Side
+from perfsuite.core.spec import CaseSpec
+from perfsuite.worker.duet import CPUS, PEER, READY, STOP
+
+Mode = Literal["duet", "alternate"]
+Choice = Literal["auto", "duet", "alternate"]
+MODES: tuple[Choice, ...] = ("auto", "duet", "alternate")
+"""``perfsuite ab --mode``: auto runs each case as a duet where it fits (:func:`duet_fits`)."""
+
+
+@dataclass(frozen=True)
+class Pair:
+    records: tuple[dict[str, Any], dict[str, Any]]
+    mode: Mode
+    log_ratio: float
+    """``log(B / A)``: the median per-step log ratio of a duet, the ratio of the two medians otherwise."""
+    error: str | None = None
+
+
+def duet_cores() -> tuple[int, int] | None:
+    """The two cores a duet runs on (the first two this process may use), or ``None`` with fewer."""
+    cores = sorted(os.sched_getaffinity(0))
+    return (cores[0], cores[1]) if len(cores) >= 2 else None
+
+
+def duet_fits(spec: CaseSpec, device_type: str) -> bool:
+    """Whether ``spec`` runs in one process on one core: a duet's half."""
+    return (
+        device_type == "cpu"
+        and spec.threads == 1
+        and not spec.launches_ranks
+        and spec.strategy_spec.num_workers == 0
+        and duet_cores() is not None
+    )
+
+
+def _steps(record: Mapping[str, Any]) -> list[float]:
+    return [float(s) for s in record["step_time_s"]["samples"]]
+
+
+def step_log_ratio(a: Sequence[float], b: Sequence[float]) -> float:
+    """The median over steps of ``log(b_i / a_i)``: the steps of a duet ran at the same time."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"a duet's sides timed {len(a)} and {len(b)} steps")
+    return statistics.median(math.log(y / x) for x, y in zip(a, b, strict=True))
+
+
+def _failed(side: Side, record: Mapping[str, Any]) -> str | None:
+    if record.get("status") == "ok":
+        return None
+    return f"{side.name}: {record.get('error') or record.get('status')}"
+
+
+def alternate(sides: tuple[Side, Side], fields: dict[str, Any], index: int, timeout_s: float) -> Pair:
+    records: dict[int, dict[str, Any]] = {}
+    for which in (0, 1) if index % 2 == 0 else (1, 0):
+        records[which] = sides[which].run(fields, timeout_s)
+        error = _failed(sides[which], records[which])
+        if error:
+            return Pair((records.get(0, {}), records.get(1, {})), "alternate", math.nan, error)
+    a, b = records[0], records[1]
+    ratio = math.log(float(b["step_time_s"]["median"]) / float(a["step_time_s"]["median"]))
+    return Pair((a, b), "alternate", ratio)
+
+
+def duet(
+    sides: tuple[Side, Side], fields: dict[str, Any], index: int, timeout_s: float, cores: tuple[int, int]
+) -> Pair:
+    records: list[dict[str, Any]] = [{}, {}]
+    with tempfile.TemporaryDirectory(prefix="perfsuite-duet-") as meet:
+        stop = Path(meet, "stop")
+
+        def run(which: int) -> None:
+            env = {
+                READY: str(Path(meet, str(which))),
+                PEER: str(Path(meet, str(1 - which))),
+                STOP: str(stop),
+                CPUS: str(cores[(which + index) % 2]),  # the cores swap sides every pair
+            }
+            records[which] = sides[which].run(fields, timeout_s, env=env)
+            if records[which].get("status") != "ok":
+                stop.touch()  # release the other side's worker: its peer is not coming
+
+        threads = [threading.Thread(target=run, args=(which,)) for which in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    for which in (0, 1):
+        error = _failed(sides[which], records[which])
+        if error:
+            return Pair((records[0], records[1]), "duet", math.nan, error)
+    return Pair((records[0], records[1]), "duet", step_log_ratio(_steps(records[0]), _steps(records[1])))
+
+
+def run_pair(sides: tuple[Side, Side], fields: dict[str, Any], index: int, timeout_s: float, *, mode: Mode) -> Pair:
+    """Pair ``index`` of the case ``fields`` (a :class:`CaseSpec`'s fields) in ``mode``."""
+    cores = duet_cores()
+    if mode == "duet" and cores is not None:
+        return duet(sides, fields, index, timeout_s, cores)
+    return alternate(sides, fields, index, timeout_s)

@@ -1,0 +1,152 @@
+"""``perfsuite ab``'s rounds and pairs with fake sides (no workers): which cases run as a duet, the
+per-step ratio, the round order, when a case leaves the rounds, a failing side; and the duet's
+meeting points in the worker."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfsuite.ab import pairs
+from perfsuite.ab.pairs import duet_fits, step_log_ratio
+from perfsuite.ab.rounds import Schedule, compare_cases
+from perfsuite.core.spec import CaseSpec
+from perfsuite.core.tolerance import Tolerance
+from perfsuite.worker import duet
+
+
+def _spec(strategy: str = "vanilla", **kw: Any) -> CaseSpec:
+    return CaseSpec(model="tiny-bert", strategy=strategy, steps=4, warmup_steps=1, threads=kw.pop("threads", 1), **kw)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a duet needs two cores; this machine has one")
+def test_a_duet_is_a_cpu_case_in_one_process_on_one_thread() -> None:
+    assert duet_fits(_spec(), "cpu")
+    assert not duet_fits(_spec(), "cuda")  # a GPU runs one side at a time
+    assert not duet_fits(_spec(threads=None), "cpu")  # torch's threads would take both cores
+    assert not duet_fits(_spec("dataloader"), "cpu")  # its loader processes need a core
+    assert not duet_fits(_spec("ddp", world_size=2), "cpu")  # two ranks
+
+
+def test_a_duet_pair_is_the_median_of_its_steps_ratios() -> None:
+    a = [1.0, 1.0, 1.0, 1.0, 1.0]
+    b = [1.05, 1.05, 1.05, 1.05, 3.0]  # one step of B hit by a burst: the median ignores it
+    assert step_log_ratio(a, b) == pytest.approx(math.log(1.05))
+    with pytest.raises(ValueError, match="timed 5 and 4 steps"):
+        step_log_ratio(a, b[:4])
+
+
+class FakeSide:
+    """A side whose step time is ``scale`` × the case's base time; records every run and reset."""
+
+    def __init__(
+        self, name: str, scale: dict[str, float], log: list[str], fail: str | None = None, noise: float = 0.0
+    ) -> None:
+        self.name, self.scale, self.log, self.fail, self.noise = name, scale, log, fail, noise
+
+    def reset(self) -> None:
+        self.log.append(f"{self.name} reset")
+
+    def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+        case = f"{spec['model']}-{spec['strategy']}"
+        self.log.append(f"{self.name} {case} profile={spec['profile']} calibrate={spec['calibrate']}")
+        if case == self.fail:
+            return {"status": "error", "error": "boom"}
+        runs = sum(1 for line in self.log if line.startswith(f"{self.name} {case}"))
+        jitter = 1 + self.noise * ((runs * 7) % 5 - 2) / 2  # within ± noise, never the same twice in a row
+        step = 0.1 * self.scale.get(case, 1.0) * jitter
+        return {
+            "status": "ok",
+            "device": "cpu",
+            "time_class": "fake",
+            "step_time_s": {"median": step, "samples": [step] * 4},
+            "peak_memory_bytes": 1000,
+            "memory_breakdown_bytes": {"parameters": 600, "activations": 400},
+            "loss": [2.0, 1.5],
+            "model": spec["model"],
+            "strategy": spec["strategy"],
+            "applied": {"attention_implementation": "sdpa"},
+        }
+
+
+def _compare(
+    specs: list[CaseSpec], slower: dict[str, float], fail: str | None = None, noise: float = 0.0, **kw: Any
+) -> Any:
+    log: list[str] = []
+    sides = (FakeSide("A", {}, log), FakeSide("B", slower, log, fail, noise))
+    schedule = Schedule(first=6, step=2, cap=10, floor=0.03, confidence=0.95)
+    results = compare_cases(
+        specs,
+        sides,  # type: ignore[arg-type]  # duck-typed: reset() and run()
+        schedule,
+        Tolerance(),
+        timeout_s=60,
+        device_type="cpu",
+        mode="alternate",
+        **kw,
+    )
+    return results, log
+
+
+def test_rounds_run_every_open_case_then_renew_both_forkservers() -> None:
+    specs = [_spec(), _spec("adafactor")]
+    results, log = _compare(specs, {"tiny-bert-adafactor": 1.10})
+    same, slower = results
+    assert slower.time.verdict == "slower"
+    assert same.time.verdict == "same"
+    assert len(slower.log_ratios) == len(same.log_ratios) == 6  # both decided at the first look
+    assert log.count("A reset") == 5  # before every round but the first
+    first_round = log[: log.index("A reset")]
+    assert sorted(first_round) == sorted(
+        f"{side} tiny-bert-{s} profile=True calibrate=False" for side in "AB" for s in ("vanilla", "adafactor")
+    )
+    assert all("profile=False" in line for line in log[log.index("A reset") :] if "reset" not in line)
+
+
+def test_an_undecided_case_runs_to_the_cap_and_a_failing_side_ends_its_case() -> None:
+    seen: list[str] = []
+    results, _ = _compare(
+        [_spec(), _spec("adafactor")],
+        {},
+        fail="tiny-bert-adafactor",
+        noise=0.08,  # B's runs within ±8%: the interval does not fit inside ±3% by the cap
+        progress=lambda r: seen.append(f"{r.case} {r.verdict}"),
+    )
+    undecided, failed = results
+    assert undecided.time.verdict == "undecided"
+    assert len(undecided.log_ratios) == 10  # the cap
+    assert failed.verdict == "cannot test"
+    assert failed.error == "B: boom"
+    assert not failed.log_ratios
+    assert "tiny-bert-adafactor cannot test" in seen
+
+
+def test_a_duet_worker_waits_for_its_peer_at_each_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(duet.READY, str(tmp_path / "0"))
+    monkeypatch.setenv(duet.PEER, str(tmp_path / "1"))
+    monkeypatch.setenv(duet.STOP, str(tmp_path / "stop"))
+    arrived = threading.Timer(0.2, lambda: (tmp_path / "1.3").touch())
+    arrived.start()
+    duet.together(3, wait_s=10)  # returns once the peer's mark appears
+    assert (tmp_path / "0.3").exists()
+    (tmp_path / "stop").touch()
+    with pytest.raises(duet.PeerGone, match="other side's run failed"):
+        duet.together(4, wait_s=10)
+    (tmp_path / "stop").unlink()
+    with pytest.raises(duet.PeerGone, match="did not reach step 5 within 0.1 s"):
+        duet.together(5, wait_s=0.1)
+
+
+def test_outside_a_duet_nothing_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (duet.READY, duet.PEER, duet.CPUS):
+        monkeypatch.delenv(name, raising=False)
+    duet.together(0, wait_s=0)
+    before = os.sched_getaffinity(0)
+    duet.pin()
+    assert os.sched_getaffinity(0) == before
+    assert pairs.MODES == ("auto", "duet", "alternate")
