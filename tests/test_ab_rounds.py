@@ -126,26 +126,26 @@ def test_an_undecided_case_runs_to_the_cap_and_a_failing_side_ends_its_case() ->
     assert "tiny-bert-adafactor cannot test" in seen
 
 
-def test_a_duet_worker_waits_for_its_peer_at_each_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_duet_worker_waits_for_its_peer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(duet.READY, str(tmp_path / "0"))
     monkeypatch.setenv(duet.PEER, str(tmp_path / "1"))
     monkeypatch.setenv(duet.STOP, str(tmp_path / "stop"))
-    arrived = threading.Timer(0.2, lambda: (tmp_path / "1.3").touch())
+    arrived = threading.Timer(0.2, lambda: (tmp_path / "1.timed").touch())
     arrived.start()
-    duet.together(3, wait_s=10)  # returns once the peer's mark appears
-    assert (tmp_path / "0.3").exists()
+    duet.together("timed", wait_s=10)  # returns once the peer's mark appears
+    assert (tmp_path / "0.timed").exists()
     (tmp_path / "stop").touch()
     with pytest.raises(duet.PeerGone, match="other side's run failed"):
-        duet.together(4, wait_s=10)
+        duet.together("again", wait_s=10)
     (tmp_path / "stop").unlink()
-    with pytest.raises(duet.PeerGone, match="did not reach step 5 within 0.1 s"):
-        duet.together(5, wait_s=0.1)
+    with pytest.raises(duet.PeerGone, match="did not reach 'late' within 0.1 s"):
+        duet.together("late", wait_s=0.1)
 
 
 def test_outside_a_duet_nothing_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in (duet.READY, duet.PEER, duet.CPUS):
         monkeypatch.delenv(name, raising=False)
-    duet.together(0, wait_s=0)
+    duet.together("timed", wait_s=0)
     before = os.sched_getaffinity(0)
     duet.pin()
     assert os.sched_getaffinity(0) == before

@@ -4,10 +4,10 @@ Two ways to run a pair (``perfsuite ab --mode``):
 
 - **duet** (a CPU case in one process with one thread, on a machine with two cores or more):
   both sides' workers run at once, each pinned to its own core (the cores swap from pair
-  to pair), and every timed step starts together on both (:mod:`perfsuite.worker.duet`).
-  Whatever else the machine does in those seconds slows both; the pair's difference is the
-  median over steps of ``log(B_step / A_step)``, so a burst that hit one side's few steps
-  does not move it.
+  to pair), and start their timed steps together (:mod:`perfsuite.worker.duet`). Whatever
+  else the machine does in those seconds slows both; the pair's difference is the median
+  over steps of ``log(B_step / A_step)`` (step *i* of each side ran at about the same
+  time), so a burst that hit a few of one side's steps does not move it.
 - **alternate** (everything else: multi-rank and DataLoader-worker cases need both cores,
   and a GPU runs one side at a time): one side's run, then the other's, A first in even
   pairs and B first in odd ones; the difference is ``log(median B / median A)``.
@@ -69,7 +69,7 @@ def _steps(record: Mapping[str, Any]) -> list[float]:
 
 
 def step_log_ratio(a: Sequence[float], b: Sequence[float]) -> float:
-    """The median over steps of ``log(b_i / a_i)``: the steps of a duet ran at the same time."""
+    """The median over steps of ``log(b_i / a_i)``: step ``i`` of each side of a duet ran at about the same time."""
     if len(a) != len(b) or not a:
         raise ValueError(f"a duet's sides timed {len(a)} and {len(b)} steps")
     return statistics.median(math.log(y / x) for x, y in zip(a, b, strict=True))

@@ -70,6 +70,7 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
     # measures the core and the state the steps ran in.
     if calibration is not None:
         engine.in_training_thread(calibration.run_once)  # its own warm-up (page faults, BLAS buffers)
+    together("timed")  # a duet (perfsuite ab): both sides start their timed steps at once
     device.reset_peak_memory()
     threads = ThreadWindow()  # which threads ran while steps were timed (read at the two ends only)
     threads.start()
@@ -77,7 +78,6 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
     for _ in range(spec.steps):
         if calibration is not None:
             out.calibrations.append(engine.in_training_thread(calibration.run_once))
-        together(len(out.timed))  # a duet (perfsuite ab): each step starts on both sides at once
         timer.start()
         out.timed.append(engine.step())
         timer.stop()
