@@ -65,7 +65,9 @@ def evidence(result: CaseResult, metric: str) -> str:
 
 
 def _good_end(message: str) -> str:
-    """A gate's message with the good end where it says baseline: a bisect step's reference."""
+    """A gate's message with the good end where it says baseline (a bisect step's reference), and
+    without its advice to refresh a baseline."""
+    message = message.replace(": refresh it if expected", "")
     return re.sub(r"\b(the )?baseline('s)?\b", lambda m: "the good end" + (m.group(2) or ""), message)
 
 

@@ -19,7 +19,7 @@ def _time(case: Mapping[str, Any]) -> tuple[str, str]:
         return "—", "0"
     low = "0" if t["low"] in (None, 0) else f"{t['low']:.3f}"
     high = "∞" if t["high"] is None else f"{t['high']:.3f}"
-    return f"{t['ratio']:.3f} [{low}, {high}] {t['verdict']}", str(t["pairs"])
+    return f"{t['ratio']:.3f} [{low}, {high}] {t['verdict']}", f"{t['pairs']} {case.get('mode', '')}".strip()
 
 
 def _memory(case: Mapping[str, Any]) -> tuple[str, str]:
