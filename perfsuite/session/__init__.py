@@ -179,7 +179,7 @@ class PerfsuiteSession:
         outcome.tolerance = dataclasses.asdict(tolerance)
 
         def rerun() -> tuple[dict[str, Any], Observation | None]:
-            record = self.runs.run(spec)
+            record = self.runs.run(spec, fresh_layout=True)
             return record, self._observe(record) if record["status"] == "ok" else None
 
         gate(

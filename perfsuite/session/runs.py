@@ -29,11 +29,17 @@ class RunCache:
             runs.append(pending.result())
         # A crash or skip repeats itself: once one run is not ok, don't pay for it again.
         while len(runs) < count and all(r["status"] == "ok" for r in runs):
-            runs.append(self.run(spec))
+            runs.append(self.run(spec, fresh_layout=bool(runs)))
         return runs
 
-    def run(self, spec: CaseSpec, env: dict[str, str] | None = None) -> dict[str, Any]:
-        """One more run of ``spec``, not cached (a retry)."""
+    def run(self, spec: CaseSpec, env: dict[str, str] | None = None, *, fresh_layout: bool = False) -> dict[str, Any]:
+        """One more run of ``spec``, not cached. A repeat or a retry passes ``fresh_layout``: the
+        forkserver is renewed first, so the run does not inherit the address-space layout (and
+        its bias) of the runs before it. Never from the GPU pool's threads, which fork at once."""
+        if fresh_layout:
+            from perfsuite.worker.process import renew_forkserver
+
+            renew_forkserver()
         timeout = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"].timeout
         return self.config.hook.pytest_perfsuite_run_case(  # type: ignore[no-any-return]
             config=self.config, spec=spec, timeout_s=timeout, env=env or {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.forkserver
 import os
 import signal
 import time
@@ -38,6 +39,18 @@ def _context() -> multiprocessing.context.ForkServerContext:
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(_PRELOAD)
     return ctx
+
+
+def renew_forkserver() -> bool:
+    """Stop the forkserver, so that the next worker starts a new one: a new interpreter, so a new
+    randomised address-space layout, which every worker forked from it inherits. One layout
+    moves a case's step time by a few percent the same way in every run (docs/ab.md), so
+    repeats and retries of a time each get a fresh draw. ``False`` when there was none."""
+    stop = getattr(multiprocessing.forkserver._forkserver, "_stop", None)
+    if stop is None:
+        return False
+    stop()
+    return True
 
 
 def _describe_error(exc: BaseException) -> str:

@@ -62,12 +62,9 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
     if request.get("op") == "probe":
         return {"ok": True, "probe": probe(request.get("names", ()))}
     if request.get("op") == "reset":
-        import multiprocessing.forkserver
+        from perfsuite.worker.process import renew_forkserver
 
-        stop = getattr(multiprocessing.forkserver._forkserver, "_stop", None)
-        if stop is not None:
-            stop()
-        return {"ok": True, "reset": stop is not None}
+        return {"ok": True, "reset": renew_forkserver()}
     if request.get("op") == "run":
         from perfsuite.worker.process import run_isolated
 
