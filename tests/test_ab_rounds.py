@@ -115,7 +115,7 @@ def test_an_undecided_case_runs_to_the_cap_and_a_failing_side_ends_its_case() ->
         {},
         fail="tiny-bert-adafactor",
         noise=0.08,  # B's runs within ±8%: the interval does not fit inside ±3% by the cap
-        progress=lambda r: seen.append(f"{r.case} {r.verdict}"),
+        progress=lambda r, finished: seen.append(f"{r.case} {r.verdict} {finished}"),
     )
     undecided, failed = results
     assert undecided.time.verdict == "undecided"
@@ -123,7 +123,8 @@ def test_an_undecided_case_runs_to_the_cap_and_a_failing_side_ends_its_case() ->
     assert failed.verdict == "cannot test"
     assert failed.error == "B: boom"
     assert not failed.log_ratios
-    assert "tiny-bert-adafactor cannot test" in seen
+    assert "tiny-bert-adafactor cannot test True" in seen
+    assert seen[-1] == "tiny-bert-vanilla undecided True"  # finished at the cap, said so
 
 
 def test_a_duet_worker_waits_for_its_peer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

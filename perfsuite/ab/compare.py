@@ -83,14 +83,11 @@ class AbRun:
         total = len(self.specs)
         done: set[str] = set()
 
-        def progress(result: CaseResult) -> None:
-            t, pairs = result.time, len(result.log_ratios)
-            line = f"  {result.case}: {pairs} pair(s)"
+        def progress(result: CaseResult, finished: bool) -> None:
+            t = result.time
+            line = f"  {result.case}: {len(result.log_ratios)} pair(s)"
             if t is not None:
                 line += f", B/A {t.ratio:.3f} [{t.low:.3f}, {t.high:.3f}] → {t.verdict}"
-            finished = result.error is not None or (
-                t is not None and (t.verdict != "undecided" or pairs >= self.schedule.cap)
-            )
             if finished:
                 done.add(result.case)
                 line += f" · {result.verdict}" + (f" ({result.error})" if result.error else "")

@@ -64,7 +64,16 @@ def duet_fits(spec: CaseSpec, device_type: str) -> bool:
     )
 
 
-def _steps(record: Mapping[str, Any]) -> list[float]:
+def check_mode(specs: Sequence[CaseSpec], device_type: str, mode: Choice) -> None:
+    """``--mode duet`` with a case that cannot be one: a ``ValueError`` naming them."""
+    if mode == "duet" and (unfit := [spec.id for spec in specs if not duet_fits(spec, device_type)]):
+        raise ValueError(
+            f"--mode duet needs CPU cases in one process on one thread, and two cores: not {', '.join(unfit)}"
+        )
+
+
+def step_times(record: Mapping[str, Any]) -> list[float]:
+    """A run's timed steps (s)."""
     return [float(s) for s in record["step_time_s"]["samples"]]
 
 
@@ -120,7 +129,7 @@ def duet(
         error = _failed(sides[which], records[which])
         if error:
             return Pair((records[0], records[1]), "duet", math.nan, error)
-    return Pair((records[0], records[1]), "duet", step_log_ratio(_steps(records[0]), _steps(records[1])))
+    return Pair((records[0], records[1]), "duet", step_log_ratio(step_times(records[0]), step_times(records[1])))
 
 
 def run_pair(sides: tuple[Side, Side], fields: dict[str, Any], index: int, timeout_s: float, *, mode: Mode) -> Pair:

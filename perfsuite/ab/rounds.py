@@ -8,11 +8,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfsuite.ab.pairs import Choice, Mode, Pair, duet_fits, run_pair
+from perfsuite.ab.pairs import Choice, Mode, Pair, check_mode, duet_fits, run_pair, step_times
 from perfsuite.ab.sides import Side
 from perfsuite.core.baselines import build_baseline
 from perfsuite.core.check import Check
@@ -43,9 +44,6 @@ class CaseResult:
     time: Paired | None = None
     log_ratios: list[float] = field(default_factory=list)
     """Per pair, ``log(B / A)``: what the verdict is decided on."""
-    times_a: list[float] = field(default_factory=list)
-    """Per pair, each side's median step time (s)."""
-    times_b: list[float] = field(default_factory=list)
     steps_a: list[list[float]] = field(default_factory=list)
     """Per pair, each side's timed steps (s)."""
     steps_b: list[list[float]] = field(default_factory=list)
@@ -62,12 +60,8 @@ class CaseResult:
 
     def add(self, pair: Pair) -> None:
         self.log_ratios.append(pair.log_ratio)
-        for record, medians, steps in (
-            (pair.records[0], self.times_a, self.steps_a),
-            (pair.records[1], self.times_b, self.steps_b),
-        ):
-            medians.append(float(record["step_time_s"]["median"]))
-            steps.append([float(s) for s in record["step_time_s"]["samples"]])
+        self.steps_a.append(step_times(pair.records[0]))
+        self.steps_b.append(step_times(pair.records[1]))
 
     @property
     def verdict(self) -> str:
@@ -91,7 +85,12 @@ class CaseResult:
             "error": self.error,
             "time": _finite(dataclasses.asdict(self.time)) if self.time is not None else None,
             "mode": self.mode,
-            "step_time_s": {"a": self.times_a, "b": self.times_b, "steps_a": self.steps_a, "steps_b": self.steps_b},
+            "step_time_s": {  # per pair: each side's median step time, and its timed steps
+                "a": [statistics.median(steps) for steps in self.steps_a],
+                "b": [statistics.median(steps) for steps in self.steps_b],
+                "steps_a": self.steps_a,
+                "steps_b": self.steps_b,
+            },
             "ratios": [math.exp(d) for d in self.log_ratios],
             "memory": {
                 "a": self.memory_a,
@@ -167,7 +166,7 @@ def compare_cases(
     timeout_s: float,
     device_type: str,
     mode: Choice = "auto",
-    progress: Callable[[CaseResult], None] = lambda result: None,
+    progress: Callable[[CaseResult, bool], None] = lambda result, finished: None,
     on_round: Callable[[int, int], None] = lambda index, cases: None,
     seed: int = 0,
 ) -> list[CaseResult]:
@@ -179,7 +178,7 @@ def compare_cases(
     step time by a few percent the same way in every run (measured: docs/ab.md), so each
     round draws a new one for each side, and the pairs average it out. Memory and loss
     come from the first round's runs (profiled). ``progress`` hears of each verdict (and each
-    error), ``on_round`` of each round's start (its index, the cases it runs).
+    error), and whether the case is finished, ``on_round`` of each round's start (its index, the cases it runs).
     """
     results = {
         spec.id: CaseResult(
@@ -187,8 +186,7 @@ def compare_cases(
         )
         for spec in specs
     }
-    if mode == "duet" and (unfit := [r.case for r in results.values() if r.mode != "duet"]):
-        raise ValueError(f"--mode duet: {', '.join(unfit)} cannot run as a duet (see docs/ab.md)")
+    check_mode(specs, device_type, mode)
     pending = list(specs)
     order = random.Random(seed)
     index = 0
@@ -211,12 +209,13 @@ def compare_cases(
         for spec in pending:
             result = results[spec.id]
             if result.error is not None:
-                progress(result)
+                progress(result, True)
                 continue
             if _due(len(result.log_ratios), schedule):
                 result.time = decide(result.log_ratios, floor=schedule.floor, confidence=schedule.confidence)
-                progress(result)
-                if result.time.verdict != "undecided" or len(result.log_ratios) >= schedule.cap:
+                finished = result.time.verdict != "undecided" or len(result.log_ratios) >= schedule.cap
+                progress(result, finished)
+                if finished:
                     continue
             still.append(spec)
         pending = still

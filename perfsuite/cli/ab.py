@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     from perfsuite.ab.compare import AbRun, Failed
     from perfsuite.ab.envs import EnvError, parse_env
-    from perfsuite.ab.pairs import duet_fits
+    from perfsuite.ab.pairs import check_mode
 
     console = Console(stderr=True)
 
@@ -62,10 +62,7 @@ def run(args: argparse.Namespace) -> int:
             args.threads = 1  # the CPU tier's: the other core absorbs the machine's own work
         specs, device_type, defaults, note = select(args)
         args.device_type = device_type
-        if args.mode == "duet" and (unfit := [s.id for s in specs if not duet_fits(s, device_type)]):
-            raise ValueError(
-                f"--mode duet needs CPU cases in one process on one thread, and two cores: not {', '.join(unfit)}"
-            )
+        check_mode(specs, device_type, args.mode)
         for name in ("base", "candidate"):
             parse_env(getattr(args, name), name=name)  # bad input: before anything is installed
         if args.max_pairs is not None and args.pairs is not None and args.max_pairs < args.pairs:
