@@ -138,17 +138,26 @@ def test_a_first_run_is_a_quick_set_and_all_is_the_matrix() -> None:
     from argparse import Namespace
 
     from perfsuite.cli.run import _matrix_selection
+    from perfsuite.core.matrix import nightly_only
 
-    args = Namespace(models=None, strategies=None, engine=None, all=False, world_size=1)
+    args = Namespace(models=None, strategies=None, engine=None, all=False, every_push=False, world_size=1)
     quick = _matrix_selection(args, "cpu")
     whole = _matrix_selection(Namespace(**{**vars(args), "all": True}), "cpu")
+    push = _matrix_selection(Namespace(**{**vars(args), "every_push": True}), "cpu")
     assert len(quick) == 10
     assert {m for m, _, _, _ in quick} == {"tiny-bert"}
     assert {e for _, _, e, _ in quick} == {"loop", "trainer"}
-    assert set(quick) < set(whole)
+    assert set(quick) < set(push) < set(whole)
     assert len(whole) > 100
+    # --every-push: exactly the cases the CPU tier runs on every push, multi-rank ones included
+    assert set(push) == {c for c in whole if not nightly_only(*c)}
+    assert {m for m, _, _, _ in push} == {"tiny-bert", "tiny-gpt2", "tiny-t5", "tiny-llama"}
+    assert any(ws == 2 for _, _, _, ws in push)
 
 
-def test_run_all_takes_no_selection(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "--all", "--models", "tiny-bert"]) == 2
-    assert "--all runs the whole matrix; it takes no --models or --strategies" in capsys.readouterr().err
+@pytest.mark.parametrize("flag", ["--all", "--every-push"])
+def test_run_all_takes_no_selection(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", flag, "--models", "tiny-bert"]) == 2
+    assert f"{flag} runs the matrix's cases; it takes no --models or --strategies" in capsys.readouterr().err
+    assert main(["run", "--all", "--every-push"]) == 2
+    assert "--all already holds --every-push's cases; give one of them" in capsys.readouterr().err

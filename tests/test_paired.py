@@ -8,6 +8,7 @@ import random
 import pytest
 
 from perfsuite.core.paired import (
+    SAME_CONFIDENCE,
     case_confidence,
     decide,
     hodges_lehmann,
@@ -60,6 +61,38 @@ def test_a_shifted_sample_is_slower_and_the_mirror_faster(seed: int) -> None:
 
 def test_a_change_below_the_floor_is_same_once_the_interval_is_tight() -> None:
     assert decide(_pairs(0.01, 0.002, 16, 3), floor=0.03, confidence=0.99).verdict == "same"
+
+
+def test_same_is_an_equivalence_test_at_its_own_confidence() -> None:
+    # 7 quiet A/A pairs: too few to bound the 35-case confidence of slower/faster, enough for same
+    confidence = case_confidence(35)
+    d = _pairs(0.0, 0.005, 7, seed=2)
+    assert decide(d, floor=0.03, confidence=confidence).verdict == "undecided"
+    same = decide(d, floor=0.03, confidence=confidence, same_confidence=SAME_CONFIDENCE)
+    assert same.verdict == "same"
+    assert same.confidence == SAME_CONFIDENCE  # the interval shown is the one the verdict rests on
+    assert 0.97 < same.low <= same.ratio <= same.high < 1.03
+    # a clear slowdown at 7 pairs is neither: slower waits for the corrected confidence
+    slow = decide(_pairs(0.08, 0.005, 7, seed=2), floor=0.03, confidence=confidence, same_confidence=SAME_CONFIDENCE)
+    assert (slow.verdict, slow.confidence) == ("undecided", confidence)
+
+
+@pytest.mark.parametrize(("shift", "most"), [(0.03, 40), (0.05, 2)])
+def test_a_change_at_the_floor_or_beyond_is_rarely_called_same(shift: float, most: int) -> None:
+    # Same's error is a miss: at most 2.5% per look for a change exactly at the floor (1000 cases
+    # of 8 pairs: at most 40, 25 expected), and far fewer for 5% (measured 0 to 1 of 1000).
+    rng = random.Random(5)
+    same = sum(
+        decide(
+            _pairs(shift, 0.02, 8, rng.randrange(10**9)),
+            floor=0.03,
+            confidence=case_confidence(35),
+            same_confidence=SAME_CONFIDENCE,
+        ).verdict
+        == "same"
+        for _ in range(1000)
+    )
+    assert same <= most
 
 
 def test_wide_noise_is_undecided_until_more_pairs_decide() -> None:

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# perfsuite ab's false alarms and sensitivity on this machine (docs/ab.md): a candidate slowed 5%
-# everywhere, one whose Adafactor alone is slowed 5% (benchmarks/ab/slow-python), then three A/A
-# comparisons; each on perfsuite ab's default selection (the quick set: tiny-bert's 10 cases on a
-# CPU) unless selection options are passed. Run it on an otherwise idle machine; the JSON files
-# and logs go to $OUT (default ab-results), `perfsuite report $OUT/X.json -o DIR` draws one.
+# perfsuite ab's false alarms and sensitivity on this machine (docs/ab.md): three A/A comparisons,
+# then a candidate slowed 5% everywhere and one whose Adafactor alone is slowed 5%
+# (benchmarks/ab/slow-python); each on perfsuite ab's default selection (the quick set: tiny-bert's
+# 10 cases on a CPU) unless selection options are passed (`--every-push`: the 35 cases `pytest`
+# runs). Run it on an otherwise idle machine; the JSON files and logs go to $OUT (default
+# ab-results), `perfsuite report $OUT/X.json -o DIR` draws one, benchmarks/ab/table.py tabulates them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-ab-results}"
@@ -18,8 +19,8 @@ compare() {  # NAME CANDIDATE [perfsuite ab options...]
         --json "$OUT/$name.json" "$@" 2>&1 | tee "$OUT/$name.log" | grep -E "^perfsuite ab:|: [0-9.]+ s$" || true
 }
 
-PERFSUITE_SLOWDOWN=0.05 compare uniform-5 "$SLOW" "$@"
-PERFSUITE_SLOWDOWN=0.05 PERFSUITE_SLOWDOWN_OPTIMIZER=Adafactor compare adafactor-5 "$SLOW" "$@"
 for i in 1 2 3; do
     compare "aa-$i" current "$@"
 done
+PERFSUITE_SLOWDOWN=0.05 compare uniform-5 "$SLOW" "$@"
+PERFSUITE_SLOWDOWN=0.05 PERFSUITE_SLOWDOWN_OPTIMIZER=Adafactor compare adafactor-5 "$SLOW" "$@"

@@ -15,7 +15,7 @@ from perfsuite.ab.pairs import Choice
 from perfsuite.ab.rounds import CaseResult, Schedule, compare_cases
 from perfsuite.ab.sides import Side
 from perfsuite.core.baselines import write_json_atomic
-from perfsuite.core.paired import case_confidence, min_pairs
+from perfsuite.core.paired import SAME_CONFIDENCE, case_confidence, min_pairs
 from perfsuite.core.provenance import now
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
@@ -28,12 +28,19 @@ class Failed(Exception):
 
 
 def schedule_for(cases: int, *, floor: float, alpha: float, first: int | None, cap: int | None) -> Schedule:
-    """Pairs per case: the first verdict as soon as the corrected confidence can be reached, 2 more
-    at a time while undecided, 8 more at most."""
+    """Pairs per case: the first verdict as soon as *same* can be reached (an unchanged case leaves
+    early), 2 more at a time while undecided, up to 8 more than the corrected confidence of
+    *slower* first needs."""
     confidence = case_confidence(cases, alpha)
-    start = first if first is not None else min_pairs(confidence) + 1
+    start = first if first is not None else min_pairs(SAME_CONFIDENCE) + 1
+    default_cap = min_pairs(confidence) + 1 + 8
     return Schedule(
-        first=start, step=2, cap=max(start, cap if cap is not None else start + 8), floor=floor, confidence=confidence
+        first=start,
+        step=2,
+        cap=max(start, cap if cap is not None else default_cap),
+        floor=floor,
+        confidence=confidence,
+        same_confidence=SAME_CONFIDENCE,
     )
 
 
@@ -66,7 +73,8 @@ class AbRun:
         say(
             f"perfsuite: {len(specs)} case(s), {schedule.first} to {schedule.cap} pairs each, "
             f"floor {schedule.floor:.1%}, "
-            f"confidence {schedule.confidence:.4g} per case (alpha {1 - schedule.confidence:.2g} × {len(specs)})"
+            f"slower or faster at {schedule.confidence:.4g} per case (alpha {1 - schedule.confidence:.2g} × "
+            f"{len(specs)}), same at {schedule.same_confidence:.2g}"
         )
         return run
 

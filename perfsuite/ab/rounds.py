@@ -20,20 +20,22 @@ from perfsuite.core.check import Check
 from perfsuite.core.compare import check_loss, check_memory
 from perfsuite.core.kernels import check_kernels
 from perfsuite.core.observation import observe
-from perfsuite.core.paired import Paired, decide
+from perfsuite.core.paired import SAME_CONFIDENCE, Paired, decide
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """How many pairs: ``first`` before any verdict, ``step`` more while undecided, up to ``cap``."""
+    """How many pairs: ``first`` before any verdict, ``step`` more while undecided, up to ``cap``;
+    *slower* and *faster* at ``confidence``, *same* at ``same_confidence`` (:mod:`perfsuite.core.paired`)."""
 
     first: int
     step: int
     cap: int
     floor: float
     confidence: float
+    same_confidence: float = SAME_CONFIDENCE
 
 
 @dataclass
@@ -212,7 +214,12 @@ def compare_cases(
                 progress(result, True)
                 continue
             if _due(len(result.log_ratios), schedule):
-                result.time = decide(result.log_ratios, floor=schedule.floor, confidence=schedule.confidence)
+                result.time = decide(
+                    result.log_ratios,
+                    floor=schedule.floor,
+                    confidence=schedule.confidence,
+                    same_confidence=schedule.same_confidence,
+                )
                 finished = result.time.verdict != "undecided" or len(result.log_ratios) >= schedule.cap
                 progress(result, finished)
                 if finished:

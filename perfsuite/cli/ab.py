@@ -32,8 +32,16 @@ def add_parser(sub: Any) -> None:
     ab.add_argument(
         "--alpha", type=positive_fraction, default=0.05, help="false-alarm rate over all cases together (default 0.05)"
     )
-    ab.add_argument("--pairs", type=at_least(1), help="pairs before the first verdict (default: the fewest that can)")
-    ab.add_argument("--max-pairs", type=at_least(1), help="cap while undecided (default: the first + 8)")
+    ab.add_argument(
+        "--pairs",
+        type=at_least(1),
+        help="pairs before the first verdict (default 7: the fewest that can call a case same, plus one)",
+    )
+    ab.add_argument(
+        "--max-pairs",
+        type=at_least(1),
+        help="cap while undecided (default: 8 more than a verdict of slower first needs: 18 for 10 cases)",
+    )
     ab.add_argument(
         "--mode",
         choices=MODES,

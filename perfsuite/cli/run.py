@@ -46,6 +46,12 @@ def add_selection(parser: Any) -> None:
         "minutes); by default a quick set of 10 cases (tiny-bert on a CPU, under a minute)",
     )
     parser.add_argument(
+        "--every-push",
+        action="store_true",
+        help="without --models/--strategies: the matrix's cases that `pytest` runs on every push (35 on a CPU; "
+        "--all adds the nightly tier's)",
+    )
+    parser.add_argument(
         "--steps", type=at_least(1), help="timed optimizer steps per case (default 12 on CPU, 20 on GPU)"
     )
     parser.add_argument("--warmup", type=at_least(0), help="untimed warm-up steps (default 2 on CPU, 5 on GPU)")
@@ -100,11 +106,15 @@ def _matrix_selection(args: argparse.Namespace, device_type: str) -> list[tuple[
     matrix on this device (its quick set, :func:`perfsuite.core.matrix.first_run`, without ``--all``)."""
     on_device = [c for c in matrix_cases() if (get_model_spec(c.model).tiny) == (device_type == "cpu")]
     if not args.models and not args.strategies:
-        chosen = [c for c in on_device if args.engine is None or c.engine in args.engine]
+        chosen = [
+            c
+            for c in on_device
+            if (args.engine is None or c.engine in args.engine) and not (args.every_push and "nightly" in c.markers)
+        ]
         builtin = [(c.model, c.strategy, c.engine, c.world_size) for c in chosen if c.source == BUILTIN]
         declared = [(c.model, c.strategy, c.engine, c.world_size) for c in chosen if c.source != BUILTIN]
         # A project's own cases always run; perfsuite's built-in matrix is cut to its quick set.
-        return (builtin if args.all else first_run(builtin)) + declared
+        return (builtin if args.all or args.every_push else first_run(builtin)) + declared
     models = args.models or list(dict.fromkeys(c.model for c in on_device))
     strategies = args.strategies or [n for n in STRATEGIES if args.world_size == 1 or resolve(n).distributed]
     return [(m, s, e, args.world_size) for e in (args.engine or ["loop"]) for m in models for s in strategies]
@@ -193,13 +203,16 @@ def select(args: argparse.Namespace) -> tuple[list[Any], str, Any, str | None]:
     for name in args.engine or ():
         check_engine(name)
     device_type = default_device_type() if args.device == "auto" else args.device
-    if args.all and (args.models or args.strategies):
-        raise ValueError("--all runs the whole matrix; it takes no --models or --strategies")
+    for flag, chosen in (("--all", args.all), ("--every-push", args.every_push)):
+        if chosen and (args.models or args.strategies):
+            raise ValueError(f"{flag} runs the matrix's cases; it takes no --models or --strategies")
+    if args.all and args.every_push:
+        raise ValueError("--all already holds --every-push's cases; give one of them")
     selection = _matrix_selection(args, device_type)
     if not selection:
         raise ValueError(f"the matrix has no case for this device ({device_type}); `perfsuite list`")
     note = None
-    if not (args.all or args.models or args.strategies):
+    if not (args.all or args.every_push or args.models or args.strategies):
         whole = len(_matrix_selection(argparse.Namespace(**{**vars(args), "all": True}), device_type))
         if whole > len(selection):
             note = (

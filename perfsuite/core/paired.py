@@ -14,11 +14,17 @@ between pairs. Its difference is ``d = log(time_B / time_A)``. Over the pairs:
   is at least the floor; *faster* the mirror; *same* when the whole interval lies within
   ± the floor; *undecided* otherwise, which asks for more pairs (:func:`next_pairs`).
 
-The confidence is corrected for the number of cases compared (Bonferroni,
-:func:`case_confidence`), so a 50-case comparison is no likelier to raise a false alarm
-than one case. The repeated looks of the sequential schedule are not corrected for in
-the formula; the false-alarm rate they leave is measured with A/A comparisons
-(docs/ab.md), which is the only honest calibration on a shared machine.
+The two kinds of verdict are two tests with two error rates. *Slower* and *faster* are
+false alarms when wrong: their confidence is corrected for the number of cases compared
+(Bonferroni, :func:`case_confidence`), so a 50-case comparison is no likelier to raise
+one than a single case. *Same* is a miss when wrong, and is an equivalence test (two
+one-sided tests, each at 2.5%, :data:`SAME_CONFIDENCE`): a case whose change is exactly
+the floor is called *same* at most 2.5% of the time at one look, and a larger change
+far less often. It needs no correction for a false alarm, so an unchanged case can leave
+after 7 pairs, where a verdict of *slower* over 35 cases needs 12. The repeated looks of
+the sequential schedule are not corrected for in the formula; the false alarms and the
+misses they leave are measured with A/A and injected-slowdown comparisons (docs/ab.md),
+the only honest calibration on a shared machine.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from typing import Literal
 
 Verdict = Literal["slower", "faster", "same", "undecided"]
 EXACT_UP_TO = 40
+SAME_CONFIDENCE = 0.95
+"""The confidence of a verdict of *same*: a miss, not a false alarm, when wrong (the module's docstring)."""
 
 
 @dataclass(frozen=True)
@@ -120,22 +128,28 @@ def case_confidence(cases: int, alpha: float = 0.05) -> float:
     return 1 - alpha / cases
 
 
-def decide(d: Sequence[float], *, floor: float, confidence: float) -> Paired:
-    """The verdict on log ratios ``d`` (:func:`log_ratios`) against a relative ``floor`` (0.03: 3%)."""
+def decide(d: Sequence[float], *, floor: float, confidence: float, same_confidence: float | None = None) -> Paired:
+    """The verdict on log ratios ``d`` (:func:`log_ratios`) against a relative ``floor`` (0.03: 3%).
+
+    *Slower* and *faster* at ``confidence``; *same* at ``same_confidence`` (default: the same).
+    The interval returned is the one the verdict rests on (``Paired.confidence`` says which):
+    ``same_confidence``'s for *same*, ``confidence``'s otherwise.
+    """
     if floor < 0:
         raise ValueError(f"floor {floor} must not be negative")
+    same_confidence = confidence if same_confidence is None else same_confidence
     centre = hodges_lehmann(d)
     low, high = signed_rank_interval(d, confidence)
     bound = math.log1p(floor)
-    verdict: Verdict
+    verdict: Verdict = "undecided"
     if low > 0 and centre >= bound:
         verdict = "slower"
     elif high < 0 and centre <= -bound:
         verdict = "faster"
-    elif -bound < low and high < bound:
-        verdict = "same"
     else:
-        verdict = "undecided"
+        near = signed_rank_interval(d, same_confidence) if same_confidence != confidence else (low, high)
+        if -bound < near[0] and near[1] < bound:
+            verdict, (low, high), confidence = "same", near, same_confidence
     return Paired(
         ratio=math.exp(centre),
         low=math.exp(low),
