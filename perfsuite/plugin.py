@@ -135,7 +135,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if session.refresh and config.option.benchmark_json is None:
         # pytest-benchmark builds its JSON (machine_info included) only when asked to write one.
         session.benchmark_scratch = Path(tempfile.mkdtemp(prefix="perfsuite-")) / "benchmark.json"
-        config.option.benchmark_json = session.benchmark_scratch
+        from perfsuite.session.benchmark import JsonTarget
+
+        config.option.benchmark_json = JsonTarget(session.benchmark_scratch)
 
 
 def _local_hardware() -> tuple[str, str]:

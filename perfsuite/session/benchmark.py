@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from pathlib import Path
+from typing import Any, BinaryIO
 
 from perfsuite.core.observation import Observation
 
@@ -42,3 +44,31 @@ def record_benchmark(
             "loss": list(first.losses),
         }
     )
+
+
+class JsonTarget(os.PathLike[str]):
+    """Where pytest-benchmark writes its JSON, in the form either of its versions takes.
+
+    ``--benchmark-json`` is an open file up to pytest-benchmark 5.2 (``with self.json as fh``)
+    and a path from 5.3 (``open(self.json, "wb")``). A refresh sets it itself, so the object
+    must work both ways: 5.2.3 with a plain ``Path`` failed every refresh on the lent GPU image
+    (Python 3.12 warns on ``Path.__enter__``; 3.11 has no ``Path.write``).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: BinaryIO | None = None
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __enter__(self) -> BinaryIO:
+        self._file = self.path.open("wb")
+        return self._file
+
+    def __exit__(self, *exc: object) -> None:
+        if self._file is not None:
+            self._file.close()

@@ -60,23 +60,31 @@ def apply_lora(model: Any, rank: int, *, quantized: bool = False) -> Any:
     return get_peft_model(model, config)
 
 
-def quantize_4bit(model: Any, compute_dtype: Any) -> Any:
+HEAD_MODULES = ("classifier", "pre_classifier", "score", "lm_head")
+"""Module names of the task heads that :func:`quantize_4bit` leaves unquantized."""
+
+
+def quantize_4bit(model: Any, compute_dtype: Any, placement: int | str) -> Any:
     """The same weights reloaded with NF4 4-bit linear layers (bitsandbytes), as QLoRA trains them.
 
     transformers quantizes only while loading, so the seeded model is saved to a temporary
-    directory and loaded back with a ``BitsAndBytesConfig``.
+    directory and loaded back with a ``BitsAndBytesConfig`` onto ``placement`` (a GPU index, or
+    ``"cpu"``: bitsandbytes 0.50 quantizes there too, which is how a CPU test shows the head bug).
     """
     import tempfile
 
     import transformers
-
-    from perfsuite.worker.device import current_cuda_device
 
     config = transformers.BitsAndBytesConfig(  # type: ignore[no-untyped-call]
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",
         bnb_4bit_use_double_quant=True,
         bnb_4bit_compute_dtype=compute_dtype,
+        # The head stays in full precision, as QLoRA trains it: peft makes a classification head
+        # trainable (modules_to_save), and a 4-bit weight cannot require gradients (bert-base-uncased's
+        # qlora failed so on an H100, transformers 5.17). Naming these replaces transformers' own
+        # choice of unconverted modules, which is the output embedding, so lm_head is named too.
+        llm_int8_skip_modules=list(HEAD_MODULES),
     )
     with tempfile.TemporaryDirectory(prefix="perfsuite-qlora-") as directory:
         model.save_pretrained(directory)
@@ -84,7 +92,7 @@ def quantize_4bit(model: Any, compute_dtype: Any) -> Any:
             directory,
             quantization_config=config,
             attn_implementation=model.config._attn_implementation,
-            device_map={"": current_cuda_device()},
+            device_map={"": placement},
         )
     return loaded
 

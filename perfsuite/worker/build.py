@@ -100,7 +100,7 @@ def build(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> Built:
         from perfsuite.worker.adapters import quantize_4bit
 
         dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-        model = quantize_4bit(model, compute_dtype=dtypes[strategy.precision])
+        model = quantize_4bit(model, compute_dtype=dtypes[strategy.precision], placement=device.placement())
     from perfsuite.worker.engines.common import deepspeed_setup
 
     # One DeepSpeed config for whichever engine runs the case (None unless the strategy is ZeRO).

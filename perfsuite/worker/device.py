@@ -124,6 +124,10 @@ class Device:
             return f"{precision} autocast/loss scaling is not supported on CPU by torch {torch.__version__}: {exc}"
         return None
 
+    def placement(self) -> int | str:
+        """Where ``from_pretrained``'s ``device_map`` puts a whole model: this process's GPU, or the CPU."""
+        return current_cuda_device() if self.type == "cuda" else "cpu"
+
     @property
     def pins_memory(self) -> bool:
         """Whether pinned host memory means anything (it speeds host-to-device copies only)."""

@@ -60,24 +60,24 @@ def deepspeed_builds_optimizer(strategy: Strategy) -> bool:
 
 
 def enable_checkpointing(model: Any, *, offload: bool = False) -> None:
-    # transformers 5 renamed gradient_checkpointing_enable (the old name warns); 4.x has only the old one.
+    # transformers 5 renamed gradient_checkpointing_enable to activation_checkpointing_enable (the old
+    # name warns where both exist); 4.x and 5.17 have only the old one, which took offload= in 5.17.
     kwargs = {"use_reentrant": False}
-    if offload:
-        import inspect
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    key = "activation_checkpointing_kwargs"
+    if enable is None:
+        enable, key = model.gradient_checkpointing_enable, "gradient_checkpointing_kwargs"
+    if not offload:
+        enable(**{key: kwargs})
+        return
+    import inspect
 
-        enable = getattr(model, "activation_checkpointing_enable", None)
-        if enable is None or "offload" not in inspect.signature(enable).parameters:
-            from perfsuite.core.spec import CaseSkipped
+    if "offload" not in inspect.signature(enable).parameters:
+        from perfsuite.core.spec import CaseSkipped
 
-            raise CaseSkipped(
-                "activation offloading needs transformers >= 5.17 (activation_checkpointing_enable(offload=...))"
-            )
-        # The saved checkpoint inputs go to pinned host memory (torch.autograd.graph.save_on_cpu).
-        enable(activation_checkpointing_kwargs=kwargs, offload=True)
-    elif hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        raise CaseSkipped("activation offloading needs transformers >= 5.17 (checkpointing_enable(offload=True))")
+    # The saved checkpoint inputs go to pinned host memory (torch.autograd.graph.save_on_cpu).
+    enable(**{key: kwargs}, offload=True)
 
 
 def checkpointing_enabled(model: Any) -> bool:
