@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The GPU tier's work on a lent GPU machine, in stages that fit one device call each (docs/gpu.md).
+#
+#   bash benchmarks/gpu/run.sh STAGE [ARGS...]      # on the device, after .ci/gpu-image/setup install
+#
+# Every stage writes its logs and JSON under $OUT (the device tool's folder that comes back), and
+# its baselines under baselines/<gpu>/, which the stage copies to $OUT/baselines.tgz for committing here.
+#   smoke             perfsuite run's quick set on the GPU (bert-base-uncased, 10 cases), timed
+#   claims            the GPU-only strategy claims (pytest -m gpu tests/test_strategy_claims.py)
+#   refresh EXPR [N]  perfsuite baselines refresh -k EXPR --repeats N (default 3) on the GPU
+#   compare EXPR      pytest -m gpu --benchmark-compare -k EXPR against the refreshed baselines
+#   noise             bert-base-uncased vanilla and fp16, five back-to-back runs each
+#   ab                an A/A perfsuite ab of a few full-size cases
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+: "${OUT:?run this on the device machine, where OUT is set}"
+export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR="$PWD/.gpu-ext"
+stage=${1:?usage: run.sh smoke|claims|refresh EXPR [N]|compare EXPR|noise|ab}
+shift
+
+timed() {  # timed NAME CMD...: the command, then its wall time
+    local name=$1 start=$SECONDS
+    shift
+    "$@"
+    echo "$name: $((SECONDS - start)) s wall"
+}
+
+keep_baselines() {
+    tar czf "$OUT/baselines.tgz" --exclude baselines/cpu baselines
+}
+
+case "$stage" in
+    smoke)
+        timed smoke perfsuite run --device cuda --json "$OUT/smoke.json" 2>&1 | tee "$OUT/smoke.log"
+        ;;
+    claims)
+        python3 -m pytest -m gpu -p no:cacheprovider -q tests/test_strategy_claims.py 2>&1 | tee "$OUT/claims.log"
+        ;;
+    refresh)
+        # Appends: a call may refresh in several small batches, each written when it ends.
+        timed refresh perfsuite baselines refresh --device cuda -k "$1" --repeats "${2:-3}" -- -p no:cacheprovider \
+            2>&1 | tee -a "$OUT/refresh.log"
+        keep_baselines
+        ;;
+    compare)
+        timed compare python3 -m pytest -m gpu -p no:cacheprovider tests/test_matrix.py -k "$1" \
+            --benchmark-compare --perfsuite-json "$OUT/compare.json" 2>&1 | tee "$OUT/compare.log"
+        ;;
+    noise)
+        mkdir -p noise
+        for i in 1 2 3 4 5; do
+            perfsuite run --device cuda --models bert-base-uncased --strategies vanilla,fp16 --no-profile \
+                --json "noise/run-$i.json" 2>&1 | grep -E "ms/step|cases:"
+        done | tee "$OUT/noise.log"
+        tar czf "$OUT/noise.tgz" noise
+        ;;
+    ab)
+        perfsuite ab --base current --candidate current --models bert-base-uncased --strategies vanilla,fp16,grad_ckpt \
+            --json "$OUT/ab.json" 2>&1 | tee "$OUT/ab.log"
+        ;;
+    *)
+        echo "unknown stage $stage" >&2
+        exit 2
+        ;;
+esac
