@@ -47,12 +47,12 @@ case "$stage" in
             --benchmark-compare --perfsuite-json "$OUT/compare.json" 2>&1 | tee "$OUT/compare.log"
         ;;
     noise)
-        mkdir -p noise
+        runs=$(mktemp -d)
         for i in 1 2 3 4 5; do
             perfsuite run --device cuda --models bert-base-uncased --strategies vanilla,fp16 --no-profile \
-                --json "noise/run-$i.json" 2>&1 | grep -E "ms/step|cases:"
+                --json "$runs/run-$i.json" 2>&1 | grep -E "ms/step|cases:"
+            tar czf "$OUT/noise.tgz" -C "$runs" .  # after every run: a call that runs out keeps the runs so far
         done | tee "$OUT/noise.log"
-        tar czf "$OUT/noise.tgz" noise
         ;;
     ab)
         perfsuite ab --base current --candidate current --models bert-base-uncased --strategies vanilla,fp16,grad_ckpt \
