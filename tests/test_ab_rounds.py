@@ -14,7 +14,8 @@ import pytest
 
 from perfsuite.ab import pairs
 from perfsuite.ab.pairs import duet_fits, step_log_ratio
-from perfsuite.ab.rounds import Schedule, compare_cases
+from perfsuite.ab.rounds import compare_cases
+from perfsuite.core.paired import Schedule
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
 from perfsuite.worker import duet

@@ -9,6 +9,8 @@ import pytest
 
 from perfsuite.core.paired import (
     SAME_CONFIDENCE,
+    Schedule,
+    alarm_looks,
     case_confidence,
     decide,
     hodges_lehmann,
@@ -137,3 +139,62 @@ def test_bad_inputs_are_errors() -> None:
         signed_rank_interval([0.1] * 8, 1.0)
     with pytest.raises(ValueError, match="no pairs"):
         hodges_lehmann([])
+
+
+def test_slower_or_faster_only_at_a_few_looks_corrected_for_cases_and_looks() -> None:
+    looks = [*range(7, 60, 2), 60]
+    confidence, alarms = alarm_looks(looks, cases=35, alpha=0.05)
+    assert confidence == pytest.approx(1 - 0.05 / (35 * 3))
+    assert alarms[0] == min(n for n in looks if n > min_pairs(confidence))
+    assert len(alarms) == 3
+    assert alarms[-1] == 60
+    assert alarms[0] < alarms[1] < alarms[2]
+    # A cap too short for three looks takes fewer, each at a looser confidence; none fitting, the cap alone.
+    for looks_, cases, expected_confidence, expected in (
+        ([7, 9, 11, 13, 14], 35, 1 - 0.05 / 70, (13, 14)),
+        ([7, 9, 11, 12], 35, 1 - 0.05 / 35, (12,)),
+        ([1], 1, 0.95, (1,)),
+    ):
+        confidence, alarms = alarm_looks(looks_, cases=cases, alpha=0.05)
+        assert confidence == pytest.approx(expected_confidence)
+        assert alarms == expected
+
+
+def test_no_alarm_between_alarm_looks_but_same_at_any() -> None:
+    shifted = _pairs(0.10, 0.01, 20, seed=3)
+    assert decide(shifted, floor=0.03, confidence=0.999).verdict == "slower"
+    assert decide(shifted, floor=0.03, confidence=0.999, alarm=False).verdict == "undecided"
+    quiet = _pairs(0.0, 0.005, 8, seed=4)
+    assert decide(quiet, floor=0.03, confidence=0.999, same_confidence=SAME_CONFIDENCE, alarm=False).verdict == "same"
+
+
+def test_a_schedule_replays_where_it_stops_and_what_it_says() -> None:
+    confidence, alarms = alarm_looks([*range(7, 30, 2), 30], cases=10, alpha=0.05)
+    schedule = Schedule(first=7, step=2, cap=30, floor=0.03, confidence=confidence, alarms=alarms)
+    quiet = schedule.replay(_pairs(0.0, 0.005, 30, seed=5))
+    assert quiet is not None
+    assert (quiet.verdict, quiet.pairs) == ("same", 7)
+    slowed = schedule.replay(_pairs(0.10, 0.01, 30, seed=6))
+    assert slowed is not None
+    assert (slowed.verdict, slowed.pairs) == ("slower", alarms[0])
+    noisy = schedule.replay(_pairs(0.0, 0.3, 30, seed=7))
+    assert noisy is not None
+    assert (noisy.verdict, noisy.pairs) == ("undecided", 30)
+    assert schedule.replay(_pairs(0.0, 0.3, 12, seed=7)) is None  # ran out before it stopped
+
+
+def test_a_a_over_the_whole_schedule_rarely_alarms() -> None:
+    # 30 A/A comparisons of 35 noisy cases (pairs 6% apart) through every look of ab's default schedule.
+    from perfsuite.ab.compare import schedule_for
+
+    schedule = schedule_for(35, floor=0.03, alpha=0.05, first=None, cap=None)
+    rng = random.Random(1)
+    alarmed = 0
+    for _ in range(30):
+        verdicts = []
+        for _ in range(35):
+            paired = schedule.replay([rng.gauss(0, 0.06) for _ in range(schedule.cap)])
+            assert paired is not None
+            verdicts.append(paired.verdict)
+        alarmed += any(v in ("slower", "faster") for v in verdicts)
+    assert alarmed <= 4  # at most alpha (5%) of comparisons by construction; 4 of 30 leaves room for chance

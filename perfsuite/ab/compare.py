@@ -12,10 +12,10 @@ from typing import Any
 
 from perfsuite.ab.envs import EnvError, make_env
 from perfsuite.ab.pairs import Choice
-from perfsuite.ab.rounds import CaseResult, Schedule, compare_cases
+from perfsuite.ab.rounds import CaseResult, compare_cases
 from perfsuite.ab.sides import Side
 from perfsuite.core.baselines import write_json_atomic
-from perfsuite.core.paired import SAME_CONFIDENCE, case_confidence, min_pairs
+from perfsuite.core.paired import SAME_CONFIDENCE, Schedule, alarm_looks, case_confidence, min_pairs
 from perfsuite.core.provenance import now
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
@@ -27,21 +27,28 @@ class Failed(Exception):
     """A side that cannot be tested: it did not resolve, install, start or import what was asked."""
 
 
+MAX_PAIRS = 60
+"""The default cap. A case whose pairs vary by 6% (tiny-bert-grad_ckpt's did by 6-8% on a 2-core EPYC)
+has a 5% change called slower 99.8% of the time by 60 pairs and 88% by 40, a 4% change (how a duet
+reads a 5% slowdown) 84% and 61% (benchmarks/ab/simulate.py, docs/ab.md)."""
+
+
 def schedule_for(cases: int, *, floor: float, alpha: float, first: int | None, cap: int | None) -> Schedule:
     """Pairs per case: the first verdict as soon as *same* can be reached (an unchanged case leaves
-    early), 2 more at a time while undecided, up to 8 more than the corrected confidence of
-    *slower* first needs."""
-    confidence = case_confidence(cases, alpha)
+    after 7 pairs), 2 more at a time while undecided, up to :data:`MAX_PAIRS`; *slower* and
+    *faster* only at the alarm looks, corrected for the cases and those looks
+    (:func:`perfsuite.core.paired.alarm_looks`)."""
     start = first if first is not None else min_pairs(SAME_CONFIDENCE) + 1
-    default_cap = min_pairs(confidence) + 1 + 8
-    return Schedule(
+    schedule = Schedule(
         first=start,
         step=2,
-        cap=max(start, cap if cap is not None else default_cap),
+        cap=max(start, cap if cap is not None else MAX_PAIRS),
         floor=floor,
-        confidence=confidence,
+        confidence=case_confidence(cases, alpha),
         same_confidence=SAME_CONFIDENCE,
     )
+    confidence, alarms = alarm_looks(schedule.looks(), cases=cases, alpha=alpha)
+    return dataclasses.replace(schedule, confidence=confidence, alarms=alarms)
 
 
 @dataclasses.dataclass
@@ -52,6 +59,8 @@ class AbRun:
     say: Callable[[str], None]
     device_type: str = "cpu"
     mode: Choice = "auto"
+    alpha: float = 0.05
+    """The false-alarm rate over every case and alarm look (the schedule's confidence comes from it)."""
 
     @classmethod
     def start(cls, args: argparse.Namespace, specs: list[CaseSpec], say: Callable[[str], None]) -> AbRun:
@@ -67,14 +76,15 @@ class AbRun:
                 side.close()
             raise Failed(str(exc)) from None
         schedule = schedule_for(len(specs), floor=args.floor, alpha=args.alpha, first=args.pairs, cap=args.max_pairs)
-        run = cls((sides[0], sides[1]), specs, schedule, say, args.device_type, args.mode)
+        run = cls((sides[0], sides[1]), specs, schedule, say, args.device_type, args.mode, args.alpha)
         for line in run.version_lines():
             say(line)
         say(
             f"perfsuite: {len(specs)} case(s), {schedule.first} to {schedule.cap} pairs each, "
             f"floor {schedule.floor:.1%}, "
-            f"slower or faster at {schedule.confidence:.4g} per case (alpha {1 - schedule.confidence:.2g} × "
-            f"{len(specs)}), same at {schedule.same_confidence:.2g}"
+            f"slower or faster at {schedule.confidence:.4g} at pairs {', '.join(map(str, schedule.alarms))} "
+            f"(alpha {args.alpha:g} over {len(specs)} case(s) × {len(schedule.alarms)} look(s)), "
+            f"same at {schedule.same_confidence:.2g} at any look"
         )
         return run
 
@@ -126,6 +136,7 @@ class AbRun:
             "date": now(),
             "wall_s": wall_s,
             "schedule": dataclasses.asdict(self.schedule),
+            "alpha": self.alpha,
             "sides": {
                 side.name: {"env": side.env.label, "overlay": list(side.env.moved), "probe": side.probe}
                 for side in self.sides

@@ -20,22 +20,9 @@ from perfsuite.core.check import Check
 from perfsuite.core.compare import check_loss, check_memory
 from perfsuite.core.kernels import check_kernels
 from perfsuite.core.observation import observe
-from perfsuite.core.paired import SAME_CONFIDENCE, Paired, decide
+from perfsuite.core.paired import Paired, Schedule
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """How many pairs: ``first`` before any verdict, ``step`` more while undecided, up to ``cap``;
-    *slower* and *faster* at ``confidence``, *same* at ``same_confidence`` (:mod:`perfsuite.core.paired`)."""
-
-    first: int
-    step: int
-    cap: int
-    floor: float
-    confidence: float
-    same_confidence: float = SAME_CONFIDENCE
 
 
 @dataclass
@@ -154,11 +141,6 @@ def _fields(spec: CaseSpec, *, profile: bool) -> dict[str, Any]:
     return {**fields, "calibrate": False, "profile": spec.profile and profile}
 
 
-def _due(pairs: int, schedule: Schedule) -> bool:
-    """Whether a case with ``pairs`` pairs gets a verdict now: at ``first``, every ``step`` after, at the cap."""
-    return pairs >= schedule.cap or (pairs >= schedule.first and (pairs - schedule.first) % schedule.step == 0)
-
-
 def compare_cases(
     specs: Sequence[CaseSpec],
     sides: tuple[Side, Side],
@@ -213,14 +195,10 @@ def compare_cases(
             if result.error is not None:
                 progress(result, True)
                 continue
-            if _due(len(result.log_ratios), schedule):
-                result.time = decide(
-                    result.log_ratios,
-                    floor=schedule.floor,
-                    confidence=schedule.confidence,
-                    same_confidence=schedule.same_confidence,
-                )
-                finished = result.time.verdict != "undecided" or len(result.log_ratios) >= schedule.cap
+            paired = schedule.judge(result.log_ratios)
+            if paired is not None:
+                result.time = paired
+                finished = schedule.finished(paired)
                 progress(result, finished)
                 if finished:
                     continue

@@ -40,7 +40,7 @@ def add_parser(sub: Any) -> None:
     ab.add_argument(
         "--max-pairs",
         type=at_least(1),
-        help="cap while undecided (default: 8 more than a verdict of slower first needs: 18 for 10 cases)",
+        help="cap while undecided (default 60)",
     )
     ab.add_argument(
         "--mode",

@@ -29,7 +29,7 @@ def add_parser(sub: Any) -> None:
         "--alpha", type=positive_fraction, default=0.05, help="false-alarm rate per comparison (default 0.05)"
     )
     bisect.add_argument("--pairs", type=at_least(2), help="pairs before the first verdict (default: the fewest)")
-    bisect.add_argument("--max-pairs", type=at_least(2), help="cap while undecided (default: the first + 8)")
+    bisect.add_argument("--max-pairs", type=at_least(2), help="cap while undecided (default 60)")
     bisect.add_argument("--timeout", type=positive_seconds, help="seconds before a run is killed")
     bisect.add_argument("--json", type=output_file, help="write the steps and the answer to this JSON file")
 

@@ -15,16 +15,16 @@ between pairs. Its difference is ``d = log(time_B / time_A)``. Over the pairs:
   ± the floor; *undecided* otherwise, which asks for more pairs (:func:`next_pairs`).
 
 The two kinds of verdict are two tests with two error rates. *Slower* and *faster* are
-false alarms when wrong: their confidence is corrected for the number of cases compared
-(Bonferroni, :func:`case_confidence`), so a 50-case comparison is no likelier to raise
-one than a single case. *Same* is a miss when wrong, and is an equivalence test (two
-one-sided tests, each at 2.5%, :data:`SAME_CONFIDENCE`): a case whose change is exactly
-the floor is called *same* at most 2.5% of the time at one look, and a larger change
-far less often. It needs no correction for a false alarm, so an unchanged case can leave
-after 7 pairs, where a verdict of *slower* over 35 cases needs 12. The repeated looks of
-the sequential schedule are not corrected for in the formula; the false alarms and the
-misses they leave are measured with A/A and injected-slowdown comparisons (docs/ab.md),
-the only honest calibration on a shared machine.
+false alarms when wrong: a case may be called so at a few *alarm looks* only
+(:func:`alarm_looks`, three by default), and each look's confidence is corrected for the
+number of cases times the number of those looks (Bonferroni), so a 50-case comparison that
+looks three times is no likelier to raise a false alarm than ``alpha``. *Same* is a miss
+when wrong, and is an equivalence test (two one-sided tests, each at 2.5%,
+:data:`SAME_CONFIDENCE`), allowed at every look: a case whose change is exactly the floor
+is called *same* at most 2.5% of the time at one look, and a larger change far less
+often. It needs no correction for a false alarm, so an unchanged case can leave after 7
+pairs. The misses the repeated looks for *same* leave are measured by simulation
+(``benchmarks/ab/simulate.py``) and with injected slowdowns on this machine (docs/ab.md).
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ Verdict = Literal["slower", "faster", "same", "undecided"]
 EXACT_UP_TO = 40
 SAME_CONFIDENCE = 0.95
 """The confidence of a verdict of *same*: a miss, not a false alarm, when wrong (the module's docstring)."""
+ALARM_LOOKS = 3
+"""How many looks may call *slower* or *faster*: the first that can, one halfway, the last."""
 
 
 @dataclass(frozen=True)
@@ -128,11 +130,39 @@ def case_confidence(cases: int, alpha: float = 0.05) -> float:
     return 1 - alpha / cases
 
 
-def decide(d: Sequence[float], *, floor: float, confidence: float, same_confidence: float | None = None) -> Paired:
+def alarm_looks(looks: Sequence[int], *, cases: int, alpha: float) -> tuple[float, tuple[int, ...]]:
+    """Which of ``looks`` (pair counts, ascending) may call *slower* or *faster*, and at what confidence.
+
+    Up to :data:`ALARM_LOOKS` of them: the first at which an interval at the corrected
+    confidence can be bounded with a pair to spare, the last, and one halfway. The
+    confidence is Bonferroni over ``cases`` × the looks chosen, so over every case and
+    every look a false alarm is no likelier than ``alpha``. Fewer looks are taken where
+    fewer fit (a short ``--max-pairs``); with none, the last look alone.
+    """
+    if not looks:
+        raise ValueError("no looks")
+    for count in range(ALARM_LOOKS, 0, -1):
+        confidence = case_confidence(cases * count, alpha)
+        eligible = [n for n in looks if n > min_pairs(confidence)]
+        if len(eligible) >= count:
+            picks = {1: (-1,), 2: (0, -1), 3: (0, len(eligible) // 2, -1)}[count]
+            return confidence, tuple(sorted({eligible[i] for i in picks}))
+    return case_confidence(cases, alpha), (looks[-1],)
+
+
+def decide(
+    d: Sequence[float],
+    *,
+    floor: float,
+    confidence: float,
+    same_confidence: float | None = None,
+    alarm: bool = True,
+) -> Paired:
     """The verdict on log ratios ``d`` (:func:`log_ratios`) against a relative ``floor`` (0.03: 3%).
 
-    *Slower* and *faster* at ``confidence``; *same* at ``same_confidence`` (default: the same).
-    The interval returned is the one the verdict rests on (``Paired.confidence`` says which):
+    *Slower* and *faster* at ``confidence``, and only where ``alarm`` (an alarm look of
+    :func:`alarm_looks`); *same* at ``same_confidence`` (default: ``confidence``). The
+    interval returned is the one the verdict rests on (``Paired.confidence`` says which):
     ``same_confidence``'s for *same*, ``confidence``'s otherwise.
     """
     if floor < 0:
@@ -142,9 +172,9 @@ def decide(d: Sequence[float], *, floor: float, confidence: float, same_confiden
     low, high = signed_rank_interval(d, confidence)
     bound = math.log1p(floor)
     verdict: Verdict = "undecided"
-    if low > 0 and centre >= bound:
+    if alarm and low > 0 and centre >= bound:
         verdict = "slower"
-    elif high < 0 and centre <= -bound:
+    elif alarm and high < 0 and centre <= -bound:
         verdict = "faster"
     else:
         near = signed_rank_interval(d, same_confidence) if same_confidence != confidence else (low, high)
@@ -158,6 +188,52 @@ def decide(d: Sequence[float], *, floor: float, confidence: float, same_confiden
         confidence=confidence,
         verdict=verdict,
     )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How many pairs: ``first`` before any verdict, ``step`` more while undecided, up to ``cap``;
+    *slower* and *faster* at ``confidence`` and only at the ``alarms`` looks (every look when
+    empty), *same* at ``same_confidence`` at any look."""
+
+    first: int
+    step: int
+    cap: int
+    floor: float
+    confidence: float
+    same_confidence: float = SAME_CONFIDENCE
+    alarms: tuple[int, ...] = ()
+
+    def looks(self) -> list[int]:
+        """The pair counts at which a case gets a verdict: ``first``, every ``step`` after, the cap."""
+        return sorted({*range(self.first, self.cap + 1, self.step), self.cap})
+
+    def judge(self, d: Sequence[float]) -> Paired | None:
+        """The verdict on the pairs so far, when their number is a look; ``None`` between looks."""
+        if len(d) not in self.looks():
+            return None
+        return decide(
+            d,
+            floor=self.floor,
+            confidence=self.confidence,
+            same_confidence=self.same_confidence,
+            alarm=not self.alarms or len(d) in self.alarms,
+        )
+
+    def finished(self, paired: Paired) -> bool:
+        """Whether a case with this verdict stops: decided, or at the cap."""
+        return paired.verdict != "undecided" or paired.pairs >= self.cap
+
+    def replay(self, d: Sequence[float]) -> Paired | None:
+        """Where this schedule stops on pairs ``d`` taken in order (a case's pairs do not depend on
+        when it stops), and what it says there; ``None`` when ``d`` ends before it stops."""
+        for n in self.looks():
+            paired = self.judge(d[:n]) if n <= len(d) else None
+            if paired is None:
+                return None
+            if self.finished(paired):
+                return paired
+        return None
 
 
 def next_pairs(done: int, verdict: Verdict, *, first: int, step: int, cap: int) -> int:

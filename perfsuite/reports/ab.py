@@ -103,7 +103,8 @@ def report_html(payload: Mapping[str, Any]) -> str:
         head("perfsuite ab"),
         f"<p class='meta'>{esc(payload['date'])} · {len(payload['cases'])} case(s) in {payload['wall_s']:.0f} s · "
         f"{schedule['first']} to {schedule['cap']} pairs each · floor {schedule['floor']:.1%} · "
-        f"confidence {schedule['confidence']:.4g} per case</p>",
+        f"slower or faster at {schedule['confidence']:.4g} at pairs "
+        f"{', '.join(map(str, schedule.get('alarms') or ['any']))}</p>",
         f"<p class='verdict'><strong>{esc(verdict_line(payload))}</strong></p>",
         html_figure(
             "pair-ratios",

@@ -1,0 +1,54 @@
+"""Re-decide the pairs of earlier ``perfsuite ab --json`` files under today's stopping rule.
+
+    python benchmarks/ab/replay.py ab-results
+
+A case's pairs do not depend on when it stops (each round runs one pair of every open
+case), so the pairs a file keeps show where today's rule (:func:`perfsuite.ab.compare.schedule_for`,
+:func:`perfsuite.core.paired.decide`) would have stopped and what it would have said. Per
+file: each case's recorded verdict and pairs beside the replayed ones, and the pairs in all.
+A case whose recorded pairs ran out before today's rule decided it says so ("ran out").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+from perfsuite.ab.compare import schedule_for
+
+
+def replay(ratios: list[float], cases: int, floor: float, alpha: float) -> tuple[str, int]:
+    """Today's verdict on these pairs, and how many it would have taken."""
+    schedule = schedule_for(cases, floor=floor, alpha=alpha, first=None, cap=None)
+    paired = schedule.replay([math.log(r) for r in ratios])
+    return ("ran out", len(ratios)) if paired is None else (paired.verdict, paired.pairs)
+
+
+def main(directory: Path) -> None:
+    files = sorted(directory.glob("*.json"))
+    if not files:
+        raise SystemExit(f"no perfsuite ab JSON files in {directory}")
+    for path in files:
+        payload = json.loads(path.read_text())
+        if payload.get("kind") != "perfsuite-ab":
+            continue
+        cases = payload["cases"]
+        floor = payload["schedule"]["floor"]
+        alpha = payload.get("alpha") or (1 - payload["schedule"]["confidence"]) * len(cases)
+        print(f"{path.name}:")
+        recorded = replayed = 0
+        for case in cases:
+            if not case["ratios"] or case["time"] is None:
+                continue
+            verdict, pairs = replay(case["ratios"], len(cases), floor, alpha)
+            recorded += len(case["ratios"])
+            replayed += pairs
+            was = f"{case['time']['verdict']} at {len(case['ratios'])}"
+            print(f"  {case['case']}: {was} → {verdict} at {pairs}")
+        print(f"  pairs: {recorded} recorded, {replayed} under today's rule")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "ab-results"))
