@@ -3,12 +3,20 @@
     python benchmarks/ab/table.py ab-results
 
 One row per case, one column per comparison (uniform-5, adafactor-5, aa-1..3): the verdict,
-the estimate B/A with its interval, and the pairs it took; then each comparison's wall time.
+the estimate B/A with its interval, and the pairs it took (blank where a comparison ran a
+selection without that case); then each comparison's wall time.
+
+    python benchmarks/ab/table.py --log ab-results/uniform-5.log
+
+A comparison stopped before its end writes no JSON; its progress lines still say where each
+case stood at every alarm look (the pairs at which *slower* or *faster* can be called): one
+row per case, one column per look reached.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -25,6 +33,38 @@ def cell(case: dict) -> str:
     return f"{verdict} {t['ratio']:.3f} [{low}, {high}], {t['pairs']}"
 
 
+PROGRESS = re.compile(r"^\s+(\S+): (\d+) pair\(s\), B/A ([\d.]+) \[([\d.]+), ([\w.]+)\] → (\w+)")
+ALARM_LOOKS = re.compile(r"slower or faster at [\d.]+ at pairs ([\d, ]+)")
+
+
+def from_log(path: Path) -> None:
+    text = path.read_text()
+    found = ALARM_LOOKS.search(text)
+    if not found:
+        raise SystemExit(f"{path}: no 'perfsuite ab' header naming its alarm looks")
+    looks = [int(n) for n in found.group(1).split(",")]
+    rows: dict[str, dict[int, str]] = {}
+    last: dict[str, str] = {}
+    for line in text.splitlines():
+        m = PROGRESS.match(line)
+        if m:
+            case, pairs, ratio, low, high, verdict = m.groups()
+            high = "∞" if high == "inf" else high
+            shown = f"**{verdict}**" if verdict in ("slower", "faster") else verdict
+            rows.setdefault(case, {})
+            if int(pairs) in looks:
+                rows[case][int(pairs)] = f"{shown} {ratio} [{low}, {high}]"
+            last[case] = f"{shown} {ratio} [{low}, {high}], {pairs}"
+    reached = [n for n in looks if any(n in row for row in rows.values())]
+    print("| case | " + " | ".join(f"at {n} pairs" for n in reached) + " | last, pairs |")
+    print("|---" * (len(reached) + 2) + "|")
+    for case, row in rows.items():
+        print(f"| {case} | " + " | ".join(row.get(n, "") for n in reached) + f" | {last[case]} |")
+    for n in reached:
+        called = sum(1 for row in rows.values() if any(k <= n and "**" in v for k, v in row.items()))
+        print(f"called slower or faster by {n} pairs: {called} of {len(rows)}")
+
+
 def main(directory: Path) -> None:
     runs = {
         name: json.loads((directory / f"{name}.json").read_text())
@@ -36,9 +76,12 @@ def main(directory: Path) -> None:
     names = list(runs)
     print("| case | " + " | ".join(names) + " |")
     print("|---" * (len(names) + 1) + "|")
-    for index, case in enumerate(next(iter(runs.values()))["cases"]):
-        cells = [cell(payload["cases"][index]) for payload in runs.values()]
-        print(f"| {case['case']} | " + " | ".join(cells) + " |")
+    by_case = {name: {c["case"]: c for c in payload["cases"]} for name, payload in runs.items()}
+    tables = sorted(by_case.values(), key=len, reverse=True)  # the fullest comparison's order
+    cases = list(dict.fromkeys(case for table in tables for case in table))
+    for case in cases:  # a comparison of a selection leaves the rest of the rows blank
+        cells = [cell(by_case[name][case]) if case in by_case[name] else "" for name in names]
+        print(f"| {case} | " + " | ".join(cells) + " |")
     walls = [f"{round(p['wall_s']) // 60} min {round(p['wall_s']) % 60} s" for p in runs.values()]
     print("| wall time | " + " | ".join(walls) + " |")
     for name, payload in runs.items():
@@ -50,4 +93,7 @@ def main(directory: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "ab-results"))
+    if sys.argv[1:2] == ["--log"] and len(sys.argv) == 3:
+        from_log(Path(sys.argv[2]))
+    else:
+        main(Path(sys.argv[1] if len(sys.argv) > 1 else "ab-results"))
