@@ -10,7 +10,7 @@ selection without that case); then each comparison's wall time.
 
 A comparison stopped before its end writes no JSON; its progress lines still say where each
 case stood at every alarm look (the pairs at which *slower* or *faster* can be called): one
-row per case, one column per look reached.
+row per case, one column per look reached, and where the case stood last.
 """
 
 from __future__ import annotations
@@ -45,12 +45,16 @@ def from_log(path: Path) -> None:
     looks = [int(n) for n in found.group(1).split(",")]
     rows: dict[str, dict[int, str]] = {}
     last: dict[str, str] = {}
+    called_at: dict[str, int] = {}  # the pairs at which a case was called slower or faster
     for line in text.splitlines():
         m = PROGRESS.match(line)
         if m:
             case, pairs, ratio, low, high, verdict = m.groups()
             high = "∞" if high == "inf" else high
-            shown = f"**{verdict}**" if verdict in ("slower", "faster") else verdict
+            shown = verdict
+            if verdict in ("slower", "faster"):
+                shown = f"**{verdict}**"
+                called_at.setdefault(case, int(pairs))
             rows.setdefault(case, {})
             if int(pairs) in looks:
                 rows[case][int(pairs)] = f"{shown} {ratio} [{low}, {high}]"
@@ -61,7 +65,7 @@ def from_log(path: Path) -> None:
     for case, row in rows.items():
         print(f"| {case} | " + " | ".join(row.get(n, "") for n in reached) + f" | {last[case]} |")
     for n in reached:
-        called = sum(1 for row in rows.values() if any(k <= n and "**" in v for k, v in row.items()))
+        called = sum(1 for at in called_at.values() if at <= n)
         print(f"called slower or faster by {n} pairs: {called} of {len(rows)}")
 
 
