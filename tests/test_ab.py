@@ -161,3 +161,35 @@ def test_bisect_judges_only_the_metric_asked() -> None:
     assert (changed(loss_only, "loss"), changed(loss_only, "memory")) == (True, False)
     assert changed(CaseResult(case="c", checks=[failing("attention")]), "loss") is True
     assert changed(CaseResult(case="c"), "time") is None  # no time verdict: undecided
+
+
+def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole foreground group (the sides' servers too): the pairs so far are
+    written, the open case is undecided (interrupted), exit 130 and no traceback."""
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "ab.json"
+    args = ["ab", "--base", "current", "--candidate", "current", "--models", "tiny-bert", "--strategies", "vanilla"]
+    args += ["--pairs", "60", "--steps", "2", "--json", str(out)]
+    with subprocess.Popen(  # its own group, as a terminal's foreground job is
+        [sys.executable, "-m", "perfsuite", *args], stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as proc:
+        assert proc.stderr is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not any("round 3:" in line for line in lines):
+            lines.append(proc.stderr.readline())
+        os.killpg(proc.pid, signal.SIGINT)
+        err = "".join(lines) + proc.stderr.read()
+        assert proc.wait(60) == 130, err
+    assert "Traceback" not in err
+    assert "perfsuite ab: interrupted: 1 case(s) left undecided" in err
+    payload = json.loads(out.read_text())
+    (case,) = payload["cases"]
+    assert payload["interrupted"] == 1
+    assert case["interrupted"]
+    assert case["verdict"] == "undecided"
+    assert len(case["ratios"]) >= 2  # the two rounds before Ctrl-C, at least
+    assert case["memory"]["a"] == case["memory"]["b"] > 0

@@ -80,8 +80,11 @@ def _compare(
 ) -> Any:
     log: list[str] = []
     sides = (FakeSide("A", {}, log), FakeSide("B", slower, log, fail, noise))
-    schedule = Schedule(first=6, step=2, cap=10, floor=0.03, confidence=0.95)
-    results = compare_cases(
+    return _rounds(specs, sides, Schedule(first=6, step=2, cap=10, floor=0.03, confidence=0.95), **kw), log
+
+
+def _rounds(specs: list[CaseSpec], sides: tuple[FakeSide, FakeSide], schedule: Schedule, **kw: Any) -> Any:
+    return compare_cases(
         specs,
         sides,  # type: ignore[arg-type]  # duck-typed: reset() and run()
         schedule,
@@ -91,7 +94,6 @@ def _compare(
         mode="alternate",
         **kw,
     )
-    return results, log
 
 
 def test_rounds_run_every_open_case_then_renew_both_forkservers() -> None:
@@ -126,6 +128,61 @@ def test_an_undecided_case_runs_to_the_cap_and_a_failing_side_ends_its_case() ->
     assert not failed.log_ratios
     assert "tiny-bert-adafactor cannot test True" in seen
     assert seen[-1] == "tiny-bert-vanilla undecided True"  # finished at the cap, said so
+
+
+class Interrupting(FakeSide):
+    """B's side of ``FakeSide``, where Ctrl-C arrives during its ``after``-th run."""
+
+    def __init__(self, after: int, log: list[str], scale: dict[str, float]) -> None:
+        super().__init__("B", scale, log)
+        self.after = after
+
+    def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+        if sum(line.startswith("B tiny") for line in self.log) + 1 == self.after:
+            raise KeyboardInterrupt
+        return super().run(spec, timeout_s, env)
+
+
+def test_an_interrupted_comparison_keeps_every_pair_and_leaves_the_open_cases_undecided() -> None:
+    log: list[str] = []
+    sides = (FakeSide("A", {}, log), Interrupting(15, log, {"tiny-bert-adafactor": 1.10}))
+    heard: list[str] = []
+    specs = [_spec(), _spec("adafactor")]
+    schedule = Schedule(first=6, step=2, cap=60, floor=0.03, confidence=0.95, alarms=(14,))
+    same, open_ = _rounds(
+        specs, sides, schedule, progress=lambda r, finished: heard.append(f"{r.case} {r.verdict} {finished}")
+    )
+    # vanilla is called same at 6 pairs; adafactor (10% slower) may be called slower only at 14,
+    # and Ctrl-C arrives during B's 15th run: adafactor's 9th pair, which is dropped.
+    assert same.time is not None
+    assert open_.time is not None
+    assert same.time.verdict == "same"
+    assert not same.interrupted
+    assert open_.interrupted
+    assert open_.verdict == "undecided"
+    assert len(open_.log_ratios) == 8  # every pair it finished, past its last look (8)
+    assert open_.time.pairs == 8
+    assert open_.time.verdict == "undecided"
+    assert open_.as_json()["interrupted"] is True
+    assert len(open_.as_json()["ratios"]) == 8
+    assert heard == [  # each look once: the interrupted round reached none
+        "tiny-bert-vanilla same True",
+        "tiny-bert-adafactor undecided False",
+        "tiny-bert-adafactor undecided False",
+    ]
+
+
+def test_a_look_reached_in_the_interrupted_round_still_decides() -> None:
+    log: list[str] = []
+    # Ctrl-C during B's 17th run: vanilla (decided at 6) ran 6 of them; adafactor's 11th pair is dropped
+    # but its 10th reached the alarm look (10): called slower there, not interrupted.
+    sides = (FakeSide("A", {}, log), Interrupting(17, log, {"tiny-bert-adafactor": 1.10}))
+    schedule = Schedule(first=6, step=2, cap=60, floor=0.03, confidence=0.95, alarms=(10,))
+    _, slower = _rounds([_spec(), _spec("adafactor")], sides, schedule)
+    assert slower.time is not None
+    assert slower.time.verdict == "slower"
+    assert slower.time.pairs == 10
+    assert not slower.interrupted
 
 
 def test_a_duet_worker_waits_for_its_peer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

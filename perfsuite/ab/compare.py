@@ -71,9 +71,11 @@ class AbRun:
                 side = Side(name, make_env(getattr(args, name), name=name))
                 sides.append(side)
                 side.check_pins()
-        except EnvError as exc:
+        except (EnvError, KeyboardInterrupt) as exc:
             for side in sides:
                 side.close()
+            if isinstance(exc, KeyboardInterrupt):
+                raise
             raise Failed(str(exc)) from None
         schedule = schedule_for(len(specs), floor=args.floor, alpha=args.alpha, first=args.pairs, cap=args.max_pairs)
         run = cls((sides[0], sides[1]), specs, schedule, say, args.device_type, args.mode, args.alpha)
@@ -142,6 +144,7 @@ class AbRun:
                 for side in self.sides
             },
             "cases": [r.as_json() for r in results],
+            "interrupted": sum(r.interrupted for r in results),
             "verdicts": {v: sum(r.verdict == v for r in results) for v in _VERDICTS},
         }
 
@@ -153,6 +156,10 @@ class AbRun:
         counts = payload["verdicts"]
         line = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         self.say(f"perfsuite ab: {line} of {len(results)} case(s) in {wall_s:.0f} s")
+        if payload["interrupted"]:
+            self.say(
+                f"perfsuite ab: interrupted: {payload['interrupted']} case(s) left undecided, with the pairs they had"
+            )
         if args.json:
             write_json_atomic(Path(args.json), payload)
             self.say(f"wrote {args.json}")

@@ -18,6 +18,7 @@ worker is released at once instead of waiting for a peer that will never come.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import statistics
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from perfsuite.ab.envs import EnvError
 from perfsuite.ab.sides import Side
 from perfsuite.core.spec import CaseSpec
 from perfsuite.worker.duet import CPUS, PEER, READY, STOP
@@ -116,15 +118,25 @@ def duet(
                 STOP: str(stop),
                 CPUS: str(cores[(which + index) % 2]),  # the cores swap sides every pair
             }
-            records[which] = sides[which].run(fields, timeout_s, env=env)
+            try:
+                records[which] = sides[which].run(fields, timeout_s, env=env)
+            except EnvError as exc:  # its server died (Ctrl-C reaches it too): this side's error, not a traceback
+                records[which] = {"status": "error", "error": str(exc)}
             if records[which].get("status") != "ok":
-                stop.touch()  # release the other side's worker: its peer is not coming
+                with contextlib.suppress(OSError):  # gone once an interrupted duet was left
+                    stop.touch()  # release the other side's worker: its peer is not coming
 
-        threads = [threading.Thread(target=run, args=(which,)) for which in (0, 1)]
+        threads = [threading.Thread(target=run, args=(which,), daemon=True) for which in (0, 1)]
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
+        try:
+            for thread in threads:
+                thread.join()
+        except KeyboardInterrupt:  # release both workers, give their runs a moment to end, then stop
+            stop.touch()
+            for thread in threads:
+                thread.join(timeout_s / 10)
+            raise
     for which in (0, 1):
         error = _failed(sides[which], records[which])
         if error:

@@ -46,6 +46,13 @@ class CaseResult:
     loss_b: list[float] = field(default_factory=list)
     error: str | None = None
     """Why the case could not be compared (a side's run failed: its error)."""
+    interrupted: bool = False
+    """The comparison was stopped (Ctrl-C, SIGTERM) before this case's verdict: undecided, its pairs kept."""
+
+    @property
+    def unjudged(self) -> bool:
+        """Whether it has pairs (or an error) its verdict has not seen yet."""
+        return self.error is not None or len(self.log_ratios) > (self.time.pairs if self.time else 0)
 
     def add(self, pair: Pair) -> None:
         self.log_ratios.append(pair.log_ratio)
@@ -63,7 +70,7 @@ class CaseResult:
             return "regressed"
         if any(not c.ok for c in self.checks) or (self.time is not None and self.time.verdict == "faster"):
             return "improved"
-        if self.time is not None and self.time.verdict == "undecided":
+        if self.interrupted or (self.time is not None and self.time.verdict == "undecided"):
             return "undecided"
         return "same"
 
@@ -72,6 +79,7 @@ class CaseResult:
             "case": self.case,
             "verdict": self.verdict,
             "error": self.error,
+            "interrupted": self.interrupted,
             "time": _finite(dataclasses.asdict(self.time)) if self.time is not None else None,
             "mode": self.mode,
             "step_time_s": {  # per pair: each side's median step time, and its timed steps
@@ -174,37 +182,61 @@ def compare_cases(
     pending = list(specs)
     order = random.Random(seed)
     index = 0
-    while pending:
-        on_round(index, len(pending))
-        if index > 0:
-            for side in sides:
-                side.reset()
-        for spec in order.sample(pending, len(pending)):
-            result = results[spec.id]
-            pair = run_pair(sides, _fields(spec, profile=index == 0), index, timeout_s, mode=result.mode)
-            if pair.error is not None:
-                result.error = pair.error
-                continue
-            if index == 0:
-                _memory_and_loss(result, pair.records[0], pair.records[1], tolerance)
-            result.add(pair)
-        index += 1
-        still: list[CaseSpec] = []
+    try:
+        while pending:
+            on_round(index, len(pending))
+            if index > 0:
+                for side in sides:
+                    side.reset()
+            for spec in order.sample(pending, len(pending)):
+                _one_pair(results[spec.id], spec, sides, index, timeout_s, tolerance)
+            index += 1
+            pending = _judged(pending, results, schedule, progress)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (perfsuite.cli.ab): the pair in flight is dropped
+        # A look this round's pairs reached still counts; the other open cases are cut short.
+        fresh = [spec for spec in pending if results[spec.id].unjudged]
+        pending = [spec for spec in pending if not results[spec.id].unjudged]
+        pending += _judged(fresh, results, schedule, progress)
         for spec in pending:
-            result = results[spec.id]
-            if result.error is not None:
-                progress(result, True)
-                continue
-            paired = schedule.judge(result.log_ratios)
-            if paired is not None:
-                result.time = paired
-                finished = schedule.finished(paired)
-                progress(result, finished)
-                if finished:
-                    continue
-            still.append(spec)
-        pending = still
+            if results[spec.id].error is None:
+                results[spec.id].interrupted = True
     return [results[spec.id] for spec in specs]
+
+
+def _one_pair(
+    result: CaseResult, spec: CaseSpec, sides: tuple[Side, Side], index: int, timeout_s: float, tolerance: Tolerance
+) -> None:
+    pair = run_pair(sides, _fields(spec, profile=index == 0), index, timeout_s, mode=result.mode)
+    if pair.error is not None:
+        result.error = pair.error
+        return
+    if index == 0:
+        _memory_and_loss(result, pair.records[0], pair.records[1], tolerance)
+    result.add(pair)
+
+
+def _judged(
+    pending: list[CaseSpec],
+    results: Mapping[str, CaseResult],
+    schedule: Schedule,
+    progress: Callable[[CaseResult, bool], None],
+) -> list[CaseSpec]:
+    """The cases still open after a round: each judged where its pairs reach a look, and told to ``progress``."""
+    still: list[CaseSpec] = []
+    for spec in pending:
+        result = results[spec.id]
+        if result.error is not None:
+            progress(result, True)
+            continue
+        paired = schedule.judge(result.log_ratios)
+        if paired is not None:
+            result.time = paired
+            finished = schedule.finished(paired)
+            progress(result, finished)
+            if finished:
+                continue
+        still.append(spec)
+    return still
 
 
 def compare_case(

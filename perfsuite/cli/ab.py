@@ -1,13 +1,17 @@
 """``perfsuite ab``: two environments side by side on this machine, case by case, with paired statistics.
 
 Exit codes: 0 nothing regressed, 1 a case regressed (slower, more memory, or another loss),
-2 bad arguments, 3 a side cannot be tested (it did not install or import; the error is shown).
+2 bad arguments, 3 a side cannot be tested (it did not install or import; the error is shown),
+130 stopped by Ctrl-C or SIGTERM (what was measured is still written: the open cases undecided).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from perfsuite.ab.pairs import MODES
@@ -15,6 +19,21 @@ from perfsuite.cli.run import add_selection, select
 from perfsuite.options import at_least, fraction, not_a_file, output_file, positive_fraction
 
 EXIT_CANNOT_TEST = 3
+EXIT_INTERRUPTED = 130
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI job's timeout, ``kill``) stops the rounds as Ctrl-C does: what was measured is written."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def add_parser(sub: Any) -> None:
@@ -81,13 +100,18 @@ def run(args: argparse.Namespace) -> int:
     if note:
         say(note)
     started = time.monotonic()
-    try:
-        ab_run = AbRun.start(args, specs, say)
-    except Failed as exc:
-        say(f"perfsuite: cannot test: {exc}")
-        return EXIT_CANNOT_TEST
-    try:
-        results = ab_run.compare_all(args.timeout or defaults.timeout)
-    finally:
-        ab_run.close()
-    return ab_run.finish(results, args, time.monotonic() - started, console)
+    with _terminate_as_interrupt():
+        try:
+            ab_run = AbRun.start(args, specs, say)
+        except Failed as exc:
+            say(f"perfsuite: cannot test: {exc}")
+            return EXIT_CANNOT_TEST
+        except KeyboardInterrupt:
+            say("perfsuite ab: interrupted while setting up the sides; nothing was measured or written")
+            return EXIT_INTERRUPTED
+        try:
+            results = ab_run.compare_all(args.timeout or defaults.timeout)
+        finally:
+            ab_run.close()
+    code = ab_run.finish(results, args, time.monotonic() - started, console)
+    return EXIT_INTERRUPTED if any(r.interrupted for r in results) else code

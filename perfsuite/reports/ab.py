@@ -44,11 +44,12 @@ def rows(payload: Mapping[str, Any]) -> list[list[str]]:
             out.append([case["case"], case["verdict"], case["error"][:80], "—", "—", "—", "—"])
             continue
         time_cell, pairs = _time(case)
+        verdict = case["verdict"]
+        if case.get("interrupted"):  # its time is the last look's; the pairs, all it had
+            verdict, pairs = f"{verdict} (interrupted)", f"{len(case['ratios'])} {case.get('mode', '')}".strip()
         peak, breakdown = _memory(case)
         diff = case["loss"]["max_abs_diff"]
-        out.append(
-            [case["case"], case["verdict"], time_cell, pairs, peak, breakdown, "—" if diff is None else f"{diff:.3g}"]
-        )
+        out.append([case["case"], verdict, time_cell, pairs, peak, breakdown, "—" if diff is None else f"{diff:.3g}"])
     return out
 
 
@@ -66,7 +67,8 @@ def verdict_line(payload: Mapping[str, Any]) -> str:
     head = "REGRESSED" if counts["regressed"] else "no regression"
     parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     moved = ", ".join(differing(_versions(payload, "base"), _versions(payload, "candidate")))
-    return f"{head}: {parts} (base → candidate: {moved or 'the same versions'})"
+    stopped = f"; INTERRUPTED with {n} case(s) unfinished" if (n := payload.get("interrupted")) else ""
+    return f"{head}: {parts} (base → candidate: {moved or 'the same versions'}){stopped}"
 
 
 def render_table(payload: Mapping[str, Any]) -> Any:
