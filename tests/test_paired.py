@@ -9,6 +9,7 @@ import pytest
 
 from perfsuite.core.paired import (
     SAME_CONFIDENCE,
+    SPREAD,
     Schedule,
     alarm_looks,
     case_confidence,
@@ -16,6 +17,7 @@ from perfsuite.core.paired import (
     hodges_lehmann,
     log_ratios,
     min_pairs,
+    near_zero,
     next_pairs,
     signed_rank_interval,
 )
@@ -198,3 +200,34 @@ def test_a_a_over_the_whole_schedule_rarely_alarms() -> None:
             verdicts.append(paired.verdict)
         alarmed += any(v in ("slower", "faster") for v in verdicts)
     assert alarmed <= 4  # at most alpha (5%) of comparisons by construction; 4 of 30 leaves room for chance
+
+
+def test_slower_and_faster_leave_out_only_pairs_far_from_zero() -> None:
+    d = [0.05, 0.04, 0.06, -0.01, 0.05, -0.35]  # median |d| 0.05: within 4 x 0.05 of 0, all but -0.35
+    assert near_zero(d) == d[:-1]
+    assert near_zero([0.0] * 5) == [0.0] * 5
+    assert near_zero(d, spread=100) == d
+
+
+def test_leaving_far_pairs_out_a_stalled_pair_no_longer_blocks_a_slowdown() -> None:
+    # 15 pairs 5% slower (1% apart) and one whose B side stalled: the plain interval reaches -15%.
+    d = [*_pairs(0.05, 0.01, 15, seed=3), math.log(0.7)]
+    plain = decide(d, floor=0.03, confidence=0.9995)
+    assert plain.verdict == "undecided"
+    assert plain.low < 0.9
+    near = decide(d, floor=0.03, confidence=0.9995, spread=SPREAD)
+    assert near.verdict == "slower"
+    assert near.left_out == 1
+    assert 1.0 < near.low < near.ratio < near.high
+
+
+@pytest.mark.parametrize("contamination", [0.0, 0.1, 0.3])
+def test_leaving_far_pairs_out_keeps_the_false_alarm_rate_on_heavy_tails(contamination: float) -> None:
+    # A/A with symmetric heavy tails (a share of pairs 10 times noisier): the test of the pairs kept
+    # is exact, so at 90% slower or faster is called at most 10% of the time (give or take chance).
+    rng = random.Random(7)
+    sims, alarms = 4000, 0
+    for _ in range(sims):
+        d = [rng.gauss(0, 0.3 if rng.random() < contamination else 0.03) for _ in range(15)]
+        alarms += decide(d, floor=0.0, confidence=0.9, spread=SPREAD).verdict in ("slower", "faster")
+    assert alarms / sims <= 0.1 + 3 * math.sqrt(0.1 * 0.9 / sims)

@@ -1,32 +1,37 @@
 """Re-decide the pairs of earlier ``perfsuite ab --json`` files under today's stopping rule.
 
-    python benchmarks/ab/replay.py ab-results
+    python benchmarks/ab/replay.py ab-results [--spread 4]
 
 A case's pairs do not depend on when it stops (each round runs one pair of every open
 case), so the pairs a file keeps show where today's rule (:func:`perfsuite.ab.compare.schedule_for`,
 :func:`perfsuite.core.paired.decide`) would have stopped and what it would have said. Per
 file: each case's recorded verdict and pairs beside the replayed ones, and the pairs in all.
 A case whose recorded pairs ran out before today's rule decided it says so ("ran out").
+``--spread`` tries the alarm rule that leaves pairs far from 0 out (:func:`perfsuite.core.paired.near_zero`,
+off in perfsuite ab).
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import math
-import sys
 from pathlib import Path
 
 from perfsuite.ab.compare import schedule_for
+from perfsuite.core.paired import SPREAD
 
 
-def replay(ratios: list[float], cases: int, floor: float, alpha: float) -> tuple[str, int]:
+def replay(ratios: list[float], cases: int, floor: float, alpha: float, spread: float | None) -> tuple[str, int]:
     """Today's verdict on these pairs, and how many it would have taken."""
     schedule = schedule_for(cases, floor=floor, alpha=alpha, first=None, cap=None)
+    schedule = dataclasses.replace(schedule, spread=spread)
     paired = schedule.replay([math.log(r) for r in ratios])
     return ("ran out", len(ratios)) if paired is None else (paired.verdict, paired.pairs)
 
 
-def main(directory: Path) -> None:
+def main(directory: Path, spread: float | None) -> None:
     files = sorted(directory.glob("*.json"))
     if not files:
         raise SystemExit(f"no perfsuite ab JSON files in {directory}")
@@ -42,7 +47,7 @@ def main(directory: Path) -> None:
         for case in cases:
             if not case["ratios"] or case["time"] is None:
                 continue
-            verdict, pairs = replay(case["ratios"], len(cases), floor, alpha)
+            verdict, pairs = replay(case["ratios"], len(cases), floor, alpha, spread)
             recorded += len(case["ratios"])
             replayed += pairs
             was = f"{case['time']['verdict']} at {len(case['ratios'])}"
@@ -51,4 +56,8 @@ def main(directory: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "ab-results"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory", nargs="?", type=Path, default=Path("ab-results"))
+    parser.add_argument("--spread", type=float, help=f"leave out pairs farther from 0 (e.g. {SPREAD})")
+    args = parser.parse_args()
+    main(args.directory, args.spread)

@@ -8,9 +8,11 @@ selection without that case); then each comparison's wall time.
 
     python benchmarks/ab/table.py --log ab-results/uniform-5.log
 
-A comparison stopped before its end writes no JSON; its progress lines still say where each
-case stood at every alarm look (the pairs at which *slower* or *faster* can be called): one
-row per case, one column per look reached, and where the case stood last.
+A comparison killed before its end (SIGKILL, a lost machine) writes no JSON (Ctrl-C and
+SIGTERM do: its open cases are *undecided (interrupted)* with every pair they had); its
+progress lines still say where each case stood at every alarm look (the pairs at which
+*slower* or *faster* can be called): one row per case, one column per look reached, and
+where the case stood last.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ def cell(case: dict) -> str:
     low = "0" if not t["low"] else f"{t['low']:.3f}"
     high = "∞" if t["high"] is None else f"{t['high']:.3f}"
     verdict = f"**{t['verdict']}**" if t["verdict"] in ("slower", "faster") else t["verdict"]
+    if case.get("interrupted"):  # the last look's figures, and every pair it had
+        return f"{verdict} (interrupted) {t['ratio']:.3f} [{low}, {high}], {len(case['ratios'])}"
     return f"{verdict} {t['ratio']:.3f} [{low}, {high}], {t['pairs']}"
 
 

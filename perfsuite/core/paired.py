@@ -14,6 +14,12 @@ between pairs. Its difference is ``d = log(time_B / time_A)``. Over the pairs:
   is at least the floor; *faster* the mirror; *same* when the whole interval lies within
   ± the floor; *undecided* otherwise, which asks for more pairs (:func:`next_pairs`).
 
+An alternative alarm rule is kept for measurement, off by default (``spread``): *slower*
+and *faster* on the pairs within ``spread`` times the median ``|d|`` of 0 only
+(:func:`near_zero`), so that a pair a stall put 30% off cannot widen the interval. It is
+exact too, but on a 2-core EPYC's own pairs it changed nothing (docs/ab.md, the every-push
+tier), so the shipped rule is the plain one the A/A comparisons measured.
+
 The two kinds of verdict are two tests with two error rates. *Slower* and *faster* are
 false alarms when wrong: a case may be called so at a few *alarm looks* only
 (:func:`alarm_looks`, three by default), and each look's confidence is corrected for the
@@ -40,6 +46,8 @@ Verdict = Literal["slower", "faster", "same", "undecided"]
 EXACT_UP_TO = 40
 SAME_CONFIDENCE = 0.95
 """The confidence of a verdict of *same*: a miss, not a false alarm, when wrong (the module's docstring)."""
+SPREAD = 4.0
+"""The spread benchmarks/ab try for the alarm rule that leaves far pairs out (:func:`near_zero`; off by default)."""
 ALARM_LOOKS = 3
 """How many looks may call *slower* or *faster*: the first that can, one halfway, the last."""
 
@@ -55,6 +63,8 @@ class Paired:
     pairs: int
     confidence: float
     verdict: Verdict
+    left_out: int = 0
+    """Pairs left out of a *slower* or *faster* interval for being far from 0 (:func:`near_zero`)."""
 
 
 def log_ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
@@ -115,6 +125,19 @@ def signed_rank_interval(d: Sequence[float], confidence: float) -> tuple[float, 
     return averages[c - 1], averages[len(averages) - c]
 
 
+def near_zero(d: Sequence[float], spread: float = SPREAD) -> list[float]:
+    """The pairs within ``spread`` times the median ``|d|`` of zero: what *slower* and *faster* are
+    decided on when :func:`decide` is given a ``spread``.
+
+    Which pairs those are depends only on their sizes ``|d|``. When nothing changed and ``d``
+    is symmetric about 0, the signs of ``d`` are independent of the sizes, so the signed-rank
+    test of the pairs kept is exact (its false-alarm rate is as asked), however many are left
+    out; and a pair a stall on one side put 30% off no longer decides the interval.
+    """
+    scale = median(abs(x) for x in d)
+    return [x for x in d if abs(x) <= spread * scale] if scale > 0 else list(d)
+
+
 def min_pairs(confidence: float) -> int:
     """The fewest pairs whose interval can be bounded at ``confidence`` (all differences one sign)."""
     n = 1
@@ -157,19 +180,22 @@ def decide(
     confidence: float,
     same_confidence: float | None = None,
     alarm: bool = True,
+    spread: float | None = None,
 ) -> Paired:
     """The verdict on log ratios ``d`` (:func:`log_ratios`) against a relative ``floor`` (0.03: 3%).
 
     *Slower* and *faster* at ``confidence``, and only where ``alarm`` (an alarm look of
-    :func:`alarm_looks`); *same* at ``same_confidence`` (default: ``confidence``). The
-    interval returned is the one the verdict rests on (``Paired.confidence`` says which):
-    ``same_confidence``'s for *same*, ``confidence``'s otherwise.
+    :func:`alarm_looks`), on the pairs near 0 (:func:`near_zero`; all of them when ``spread``
+    is ``None``); *same* at ``same_confidence`` (default: ``confidence``) on every pair. The
+    estimate is always every pair's; the interval returned is the one the verdict rests on
+    (``Paired.confidence`` says which): ``same_confidence``'s for *same*, the alarm's otherwise.
     """
     if floor < 0:
         raise ValueError(f"floor {floor} must not be negative")
     same_confidence = confidence if same_confidence is None else same_confidence
     centre = hodges_lehmann(d)
-    low, high = signed_rank_interval(d, confidence)
+    near = list(d) if spread is None else near_zero(d, spread)
+    low, high = signed_rank_interval(near, confidence)
     bound = math.log1p(floor)
     verdict: Verdict = "undecided"
     if alarm and low > 0 and centre >= bound:
@@ -177,9 +203,9 @@ def decide(
     elif alarm and high < 0 and centre <= -bound:
         verdict = "faster"
     else:
-        near = signed_rank_interval(d, same_confidence) if same_confidence != confidence else (low, high)
-        if -bound < near[0] and near[1] < bound:
-            verdict, (low, high), confidence = "same", near, same_confidence
+        around = signed_rank_interval(d, same_confidence)
+        if -bound < around[0] and around[1] < bound:
+            verdict, (low, high), confidence, near = "same", around, same_confidence, list(d)
     return Paired(
         ratio=math.exp(centre),
         low=math.exp(low),
@@ -187,6 +213,7 @@ def decide(
         pairs=len(d),
         confidence=confidence,
         verdict=verdict,
+        left_out=len(d) - len(near),
     )
 
 
@@ -203,6 +230,7 @@ class Schedule:
     confidence: float
     same_confidence: float = SAME_CONFIDENCE
     alarms: tuple[int, ...] = ()
+    spread: float | None = None
 
     def looks(self) -> list[int]:
         """The pair counts at which a case gets a verdict: ``first``, every ``step`` after, the cap."""
@@ -218,6 +246,7 @@ class Schedule:
             confidence=self.confidence,
             same_confidence=self.same_confidence,
             alarm=not self.alarms or len(d) in self.alarms,
+            spread=self.spread,
         )
 
     def finished(self, paired: Paired) -> bool:
