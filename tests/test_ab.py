@@ -182,8 +182,13 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path: Path) -> None:
         while time.monotonic() < deadline and not any("round 3:" in line for line in lines):
             lines.append(proc.stderr.readline())
         os.killpg(proc.pid, signal.SIGINT)
+        try:
+            code = proc.wait(60)
+        finally:
+            if proc.poll() is None:  # never a 60-pair comparison left running
+                os.killpg(proc.pid, signal.SIGKILL)
         err = "".join(lines) + proc.stderr.read()
-        assert proc.wait(60) == 130, err
+        assert code == 130, err
     assert "Traceback" not in err
     assert "perfsuite ab: interrupted: 1 case(s) left undecided" in err
     payload = json.loads(out.read_text())

@@ -24,16 +24,18 @@ EXIT_INTERRUPTED = 130
 
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a CI job's timeout, ``kill``) stops the rounds as Ctrl-C does: what was measured is written."""
+    """SIGTERM (a CI job's timeout, ``kill``) stops the rounds as Ctrl-C does, and so does SIGINT even
+    where it came in ignored (a job a shell started in the background): what was measured is written."""
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def add_parser(sub: Any) -> None:
