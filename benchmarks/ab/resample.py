@@ -20,14 +20,12 @@ import argparse
 import dataclasses
 import json
 import math
-import random
 import statistics
 from pathlib import Path
 
-from perfsuite.ab.compare import schedule_for
-from perfsuite.core.paired import Schedule
+from simulate import VERDICTS, simulate  # this directory's: the schedule over simulated cases
 
-VERDICTS = ("slower", "faster", "same", "undecided")
+from perfsuite.ab.compare import schedule_for
 
 
 def robust_sd(d: list[float]) -> float:
@@ -48,23 +46,6 @@ def pool(paths: list[Path], mode: str | None, scale: float | None) -> list[float
                 centre, factor = statistics.median(d), 1.0 if scale is None else scale / robust_sd(d)
                 noise += [(x - centre) * factor for x in d]
     return noise
-
-
-def run(schedule: Schedule, noise: list[float], change: float, sims: int, seed: int) -> dict[str, float]:
-    rng = random.Random(seed)
-    counts = dict.fromkeys(VERDICTS, 0) | {f"alarm at {n}": 0 for n in schedule.alarms}
-    pairs = 0
-    shift = math.log1p(change)
-    for _ in range(sims):
-        d = [shift + rng.choice(noise) for _ in range(schedule.cap)]
-        paired = schedule.replay(d)
-        if paired is None:
-            raise AssertionError("the schedule ran out of pairs")
-        counts[paired.verdict] += 1
-        if paired.verdict in ("slower", "faster"):
-            counts[f"alarm at {paired.pairs}"] += 1
-        pairs += paired.pairs
-    return {k: v / sims for k, v in counts.items()} | {"mean pairs": pairs / sims}
 
 
 def main() -> None:
@@ -91,7 +72,7 @@ def main() -> None:
         spread = None if spread_text == "none" else float(spread_text)
         schedule = dataclasses.replace(base, spread=spread)
         for change in args.change or [0.0, 0.04, 0.05]:
-            shares = run(schedule, noise, change, args.sims, seed=round(change * 1000))
+            shares = simulate(schedule, change, lambda rng: rng.choice(noise), args.sims, seed=round(change * 1000))
             cells = " | ".join(f"{shares[k]:.2%}" for k in (*VERDICTS, *looks))
             print(f"| {spread_text} | {change:+.0%} | {cells} | {shares['mean pairs']:.1f} |", flush=True)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+from collections.abc import Callable
 
 from perfsuite.ab.compare import schedule_for
 from perfsuite.core.paired import Schedule
@@ -24,19 +25,25 @@ from perfsuite.core.paired import Schedule
 VERDICTS = ("slower", "faster", "same", "undecided")
 
 
-def simulate(schedule: Schedule, change: float, noise: float, sims: int, seed: int) -> tuple[dict[str, float], float]:
-    """Shares of each verdict over ``sims`` cases, and the mean number of pairs they took."""
+def simulate(
+    schedule: Schedule, change: float, draw: Callable[[random.Random], float], sims: int, seed: int
+) -> dict[str, float]:
+    """Over ``sims`` cases whose pairs are ``log(1 + change)`` plus ``draw(rng)``: the share given each
+    verdict, the share called slower or faster at each alarm look (``alarm at N``), and the
+    mean number of pairs taken (``mean pairs``)."""
     rng = random.Random(seed)
-    counts = dict.fromkeys(VERDICTS, 0)
+    counts = dict.fromkeys(VERDICTS, 0) | {f"alarm at {n}": 0 for n in schedule.alarms}
     pairs = 0
     for _ in range(sims):
-        d = [math.log1p(change) + rng.gauss(0, noise) for _ in range(schedule.cap)]
+        d = [math.log1p(change) + draw(rng) for _ in range(schedule.cap)]
         paired = schedule.replay(d)
         if paired is None:  # cannot happen: the pairs reach the cap
             raise AssertionError("the schedule ran out of pairs")
         counts[paired.verdict] += 1
+        if paired.verdict in ("slower", "faster"):
+            counts[f"alarm at {paired.pairs}"] += 1
         pairs += paired.pairs
-    return {v: n / sims for v, n in counts.items()}, pairs / sims
+    return {k: n / sims for k, n in counts.items()} | {"mean pairs": pairs / sims}
 
 
 def main() -> None:
@@ -57,9 +64,15 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for noise in (0.02, 0.04, 0.06, 0.08):
         for change in (0.0, 0.04, 0.05):
-            shares, mean = simulate(schedule, change, noise, args.sims, seed=round(noise * 1000 + change * 100))
+            shares = simulate(
+                schedule,
+                change,
+                lambda rng, sd=noise: rng.gauss(0, sd),
+                args.sims,
+                seed=round(noise * 1000 + change * 100),
+            )
             cells = " | ".join(f"{shares[v]:.2%}" for v in VERDICTS)
-            print(f"| {noise:.0%} | {change:+.0%} | {cells} | {mean:.1f} |", flush=True)
+            print(f"| {noise:.0%} | {change:+.0%} | {cells} | {shares['mean pairs']:.1f} |", flush=True)
 
 
 if __name__ == "__main__":
