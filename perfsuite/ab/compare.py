@@ -86,17 +86,21 @@ class AbRun:
             f"floor {schedule.floor:.1%}, "
             f"slower or faster at {schedule.confidence:.4g} at pairs {', '.join(map(str, schedule.alarms))} "
             f"(alpha {args.alpha:g} over {len(specs)} case(s) × {len(schedule.alarms)} look(s)), "
-            f"same at {schedule.same_confidence:.2g} at any look"
+            f"same at {schedule.same_confidence:.2g} at any look "
+            f"(from pair {schedule.drifting().same_from} where a case's sides alternate)"
         )
         return run
 
     def version_lines(self) -> list[str]:
         from perfsuite.reports.ab import differing
 
-        differ = differing(self.sides[0].versions(), self.sides[1].versions())
-        return [
-            f"perfsuite: base → candidate: {', '.join(differ) if differ else 'the same versions (an A/A comparison)'}"
-        ]
+        a, b = self.sides
+        differ = differing(a.versions(), b.versions())
+        if differ:
+            return [f"perfsuite: base → candidate: {', '.join(differ)}"]
+        if a.env.label == b.env.label:
+            return ["perfsuite: base → candidate: the same versions (an A/A comparison)"]
+        return [f"perfsuite: base → candidate: the same package versions, in {a.env.label} and {b.env.label}"]
 
     def compare_all(self, timeout_s: float) -> list[CaseResult]:
         started = time.monotonic()
