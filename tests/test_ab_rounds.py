@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from perfsuite.ab import pairs, rounds
+from perfsuite.ab import pairs
 from perfsuite.ab.pairs import duet_fits, step_log_ratio
 from perfsuite.ab.rounds import compare_cases
 from perfsuite.core.paired import Schedule
@@ -91,16 +91,9 @@ def _rounds(specs: list[CaseSpec], sides: tuple[FakeSide, FakeSide], schedule: S
         Tolerance(),
         timeout_s=60,
         device_type="cpu",
-        mode=kw.pop("mode", "alternate"),
+        mode="alternate",
         **kw,
     )
-
-
-@pytest.fixture
-def as_duets(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every case judged as a duet, its pairs still run one side after the other (the fakes' order stays fixed)."""
-    monkeypatch.setattr(rounds, "duet_fits", lambda spec, device_type: True)
-    monkeypatch.setattr(rounds, "run_pair", lambda *args, mode: pairs.alternate(*args))
 
 
 def test_rounds_run_every_open_case_then_renew_both_forkservers() -> None:
@@ -150,22 +143,6 @@ class Interrupting(FakeSide):
         return super().run(spec, timeout_s, env)
 
 
-@pytest.mark.parametrize("mode", ["duet", "alternate"])
-def test_an_alternating_case_is_called_same_only_from_the_first_alarm_look(
-    mode: str, request: pytest.FixtureRequest
-) -> None:
-    if mode == "duet":
-        request.getfixturevalue("as_duets")
-    log: list[str] = []
-    sides = (FakeSide("A", {}, log), FakeSide("B", {"tiny-bert-adafactor": 1.10}, log))
-    schedule = Schedule(first=6, step=2, cap=60, floor=0.03, confidence=0.95, alarms=(14, 30))
-    same, slower = _rounds([_spec(), _spec("adafactor")], sides, schedule, mode=mode)
-    assert (same.mode, same.time.verdict) == (mode, "same")
-    assert same.time.pairs == (6 if mode == "duet" else 14)  # a duet's pairs may not drift apart
-    assert (slower.time.verdict, slower.time.pairs) == ("slower", 14)
-
-
-@pytest.mark.usefixtures("as_duets")
 def test_an_interrupted_comparison_keeps_every_pair_and_leaves_the_open_cases_undecided() -> None:
     log: list[str] = []
     sides = (FakeSide("A", {}, log), Interrupting(15, log, {"tiny-bert-adafactor": 1.10}))
@@ -173,11 +150,7 @@ def test_an_interrupted_comparison_keeps_every_pair_and_leaves_the_open_cases_un
     specs = [_spec(), _spec("adafactor")]
     schedule = Schedule(first=6, step=2, cap=60, floor=0.03, confidence=0.95, alarms=(14,))
     same, open_ = _rounds(
-        specs,
-        sides,
-        schedule,
-        mode="auto",
-        progress=lambda r, finished: heard.append(f"{r.case} {r.verdict} {finished}"),
+        specs, sides, schedule, progress=lambda r, finished: heard.append(f"{r.case} {r.verdict} {finished}")
     )
     # vanilla is called same at 6 pairs; adafactor (10% slower) may be called slower only at 14,
     # and Ctrl-C arrives during B's 15th run: adafactor's 9th pair, which is dropped.
@@ -199,14 +172,13 @@ def test_an_interrupted_comparison_keeps_every_pair_and_leaves_the_open_cases_un
     ]
 
 
-@pytest.mark.usefixtures("as_duets")
 def test_a_look_reached_in_the_interrupted_round_still_decides() -> None:
     log: list[str] = []
     # Ctrl-C during B's 17th run: vanilla (decided at 6) ran 6 of them; adafactor's 11th pair is dropped
     # but its 10th reached the alarm look (10): called slower there, not interrupted.
     sides = (FakeSide("A", {}, log), Interrupting(17, log, {"tiny-bert-adafactor": 1.10}))
     schedule = Schedule(first=6, step=2, cap=60, floor=0.03, confidence=0.95, alarms=(10,))
-    _, slower = _rounds([_spec(), _spec("adafactor")], sides, schedule, mode="auto")
+    _, slower = _rounds([_spec(), _spec("adafactor")], sides, schedule)
     assert slower.time is not None
     assert slower.time.verdict == "slower"
     assert slower.time.pairs == 10

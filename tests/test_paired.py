@@ -233,16 +233,12 @@ def test_leaving_far_pairs_out_keeps_the_false_alarm_rate_on_heavy_tails(contami
     assert alarms / sims <= 0.1 + 3 * math.sqrt(0.1 * 0.9 / sims)
 
 
-def test_a_drifting_schedule_calls_same_only_from_the_first_alarm_look() -> None:
-    confidence, alarms = alarm_looks([*range(7, 30, 2), 30], cases=10, alpha=0.05)
-    schedule = Schedule(first=7, step=2, cap=30, floor=0.03, confidence=confidence, alarms=alarms)
-    drifting = schedule.drifting()
-    assert drifting.same_from == alarms[0] > 7
-    quiet = _pairs(0.0, 0.005, 30, seed=5)
-    assert drifting.judge(quiet[:7]).verdict == "undecided"  # type: ignore[union-attr]
-    replayed = drifting.replay(quiet)
-    assert replayed is not None
-    assert (replayed.verdict, replayed.pairs) == ("same", alarms[0])
-    slowed = drifting.replay(_pairs(0.10, 0.01, 30, seed=6))
-    assert slowed is not None
-    assert (slowed.verdict, slowed.pairs) == ("slower", alarms[0])  # an alarm is as early as before
+def test_ab_makes_no_look_before_its_first_alarm_look() -> None:
+    from perfsuite.ab.compare import schedule_for
+
+    schedule = schedule_for(35, floor=0.03, alpha=0.05, first=None, cap=None)
+    assert schedule.alarms == (15, 39, 60)
+    assert schedule.looks()[0] == schedule.first == 15  # 7 quiet pairs no longer end a case as same
+    assert set(schedule.alarms) <= set(schedule.looks())
+    assert schedule.judge(_pairs(0.0, 0.005, 7, seed=5)) is None
+    assert schedule_for(35, floor=0.03, alpha=0.05, first=3, cap=3).looks() == [3]  # --pairs 3 --max-pairs 3

@@ -20,17 +20,13 @@ import math
 from pathlib import Path
 
 from perfsuite.ab.compare import schedule_for
-from perfsuite.ab.pairs import Mode
-from perfsuite.ab.rounds import case_schedule
 from perfsuite.core.paired import SPREAD
 
 
-def replay(
-    ratios: list[float], mode: Mode, cases: int, floor: float, alpha: float, spread: float | None
-) -> tuple[str, int]:
+def replay(ratios: list[float], cases: int, floor: float, alpha: float, spread: float | None) -> tuple[str, int]:
     """Today's verdict on these pairs, and how many it would have taken."""
     schedule = schedule_for(cases, floor=floor, alpha=alpha, first=None, cap=None)
-    schedule = case_schedule(dataclasses.replace(schedule, spread=spread), mode)
+    schedule = dataclasses.replace(schedule, spread=spread)
     paired = schedule.replay([math.log(r) for r in ratios])
     return ("ran out", len(ratios)) if paired is None else (paired.verdict, paired.pairs)
 
@@ -51,7 +47,7 @@ def main(directory: Path, spread: float | None) -> None:
         for case in cases:
             if not case["ratios"] or case["time"] is None:
                 continue
-            verdict, pairs = replay(case["ratios"], case["mode"], len(cases), floor, alpha, spread)
+            verdict, pairs = replay(case["ratios"], len(cases), floor, alpha, spread)
             recorded += len(case["ratios"])
             replayed += pairs
             was = f"{case['time']['verdict']} at {len(case['ratios'])}"

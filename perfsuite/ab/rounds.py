@@ -203,12 +203,6 @@ def compare_cases(
     return [results[spec.id] for spec in specs]
 
 
-def case_schedule(schedule: Schedule, mode: Mode) -> Schedule:
-    """The schedule a case's pairs are judged by: alternating pairs may drift together
-    (:meth:`perfsuite.core.paired.Schedule.drifting`), a duet's do not."""
-    return schedule if mode == "duet" else schedule.drifting()
-
-
 def _one_pair(
     result: CaseResult, spec: CaseSpec, sides: tuple[Side, Side], index: int, timeout_s: float, tolerance: Tolerance
 ) -> None:
@@ -234,7 +228,7 @@ def _judged(
         if result.error is not None:
             progress(result, True)
             continue
-        paired = case_schedule(schedule, result.mode).judge(result.log_ratios)
+        paired = schedule.judge(result.log_ratios)
         if paired is not None:
             result.time = paired
             finished = schedule.finished(paired)

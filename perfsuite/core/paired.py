@@ -28,17 +28,18 @@ looks three times is no likelier to raise a false alarm than ``alpha``. *Same* i
 when wrong, and is an equivalence test (two one-sided tests, each at 2.5%,
 :data:`SAME_CONFIDENCE`), allowed at every look: a case whose change is exactly the floor
 is called *same* at most 2.5% of the time at one look, and a larger change far less
-often. It needs no correction for a false alarm, so an unchanged case can leave after 7
-pairs; a case whose pairs run one side after the other, only from the first alarm look on
-(:meth:`Schedule.drifting`). The misses the repeated looks for *same* leave are measured by simulation
-(``benchmarks/ab/simulate.py``) and with injected slowdowns on this machine (docs/ab.md).
+often. It needs no correction for a false alarm; ``perfsuite ab`` still makes no look before the
+first alarm look (:func:`perfsuite.ab.compare.schedule_for`), because 7 pairs, the fewest
+that can bound a 95% interval, twice made a wrong *same*. The misses the repeated looks for
+*same* leave are measured by simulation (``benchmarks/ab/simulate.py``) and with injected
+slowdowns on this machine (docs/ab.md).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 from statistics import NormalDist, median
 from typing import Literal
@@ -181,15 +182,13 @@ def decide(
     confidence: float,
     same_confidence: float | None = None,
     alarm: bool = True,
-    same: bool = True,
     spread: float | None = None,
 ) -> Paired:
     """The verdict on log ratios ``d`` (:func:`log_ratios`) against a relative ``floor`` (0.03: 3%).
 
     *Slower* and *faster* at ``confidence``, and only where ``alarm`` (an alarm look of
     :func:`alarm_looks`), on the pairs near 0 (:func:`near_zero`; all of them when ``spread``
-    is ``None``); *same* at ``same_confidence`` (default: ``confidence``) on every pair, and
-    only where ``same``. The
+    is ``None``); *same* at ``same_confidence`` (default: ``confidence``) on every pair. The
     estimate is always every pair's; the interval returned is the one the verdict rests on
     (``Paired.confidence`` says which): ``same_confidence``'s for *same*, the alarm's otherwise.
     """
@@ -205,7 +204,7 @@ def decide(
         verdict = "slower"
     elif alarm and high < 0 and centre <= -bound:
         verdict = "faster"
-    elif same:
+    else:
         around = signed_rank_interval(d, same_confidence)
         if -bound < around[0] and around[1] < bound:
             verdict, (low, high), confidence, near = "same", around, same_confidence, list(d)
@@ -224,7 +223,7 @@ def decide(
 class Schedule:
     """How many pairs: ``first`` before any verdict, ``step`` more while undecided, up to ``cap``;
     *slower* and *faster* at ``confidence`` and only at the ``alarms`` looks (every look when
-    empty), *same* at ``same_confidence`` at any look from ``same_from`` pairs on."""
+    empty), *same* at ``same_confidence`` at any look."""
 
     first: int
     step: int
@@ -234,21 +233,6 @@ class Schedule:
     same_confidence: float = SAME_CONFIDENCE
     alarms: tuple[int, ...] = ()
     spread: float | None = None
-    same_from: int = 0
-
-    def drifting(self) -> Schedule:
-        """This schedule for pairs whose errors may drift together from round to round: *same* only
-        from the first alarm look on.
-
-        A pair that runs one side after the other (multi-rank and DataLoader cases) is exposed to
-        whatever changes between its two runs, and a change that lasts a few rounds moves
-        consecutive pairs alike. The equivalence test's 2.5% assumes independent pairs: 7 such
-        pairs of a case slowed 5% once all read 0.997-1.037 and made a wrong *same*
-        (docs/ab.md). From the first alarm look on, *slower* is reachable at the same look, and
-        the pairs span twice as many rounds. Duets need none of it: their two runs share every
-        moment, and a drift moves both.
-        """
-        return replace(self, same_from=self.alarms[0] if self.alarms else self.first)
 
     def looks(self) -> list[int]:
         """The pair counts at which a case gets a verdict: ``first``, every ``step`` after, the cap."""
@@ -264,7 +248,6 @@ class Schedule:
             confidence=self.confidence,
             same_confidence=self.same_confidence,
             alarm=not self.alarms or len(d) in self.alarms,
-            same=len(d) >= self.same_from,
             spread=self.spread,
         )
 
