@@ -56,7 +56,7 @@ def add_parser(sub: Any) -> None:
     ab.add_argument(
         "--pairs",
         type=at_least(1),
-        help="pairs before the first verdict (default 7: the fewest that can call a case same, plus one)",
+        help="pairs before the first verdict (default: the first alarm look, 15 for 35 cases; docs/ab.md)",
     )
     ab.add_argument(
         "--max-pairs",
