@@ -43,16 +43,17 @@ def schedule_for(cases: int, *, floor: float, alpha: float, first: int | None, c
     uniform-slowdown runs of the 35 cases on a 2-core EPYC, a case slowed 5% had 7 pairs that
     all read 1.00-1.04 and was called *same* (a duet, 1.022 [1.014, 1.030], and an alternating
     multi-rank case), where this machine's A/A pairs, resampled and shifted 5%, are called
-    *same* in 0.05-0.15% of cases (docs/ab.md). From the first alarm look on, *slower* is reachable at the same look.
+    *same* in 0.05-0.15% of cases (docs/ab.md). From the first alarm look on, *slower* is
+    reachable at the same look.
     """
+    grid_from = first if first is not None else min_pairs(SAME_CONFIDENCE) + 1
     grid = Schedule(
-        first=first if first is not None else min_pairs(SAME_CONFIDENCE) + 1,
+        first=grid_from,
         step=2,
-        cap=0,
+        cap=max(grid_from, cap if cap is not None else MAX_PAIRS),
         floor=floor,
         confidence=case_confidence(cases, alpha),
     )
-    grid = dataclasses.replace(grid, cap=max(grid.first, cap if cap is not None else MAX_PAIRS))
     confidence, alarms = alarm_looks(grid.looks(), cases=cases, alpha=alpha)
     start = first if first is not None else alarms[0]
     return dataclasses.replace(grid, first=start, confidence=confidence, alarms=alarms)
