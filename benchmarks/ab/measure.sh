@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # perfsuite ab's false alarms and sensitivity on this machine (docs/ab.md): three A/A comparisons,
-# then a candidate slowed 5% everywhere and one whose Adafactor alone is slowed 5%
+# then a candidate slowed 5% everywhere, one slowed 8% everywhere, and one whose Adafactor alone
+# is slowed 5%
 # (benchmarks/ab/slow-python); each on perfsuite ab's default selection (the quick set: tiny-bert's
 # 10 cases on a CPU) unless selection options are passed (`--every-push`: the 35 cases `pytest`
 # runs). Run it on an otherwise idle machine; the JSON files and logs go to $OUT (default
@@ -23,4 +24,5 @@ for i in 1 2 3; do
     compare "aa-$i" current "$@"
 done
 PERFSUITE_SLOWDOWN=0.05 compare uniform-5 "$SLOW" "$@"
+PERFSUITE_SLOWDOWN=0.08 compare uniform-8 "$SLOW" "$@"
 PERFSUITE_SLOWDOWN=0.05 PERFSUITE_SLOWDOWN_OPTIMIZER=Adafactor compare adafactor-5 "$SLOW" "$@"
