@@ -11,18 +11,19 @@ cd "$(dirname "$0")/../.."
 OUT="${OUT:-ab-results}"
 mkdir -p "$OUT"
 SLOW="$PWD/benchmarks/ab/slow-python"
+CONTROL="$PWD/benchmarks/ab/control-python"  # the same interpreter set-up, without the spin
 export PERFSUITE_BASE_PYTHON="$(command -v python)"
 
-compare() {  # NAME CANDIDATE [perfsuite ab options...]
-    local name=$1 candidate=$2
-    shift 2
-    /usr/bin/time -f "$name: %e s" perfsuite ab --base current --candidate "$candidate" \
+compare() {  # NAME BASE CANDIDATE [perfsuite ab options...]
+    local name=$1 base=$2 candidate=$3
+    shift 3
+    /usr/bin/time -f "$name: %e s" perfsuite ab --base "$base" --candidate "$candidate" \
         --json "$OUT/$name.json" "$@" 2>&1 | tee "$OUT/$name.log" | grep -E "^perfsuite ab:|: [0-9.]+ s$" || true
 }
 
 for i in 1 2 3; do
-    compare "aa-$i" current "$@"
+    compare "aa-$i" current current "$@"
 done
-PERFSUITE_SLOWDOWN=0.05 compare uniform-5 "$SLOW" "$@"
-PERFSUITE_SLOWDOWN=0.08 compare uniform-8 "$SLOW" "$@"
-PERFSUITE_SLOWDOWN=0.05 PERFSUITE_SLOWDOWN_OPTIMIZER=Adafactor compare adafactor-5 "$SLOW" "$@"
+PERFSUITE_SLOWDOWN=0.05 compare uniform-5 "$CONTROL" "$SLOW" "$@"
+PERFSUITE_SLOWDOWN=0.08 compare uniform-8 "$CONTROL" "$SLOW" "$@"
+PERFSUITE_SLOWDOWN=0.05 PERFSUITE_SLOWDOWN_OPTIMIZER=Adafactor compare adafactor-5 "$CONTROL" "$SLOW" "$@"

@@ -6,6 +6,11 @@ DeepSpeed's CPU Adam, transformers' Adafactor), it spins for ``PERFSUITE_SLOWDOW
 of the time since the previous step ended, so every step takes that much longer.
 ``PERFSUITE_SLOWDOWN_OPTIMIZER`` (a class name, e.g. ``Adafactor``) limits it to one optimizer:
 one strategy slowed, the others not.
+
+``PERFSUITE_SLOWDOWN_CONTROL=1`` (the ``control-python`` wrapper, for ``--base``) does all of
+that but the spin: the same early torch import and the same hook, so that the two sides
+differ by the spin alone. Without it, the wrapper by itself made ``tiny-bert-zero2_offload``
+2% faster (docs/ab.md), which hid part of the injected slowdown.
 """
 
 import os
@@ -13,6 +18,7 @@ import time
 
 _FRACTION = float(os.environ.get("PERFSUITE_SLOWDOWN", "0") or 0)
 _ONLY = os.environ.get("PERFSUITE_SLOWDOWN_OPTIMIZER") or None
+_SPINS = not os.environ.get("PERFSUITE_SLOWDOWN_CONTROL")
 
 if _FRACTION > 0:
     from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -23,7 +29,7 @@ if _FRACTION > 0:
         if _ONLY is not None and type(optimizer).__name__ != _ONLY:
             return
         now = time.perf_counter()
-        if _last[0] is not None:
+        if _last[0] is not None and _SPINS:
             until = now + _FRACTION * (now - _last[0])
             while time.perf_counter() < until:
                 pass
