@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # perfsuite ab's false alarms and sensitivity on this machine (docs/ab.md): three A/A comparisons,
-# then a candidate slowed 5% everywhere, one slowed 8% everywhere, and one whose Adafactor alone
-# is slowed 5%
-# (benchmarks/ab/slow-python); each on perfsuite ab's default selection (the quick set: tiny-bert's
+# then a candidate slowed 5% everywhere, one slowed 8% everywhere, and one whose Adafactor alone is
+# slowed 5% (benchmarks/ab/slow-python, against benchmarks/ab/control-python: the same interpreter
+# set-up without the spin); each on perfsuite ab's default selection (the quick set: tiny-bert's
 # 10 cases on a CPU) unless selection options are passed (`--every-push`: the 35 cases `pytest`
 # runs). Run it on an otherwise idle machine; the JSON files and logs go to $OUT (default
 # ab-results), `perfsuite report $OUT/X.json -o DIR` draws one, benchmarks/ab/table.py tabulates them.
