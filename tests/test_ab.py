@@ -146,6 +146,16 @@ def test_an_a_a_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert 'data-chart="pair-ratios"' in (tmp_path / "again" / "report.html").read_text()
 
 
+def test_no_profile_on_a_cpu_still_compares_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    """A CPU's peak memory comes from the profile step alone; --no-profile crashed ab with a traceback."""
+    args = ["ab", "--base", "current", "--candidate", "current", "--models", "tiny-bert", "--strategies", "vanilla"]
+    args += ["--device", "cpu", "--no-profile", "--pairs", "1", "--max-pairs", "1", "--steps", "2"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "first pair runs it" in err
+    assert "+0.0%" in err  # peak memory A → B, compared
+
+
 def test_bisect_judges_only_the_metric_asked() -> None:
     from perfsuite.ab.rounds import CaseResult
     from perfsuite.ab.runner import changed
@@ -163,9 +173,12 @@ def test_bisect_judges_only_the_metric_asked() -> None:
     assert changed(CaseResult(case="c"), "time") is None  # no time verdict: undecided
 
 
-def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path: Path) -> None:
+@pytest.mark.parametrize("twice", [False, True], ids=["ctrl-c", "timeout"])
+def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path: Path, twice: bool) -> None:
     """Ctrl-C reaches the whole foreground group (the sides' servers too): the pairs so far are
-    written, the open case is undecided (interrupted), exit 130 and no traceback."""
+    written, the open case is undecided (interrupted), exit 130 and no traceback. coreutils'
+    ``timeout`` signals the command and then its group, so the command hears it twice: the second
+    must not break the sides' shut-down (it did, seen on a GPU run cut short by ``timeout``)."""
     import signal
     import subprocess
     import time
@@ -181,7 +194,11 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path: Path) -> None:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and not any("round 3:" in line for line in lines):
             lines.append(proc.stderr.readline())
-        os.killpg(proc.pid, signal.SIGINT)
+        if twice:
+            os.kill(proc.pid, signal.SIGTERM)
+            os.killpg(proc.pid, signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)
         try:
             code = proc.wait(60)
         finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import signal
 import time
 from collections.abc import Iterator
@@ -25,9 +26,16 @@ EXIT_INTERRUPTED = 130
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM (a CI job's timeout, ``kill``) stops the rounds as Ctrl-C does, and so does SIGINT even
-    where it came in ignored (a job a shell started in the background): what was measured is written."""
+    where it came in ignored (a job a shell started in the background): what was measured is written.
+
+    One signal is enough: later ones are ignored until the context ends. A terminal's Ctrl-C and
+    coreutils' ``timeout`` signal the whole process group, so the command hears the signal twice
+    (directly and through its group), and a second KeyboardInterrupt would land in the sides'
+    bounded shut-down and lose the results."""
 
     def interrupt(signum: int, frame: object) -> None:
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -101,6 +109,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if note:
         say(note)
+    if device_type == "cpu" and not all(spec.profile for spec in specs):
+        # A CPU's peak memory comes from the profile step alone (no allocator to ask), and ab compares memory.
+        specs = [dataclasses.replace(spec, profile=True) for spec in specs]
+        say("perfsuite: --no-profile: a CPU's peak memory comes from the profile step; each case's first pair runs it")
     started = time.monotonic()
     with _terminate_as_interrupt():
         try:
