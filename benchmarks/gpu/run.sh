@@ -10,12 +10,13 @@
 #   refresh EXPR [N]  perfsuite baselines refresh -k EXPR --repeats N (default 3) on the GPU
 #   compare EXPR      pytest -m gpu --benchmark-compare -k EXPR against the refreshed baselines
 #   noise             bert-base-uncased vanilla and fp16, five back-to-back runs each
-#   ab                an A/A perfsuite ab of a few full-size cases
+#   ab [PAIRS [MAX]]  an A/A perfsuite ab of bert-base-uncased vanilla, fp16 and grad_ckpt
+#   xlmr              reference 004's XLM-R base/large table: vanilla, fp16, fp16+grad_ckpt at batch 8
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:?run this on the device machine, where OUT is set}"
 export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR="$PWD/.gpu-ext"
-stage=${1:?usage: run.sh smoke|claims|refresh EXPR [N]|compare EXPR|noise|ab}
+stage=${1:?usage: run.sh smoke|claims|refresh EXPR [N]|compare EXPR|noise|ab [PAIRS [MAX]]|xlmr}
 shift
 
 timed() {  # timed NAME CMD...: the command, then its wall time
@@ -55,8 +56,17 @@ case "$stage" in
         done | tee "$OUT/noise.log"
         ;;
     ab)
-        perfsuite ab --base current --candidate current --models bert-base-uncased --strategies vanilla,fp16,grad_ckpt \
+        # At $AB_LIMIT_S seconds (default 270) SIGTERM ends it: the verdicts so far are still written.
+        timed ab timeout -s TERM "${AB_LIMIT_S:-270}" perfsuite ab --base current --candidate current --device cuda --models bert-base-uncased \
+            --strategies vanilla,fp16,grad_ckpt --pairs "${1:-10}" --max-pairs "${2:-30}" \
             --json "$OUT/ab.json" 2>&1 | tee "$OUT/ab.log"
+        ;;
+    xlmr)
+        # Reference 004's columns: batch 8 with fp16 off and on, large with fp16 and checkpointing; base fp16 at 16.
+        timed xlmr perfsuite run --device cuda --models xlm-roberta-base,xlm-roberta-large \
+            --strategies vanilla,fp16,fp16+grad_ckpt --batch-size 8 --json "$OUT/xlmr.json" 2>&1 | tee "$OUT/xlmr.log"
+        timed xlmr16 perfsuite run --device cuda --models xlm-roberta-base --strategies fp16 --batch-size 16 \
+            --json "$OUT/xlmr16.json" 2>&1 | tee -a "$OUT/xlmr.log"
         ;;
     *)
         echo "unknown stage $stage" >&2
