@@ -22,7 +22,18 @@ import re
 import sys
 from pathlib import Path
 
-ORDER = ("uniform-5", "uniform-5b", "uniform-5c", "uniform-5d", "uniform-8", "adafactor-5", "aa-1", "aa-2", "aa-3", "aa-4")
+ORDER = (
+    "uniform-5",
+    "uniform-5b",
+    "uniform-5c",
+    "uniform-5d",
+    "uniform-8",
+    "adafactor-5",
+    "aa-1",
+    "aa-2",
+    "aa-3",
+    "aa-4",
+)
 
 
 def cell(case: dict) -> str:
