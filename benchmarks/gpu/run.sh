@@ -57,8 +57,8 @@ case "$stage" in
         ;;
     ab)
         # At $AB_LIMIT_S seconds (default 270) SIGTERM ends it: the verdicts so far are still written.
-        timed ab timeout -s TERM "${AB_LIMIT_S:-270}" perfsuite ab --base current --candidate current --device cuda --models bert-base-uncased \
-            --strategies vanilla,fp16,grad_ckpt --pairs "${1:-10}" --max-pairs "${2:-30}" \
+        timed ab timeout -s TERM "${AB_LIMIT_S:-270}" perfsuite ab --base current --candidate current --device cuda \
+            --models bert-base-uncased --strategies vanilla,fp16,grad_ckpt --pairs "${1:-10}" --max-pairs "${2:-30}" \
             --json "$OUT/ab.json" 2>&1 | tee "$OUT/ab.log"
         ;;
     xlmr)
