@@ -29,6 +29,7 @@ ORDER = (
     "uniform-5d",
     "uniform-8",
     "adafactor-5",
+    "adafactor-5b",
     "aa-1",
     "aa-2",
     "aa-3",
