@@ -2,9 +2,9 @@
 
     python benchmarks/ab/table.py ab-results
 
-One row per case, one column per comparison (uniform-5, -5b, -5c, uniform-8, adafactor-5,
-aa-1..4): the verdict, the estimate B/A with its interval, and the pairs it took (blank
-where a comparison ran a selection without that case); then each comparison's wall time.
+One row per case, one column per comparison found (the names in ORDER, in that order): the
+verdict, the estimate B/A with its interval, and the pairs it took (blank where a comparison
+ran a selection without that case); then each comparison's wall time.
 
     python benchmarks/ab/table.py --log ab-results/uniform-5.log
 
