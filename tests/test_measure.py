@@ -1,4 +1,5 @@
-"""MemTracker on models with frozen parameters: the upstream bug, and the narrow way around it."""
+"""MemTracker on models with frozen parameters (the upstream bug, and the narrow way around it);
+the garbage-collector walk for other live tensors."""
 
 from __future__ import annotations
 
@@ -57,3 +58,19 @@ def test_with_the_workaround_memtracker_counts_the_trainable_parameters_state() 
     with pytest.raises(RuntimeError, match="doesn't require gradient"):
         weight.register_hook(lambda g: g)  # type: ignore[no-untyped-call]  # outside it, torch's check is back
     assert all(p.grad is None for p in model[0].parameters())
+
+
+def test_the_walk_for_other_live_tensors_finds_them_without_touching_deprecated_aliases() -> None:
+    """torch 2.11 and 2.13 warn on any attribute read of ``torch.distributed.reduce_op``, and
+    ``isinstance`` reads ``__class__``: with it, every record carried that FutureWarning."""
+    import torch.distributed  # noqa: F401  (the alias lives there)
+
+    from perfsuite.worker.measure import other_live_tensors
+
+    held = torch.arange(7.0)
+    known = torch.ones(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        found = other_live_tensors([known])
+    assert any(t is held for t in found)
+    assert all(t.untyped_storage().data_ptr() != known.untyped_storage().data_ptr() for t in found)

@@ -105,7 +105,9 @@ def other_live_tensors(known: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     seen = {key for t in known if (key := _storage_key(t)) is not None}
     found = []
     for obj in gc.get_objects():
-        if isinstance(obj, torch.Tensor):
+        # type(), not isinstance(): isinstance reads ``__class__``, which on a deprecated alias
+        # such as ``torch.distributed.reduce_op`` raises a FutureWarning into every record.
+        if issubclass(type(obj), torch.Tensor):
             key = _storage_key(obj)
             if key is not None and key not in seen:
                 seen.add(key)
