@@ -65,7 +65,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--perfsuite-missing",
         choices=("fail", "skip"),
         default="fail",
-        help="what a case without a baseline does (default: fail, naming the refresh command)",
+        help="what a case without a baseline does: fail after running, naming the refresh command (default), "
+        "or skip without running",
     )
     group.addoption(
         "--perfsuite-time",
@@ -88,6 +89,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="record new baselines for the selected cases instead of comparing (written at the end of the run)",
     )
     group.addoption("--perfsuite-repeats", **REPEATS)
+    group.addoption(
+        "--perfsuite-refresh-missing",
+        action="store_true",
+        help="with --perfsuite-refresh: only the cases whose baseline here is missing, unreadable or lacks this "
+        "machine's time class",
+    )
+    group.addoption(
+        "--perfsuite-refresh-time-limit",
+        metavar="SECONDS",
+        type=float,
+        help="with --perfsuite-refresh: start no case once the time left is less than the longest case so far; "
+        "the cases finished are written, the rest reported as not reached",
+    )
     group.addoption(
         "--perfsuite-shard",
         metavar="I/N",
@@ -184,6 +198,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     shard = config.getoption("perfsuite_shard")
     if shard:
         _keep_shard(config, items, shard)
+    if config.getoption("perfsuite_refresh_missing") or config.getoption("perfsuite_missing") == "skip":
+        from perfsuite.session.scope import select_by_baselines
+
+        select_by_baselines(config, items, _session(config), _case_of)
     has_cuda: bool | None = None
     gpus = 0
     for item in items:
@@ -308,6 +326,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state.close()
     if state.refresh and exitstatus != pytest.ExitCode.INTERRUPTED:
         state.write_staged()
+    if state.already_complete and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        session.exitstatus = pytest.ExitCode.OK  # --missing found every selected case complete: nothing to do
     scratch = getattr(state, "benchmark_scratch", None)
     if scratch is not None:
         scratch.unlink(missing_ok=True)
@@ -318,6 +338,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     from perfsuite.reports.tables import gate_markdown, gate_text
 
     state = _session(config)
+    if state.already_complete:
+        terminalreporter.write_line(
+            f"perfsuite: {state.already_complete} selected case(s) already have complete baselines here "
+            "(--missing left them out)"
+        )
     if not state.outcomes:
         return
     terminalreporter.section("perfsuite")
@@ -327,6 +352,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line("interrupted: no baseline was written")
         else:
             terminalreporter.write_line(f"wrote {len(state.written)} file(s) under {state.root.name}/")
+        left = state.budget.summary() if state.budget is not None else None
+        if left is not None:
+            terminalreporter.write_line(left)
     markdown = config.getoption("perfsuite_markdown")
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)

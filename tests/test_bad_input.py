@@ -68,6 +68,8 @@ BASELINES = [
     (["refresh", "--tests", "{tmp}/none.py"], "no matrix test at {tmp}/none.py"),
     (["refresh", "--markdown", "{tmp}"], "--markdown: {tmp}: is a directory, expected a file to write"),
     (["refresh", "--device", "tpu"], "--device: invalid choice: 'tpu'"),
+    (["refresh", "--time-limit", "0"], "--time-limit: must be more than 0 seconds, got 0"),
+    (["refresh", "--time-limit", "soon"], "--time-limit: expected a number of seconds, got 'soon'"),
     (["prune"], "invalid choice: 'prune'"),
 ]
 HISTORY = [

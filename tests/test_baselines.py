@@ -1,4 +1,5 @@
-"""Baseline files: hardware keys, strict loading with errors that name the file, atomic writes."""
+"""Baseline files: hardware keys, strict loading with errors that name the file, atomic writes; what a
+refresh --missing takes on, and a refresh's time limit."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from perfsuite.core.baselines import (
     baseline_path,
     build_baseline,
     hardware_key,
+    incomplete,
     load_baseline,
     pinned_benchmark_path,
     with_other_classes,
@@ -126,3 +128,42 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path: Path) -> None:
         write_json_atomic(target, {"a": float("nan")})  # NaN is not JSON: never write it
     assert json.loads(target.read_text()) == {"a": 1}
     assert list(tmp_path.iterdir()) == [target]
+
+
+def test_incomplete_says_why_a_refresh_missing_takes_a_case(tmp_path: Path) -> None:
+    path = baseline_path(tmp_path, "cpu", "tiny-bert-vanilla")
+
+    def why(time_class: str = "amd-25.1-avx2") -> str | None:
+        return incomplete(path, case_id="tiny-bert-vanilla", hardware="cpu", time_class=time_class)
+
+    assert why() == "no baseline"
+    path.parent.mkdir(parents=True)
+    path.write_text("{")
+    assert why() == "unreadable baseline"
+    write_json_atomic(path, _valid())
+    assert why() is None
+    assert why("intel-6.143-avx512-vnni-bf16-fp16-amx") == "no step time for intel-6.143-avx512-vnni-bf16-fp16-amx"
+
+
+def test_a_refresh_budget_starts_a_case_only_while_the_longest_so_far_still_fits() -> None:
+    from perfsuite.session.scope import RefreshBudget
+
+    now = [100.0]
+    budget = RefreshBudget(60, clock=lambda: now[0])
+    assert budget.why_not("a") is None  # the first case always starts
+    now[0] += 20
+    budget.ran(20)
+    assert budget.why_not("b") is None  # 40 s left > 20 s
+    now[0] += 15
+    budget.ran(15)
+    assert budget.why_not("c") is None  # 25 s left > 20 s
+    now[0] += 20
+    budget.ran(20)
+    reason = budget.why_not("d")  # 5 s left < 20 s
+    assert reason is not None
+    assert reason.startswith("not reached: 5 s of the 60 s time limit left")
+    assert budget.not_reached == ["d"]
+    assert budget.summary() == (
+        "1 case(s) not reached within the 60 s time limit; "
+        "`perfsuite baselines refresh --missing` (with the same -k) records them"
+    )

@@ -23,6 +23,7 @@ MATRIX_TEST = (Path(__file__).parent / "test_matrix.py").read_text()
 FAKE_RUNNER = """
 import math
 import os
+import time
 
 import pytest
 
@@ -33,6 +34,13 @@ FACTOR = {"vanilla": 1.0, "fp16": 5.0, "grad_ckpt": 1.8, "adafactor": 1.0}
 @pytest.hookimpl(tryfirst=True)
 def pytest_perfsuite_run_case(config, spec, timeout_s):
     repeat = CALLS[spec] = CALLS.get(spec, -1) + 1
+    sleepy, _, seconds = os.environ.get("FAKE_SLEEP", "").partition("=")  # "<case>=<seconds>"
+    if sleepy == spec.id:
+        if float(seconds) > timeout_s:  # as the worker's timeout would: killed, no result
+            time.sleep(timeout_s)
+            return {"model": spec.model, "strategy": spec.strategy, "status": "failed",
+                    "error": f"timed out after {timeout_s:g} s; worker killed"}
+        time.sleep(float(seconds))
     if os.environ.get("FAKE_INTERRUPT") == spec.id:
         raise KeyboardInterrupt
     if os.environ.get("FAKE_CRASH") == spec.id:
@@ -131,6 +139,22 @@ def _edit(pytester: pytest.Pytester, case: str, change: Any) -> None:
     data = json.loads(path.read_text())
     change(data)
     path.write_text(json.dumps(data))
+
+
+def _files(pytester: pytest.Pytester) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (pytester.path / "baselines" / "cpu").iterdir()}
+
+
+def _changed(pytester: pytest.Pytester, before: dict[str, bytes]) -> set[str]:
+    after = _files(pytester)
+    return {name for name in after if after[name] != before.get(name)}
+
+
+def _assert_only_rewritten(pytester: pytest.Pytester, before: dict[str, bytes], case: str) -> None:
+    """Only ``case``'s file (whose peak memory the test had set to 1 byte) and the pinned
+    pytest-benchmark file were rewritten."""
+    assert _changed(pytester, before) == {f"{case}.json", "pytest-benchmark.fake-1.2-avx2.json"}
+    assert json.loads(_baseline(pytester, case).read_text())["memory"]["peak_bytes"] == 100 * 2**20
 
 
 def _gate(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -291,7 +315,9 @@ def test_a_nan_loss_never_passes(project: pytest.Pytester, monkeypatch: pytest.M
     result.stdout.fnmatch_lines(["*tiny-bert-vanilla: loss is nan at step 3*a non-finite loss never passes*"])
 
 
-def test_a_deleted_baseline_fails_with_the_refresh_command(project: pytest.Pytester) -> None:
+def test_a_deleted_baseline_fails_with_the_refresh_command(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _baseline(project, "tiny-bert-fp16").unlink()
     result = _gate(project)
     result.assert_outcomes(passed=2, failed=1)
@@ -301,8 +327,11 @@ def test_a_deleted_baseline_fails_with_the_refresh_command(project: pytest.Pytes
             "record one with `perfsuite baselines refresh -k tiny-bert-fp16`*"
         ]
     )
-    skipped = _gate(project, "--perfsuite-missing=skip")
+    # Skipped before it runs: a run would crash here, and would fail the case.
+    monkeypatch.setenv("FAKE_CRASH", "tiny-bert-fp16")
+    skipped = _gate(project, "--perfsuite-missing=skip", "-rs")
     skipped.assert_outcomes(passed=2, skipped=1)
+    skipped.stdout.fnmatch_lines(["SKIPPED*no baseline for tiny-bert-fp16 on cpu: *does not exist; record one with*"])
 
 
 @pytest.mark.parametrize(
@@ -371,6 +400,106 @@ def test_an_interrupted_refresh_leaves_the_old_files(project: pytest.Pytester, m
     assert after == before  # same files, same bytes, no temporary files left behind
 
 
+def test_a_refresh_with_a_time_limit_writes_the_cases_it_finished_and_reports_the_rest(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _edit(project, "tiny-bert-vanilla", lambda d: d["memory"].update(peak_bytes=1))
+    before = _files(project)
+    # The first case takes 3 s of a 5 s limit: 2 s left, less than that case, so no other starts.
+    monkeypatch.setenv("FAKE_SLEEP", "tiny-bert-vanilla=3")
+    result = project.runpytest_subprocess(
+        "-m",
+        "cpu and not trainer",
+        "-k",
+        CASES,
+        "--perfsuite-refresh",
+        "--perfsuite-repeats=1",
+        "--perfsuite-refresh-time-limit=5",
+    )
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*tiny-bert-fp16*not reached*tiny-bert-fp16: not reached: 2 s of the 5 s time limit left, less than*",
+            "*wrote 2 file(s) under baselines/*",
+            "2 case(s) not reached within the 5 s time limit; `perfsuite baselines refresh --missing`*",
+        ]
+    )
+    _assert_only_rewritten(project, before, "tiny-bert-vanilla")
+
+
+def test_a_case_still_running_at_the_time_limit_is_stopped_and_the_finished_ones_written(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _edit(project, "tiny-bert-vanilla", lambda d: d["memory"].update(peak_bytes=1))
+    before = _files(project)
+    # The second case would take 60 s; its run's timeout is cut to what is left of the 6 s.
+    monkeypatch.setenv("FAKE_SLEEP", "tiny-bert-fp16=60")
+    result = project.runpytest_subprocess(
+        "-m", "cpu and not trainer", "-k", CASES, "--perfsuite-refresh", "--perfsuite-repeats=1",
+        "--perfsuite-refresh-time-limit=6",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*tiny-bert-fp16*not reached*tiny-bert-fp16: not reached: stopped at the 6 s time limit before*",
+            "*tiny-bert-grad_ckpt*not reached*",
+            "*wrote 2 file(s) under baselines/*",
+        ]
+    )
+    assert float(result.stdout.lines[-1].rsplit(" in ", 1)[1].split("s")[0]) < 20  # not the 60 s
+    _assert_only_rewritten(project, before, "tiny-bert-vanilla")
+
+
+def test_refresh_missing_takes_only_the_cases_without_a_complete_baseline_here(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Give all three this machine's time class, then take one away, corrupt one and delete one.
+    monkeypatch.setenv("FAKE_CLASS", _local_class())
+    project.runpytest_subprocess("-m", "cpu and not trainer", "-k", CASES, "--perfsuite-refresh").assert_outcomes(
+        passed=3
+    )
+    _edit(project, "tiny-bert-vanilla", lambda d: d["time"].pop(_local_class()))
+    _baseline(project, "tiny-bert-fp16").write_text("{")
+    _baseline(project, "tiny-bert-grad_ckpt").unlink()
+    result = project.run(
+        sys.executable, "-m", "perfsuite", "baselines", "refresh", "--missing", "-k", CASES,
+        "--tests", "test_matrix.py", "--device", "cpu", "--repeats", "1", "--", "-m", "cpu and not trainer",
+    )  # fmt: skip
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["*3 passed*"])
+    for case in ("tiny-bert-vanilla", "tiny-bert-fp16", "tiny-bert-grad_ckpt"):
+        assert _local_class() in json.loads(_baseline(project, case).read_text())["time"]
+    # Now all three are complete here: nothing is left to take.
+    complete = _files(project)
+    again = project.runpytest_subprocess(
+        "-m", "cpu and not trainer", "-k", CASES, "--perfsuite-refresh", "--perfsuite-refresh-missing"
+    )
+    assert again.ret == pytest.ExitCode.OK  # nothing to do is not "no tests collected"
+    again.stdout.fnmatch_lines(["perfsuite: 3 selected case(s) already have complete baselines here*"])
+    assert _changed(project, complete) == set()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--perfsuite-refresh-missing"],
+            "*--perfsuite-refresh-missing applies to a refresh: add --perfsuite-refresh*",
+        ),
+        (["--perfsuite-refresh-time-limit=60"], "*--perfsuite-refresh-time-limit applies to a refresh*"),
+        (["--perfsuite-refresh", "--perfsuite-refresh-time-limit=0"], "*must be a positive number of seconds, not 0*"),
+    ],
+)
+def test_a_refresh_scope_without_a_refresh_or_with_no_time_is_a_usage_error(
+    project: pytest.Pytester, args: list[str], message: str
+) -> None:
+    result = _gate(project, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
 def test_tolerances_come_from_pyproject_per_case(project: pytest.Pytester) -> None:
     _edit(project, "tiny-bert-fp16", lambda d: _time(d).update(median=_time(d)["median"] * 0.9))
     project.makepyprojecttoml(
@@ -385,9 +514,8 @@ def test_tolerances_come_from_pyproject_per_case(project: pytest.Pytester) -> No
 
 
 def test_cli_refresh_rewrites_only_the_selected_files_and_prints_the_diff(project: pytest.Pytester) -> None:
-    directory = project.path / "baselines" / "cpu"
     _edit(project, "tiny-bert-fp16", lambda d: d["memory"].update(peak_bytes=1))
-    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+    before = _files(project)
     result = project.run(
         sys.executable,
         "-m",
@@ -411,10 +539,7 @@ def test_cli_refresh_rewrites_only_the_selected_files_and_prints_the_diff(projec
             "wrote 2 file(s) under baselines/",
         ]
     )
-    after = {p.name: p.read_bytes() for p in directory.iterdir()}
-    changed = {name for name in after if after[name] != before.get(name)}
-    assert changed == {"tiny-bert-fp16.json", "pytest-benchmark.fake-1.2-avx2.json"}
-    assert json.loads(after["tiny-bert-fp16.json"])["memory"]["peak_bytes"] == 100 * 2**20
+    _assert_only_rewritten(project, before, "tiny-bert-fp16")
 
 
 def test_a_baseline_from_another_cpu_class_gates_memory_and_loss_but_not_time(

@@ -8,7 +8,10 @@
 #   smoke             perfsuite run's quick set on the GPU (bert-base-uncased, 10 cases), timed
 #   claims            the GPU-only strategy claims (pytest -m gpu tests/test_strategy_claims.py)
 #   refresh EXPR [N]  perfsuite baselines refresh -k EXPR --repeats N (default 3) on the GPU
-#   compare EXPR      pytest -m gpu --benchmark-compare -k EXPR against the refreshed baselines
+#   missing S [EXPR [N]]  the cases (matching EXPR) with no baseline on this GPU yet, for at most S seconds,
+#                     N repeats (default 2): what finishes is written, the next call goes on from there
+#   compare EXPR      pytest -m gpu --benchmark-compare -k EXPR against the refreshed baselines (a case
+#                     with no baseline on this GPU is skipped without running)
 #   noise             bert-base-uncased vanilla and fp16, five back-to-back runs each
 #   ab [PAIRS [MAX]]  an A/A perfsuite ab of bert-base-uncased vanilla, fp16 and grad_ckpt
 #   xlmr              reference 004's XLM-R base/large table: vanilla, fp16, fp16+grad_ckpt at batch 8
@@ -16,7 +19,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:?run this on the device machine, where OUT is set}"
 export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR="$PWD/.gpu-ext"
-stage=${1:?usage: run.sh smoke|claims|refresh EXPR [N]|compare EXPR|noise|ab [PAIRS [MAX]]|xlmr}
+stage=${1:?usage: run.sh smoke|claims|refresh EXPR [N]|missing S [EXPR [N]]|compare EXPR|noise|ab [PAIRS [MAX]]|xlmr}
 shift
 
 timed() {  # timed NAME CMD...: the command, then its wall time
@@ -43,9 +46,16 @@ case "$stage" in
             2>&1 | tee -a "$OUT/refresh.log"
         keep_baselines
         ;;
+    missing)
+        # Stops itself inside S seconds with every finished case written; a killed refresh writes nothing.
+        timed missing perfsuite baselines refresh --device cuda --missing --time-limit "$1" -k "${2:-}" \
+            --repeats "${3:-2}" -- -p no:cacheprovider 2>&1 | tee -a "$OUT/refresh.log"
+        keep_baselines
+        ;;
     compare)
-        timed compare python3 -m pytest -m gpu -p no:cacheprovider tests/test_matrix.py -k "$1" \
-            --benchmark-compare --perfsuite-json "$OUT/compare.json" 2>&1 | tee "$OUT/compare.log"
+        timed compare python3 -m pytest -m gpu -p no:cacheprovider tests/test_matrix.py -k "$1" -rs \
+            --perfsuite-missing=skip --benchmark-compare --perfsuite-json "$OUT/compare.json" 2>&1 |
+            tee "$OUT/compare.log"
         ;;
     noise)
         runs=$(mktemp -d)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.core.declaration import read_pyproject
-from perfsuite.options import REPEATS, output_file
+from perfsuite.options import REPEATS, output_file, positive_seconds
 
 
 def add_parser(sub: Any) -> None:
@@ -20,7 +20,8 @@ def add_parser(sub: Any) -> None:
         help="re-measure the selected cases N times and rewrite their baselines",
         description="Runs the matrix test of this machine's tier with --perfsuite-refresh: each selected case "
         "N times, refusing a case whose repeats spread too wide, printing old -> new per metric, and writing "
-        "each file atomically at the end (an interrupted refresh writes nothing). Arguments after -- go to pytest.",
+        "each file atomically at the end (an interrupted refresh writes nothing; one with --time-limit stops itself "
+        "and writes what it finished). Arguments after -- go to pytest.",
     )
     refresh.add_argument("-k", dest="expression", metavar="EXPR", help="select cases like pytest -k (e.g. tiny-bert)")
     refresh.add_argument("--repeats", **REPEATS)
@@ -29,6 +30,18 @@ def add_parser(sub: Any) -> None:
         choices=("auto", "cpu", "cuda"),
         default="auto",
         help="tier to refresh: cpu (tiny models) or cuda (full-size); default: cuda when a GPU is visible",
+    )
+    refresh.add_argument(
+        "--missing",
+        action="store_true",
+        help="only the selected cases whose baseline here is missing, unreadable or lacks this machine's time class",
+    )
+    refresh.add_argument(
+        "--time-limit",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="start no case once the time left is less than the longest case so far; what finished is written, "
+        "and --missing goes on from there (a GPU lent for one call, a CI job's limit)",
     )
     refresh.add_argument("--markdown", type=output_file, help="also write the old -> new table as markdown (a PR body)")
     refresh.add_argument(
@@ -59,6 +72,10 @@ def run(args: Any) -> int:
     argv += [f"--perfsuite-repeats={args.repeats}", "-p", "no:cacheprovider"]
     if args.expression:
         argv += ["-k", args.expression]
+    if args.missing:
+        argv.append("--perfsuite-refresh-missing")
+    if args.time_limit is not None:
+        argv.append(f"--perfsuite-refresh-time-limit={args.time_limit:g}")
     if args.markdown:
         argv += ["--perfsuite-markdown", str(args.markdown)]
     # A fresh interpreter: pytest must import perfsuite itself (to load the plugin and

@@ -98,15 +98,20 @@ def _require(condition: bool, path: Path, what: str, case_id: str, hardware: str
         )
 
 
+def missing_message(path: Path, *, case_id: str, hardware: str) -> str:
+    """What a case without a baseline file says: the file, and the command that records it."""
+    return (
+        f"no baseline for {case_id} on {hardware}: {path} does not exist; "
+        f"record one with {refresh_command(case_id, hardware=hardware)}"
+    )
+
+
 def load_baseline(path: Path, *, case_id: str, hardware: str) -> dict[str, Any]:
     """Read and validate one baseline; any problem raises :class:`BaselineError` naming ``path``."""
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise MissingBaseline(
-            f"no baseline for {case_id} on {hardware}: {path} does not exist; "
-            f"record one with {refresh_command(case_id, hardware=hardware)}"
-        ) from None
+        raise MissingBaseline(missing_message(path, case_id=case_id, hardware=hardware)) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -164,6 +169,18 @@ def load_baseline(path: Path, *, case_id: str, hardware: str) -> dict[str, Any]:
         hardware,
     )
     return dict(data)
+
+
+def incomplete(path: Path, *, case_id: str, hardware: str, time_class: str) -> str | None:
+    """Why ``refresh --missing`` takes ``case_id`` on: no baseline, an unreadable one, or one
+    without this time class's step time; ``None`` when the gate would compare all three metrics."""
+    try:
+        data = load_baseline(path, case_id=case_id, hardware=hardware)
+    except MissingBaseline:
+        return "no baseline"
+    except BaselineError:
+        return "unreadable baseline"
+    return None if time_class in data["time"] else f"no step time for {time_class}"
 
 
 def _is_number(value: object) -> bool:

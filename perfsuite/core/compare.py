@@ -41,7 +41,8 @@ class Outcome:
 
     case: str
     status: str
-    """``passed``, ``failed``, ``skipped``, ``missing``, ``refreshed`` or ``refused``."""
+    """``passed``, ``failed``, ``skipped``, ``missing``, ``refreshed``, ``refused`` or ``not reached``
+    (a refresh's time limit came first)."""
     hardware: str | None = None
     checks: list[Check] = dataclasses.field(default_factory=list)
     diff: list[tuple[str, str, str, str]] = dataclasses.field(default_factory=list)

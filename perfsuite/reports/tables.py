@@ -239,7 +239,9 @@ def gate_text(outcomes: Sequence[Any], *, refresh: bool, width: int = 200, notes
     for column in _REFRESH_COLUMNS if refresh else _GATE_COLUMNS:
         table.add_column(column, overflow="fold")
     for outcome in outcomes:
-        style = {"passed": None, "refreshed": None, "skipped": "yellow"}.get(outcome.status, "red")
+        style = {"passed": None, "refreshed": None, "skipped": "yellow", "not reached": "yellow"}.get(
+            outcome.status, "red"
+        )
         for row in _refresh_rows(outcome) if refresh else [_gate_cells(outcome)]:
             table.add_row(*row, style=style)
     buffer = io.StringIO()

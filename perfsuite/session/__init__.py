@@ -5,6 +5,7 @@ plugin manager as ``perfsuite-session`` (:mod:`perfsuite.plugin` holds only hook
 - :mod:`~perfsuite.session.drifts`: the session's drift, from the CPU cases run before any is gated.
 - :mod:`~perfsuite.session.gating`: one case against its baseline, with retries while only its time fails.
 - :mod:`~perfsuite.session.staging`: a refresh's new baselines, written at the end.
+- :mod:`~perfsuite.session.scope`: a refresh of only what is missing, within a time limit.
 - :mod:`~perfsuite.session.benchmark`: pytest-benchmark's rounds from the worker's step times.
 - :mod:`~perfsuite.session.results`: what ``--perfsuite-json`` writes.
 """
@@ -12,6 +13,7 @@ plugin manager as ``perfsuite-session`` (:mod:`perfsuite.plugin` holds only hook
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ from perfsuite.session.drifts import SessionDrift
 from perfsuite.session.gating import gate
 from perfsuite.session.results import results_json
 from perfsuite.session.runs import RunCache
+from perfsuite.session.scope import RefreshBudget
 from perfsuite.session.staging import RefreshStager
 
 
@@ -74,7 +77,21 @@ class PerfsuiteSession:
         self.repeats: int = config.getoption("perfsuite_repeats") if self.refresh else 1
         if self.repeats < 1:
             raise pytest.UsageError("--perfsuite-repeats must be at least 1")
+        self.refresh_missing: bool = config.getoption("perfsuite_refresh_missing")
+        limit: float | None = config.getoption("perfsuite_refresh_time_limit")
+        for name, value in (("missing", self.refresh_missing), ("time-limit", limit)):
+            if value not in (None, False) and not self.refresh:
+                raise pytest.UsageError(f"--perfsuite-refresh-{name} applies to a refresh: add --perfsuite-refresh")
+        if limit is not None and not limit > 0:
+            raise pytest.UsageError(
+                f"--perfsuite-refresh-time-limit must be a positive number of seconds, not {limit:g}"
+            )
+        self.budget = RefreshBudget(limit) if limit is not None else None
+        self.already_complete = 0
+        """Selected cases a refresh ``--missing`` left out: their baselines here are complete."""
         self.runs = RunCache(config)
+        if self.budget is not None:
+            self.runs.deadline = self.budget.deadline
         self.drifts = SessionDrift(
             self.settings, lambda hardware, case: baseline_path(self.root, hardware, case), self.time_unit
         )
@@ -94,8 +111,10 @@ class PerfsuiteSession:
         return self.runs.get(spec)[0]
 
     def prefetch(self, specs: list[CaseSpec]) -> None:
-        """Start the GPU cases' first runs on the GPU pool (:meth:`RunCache.prefetch`)."""
-        self.runs.prefetch(specs)
+        """Start the GPU cases' first runs on the GPU pool (:meth:`RunCache.prefetch`); not under
+        a refresh's time limit, which decides case by case whether one more fits."""
+        if self.budget is None:
+            self.runs.prefetch(specs)
 
     def measure_first(self, specs: list[CaseSpec], progress: Callable[[str], None]) -> None:
         """Run each CPU case once, one after another, before any test is gated.
@@ -136,7 +155,16 @@ class PerfsuiteSession:
         """Run ``spec`` and gate its time, memory and loss against the baseline (or stage a refresh)."""
         outcome = Outcome(case=spec.id, status="failed")
         self.outcomes.append(outcome)
+        if self.budget is not None and (why := self.budget.why_not(spec.id)) is not None:
+            outcome.status, outcome.message = "not reached", f"{spec.id}: {why}"
+            pytest.skip(outcome.message)
+        started = time.monotonic()
         runs = self.records(spec, self.repeats)
+        if self.budget is not None:
+            self.budget.ran(time.monotonic() - started)
+            if (why := self.budget.why_stopped(spec.id, runs)) is not None:
+                outcome.status, outcome.message = "not reached", f"{spec.id}: {why}"
+                pytest.skip(outcome.message)
         outcome.records = list(runs)
         bad = next((r for r in runs if r["status"] != "ok"), None)
         if bad is not None:

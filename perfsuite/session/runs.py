@@ -20,6 +20,9 @@ class RunCache:
         self.records: dict[CaseSpec, list[dict[str, Any]]] = {}
         self._pending: dict[CaseSpec, Future[dict[str, Any]]] = {}
         self._runner: Any = None
+        self.deadline: float | None = None
+        """A ``time.monotonic()`` past which no run may go on (a refresh's time limit): a run
+        still going then is killed like one past its timeout."""
 
     def get(self, spec: CaseSpec, count: int = 1) -> list[dict[str, Any]]:
         """``count`` runs of ``spec``, each in a fresh worker; runs already made this session are reused."""
@@ -41,6 +44,10 @@ class RunCache:
 
             renew_forkserver()
         timeout = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"].timeout
+        if self.deadline is not None:
+            import time
+
+            timeout = max(min(timeout, self.deadline - time.monotonic()), 1.0)
         return self.config.hook.pytest_perfsuite_run_case(  # type: ignore[no-any-return]
             config=self.config, spec=spec, timeout_s=timeout, env=env or {}
         )

@@ -1,0 +1,147 @@
+"""What a session takes on, from the baselines this machine already has and the time it is given:
+a refresh of only the cases whose baselines here are incomplete (``--perfsuite-refresh-missing``),
+only as many as fit a time limit (``--perfsuite-refresh-time-limit``); a gate that skips the
+cases without a baseline here (``--perfsuite-missing=skip``) before running them.
+
+These are for a machine lent for a while (a GPU for one call of ten minutes, a CI job with a
+time limit): a refresh cut off from outside writes nothing, so it must stop itself, with
+every case it finished written, and the next one must go on from there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfsuite.core.baselines import baseline_path, incomplete, missing_message
+from perfsuite.core.spec import CaseSpec
+
+
+def machine_keys(device_type: str) -> tuple[str, str] | None:
+    """This machine's (hardware, time class) for cases on ``device_type``; ``None`` when it has
+    no such device (a GPU case here skips on its own)."""
+    from perfsuite.core.hardware import hardware_key, time_class
+    from perfsuite.worker.device import cuda_usable, get_device
+
+    if device_type != "cpu" and not cuda_usable():
+        return None
+    device = get_device("cpu" if device_type == "cpu" else "cuda")
+    return hardware_key(device.type, device.name), time_class(device.type, device.name)
+
+
+def select_by_baselines(
+    config: pytest.Config, items: list[pytest.Item], session: Any, case_of: Callable[[pytest.Item], CaseSpec | None]
+) -> None:
+    """At collection: a refresh ``--missing`` deselects the cases whose baselines here are complete
+    (counted in ``session.already_complete``); a gate under ``--perfsuite-missing=skip`` skips
+    the cases without a baseline here before they run."""
+    specs = {item.nodeid: spec for item in items if (spec := case_of(item)) is not None}
+    if session.refresh:
+        if not session.refresh_missing:
+            return
+        complete = complete_on_this_machine(specs.values(), session.root)
+        drop = [item for item in items if specs.get(item.nodeid) in complete]
+        session.already_complete = len(drop)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            dropped = {id(item) for item in drop}
+            items[:] = [item for item in items if id(item) not in dropped]
+        return
+    missing = without_baseline(specs.values(), session.root)
+    for item in items:
+        spec = specs.get(item.nodeid)
+        if spec is not None and spec in missing:
+            item.add_marker(pytest.mark.skip(reason=missing[spec]))
+
+
+def without_baseline(
+    specs: Iterable[CaseSpec], root: Path, keys: Callable[[str], tuple[str, str] | None] = machine_keys
+) -> dict[CaseSpec, str]:
+    """The cases with no baseline file on this machine, each with the message a gate would give."""
+    missing = {}
+    for spec, hardware, _ in _on_this_machine(specs, keys):
+        path = baseline_path(root, hardware, spec.id)
+        if not path.exists():
+            missing[spec] = missing_message(path, case_id=spec.id, hardware=hardware)
+    return missing
+
+
+def _on_this_machine(
+    specs: Iterable[CaseSpec], keys: Callable[[str], tuple[str, str] | None]
+) -> Iterator[tuple[CaseSpec, str, str]]:
+    """Each case this machine can run, with its (hardware, time class) here."""
+    known: dict[str, tuple[str, str] | None] = {}
+    for spec in specs:
+        device = "cpu" if spec.device == "cpu" else "cuda"
+        if device not in known:
+            known[device] = keys(device)
+        found = known[device]
+        if found is not None:
+            yield spec, *found
+
+
+def complete_on_this_machine(
+    specs: Iterable[CaseSpec], root: Path, keys: Callable[[str], tuple[str, str] | None] = machine_keys
+) -> set[CaseSpec]:
+    """The cases whose baselines here already hold all a gate compares (a refresh ``--missing`` skips them)."""
+    complete = set()
+    for spec, hardware, time_class in _on_this_machine(specs, keys):
+        path = baseline_path(root, hardware, spec.id)
+        if incomplete(path, case_id=spec.id, hardware=hardware, time_class=time_class) is None:
+            complete.add(spec)
+    return complete
+
+
+class RefreshBudget:
+    """A refresh's time limit, counted from the session's start: a case starts only while the
+    time left exceeds the longest case so far (its repeats together), and a case still running
+    at the limit is stopped (:attr:`deadline` bounds every run's timeout). So the session ends
+    at the limit at the latest, with every case it finished recorded. The first case starts
+    whenever any time is left."""
+
+    def __init__(self, limit_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit_s = limit_s
+        self.clock = clock
+        self.started = clock()
+        self.deadline = self.started + limit_s
+        self.longest = 0.0
+        self.not_reached: list[str] = []
+
+    def why_not(self, case_id: str) -> str | None:
+        """Why ``case_id`` must not start now (recorded as not reached); ``None`` when it may."""
+        left = self.deadline - self.clock()
+        if left > self.longest:
+            return None
+        self.not_reached.append(case_id)
+        return (
+            f"not reached: {max(left, 0):.0f} s of the {self.limit_s:g} s time limit left, less than the "
+            f"longest case so far ({self.longest:.0f} s); `perfsuite baselines refresh --missing` goes on from here"
+        )
+
+    def ran(self, seconds: float) -> None:
+        """One case's repeats took ``seconds``."""
+        self.longest = max(self.longest, seconds)
+
+    def why_stopped(self, case_id: str, runs: Iterable[Mapping[str, Any]]) -> str | None:
+        """Why ``case_id``'s runs ended without a result because the limit stopped them (recorded
+        as not reached, not as a failure); ``None`` when they were not cut off."""
+        if self.clock() < self.deadline or all(r["status"] == "ok" for r in runs):
+            return None
+        self.not_reached.append(case_id)
+        return (
+            f"not reached: stopped at the {self.limit_s:g} s time limit before its runs finished; "
+            "`perfsuite baselines refresh --missing` goes on from here"
+        )
+
+    def summary(self) -> str | None:
+        """The line under a refresh's table when cases were left for the next run."""
+        if not self.not_reached:
+            return None
+        return (
+            f"{len(self.not_reached)} case(s) not reached within the {self.limit_s:g} s time limit; "
+            "`perfsuite baselines refresh --missing` (with the same -k) records them"
+        )
