@@ -14,12 +14,14 @@
 #                     with no baseline on this GPU is skipped without running)
 #   noise             bert-base-uncased vanilla and fp16, five back-to-back runs each
 #   ab [PAIRS [MAX]]  an A/A perfsuite ab of bert-base-uncased vanilla, fp16 and grad_ckpt
-#   xlmr              reference 004's XLM-R base/large table: vanilla, fp16, fp16+grad_ckpt at batch 8
+#   inject [PAIRS [MAX]]  perfsuite ab of bert-base-uncased vanilla and grad_ckpt with a 5% slowdown injected
+#                     into the candidate (benchmarks/ab/slow-python against control-python)
+#   xlmr [SEQ]        reference 004's XLM-R base/large table: vanilla, fp16, fp16+grad_ckpt at batch 8, SEQ tokens
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:?run this on the device machine, where OUT is set}"
 export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR="$PWD/.gpu-ext"
-stage=${1:?usage: run.sh smoke|claims|refresh EXPR [N]|missing S [EXPR [N]]|compare EXPR|noise|ab [PAIRS [MAX]]|xlmr}
+stage=${1:?usage: run.sh STAGE [ARGS...]; the stages are listed at the top of this file}
 shift
 
 timed() {  # timed NAME CMD...: the command, then its wall time
@@ -71,12 +73,22 @@ case "$stage" in
             --models bert-base-uncased --strategies vanilla,fp16,grad_ckpt --pairs "${1:-10}" --max-pairs "${2:-30}" \
             --json "$OUT/ab.json" 2>&1 | tee "$OUT/ab.log"
         ;;
+    inject)
+        # What the A/A's spread predicts, measured: at $AB_LIMIT_S seconds (default 270) SIGTERM ends it.
+        export PERFSUITE_SLOWDOWN=0.05
+        timed inject timeout -s TERM "${AB_LIMIT_S:-270}" perfsuite ab --base benchmarks/ab/control-python \
+            --candidate benchmarks/ab/slow-python --device cuda --models bert-base-uncased \
+            --strategies vanilla,grad_ckpt --pairs "${1:-8}" --max-pairs "${2:-30}" --json "$OUT/inject.json" 2>&1 |
+            tee "$OUT/inject.log"
+        ;;
     xlmr)
         # Reference 004's columns: batch 8 with fp16 off and on, large with fp16 and checkpointing; base fp16 at 16.
-        timed xlmr perfsuite run --device cuda --models xlm-roberta-base,xlm-roberta-large \
-            --strategies vanilla,fp16,fp16+grad_ckpt --batch-size 8 --json "$OUT/xlmr.json" 2>&1 | tee "$OUT/xlmr.log"
+        seq=${1:-128}
+        timed xlmr perfsuite run --device cuda --models xlm-roberta-base,xlm-roberta-large --seq-len "$seq" \
+            --strategies vanilla,fp16,fp16+grad_ckpt --batch-size 8 --json "$OUT/xlmr-$seq.json" 2>&1 |
+            tee "$OUT/xlmr-$seq.log"
         timed xlmr16 perfsuite run --device cuda --models xlm-roberta-base --strategies fp16 --batch-size 16 \
-            --json "$OUT/xlmr16.json" 2>&1 | tee -a "$OUT/xlmr.log"
+            --seq-len "$seq" --json "$OUT/xlmr16-$seq.json" 2>&1 | tee -a "$OUT/xlmr-$seq.log"
         ;;
     *)
         echo "unknown stage $stage" >&2
