@@ -5,7 +5,8 @@ plugin manager as ``perfsuite-session`` (:mod:`perfsuite.plugin` holds only hook
 - :mod:`~perfsuite.session.drifts`: the session's drift, from the CPU cases run before any is gated.
 - :mod:`~perfsuite.session.gating`: one case against its baseline, with retries while only its time fails.
 - :mod:`~perfsuite.session.staging`: a refresh's new baselines, written at the end.
-- :mod:`~perfsuite.session.scope`: a refresh of only what is missing, within a time limit.
+- :mod:`~perfsuite.session.scope`: what runs given this machine's baselines: a refresh of only what is
+  missing, within a time limit; a gate that skips cases without a baseline before running them.
 - :mod:`~perfsuite.session.benchmark`: pytest-benchmark's rounds from the worker's step times.
 - :mod:`~perfsuite.session.results`: what ``--perfsuite-json`` writes.
 """

@@ -23,13 +23,16 @@ from perfsuite.core.spec import CaseSpec
 
 def machine_keys(device_type: str) -> tuple[str, str] | None:
     """This machine's (hardware, time class) for cases on ``device_type``; ``None`` when it has
-    no such device (a GPU case here skips on its own)."""
-    from perfsuite.core.hardware import hardware_key, time_class
+    no such device (a GPU case here skips on its own). The CPU's need no torch import."""
+    from perfsuite.core.hardware import hardware_key, local_cpu_class, time_class
+
+    if device_type == "cpu":
+        return hardware_key("cpu", ""), local_cpu_class()
     from perfsuite.worker.device import cuda_usable, get_device
 
-    if device_type != "cpu" and not cuda_usable():
+    if not cuda_usable():
         return None
-    device = get_device("cpu" if device_type == "cpu" else "cuda")
+    device = get_device("cuda")
     return hardware_key(device.type, device.name), time_class(device.type, device.name)
 
 
@@ -129,7 +132,8 @@ class RefreshBudget:
     def why_stopped(self, case_id: str, runs: Iterable[Mapping[str, Any]]) -> str | None:
         """Why ``case_id``'s runs ended without a result because the limit stopped them (recorded
         as not reached, not as a failure); ``None`` when they were not cut off."""
-        if self.clock() < self.deadline or all(r["status"] == "ok" for r in runs):
+        timed_out = any(r["status"] != "ok" and str(r.get("error") or "").startswith("timed out") for r in runs)
+        if not timed_out or self.clock() < self.deadline:
             return None
         self.not_reached.append(case_id)
         return (
