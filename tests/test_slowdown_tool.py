@@ -34,7 +34,7 @@ def _median_step(wrapper: str, **env: str) -> float:
     out = subprocess.run(
         ["sh", str(AB / wrapper), "-c", STEPS], env=environment, capture_output=True, text=True, check=True, timeout=120
     ).stdout
-    return statistics.median(json.loads(out))
+    return float(statistics.median(json.loads(out)))
 
 
 @pytest.mark.slow
