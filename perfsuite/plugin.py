@@ -346,7 +346,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if not state.outcomes:
         return
     terminalreporter.section("perfsuite")
-    terminalreporter.write(gate_text(state.outcomes, refresh=state.refresh, notes=state.drift_lines()))
+    terminalreporter.write(gate_text(state.outcomes, refresh=state.refresh, notes=state.summary_notes()))
     if state.refresh:
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             terminalreporter.write_line("interrupted: no baseline was written")
@@ -358,7 +358,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     markdown = config.getoption("perfsuite_markdown")
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(gate_markdown(state.outcomes, refresh=state.refresh, notes=state.drift_lines()))
+        markdown.write_text(gate_markdown(state.outcomes, refresh=state.refresh, notes=state.summary_notes()))
     results = config.getoption("perfsuite_json")
     report = config.getoption("perfsuite_report")
     payload = state.results_json() if results is not None or report is not None else {}

@@ -90,3 +90,24 @@ def test_a_missing_package_skips_the_case_naming_the_install(monkeypatch: pytest
     )
     with pytest.raises(CaseSkipped, match=r"adamw_8bit needs bitsandbytes: pip install 'perfsuite\[bnb\]'"):
         run_case(CaseSpec(model="tiny-bert", strategy="adamw_8bit", device="cpu"))
+
+
+def test_a_record_says_where_its_wall_time_went() -> None:
+    from perfsuite.reports.walltime import wall_time_line
+    from perfsuite.worker.record import PHASES
+
+    profiled = run_isolated(CaseSpec(model="tiny-bert", strategy="vanilla", steps=2, warmup_steps=1), timeout_s=300)
+    assert profiled["status"] == "ok", profiled["error"]
+    phases = profiled["phases_s"]
+    assert tuple(phases) == PHASES
+    assert all(seconds >= 0 for seconds in phases.values())
+    assert sum(phases.values()) + profiled["worker_startup_s"] <= profiled["wall_s"]
+    line = wall_time_line([profiled])
+    assert line is not None
+    assert line.startswith("where the time went, 1 ok case(s), ")
+    for label in ("worker start", "build", "warm-up", "timed steps", "memory profile", "FLOP count"):
+        assert f"{label} " in line
+    bare = run_isolated(
+        CaseSpec(model="tiny-bert", strategy="vanilla", steps=2, warmup_steps=1, profile=False), timeout_s=300
+    )
+    assert set(bare["phases_s"]) == {"build", "warmup", "timed", "close"}  # no profiling steps ran

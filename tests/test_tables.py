@@ -67,3 +67,19 @@ def test_each_engine_has_its_own_table_against_its_own_vanilla() -> None:
     assert fp16["id"] == "tiny-bert-fp16-trainer"
     assert fp16["time_pct"] == 40.0  # of the Trainer's vanilla, not the loop's
     assert fp16["memory_pct"] == 50.0
+
+
+def test_where_the_time_went_sums_the_ok_cases_and_names_the_rest_other() -> None:
+    from perfsuite.reports.walltime import wall_time_line
+
+    phases = {"build": 2.0, "warmup": 1.0, "timed": 4.0, "memory_profile": 1.0, "flop_count": 0.5, "close": 0.5}
+    ok = {"status": "ok", "wall_s": 10.0, "worker_startup_s": 0.5, "phases_s": phases}
+    failed = {"status": "failed", "wall_s": 99.0, "error": "worker killed"}
+    line = wall_time_line([ok, ok, failed])
+    assert line == (
+        "where the time went, 2 ok case(s), 20.0 s in workers: worker start 1.0 s (5%), build 4.0 s (20%), "
+        "warm-up 2.0 s (10%), timed steps 8.0 s (40%), memory profile 2.0 s (10%), FLOP count 1.0 s (5%), "
+        "close 1.0 s (5%), other 1.0 s (5%)"
+    )
+    assert wall_time_line([failed]) is None
+    assert wall_time_line([{"status": "ok", "wall_s": 3.0}]) is None  # a record from before phases were kept

@@ -18,6 +18,7 @@ from perfsuite.core.registry import matrix_cases
 from perfsuite.core.spec import DEFAULTS
 from perfsuite.core.strategies import STRATEGIES, resolve
 from perfsuite.options import GPUS, at_least, not_a_file, output_file, positive_seconds
+from perfsuite.reports.walltime import wall_time_line
 
 
 def add_selection(parser: Any) -> None:
@@ -297,6 +298,9 @@ def run(args: argparse.Namespace) -> int:
             startup += f", later workers median {1e3 * statistics.median(startups[1:]):.0f} ms"
     ok = len(results) - failed - skipped
     print(f"{len(results)} cases: {ok} ok, {skipped} skipped, {failed} failed in {wall:.0f} s{startup}")
+    spent = wall_time_line(results)
+    if spent is not None:
+        print(spent)
     if args.json or args.report:
         from perfsuite.core.provenance import run_facts
         from perfsuite.reports.results import RUN_RESULTS_SCHEMA_VERSION

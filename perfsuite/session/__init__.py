@@ -141,6 +141,13 @@ class PerfsuiteSession:
         """One line per group whose drift was estimated, for the summary."""
         return self.drifts.lines()
 
+    def summary_notes(self) -> list[str]:
+        """The lines under the summary table: the session's drift, then where the runs' time went."""
+        from perfsuite.reports.walltime import wall_time_line
+
+        spent = wall_time_line(r for outcome in self.outcomes for r in outcome.records)
+        return self.drift_lines() + ([spent] if spent is not None else [])
+
     def close(self) -> None:
         """Stop runs nobody waits for any more (an interrupted session)."""
         self.runs.close()

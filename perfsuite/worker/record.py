@@ -82,6 +82,8 @@ class CaseRecord(TypedDict, total=False):
     applied: dict[str, Any]
     """What each strategy left as evidence (the engine's ``evidence()``)."""
     timed_threads: dict[str, Any] | None
+    phases_s: dict[str, float]
+    """Host seconds of each part of the run in the worker (:data:`PHASES`): where a case's wall time goes."""
     pid: int
 
 
@@ -102,6 +104,14 @@ class Timed:
     breakdown: dict[str, Any] = field(default_factory=dict)
     flops: dict[str, Any] = field(default_factory=dict)
     evidence: dict[str, Any] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)
+    """Seconds per :data:`PHASES` entry; ``build`` and ``close`` are added by the caller."""
+
+
+PHASES = ("build", "warmup", "timed", "memory_profile", "flop_count", "close")
+"""The parts of a run, in order: building model, data and optimizer; the warm-up steps; the
+timed steps (with the calibration around them on a CPU); the profiling step under MemTracker;
+the one under FlopCounterMode; closing the engine."""
 
 
 def failed_record(spec: CaseSpec, *, status: str, error: str) -> CaseRecord:
@@ -206,5 +216,6 @@ def case_record(spec: CaseSpec, built: Built, run: Timed, *, rank: int, world_si
         "skipped_optimizer_steps": sum(o.skipped for o in outputs),
         "applied": run.evidence,
         "timed_threads": run.threads,
+        "phases_s": {name: run.phases[name] for name in PHASES if name in run.phases},
         "pid": os.getpid(),
     }

@@ -11,6 +11,7 @@ FlopCounterMode for FLOPs and the dtypes the matmuls ran in. The record's shape 
 
 from __future__ import annotations
 
+import time
 from typing import cast
 
 from perfsuite.core.spec import CaseSpec, NonFiniteLoss
@@ -41,11 +42,16 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> CaseRecord:
 
     if spec.threads is not None:
         torch.set_num_threads(spec.threads)
+    started = time.perf_counter()
     built = build(spec, rank=rank, world_size=world_size)
+    built_at = time.perf_counter()
     try:
         timed = _steps(spec, built)
     finally:
+        closing = time.perf_counter()
         built.engine.close()
+    timed.phases["build"] = built_at - started
+    timed.phases["close"] = time.perf_counter() - closing
     return case_record(spec, built, timed, rank=rank, world_size=world_size)
 
 
@@ -57,6 +63,16 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
 
     engine, device = built.engine, built.device
     out = Timed()
+    # Host seconds per phase, read where the phase has already waited for the device (a
+    # timer's elapsed(), a profile's result): nothing extra is synchronised for them.
+    mark = time.perf_counter()
+
+    def phase(name: str) -> None:
+        nonlocal mark
+        now = time.perf_counter()
+        out.phases[name] = now - mark
+        mark = now
+
     # Host-side drift cancels against a workload outside the stack under test; a GPU's
     # step time is its kernels', which a host workload says nothing about.
     calibration = None if device.is_accelerator or not spec.calibrate else Calibration()
@@ -66,11 +82,13 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
         out.warm.append(engine.step())
         warm_timer.stop()
     out.warmup_times = warm_timer.elapsed()
+    phase("warmup")
     # The calibration runs in the thread that runs the steps (the Trainer's own), so it
     # measures the core and the state the steps ran in.
     if calibration is not None:
         engine.in_training_thread(calibration.run_once)  # its own warm-up (page faults, BLAS buffers)
     together("timed")  # a duet (perfsuite ab): both sides start their timed steps at once
+    mark = time.perf_counter()  # the wait for the other side is neither warm-up nor steps
     device.reset_peak_memory()
     threads = ThreadWindow()  # which threads ran while steps were timed (read at the two ends only)
     threads.start()
@@ -86,6 +104,7 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
     out.step_times = timer.elapsed()
     out.threads = threads.stop()
     out.allocator_peaks = device.peak_memory()
+    phase("timed")
     losses = [float(o.loss) for o in out.warm + out.timed]
     bad = first_non_finite(losses)
     if bad is not None:
@@ -93,6 +112,8 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
     out.micro_batches = getattr(engine, "micro_batches", lambda steps: None)(len(losses))
     if spec.profile:
         out.breakdown = measure.memory_breakdown(engine)
+        phase("memory_profile")
         out.flops = measure.count_flops(engine)
+        phase("flop_count")
     out.evidence = engine.evidence()
     return out
