@@ -133,16 +133,25 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path: Path) -> None:
 def test_incomplete_says_why_a_refresh_missing_takes_a_case(tmp_path: Path) -> None:
     path = baseline_path(tmp_path, "cpu", "tiny-bert-vanilla")
 
-    def why(time_class: str = "amd-25.1-avx2") -> str | None:
-        return incomplete(path, case_id="tiny-bert-vanilla", hardware="cpu", time_class=time_class)
+    def why(
+        time_class: str = "amd-25.1-avx2", unit: str = "calibrated", calibration: str | None = "numpy-mix-v1"
+    ) -> str | None:
+        return incomplete(
+            path, case_id="tiny-bert-vanilla", hardware="cpu", time_class=time_class, unit=unit, calibration=calibration
+        )
 
     assert why() == "no baseline"
     path.parent.mkdir(parents=True)
     path.write_text("{")
     assert why() == "unreadable baseline"
-    write_json_atomic(path, _valid())
+    write_json_atomic(path, _valid())  # calibrated against numpy-mix-v1 on amd-25.1-avx2
     assert why() is None
     assert why("intel-6.143-avx512-vnni-bf16-fp16-amx") == "no step time for intel-6.143-avx512-vnni-bf16-fp16-amx"
+    # What the gate would not compare either: another calibration workload, or seconds.
+    assert why(calibration="numpy-mix-v3") == (
+        "its amd-25.1-avx2 step time is calibrated (numpy-mix-v1), not calibrated (numpy-mix-v3)"
+    )
+    assert why(unit="s", calibration=None) == "its amd-25.1-avx2 step time is calibrated (numpy-mix-v1), not s (None)"
 
 
 def test_a_refresh_budget_starts_a_case_only_while_the_longest_so_far_still_fits() -> None:
@@ -167,3 +176,24 @@ def test_a_refresh_budget_starts_a_case_only_while_the_longest_so_far_still_fits
         "1 case(s) not reached within the 60 s time limit; "
         "`perfsuite baselines refresh --missing` (with the same -k) records them"
     )
+
+
+def test_a_case_stopped_at_the_limit_fails_when_it_had_all_of_it() -> None:
+    from perfsuite.session.scope import RefreshBudget
+
+    timed_out = [{"status": "failed", "error": "timed out after 60 s; worker killed"}]
+    now = [0.0]
+    budget = RefreshBudget(60, clock=lambda: now[0])
+    now[0] = 61
+    stopped = budget.why_stopped("a", timed_out)  # the first case: every later run of this limit would stop it too
+    assert stopped is not None
+    assert stopped[0] == "failed"
+    assert "does not fit in the 60 s time limit" in stopped[1]
+    assert budget.not_reached == []
+    budget.ran(61)
+    stopped = budget.why_stopped("b", timed_out)  # after another: the next run starts with it
+    assert stopped is not None
+    assert stopped[0] == "not reached"
+    assert budget.not_reached == ["b"]
+    crashed = [{"status": "failed", "error": "worker killed by signal SIGSEGV"}]
+    assert budget.why_stopped("c", crashed) is None  # a crash is the case's own failure

@@ -111,3 +111,13 @@ def test_a_record_says_where_its_wall_time_went() -> None:
         CaseSpec(model="tiny-bert", strategy="vanilla", steps=2, warmup_steps=1, profile=False), timeout_s=300
     )
     assert set(bare["phases_s"]) == {"build", "warmup", "timed", "close"}  # no profiling steps ran
+
+
+def test_refresh_missing_looks_for_baselines_where_a_worker_would_record_them() -> None:
+    from perfsuite.session.scope import machine_keys
+
+    record = run_isolated(
+        CaseSpec(model="tiny-bert", strategy="vanilla", steps=1, warmup_steps=0, profile=False), timeout_s=300
+    )
+    assert record["status"] == "ok", record["error"]
+    assert (record["hardware"], record["time_class"]) == machine_keys("cpu")

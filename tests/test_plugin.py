@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from perfsuite.worker.calibrate import NAME as CALIBRATION
+
 MATRIX_TEST = (Path(__file__).parent / "test_matrix.py").read_text()
 
 # A stand-in for the worker: deterministic records shaped like perfsuite.case.run_case's.
@@ -26,6 +28,8 @@ import os
 import time
 
 import pytest
+
+from perfsuite.worker.calibrate import NAME as CALIBRATION
 
 CALLS = {}
 FACTOR = {"vanilla": 1.0, "fp16": 5.0, "grad_ckpt": 1.8, "adafactor": 1.0}
@@ -67,7 +71,7 @@ def pytest_perfsuite_run_case(config, spec, timeout_s):
         "batch_size": 16, "micro_batch_size": 16, "seq_len": 128,
         "step_time_s": {"median": median, "samples": [median] * spec.steps},
         "step_time_calibrated": {"median": median / calibration},
-        "calibration": {"workload": "numpy-mix-v1", "median_s": calibration},
+        "calibration": {"workload": CALIBRATION, "median_s": calibration},
         "peak_memory_bytes": memory,
         "memory_breakdown_bytes": {"activations": memory - 6 * mib, "parameters": 2 * mib, "optimizer_state": 4 * mib},
         "loss": loss,
@@ -179,7 +183,7 @@ def test_refresh_writes_one_readable_file_per_selected_case(project: pytest.Pyte
         "repeats": [50.0, 50.0, 50.0],
         "steps": [],  # the fake runner reports no per-step samples
         "step_time_s_median": 0.5,
-        "calibration": "numpy-mix-v1",
+        "calibration": CALIBRATION,  # the real workload's name: --missing compares it
         "recorded": data["provenance"]["date"],
         "device": "Fake CPU",
     }
@@ -420,7 +424,7 @@ def test_a_refresh_with_a_time_limit_writes_the_cases_it_finished_and_reports_th
     result.assert_outcomes(passed=1, skipped=2)
     result.stdout.fnmatch_lines(
         [
-            "*tiny-bert-fp16*not reached*tiny-bert-fp16: not reached: 2 s of the 5 s time limit left, less than*",
+            "*tiny-bert-fp16*not reached*tiny-bert-fp16: not reached: * s of the 5 s time limit left, less than*",
             "*wrote 2 file(s) under baselines/*",
             "2 case(s) not reached within the 5 s time limit; `perfsuite baselines refresh --missing`*",
         ]
@@ -452,33 +456,53 @@ def test_a_case_still_running_at_the_time_limit_is_stopped_and_the_finished_ones
     _assert_only_rewritten(project, before, "tiny-bert-vanilla")
 
 
+def test_a_first_case_longer_than_the_whole_limit_fails_saying_it_does_not_fit(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _files(project)
+    monkeypatch.setenv("FAKE_SLEEP", "tiny-bert-vanilla=60")
+    result = project.runpytest_subprocess(
+        "-m", "cpu and not trainer", "-k", CASES, "--perfsuite-refresh", "--perfsuite-repeats=1",
+        "--perfsuite-refresh-time-limit=3",
+    )  # fmt: skip
+    result.assert_outcomes(failed=1, skipped=2)
+    result.stdout.fnmatch_lines(["*tiny-bert-vanilla: does not fit in the 3 s time limit: it had all of it*"])
+    assert _changed(project, before) == set()
+
+
 def test_refresh_missing_takes_only_the_cases_without_a_complete_baseline_here(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Give all three this machine's time class, then take one away, corrupt one and delete one.
+    # Give all three this machine's time class, then take it from one and corrupt another.
     monkeypatch.setenv("FAKE_CLASS", _local_class())
     project.runpytest_subprocess("-m", "cpu and not trainer", "-k", CASES, "--perfsuite-refresh").assert_outcomes(
         passed=3
     )
     _edit(project, "tiny-bert-vanilla", lambda d: d["time"].pop(_local_class()))
     _baseline(project, "tiny-bert-fp16").write_text("{")
-    _baseline(project, "tiny-bert-grad_ckpt").unlink()
+    complete = _files(project)["tiny-bert-grad_ckpt.json"]
     result = project.run(
         sys.executable, "-m", "perfsuite", "baselines", "refresh", "--missing", "-k", CASES,
         "--tests", "test_matrix.py", "--device", "cpu", "--repeats", "1", "--", "-m", "cpu and not trainer",
     )  # fmt: skip
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
-    result.stdout.fnmatch_lines(["*3 passed*"])
-    for case in ("tiny-bert-vanilla", "tiny-bert-fp16", "tiny-bert-grad_ckpt"):
+    result.stdout.fnmatch_lines(["perfsuite: 1 selected case(s) already have complete baselines here*", "*2 passed*"])
+    for case in ("tiny-bert-vanilla", "tiny-bert-fp16"):
         assert _local_class() in json.loads(_baseline(project, case).read_text())["time"]
-    # Now all three are complete here: nothing is left to take.
-    complete = _files(project)
+    assert _files(project)["tiny-bert-grad_ckpt.json"] == complete  # left out, untouched
+    # A deleted file is missing too; then all three are complete, and nothing is left to take.
+    _baseline(project, "tiny-bert-grad_ckpt").unlink()
+    missing = project.runpytest_subprocess(
+        "-m", "cpu and not trainer", "-k", CASES, "--perfsuite-refresh", "--perfsuite-refresh-missing"
+    )
+    missing.assert_outcomes(passed=1)
+    before = _files(project)
     again = project.runpytest_subprocess(
         "-m", "cpu and not trainer", "-k", CASES, "--perfsuite-refresh", "--perfsuite-refresh-missing"
     )
     assert again.ret == pytest.ExitCode.OK  # nothing to do is not "no tests collected"
     again.stdout.fnmatch_lines(["perfsuite: 3 selected case(s) already have complete baselines here*"])
-    assert _changed(project, complete) == set()
+    assert _changed(project, before) == set()
 
 
 @pytest.mark.parametrize(

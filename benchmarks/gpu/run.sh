@@ -24,12 +24,15 @@ export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR="$PWD/.gpu-ext"
 stage=${1:?usage: run.sh STAGE [ARGS...]; the stages are listed at the top of this file}
 shift
 
-timed() {  # timed NAME CMD...: the command, then its wall time
-    local name=$1 start=$SECONDS
+timed() {  # timed NAME CMD...: the command, then its wall time; the command's exit status
+    local name=$1 start=$SECONDS status
     shift
     "$@"
+    status=$?
     echo "$name: $((SECONDS - start)) s wall"
+    return "$status"
 }
+rc=0  # the stage's exit status: its last failing command's (a pipe's, under pipefail)
 
 keep_baselines() {
     tar czf "$OUT/baselines.tgz" --exclude baselines/cpu baselines
@@ -37,27 +40,33 @@ keep_baselines() {
 
 case "$stage" in
     smoke)
-        timed smoke perfsuite run --device cuda --json "$OUT/smoke.json" 2>&1 | tee "$OUT/smoke.log"
+        timed smoke perfsuite run --device cuda --json "$OUT/smoke.json" 2>&1 | tee "$OUT/smoke.log" || rc=$?
         ;;
     claims)
-        python3 -m pytest -m gpu -p no:cacheprovider -q tests/test_strategy_claims.py 2>&1 | tee "$OUT/claims.log"
+        python3 -m pytest -m gpu -p no:cacheprovider -q tests/test_strategy_claims.py 2>&1 |
+            tee "$OUT/claims.log" || rc=$?
         ;;
     refresh)
         # Appends: a call may refresh in several small batches, each written when it ends.
-        timed refresh perfsuite baselines refresh --device cuda -k "$1" --repeats "${2:-3}" -- -p no:cacheprovider \
-            2>&1 | tee -a "$OUT/refresh.log"
+        expr=${1:?usage: run.sh refresh EXPR [N]}
+        timed refresh perfsuite baselines refresh --device cuda -k "$expr" --repeats "${2:-3}" -- -p no:cacheprovider \
+            2>&1 | tee -a "$OUT/refresh.log" || rc=$?
         keep_baselines
         ;;
     missing)
         # Stops itself inside S seconds with every finished case written; a killed refresh writes nothing.
-        timed missing perfsuite baselines refresh --device cuda --missing --time-limit "$1" -k "${2:-}" \
-            --repeats "${3:-2}" -- -p no:cacheprovider 2>&1 | tee -a "$OUT/refresh.log"
+        limit=${1:?usage: run.sh missing S [EXPR [N]]}
+        timed missing perfsuite baselines refresh --device cuda --missing --time-limit "$limit" -k "${2:-}" \
+            --repeats "${3:-2}" -- -p no:cacheprovider 2>&1 | tee -a "$OUT/refresh.log" || rc=$?
         keep_baselines
         ;;
     compare)
-        timed compare python3 -m pytest -m gpu -p no:cacheprovider tests/test_matrix.py -k "$1" -rs \
+        expr=${1:?usage: run.sh compare EXPR}
+        # At $COMPARE_LIMIT_S seconds (default 540) SIGINT ends it: pytest still prints what it compared.
+        timed compare timeout -s INT "${COMPARE_LIMIT_S:-540}" python3 -m pytest -m gpu -p no:cacheprovider \
+            tests/test_matrix.py -k "$expr" -rs \
             --perfsuite-missing=skip --benchmark-compare --perfsuite-json "$OUT/compare.json" 2>&1 |
-            tee "$OUT/compare.log"
+            tee "$OUT/compare.log" || rc=$?
         ;;
     noise)
         runs=$(mktemp -d)
@@ -65,13 +74,13 @@ case "$stage" in
             perfsuite run --device cuda --models bert-base-uncased --strategies vanilla,fp16 --no-profile \
                 --json "$runs/run-$i.json" 2>&1 | grep -E "ms/step|cases:"
             tar czf "$OUT/noise.tgz" -C "$runs" .  # after every run: a call that runs out keeps the runs so far
-        done | tee "$OUT/noise.log"
+        done | tee "$OUT/noise.log" || rc=$?
         ;;
     ab)
         # At $AB_LIMIT_S seconds (default 270) SIGTERM ends it: the verdicts so far are still written.
         timed ab timeout -s TERM "${AB_LIMIT_S:-270}" perfsuite ab --base current --candidate current --device cuda \
             --models bert-base-uncased --strategies vanilla,fp16,grad_ckpt --pairs "${1:-10}" --max-pairs "${2:-30}" \
-            --json "$OUT/ab.json" 2>&1 | tee "$OUT/ab.log"
+            --json "$OUT/ab.json" 2>&1 | tee "$OUT/ab.log" || rc=$?
         ;;
     inject)
         # What the A/A's spread predicts, measured: at $AB_LIMIT_S seconds (default 270) SIGTERM ends it.
@@ -79,19 +88,20 @@ case "$stage" in
         timed inject timeout -s TERM "${AB_LIMIT_S:-270}" perfsuite ab --base benchmarks/ab/control-python \
             --candidate benchmarks/ab/slow-python --device cuda --models bert-base-uncased \
             --strategies vanilla,grad_ckpt --pairs "${1:-8}" --max-pairs "${2:-30}" --json "$OUT/inject.json" 2>&1 |
-            tee "$OUT/inject.log"
+            tee "$OUT/inject.log" || rc=$?
         ;;
     xlmr)
         # Reference 004's columns: batch 8 with fp16 off and on, large with fp16 and checkpointing; base fp16 at 16.
         seq=${1:-128}
         timed xlmr perfsuite run --device cuda --models xlm-roberta-base,xlm-roberta-large --seq-len "$seq" \
             --strategies vanilla,fp16,fp16+grad_ckpt --batch-size 8 --json "$OUT/xlmr-$seq.json" 2>&1 |
-            tee "$OUT/xlmr-$seq.log"
+            tee "$OUT/xlmr-$seq.log" || rc=$?
         timed xlmr16 perfsuite run --device cuda --models xlm-roberta-base --strategies fp16 --batch-size 16 \
-            --seq-len "$seq" --json "$OUT/xlmr16-$seq.json" 2>&1 | tee -a "$OUT/xlmr-$seq.log"
+            --seq-len "$seq" --json "$OUT/xlmr16-$seq.json" 2>&1 | tee -a "$OUT/xlmr-$seq.log" || rc=$?
         ;;
     *)
         echo "unknown stage $stage" >&2
         exit 2
         ;;
 esac
+exit "$rc"

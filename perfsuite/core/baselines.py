@@ -171,16 +171,24 @@ def load_baseline(path: Path, *, case_id: str, hardware: str) -> dict[str, Any]:
     return dict(data)
 
 
-def incomplete(path: Path, *, case_id: str, hardware: str, time_class: str) -> str | None:
+def incomplete(
+    path: Path, *, case_id: str, hardware: str, time_class: str, unit: str, calibration: str | None
+) -> str | None:
     """Why ``refresh --missing`` takes ``case_id`` on: no baseline, an unreadable one, or one
-    without this time class's step time; ``None`` when the gate would compare all three metrics."""
+    without a step time the gate would compare (this time class's, in ``unit``, against this
+    ``calibration`` workload); ``None`` when the gate would compare all three metrics."""
     try:
         data = load_baseline(path, case_id=case_id, hardware=hardware)
     except MissingBaseline:
         return "no baseline"
     except BaselineError:
         return "unreadable baseline"
-    return None if time_class in data["time"] else f"no step time for {time_class}"
+    entry = data["time"].get(time_class)
+    if entry is None:
+        return f"no step time for {time_class}"
+    if entry["unit"] != unit or (unit == "calibrated" and entry.get("calibration") != calibration):
+        return f"its {time_class} step time is {entry['unit']} ({entry.get('calibration')}), not {unit} ({calibration})"
+    return None
 
 
 def _is_number(value: object) -> bool:

@@ -169,9 +169,12 @@ class PerfsuiteSession:
         started = time.monotonic()
         runs = self.records(spec, self.repeats)
         if self.budget is not None:
+            stopped = self.budget.why_stopped(spec.id, runs)
             self.budget.ran(time.monotonic() - started)
-            if (why := self.budget.why_stopped(spec.id, runs)) is not None:
-                outcome.status, outcome.message = "not reached", f"{spec.id}: {why}"
+            if stopped is not None:
+                outcome.status, outcome.message = stopped[0], f"{spec.id}: {stopped[1]}"
+                if outcome.status == "failed":
+                    pytest.fail(outcome.message, pytrace=False)
                 pytest.skip(outcome.message)
         outcome.records = list(runs)
         bad = next((r for r in runs if r["status"] != "ok"), None)

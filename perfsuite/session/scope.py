@@ -46,7 +46,7 @@ def select_by_baselines(
     if session.refresh:
         if not session.refresh_missing:
             return
-        complete = complete_on_this_machine(specs.values(), session.root)
+        complete = complete_on_this_machine(specs.values(), session.root, session.time_unit)
         drop = [item for item in items if specs.get(item.nodeid) in complete]
         session.already_complete = len(drop)
         if drop:
@@ -88,13 +88,24 @@ def _on_this_machine(
 
 
 def complete_on_this_machine(
-    specs: Iterable[CaseSpec], root: Path, keys: Callable[[str], tuple[str, str] | None] = machine_keys
+    specs: Iterable[CaseSpec],
+    root: Path,
+    time_unit: Callable[[str], str],
+    keys: Callable[[str], tuple[str, str] | None] = machine_keys,
 ) -> set[CaseSpec]:
-    """The cases whose baselines here already hold all a gate compares (a refresh ``--missing`` skips them)."""
+    """The cases whose baselines here already hold all a gate compares (a refresh ``--missing``
+    skips them); ``time_unit`` maps a device type to the unit the session gates step time in."""
+    from perfsuite.worker.calibrate import NAME as CALIBRATION
+
     complete = set()
     for spec, hardware, time_class in _on_this_machine(specs, keys):
         path = baseline_path(root, hardware, spec.id)
-        if incomplete(path, case_id=spec.id, hardware=hardware, time_class=time_class) is None:
+        unit = time_unit("cpu" if spec.device == "cpu" else "cuda")
+        calibration = CALIBRATION if unit == "calibrated" else None
+        why = incomplete(
+            path, case_id=spec.id, hardware=hardware, time_class=time_class, unit=unit, calibration=calibration
+        )
+        if why is None:
             complete.add(spec)
     return complete
 
@@ -129,14 +140,21 @@ class RefreshBudget:
         """One case's repeats took ``seconds``."""
         self.longest = max(self.longest, seconds)
 
-    def why_stopped(self, case_id: str, runs: Iterable[Mapping[str, Any]]) -> str | None:
-        """Why ``case_id``'s runs ended without a result because the limit stopped them (recorded
-        as not reached, not as a failure); ``None`` when they were not cut off."""
+    def why_stopped(self, case_id: str, runs: Iterable[Mapping[str, Any]]) -> tuple[str, str] | None:
+        """``(status, reason)`` when the limit stopped ``case_id``'s runs (call before :meth:`ran`):
+        ``not reached`` when cases before it took part of the time, so the next run goes on
+        from it; ``failed`` when none did, since it would be stopped in every run of this
+        limit. ``None`` when its runs were not cut off."""
         timed_out = any(r["status"] != "ok" and str(r.get("error") or "").startswith("timed out") for r in runs)
         if not timed_out or self.clock() < self.deadline:
             return None
+        if self.longest == 0:
+            return "failed", (
+                f"does not fit in the {self.limit_s:g} s time limit: it had all of it and was stopped "
+                "before its runs finished; give it a longer --time-limit"
+            )
         self.not_reached.append(case_id)
-        return (
+        return "not reached", (
             f"not reached: stopped at the {self.limit_s:g} s time limit before its runs finished; "
             "`perfsuite baselines refresh --missing` goes on from here"
         )
