@@ -92,8 +92,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--perfsuite-refresh-missing",
         action="store_true",
-        help="with --perfsuite-refresh: only the cases whose baseline here is missing, unreadable or lacks this "
-        "machine's time class",
+        help="with --perfsuite-refresh: only the cases whose baseline here is missing, unreadable or has no step "
+        "time the gate would compare (this machine's time class, unit and calibration)",
     )
     group.addoption(
         "--perfsuite-refresh-time-limit",

@@ -34,7 +34,8 @@ def add_parser(sub: Any) -> None:
     refresh.add_argument(
         "--missing",
         action="store_true",
-        help="only the selected cases whose baseline here is missing, unreadable or lacks this machine's time class",
+        help="only the selected cases whose baseline here is missing, unreadable or has no step time the gate "
+        "would compare (this machine's time class, unit and calibration)",
     )
     refresh.add_argument(
         "--time-limit",
