@@ -37,6 +37,19 @@ DEFAULTS = {
     "cuda": RunDefaults(steps=20, warmup=5, timeout=900.0),
 }
 
+PHASES = {
+    "build": "build",
+    "warmup": "warm-up",
+    "timed": "timed steps",
+    "memory_profile": "memory profile",
+    "flop_count": "FLOP count",
+    "close": "close",
+}
+"""The parts of a run, in order, with the words a summary uses: building model, data and
+optimizer; the warm-up steps; the timed steps (with the calibration around them on a CPU);
+the profiling step under MemTracker; the one under FlopCounterMode; closing the engine. A
+record's ``phases_s`` has the seconds of each that ran."""
+
 
 class CaseSkipped(Exception):
     """The case cannot run here (missing package, unsupported precision); the message says why."""

@@ -1,5 +1,5 @@
 """Where a run's wall time went: the worker's start and each phase of its cases
-(``phases_s`` in every record, :data:`perfsuite.worker.record.PHASES`), summed over the cases.
+(``phases_s`` in every record, :data:`perfsuite.core.spec.PHASES`), summed over the cases.
 
 A tier's wall time is mostly not its timed steps: building the model, the profiling steps and
 a fresh worker's start come first. This line says how much of each, so that whoever trims a
@@ -11,14 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-LABELS = {
-    "build": "build",
-    "warmup": "warm-up",
-    "timed": "timed steps",
-    "memory_profile": "memory profile",
-    "flop_count": "FLOP count",
-    "close": "close",
-}
+from perfsuite.core.spec import PHASES
 
 
 def wall_time_line(records: Iterable[Mapping[str, Any]]) -> str | None:
@@ -29,7 +22,7 @@ def wall_time_line(records: Iterable[Mapping[str, Any]]) -> str | None:
         return None
     wall = sum(float(r["wall_s"]) for r in ok)
     parts = {"worker start": sum(float(r.get("worker_startup_s") or 0.0) for r in ok)}
-    for name, label in LABELS.items():
+    for name, label in PHASES.items():
         parts[label] = sum(float(r["phases_s"].get(name, 0.0)) for r in ok)
     parts["other"] = max(0.0, wall - sum(parts.values()))
     shown = ", ".join(f"{label} {seconds:.1f} s ({seconds / wall:.0%})" for label, seconds in parts.items() if seconds)

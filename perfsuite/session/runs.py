@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -45,8 +46,6 @@ class RunCache:
             renew_forkserver()
         timeout = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"].timeout
         if self.deadline is not None:
-            import time
-
             timeout = max(min(timeout, self.deadline - time.monotonic()), 1.0)
         return self.config.hook.pytest_perfsuite_run_case(  # type: ignore[no-any-return]
             config=self.config, spec=spec, timeout_s=timeout, env=env or {}
@@ -71,8 +70,6 @@ class RunCache:
 
     def run_each_once(self, specs: list[CaseSpec], progress: Callable[[str], None]) -> None:
         """Run each case once, one after another, reporting each."""
-        import time
-
         for i, spec in enumerate(specs, 1):
             start = time.perf_counter()
             status = self.get(spec)[0]["status"]

@@ -110,6 +110,10 @@ def complete_on_this_machine(
     return complete
 
 
+GO_ON = "`perfsuite baselines refresh --missing` goes on from here"
+"""What a case the time limit left out says: the run that records it."""
+
+
 class RefreshBudget:
     """A refresh's time limit, counted from the session's start: a case starts only while the
     time left exceeds the longest case so far (its repeats together), and a case still running
@@ -133,7 +137,7 @@ class RefreshBudget:
         self.not_reached.append(case_id)
         return (
             f"not reached: {max(left, 0):.0f} s of the {self.limit_s:g} s time limit left, less than the "
-            f"longest case so far ({self.longest:.0f} s); `perfsuite baselines refresh --missing` goes on from here"
+            f"longest case so far ({self.longest:.0f} s); {GO_ON}"
         )
 
     def ran(self, seconds: float) -> None:
@@ -155,8 +159,7 @@ class RefreshBudget:
             )
         self.not_reached.append(case_id)
         return "not reached", (
-            f"not reached: stopped at the {self.limit_s:g} s time limit before its runs finished; "
-            "`perfsuite baselines refresh --missing` goes on from here"
+            f"not reached: stopped at the {self.limit_s:g} s time limit before its runs finished; {GO_ON}"
         )
 
     def summary(self) -> str | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from perfsuite.core.hardware import hardware_key, time_class
-from perfsuite.core.spec import CaseSpec
+from perfsuite.core.spec import PHASES, CaseSpec
 from perfsuite.core.stats import summarize
 
 if TYPE_CHECKING:
@@ -83,7 +83,8 @@ class CaseRecord(TypedDict, total=False):
     """What each strategy left as evidence (the engine's ``evidence()``)."""
     timed_threads: dict[str, Any] | None
     phases_s: dict[str, float]
-    """Host seconds of each part of the run in the worker (:data:`PHASES`): where a case's wall time goes."""
+    """Host seconds of each part of the run in the worker (:data:`~perfsuite.core.spec.PHASES`): where a
+    case's wall time goes."""
     pid: int
 
 
@@ -105,13 +106,7 @@ class Timed:
     flops: dict[str, Any] = field(default_factory=dict)
     evidence: dict[str, Any] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)
-    """Seconds per :data:`PHASES` entry; ``build`` and ``close`` are added by the caller."""
-
-
-PHASES = ("build", "warmup", "timed", "memory_profile", "flop_count", "close")
-"""The parts of a run, in order: building model, data and optimizer; the warm-up steps; the
-timed steps (with the calibration around them on a CPU); the profiling step under MemTracker;
-the one under FlopCounterMode; closing the engine."""
+    """Seconds per :data:`~perfsuite.core.spec.PHASES` entry; ``build`` and ``close`` are added by the caller."""
 
 
 def failed_record(spec: CaseSpec, *, status: str, error: str) -> CaseRecord:
