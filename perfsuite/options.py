@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from perfsuite.core.scopes import SCOPES
+
 
 def at_least(minimum: int) -> Callable[[str], int]:
     """An option's type: an integer no smaller than ``minimum`` (a zero step count is an error, not "the default")."""
@@ -89,6 +91,12 @@ GPUS: dict[str, Any] = {
     "metavar": "GPUS",
     "help": "GPUs the cases share: all (default), a count, or ids (0,2); with more than one, single-GPU cases run "
     "side by side, one per GPU, and a case on N ranks gets N (perfsuite.pool)",
+}
+SCOPE: dict[str, Any] = {
+    "choices": SCOPES,
+    "help": "only the cases of this scope and the smaller ones: push (a pull request's: on a GPU, bert-base-uncased's "
+    "seed strategies), nightly (every full-size model's), weekly (the whole matrix); default: every selected case "
+    "(perfsuite.core.scopes)",
 }
 REPEATS: dict[str, Any] = {
     "type": at_least(1),

@@ -19,7 +19,7 @@ import pytest
 from perfsuite.core import registry
 from perfsuite.core.spec import CaseSpec, tier_spec
 from perfsuite.core.strategies import EXTRAS, install_hint
-from perfsuite.options import GPUS, REPEATS
+from perfsuite.options import GPUS, REPEATS, SCOPE
 
 MARKERS = {
     "cpu": "CPU tier: real training runs of the tiny models",
@@ -28,6 +28,7 @@ MARKERS = {
     "nightly": "too long for every push: deselected by default, run with `pytest -m nightly`",
     "trainer": "the case runs through the Hugging Face Trainer engine (ids end in -trainer)",
     "distributed": "the case launches its ranks as processes (ids end in -ws<N> beyond one rank)",
+    "scope": "scope(name): the smallest perfsuite scope the test belongs to (push, nightly, weekly; default push)",
     "deepspeed": "needs deepspeed installed",
     "bnb": "needs bitsandbytes installed",
     "lora": "needs peft installed",
@@ -109,6 +110,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "the nightly workflow's machines each run one",
     )
     group.addoption("--perfsuite-gpus", **GPUS)
+    group.addoption("--perfsuite-scope", **SCOPE)
     group.addoption("--perfsuite-json", metavar="PATH", type=Path, help="write every case's records and checks here")
     group.addoption("--perfsuite-markdown", metavar="PATH", type=Path, help="write the summary table as markdown")
     group.addoption(
@@ -182,7 +184,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def _param(case: registry.MatrixCase) -> Any:
     spec = tier_spec(case.model, case.strategy, case.engine, world_size=case.world_size)
-    marks = [pytest.mark.cpu if spec.device == "cpu" else pytest.mark.gpu]
+    marks = [pytest.mark.cpu if spec.device == "cpu" else pytest.mark.gpu, pytest.mark.scope(case.scope)]
     if spec.launches_ranks:
         marks.append(pytest.mark.distributed)
     if case.engine != "loop":
@@ -198,6 +200,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     shard = config.getoption("perfsuite_shard")
     if shard:
         _keep_shard(config, items, shard)
+    if config.getoption("perfsuite_scope"):
+        from perfsuite.session.scope import select_scope
+
+        select_scope(config, items, config.getoption("perfsuite_scope"))
     if config.getoption("perfsuite_refresh_missing") or config.getoption("perfsuite_missing") == "skip":
         from perfsuite.session.scope import select_by_baselines
 

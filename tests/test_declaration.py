@@ -186,6 +186,10 @@ BAD = [
         "tool.perfsuite.matrix.cases[0]: lion cannot run through the trainer engine",
     ),
     (
+        "[[tool.perfsuite.matrix.cases]]\nmodels = ['tiny-bert']\nstrategies = ['vanilla']\nscope = 'monthly'\n",
+        "tool.perfsuite.matrix.cases[0].scope: unknown scope 'monthly'; valid: push, nightly, weekly",
+    ),
+    (
         "[[tool.perfsuite.matrix.cases]]\nmodels = ['tiny-bert']\nstrategies = ['vanilla']\nmarkers = ['gpu']\n",
         "tool.perfsuite.matrix.cases[0]: marker 'gpu' must be a Python identifier other than cpu, gpu",
     ),

@@ -28,6 +28,10 @@ from perfsuite.core.strategies import STRATEGIES
 from perfsuite.session import PerfsuiteSession
 from perfsuite.worker.process import run_isolated
 
+GPU_CLAIM_SCOPE = pytest.mark.scope("nightly")
+"""The GPU claims make their own runs of bert-base-uncased (about 2 minutes on an H100): beyond a
+pull request's budget, so they run from the nightly scope on (``--perfsuite-scope``)."""
+
 pytestmark = pytest.mark.cpu
 
 Run = Callable[..., dict[str, Any]]
@@ -190,6 +194,7 @@ def test_all_applies_every_published_technique(run: Run) -> None:
 
 
 @pytest.mark.gpu
+@GPU_CLAIM_SCOPE
 @pytest.mark.parametrize("strategy", ["fp16", "bf16"])
 def test_half_precision_is_faster_on_a_gpu(strategy: str) -> None:
     def median(name: str) -> float:
@@ -202,6 +207,7 @@ def test_half_precision_is_faster_on_a_gpu(strategy: str) -> None:
 
 
 @pytest.mark.gpu
+@GPU_CLAIM_SCOPE
 @pytest.mark.deepspeed
 @pytest.mark.parametrize("strategy", ["zero2_offload", "zero3_offload"])
 def test_offload_keeps_optimizer_state_off_the_gpu(strategy: str) -> None:
@@ -217,6 +223,7 @@ def test_offload_keeps_optimizer_state_off_the_gpu(strategy: str) -> None:
 
 
 @pytest.mark.gpu
+@GPU_CLAIM_SCOPE
 @pytest.mark.bnb
 def test_adamw_8bit_state_on_the_gpu_is_at_most_35_percent() -> None:
     records = {
@@ -321,6 +328,7 @@ def test_strategy_with_accumulation_trains_like_without_it(run: Run, strategy: s
 
 
 @pytest.mark.gpu
+@GPU_CLAIM_SCOPE
 @pytest.mark.bnb
 @pytest.mark.lora
 def test_qlora_trains_adapters_on_4bit_base_weights_on_a_gpu() -> None:
@@ -332,6 +340,7 @@ def test_qlora_trains_adapters_on_4bit_base_weights_on_a_gpu() -> None:
 
 
 @pytest.mark.gpu
+@GPU_CLAIM_SCOPE
 def test_activation_offload_moves_checkpointed_activations_off_the_gpu() -> None:
     def run(strategy: str) -> dict[str, Any]:
         record = run_isolated(CaseSpec(model="bert-base-uncased", strategy=strategy, steps=3), timeout_s=900)
@@ -344,6 +353,7 @@ def test_activation_offload_moves_checkpointed_activations_off_the_gpu() -> None
 
 
 @pytest.mark.gpu
+@GPU_CLAIM_SCOPE
 @pytest.mark.bnb
 def test_paged_adamw_8bit_runs_bitsandbytes_paged_optimizer_on_a_gpu() -> None:
     record = run_isolated(CaseSpec(model="bert-base-uncased", strategy="paged_adamw_8bit", steps=3), timeout_s=900)

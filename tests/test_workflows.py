@@ -73,10 +73,37 @@ def test_no_self_hosted_job_can_write(path: Path) -> None:
         assert isinstance(permissions, dict), f"{path.name}:{name}: permissions must be listed, not {permissions!r}"
         assert all(v in ("read", "none") for v in permissions.values()), f"{path.name}:{name}: {permissions}"
         triggers = workflow.get(True, workflow.get("on"))  # YAML 1.1 reads the key `on` as True
-        assert not {"pull_request", "pull_request_target"} & set(triggers), f"{path.name}: a PR can reach {name}"
+        assert "pull_request" not in triggers, f"{path.name}: a pull request's own workflow file can reach {name}"
+        if "pull_request_target" in triggers:
+            _only_labeled_branches_of_this_repository(path, name, job, triggers)
         for step in job["steps"]:
             if str(step.get("uses", "")).startswith("actions/checkout"):
                 assert step.get("with", {}).get("persist-credentials") is False, f"{path.name}:{name}"
+
+
+def _only_labeled_branches_of_this_repository(path: Path, name: str, job: dict[str, Any], triggers: Any) -> None:
+    """A self-hosted job a pull request starts: only on a label (which only triage access can add),
+    only for a branch of this repository, never a fork's (the definition comes from the base
+    branch under ``pull_request_target``, so the pull request cannot edit this away)."""
+    assert triggers["pull_request_target"] == {"types": ["labeled"]}, f"{path.name}: only when labeled"
+    condition = " ".join(str(job.get("if", "")).split())
+    assert "github.event.pull_request.head.repo.full_name == github.repository" in condition, f"{path.name}:{name}"
+    assert "github.event.label.name == '" in condition, f"{path.name}:{name}: a maintainer's label"
+    assert " || " not in condition, f"{path.name}:{name}: no alternative may bypass the checks"
+
+
+def test_the_gpu_scopes_run_where_they_should() -> None:
+    """Pull requests get the push scope (on a label), nights the nightly scope, Sundays the weekly one."""
+    pr = (ROOT / ".github/workflows/gpu-pr.yml").read_text()
+    assert "--perfsuite-scope push" in pr
+    for path in (ROOT / ".github/workflows/gpu-nightly.yml", ROOT / "perfsuite/templates/perfsuite-gpu-nightly.yml"):
+        workflow = yaml.safe_load(path.read_text())
+        crons = [entry["cron"] for entry in workflow[True]["schedule"]]
+        assert crons == ["17 2 * * 1-6", "17 2 * * 0"], path
+        scope = _jobs(path)["gpu"]["env"]["SCOPE"]
+        assert "github.event.schedule == '17 2 * * 0' && 'weekly'" in scope and scope.endswith("|| 'nightly' }}")
+        run = "\n".join(step.get("run", "") for step in _jobs(path)["gpu"]["steps"])
+        assert '--perfsuite-scope "$SCOPE"' in run, path
 
 
 def test_the_nightly_history_is_written_by_a_github_hosted_job_only() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.core.declaration import read_pyproject
-from perfsuite.options import REPEATS, output_file, positive_seconds
+from perfsuite.options import REPEATS, SCOPE, output_file, positive_seconds
 
 
 def add_parser(sub: Any) -> None:
@@ -25,6 +25,7 @@ def add_parser(sub: Any) -> None:
     )
     refresh.add_argument("-k", dest="expression", metavar="EXPR", help="select cases like pytest -k (e.g. tiny-bert)")
     refresh.add_argument("--repeats", **REPEATS)
+    refresh.add_argument("--scope", **SCOPE)
     refresh.add_argument(
         "--device",
         choices=("auto", "cpu", "cuda"),
@@ -73,6 +74,8 @@ def run(args: Any) -> int:
     argv += [f"--perfsuite-repeats={args.repeats}", "-p", "no:cacheprovider"]
     if args.expression:
         argv += ["-k", args.expression]
+    if args.scope:
+        argv.append(f"--perfsuite-scope={args.scope}")
     if args.missing:
         argv.append("--perfsuite-refresh-missing")
     if args.time_limit is not None:

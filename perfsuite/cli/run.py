@@ -15,6 +15,7 @@ from perfsuite.core.engines import ENGINES, check_engine
 from perfsuite.core.matrix import BUILTIN, first_run
 from perfsuite.core.models import get_model_spec
 from perfsuite.core.registry import matrix_cases
+from perfsuite.core.scopes import SCOPES, in_scope
 from perfsuite.core.spec import DEFAULTS
 from perfsuite.core.strategies import STRATEGIES, resolve
 from perfsuite.options import GPUS, at_least, not_a_file, output_file, positive_seconds
@@ -47,10 +48,15 @@ def add_selection(parser: Any) -> None:
         "minutes); by default a quick set of 10 cases (tiny-bert on a CPU, under a minute)",
     )
     parser.add_argument(
+        "--scope",
+        choices=SCOPES,
+        help="without --models/--strategies: the matrix's cases of this scope and the smaller ones (push: a pull "
+        "request's, 35 on a CPU and 14 on a GPU; nightly; weekly: all; perfsuite.core.scopes)",
+    )
+    parser.add_argument(
         "--every-push",
         action="store_true",
-        help="without --models/--strategies: the matrix's cases that `pytest` runs on every push (35 on a CPU; "
-        "--all adds the nightly tier's)",
+        help="the same as --scope push: the cases `pytest` runs on every push (35 on a CPU)",
     )
     parser.add_argument(
         "--steps", type=at_least(1), help="timed optimizer steps per case (default 12 on CPU, 20 on GPU)"
@@ -107,18 +113,24 @@ def _matrix_selection(args: argparse.Namespace, device_type: str) -> list[tuple[
     matrix on this device (its quick set, :func:`perfsuite.core.matrix.first_run`, without ``--all``)."""
     on_device = [c for c in matrix_cases() if (get_model_spec(c.model).tiny) == (device_type == "cpu")]
     if not args.models and not args.strategies:
+        scope = _scope(args)
         chosen = [
             c
             for c in on_device
-            if (args.engine is None or c.engine in args.engine) and not (args.every_push and "nightly" in c.markers)
+            if (args.engine is None or c.engine in args.engine) and (scope is None or in_scope(c.scope, scope))
         ]
         builtin = [(c.model, c.strategy, c.engine, c.world_size) for c in chosen if c.source == BUILTIN]
         declared = [(c.model, c.strategy, c.engine, c.world_size) for c in chosen if c.source != BUILTIN]
         # A project's own cases always run; perfsuite's built-in matrix is cut to its quick set.
-        return (builtin if args.all or args.every_push else first_run(builtin)) + declared
+        return (builtin if args.all or scope else first_run(builtin)) + declared
     models = args.models or list(dict.fromkeys(c.model for c in on_device))
     strategies = args.strategies or [n for n in STRATEGIES if args.world_size == 1 or resolve(n).distributed]
     return [(m, s, e, args.world_size) for e in (args.engine or ["loop"]) for m in models for s in strategies]
+
+
+def _scope(args: argparse.Namespace) -> str | None:
+    """The scope chosen (``--every-push`` is ``push``), or ``None``."""
+    return getattr(args, "scope", None) or ("push" if args.every_push else None)
 
 
 def _time_left(elapsed: float, done: int, total: int) -> str:
@@ -204,16 +216,18 @@ def select(args: argparse.Namespace) -> tuple[list[Any], str, Any, str | None]:
     for name in args.engine or ():
         check_engine(name)
     device_type = default_device_type() if args.device == "auto" else args.device
-    for flag, chosen in (("--all", args.all), ("--every-push", args.every_push)):
+    for flag, chosen in (("--all", args.all), ("--every-push", args.every_push), ("--scope", args.scope)):
         if chosen and (args.models or args.strategies):
             raise ValueError(f"{flag} runs the matrix's cases; it takes no --models or --strategies")
     if args.all and args.every_push:
         raise ValueError("--all already holds --every-push's cases; give one of them")
+    if args.scope and (args.all or args.every_push):
+        raise ValueError(f"--scope {args.scope} chooses the cases; give no --all or --every-push with it")
     selection = _matrix_selection(args, device_type)
     if not selection:
         raise ValueError(f"the matrix has no case for this device ({device_type}); `perfsuite list`")
     note = None
-    if not (args.all or args.every_push or args.models or args.strategies):
+    if not (args.all or _scope(args) or args.models or args.strategies):
         whole = len(_matrix_selection(argparse.Namespace(**{**vars(args), "all": True}), device_type))
         if whole > len(selection):
             note = (

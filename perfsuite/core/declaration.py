@@ -30,6 +30,9 @@
     strategies = ["vanilla", "acme-recipe"]
     engines = ["loop", "trainer"]      # default ["loop"]
     markers = ["nightly"]              # default []: every push
+    scope = "nightly"                  # the smallest run these cases belong to: push, nightly or weekly
+                                       # (perfsuite.core.scopes); default "nightly" with the nightly
+                                       # marker, else "push"
     # world_sizes = [1, 2]            # default [1]: ranks per case; beyond 1 the strategies must
                                        # combine ddp, fsdp2, zero2 or zero3 (loop engine only)
 
@@ -56,6 +59,7 @@ from perfsuite.core.registry import (
     register_strategy,
     use_builtin_matrix,
 )
+from perfsuite.core.scopes import check_scope
 from perfsuite.core.strategies import Strategy, compose, resolve
 
 if sys.version_info >= (3, 11):
@@ -86,7 +90,7 @@ _MODEL_KEYS = (
 _SHAPE_KEYS = ("batch_size", "seq_len", "target_len")
 _STRATEGY_FIELDS = tuple(f.name for f in dataclasses.fields(Strategy) if f.name != "name")
 _MATRIX_KEYS = ("builtin", "cases")
-_CASE_KEYS = ("models", "strategies", "engines", "markers", "world_sizes")
+_CASE_KEYS = ("models", "strategies", "engines", "markers", "world_sizes", "scope")
 
 
 def read_pyproject(path: Path) -> dict[str, Any]:
@@ -164,8 +168,16 @@ def load(path: Path, settings: Mapping[str, Any] | None = None) -> bool:
             markers=_names(path, f"{key}.markers", entry.get("markers", [])),
             source=f"{path}: {key}",
             world_sizes=_sizes(path, f"{key}.world_sizes", entry.get("world_sizes", [1])),
+            scope=_scope(path, f"{key}.scope", entry["scope"]) if "scope" in entry else None,
         )
     return any(settings.get(k) for k in DECLARATION_KEYS)
+
+
+def _scope(path: Path, key: str, value: Any) -> str:
+    try:
+        return check_scope(value, key)
+    except ValueError as exc:
+        raise DeclarationError(f"{path}: {exc}") from None
 
 
 def _sizes(path: Path, key: str, value: Any) -> list[int]:

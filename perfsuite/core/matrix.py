@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from perfsuite.core.engines import ENGINES, trainer_unsupported
 from perfsuite.core.models import FULL_SIZE, TINY, get_model_spec
+from perfsuite.core.scopes import SCOPES, builtin_scope, check_scope
 from perfsuite.core.spec import MATRIX_WORLD_SIZE, MULTI_RANK_STRATEGIES
 from perfsuite.core.strategies import BUILTIN_STRATEGIES, resolve
 
@@ -37,6 +38,12 @@ class MatrixEntry:
     world_sizes: tuple[int, ...] = (1,)
     """Ranks each case trains on; beyond 1 its strategies must say how ranks share the work
     (``ddp``, ``fsdp2``, ``zero2``, ``zero3``, alone or combined)."""
+    scope: str = "push"
+    """The smallest run these cases belong to (:mod:`perfsuite.core.scopes`): ``push`` (default:
+    every run), ``nightly`` or ``weekly``."""
+
+    def __post_init__(self) -> None:
+        check_scope(self.scope, f"{self.source or 'a matrix entry'}: scope")
 
 
 MATRIX_ENGINES = ENGINES
@@ -140,35 +147,41 @@ def builtin_matrix() -> tuple[MatrixEntry, ...]:
     entries = []
     for engine in MATRIX_ENGINES:
         for model in (*TINY, *FULL_SIZE):
-            names = matrix_strategies(model, engine)
-            for nightly in (False, True):
-                chosen = tuple(n for n in names if nightly_only(model, n, engine) == nightly)
-                if chosen:
-                    entries.append(
-                        MatrixEntry(
-                            models=(model,),
-                            strategies=chosen,
-                            engines=(engine,),
-                            markers=("nightly",) if nightly else (),
-                            source=BUILTIN,
-                        )
-                    )
+            entries += _entries(model, matrix_strategies(model, engine), engine, 1)
     for model, (strategies, sizes) in MULTI_RANK_MATRIX.items():
         for size in sizes:
-            for nightly in (False, True):
-                chosen = tuple(n for n in strategies if nightly_only(model, n, "loop", size) == nightly)
-                if chosen:
-                    entries.append(
-                        MatrixEntry(
-                            models=(model,),
-                            strategies=chosen,
-                            markers=("nightly",) if nightly else (),
-                            source=BUILTIN,
-                            world_sizes=(size,),
-                        )
-                    )
-    entries.append(MatrixEntry(models=("bert-base-uncased",), strategies=("ddp",), source=BUILTIN))
+            entries += _entries(model, strategies, "loop", size)
+    entries += _entries("bert-base-uncased", ("ddp",), "loop", 1, nightly_tier=False)
     return tuple(entries)
+
+
+def _entries(
+    model: str, names: tuple[str, ...] | list[str], engine: str, size: int, *, nightly_tier: bool = True
+) -> list[MatrixEntry]:
+    """One entry per (tier, scope) of ``model``'s ``names``: the nightly tier's marked ``nightly``."""
+    tiny = get_model_spec(model).tiny
+    entries = []
+    for nightly in (False, True) if nightly_tier else (False,):
+        for scope in SCOPES:
+            chosen = tuple(
+                n
+                for n in names
+                if nightly_only(model, n, engine, size) == nightly
+                and builtin_scope(model, n, engine, tiny=tiny, nightly=nightly, world_size=size) == scope
+            )
+            if chosen:
+                entries.append(
+                    MatrixEntry(
+                        models=(model,),
+                        strategies=chosen,
+                        engines=(engine,),
+                        markers=("nightly",) if nightly else (),
+                        source=BUILTIN,
+                        world_sizes=(size,),
+                        scope=scope,
+                    )
+                )
+    return entries
 
 
 FIRST_RUN_STRATEGIES: tuple[tuple[str, str], ...] = (

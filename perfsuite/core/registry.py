@@ -44,6 +44,8 @@ class MatrixCase:
     markers: tuple[str, ...]
     source: str
     world_size: int = 1
+    scope: str = "push"
+    """The smallest run the case belongs to (:mod:`perfsuite.core.scopes`)."""
 
 
 @dataclass
@@ -137,16 +139,26 @@ def register_cases(
     markers: Iterable[str] = (),
     source: str = "register_cases()",
     world_sizes: Iterable[int] = (1,),
+    scope: str | None = None,
 ) -> MatrixEntry:
-    """Add the cases ``models`` × ``strategies`` × ``engines`` × ``world_sizes`` to the matrix, marked ``markers``."""
-    entry = MatrixEntry(
-        models=tuple(models),
-        strategies=tuple(strategies),
-        engines=tuple(engines),
-        markers=tuple(markers),
-        source=source,
-        world_sizes=tuple(world_sizes),
-    )
+    """Add the cases ``models`` × ``strategies`` × ``engines`` × ``world_sizes`` to the matrix, marked
+    ``markers``, in ``scope`` and every larger one (:mod:`perfsuite.core.scopes`). Without a scope:
+    ``nightly`` for cases marked ``nightly`` (the CPU tier's nightly run), else ``push`` (every run)."""
+    markers = tuple(markers)
+    if scope is None:
+        scope = "nightly" if "nightly" in markers else "push"
+    try:
+        entry = MatrixEntry(
+            models=tuple(models),
+            strategies=tuple(strategies),
+            engines=tuple(engines),
+            markers=markers,
+            source=source,
+            world_sizes=tuple(world_sizes),
+            scope=scope,
+        )
+    except ValueError as exc:
+        raise DeclarationError(str(exc)) from None
     _check_entry(entry)
     _expand([*_active_entries(), entry])  # a case declared twice is an error now, where it was declared
     _STATE.entries.append(entry)
@@ -218,7 +230,9 @@ def _expand(entries: Sequence[MatrixEntry]) -> list[MatrixCase]:
                                     f"{entry.source}: the case {model} × {strategy} × {engine}{ranks} is already "
                                     f"declared by {cases[key].source}"
                                 )
-                            cases[key] = MatrixCase(model, strategy, engine, entry.markers, entry.source, size)
+                            cases[key] = MatrixCase(
+                                model, strategy, engine, entry.markers, entry.source, size, entry.scope
+                            )
     return list(cases.values())
 
 

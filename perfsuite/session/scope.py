@@ -1,11 +1,12 @@
-"""What a session takes on, from the baselines this machine already has and the time it is given:
-a refresh of only the cases whose baselines here are incomplete (``--perfsuite-refresh-missing``),
-only as many as fit a time limit (``--perfsuite-refresh-time-limit``); a gate that skips the
-cases without a baseline here (``--perfsuite-missing=skip``) before running them.
+"""What a session takes on: the cases of one scope (``--perfsuite-scope``, :mod:`perfsuite.core.scopes`);
+from the baselines this machine already has and the time it is given, a refresh of only the
+cases whose baselines here are incomplete (``--perfsuite-refresh-missing``), only as many as fit
+a time limit (``--perfsuite-refresh-time-limit``); a gate that skips the cases without a
+baseline here (``--perfsuite-missing=skip``) before running them.
 
-These are for a machine lent for a while (a GPU for one call of ten minutes, a CI job with a
-time limit): a refresh cut off from outside writes nothing, so it must stop itself, with
-every case it finished written, and the next one must go on from there.
+The last three are for a machine held for a while (a CI job with a time limit, a GPU runner
+shared by several jobs): a refresh cut off from outside writes nothing, so it must stop
+itself, with every case it finished written, and the next one must go on from there.
 """
 
 from __future__ import annotations
@@ -34,6 +35,22 @@ def machine_keys(device_type: str) -> tuple[str, str] | None:
         return None
     device = get_device("cuda")
     return hardware_key(device.type, device.name), time_class(device.type, device.name)
+
+
+def select_scope(config: pytest.Config, items: list[pytest.Item], chosen: str) -> None:
+    """Deselect the tests outside scope ``chosen``: each test's is its ``scope`` marker (a matrix
+    case's comes from its declaration), ``push`` without one."""
+    from perfsuite.core.scopes import in_scope
+
+    def scope_of(item: pytest.Item) -> str:
+        marker = item.get_closest_marker("scope")
+        return str(marker.args[0]) if marker is not None and marker.args else "push"
+
+    drop = [item for item in items if not in_scope(scope_of(item), chosen)]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        dropped = {id(item) for item in drop}
+        items[:] = [item for item in items if id(item) not in dropped]
 
 
 def select_by_baselines(
