@@ -12,6 +12,11 @@
 #                     N repeats (default 2): what finishes is written, the next call goes on from there
 #   compare EXPR      pytest -m gpu --benchmark-compare -k EXPR against the refreshed baselines (a case
 #                     with no baseline on this GPU is skipped without running)
+#   push [R [C]]      the push scope as a user runs it: perfsuite baselines refresh --scope push (2 repeats,
+#                     stopping itself at R seconds, default 330), then pytest -m gpu --perfsuite-scope push
+#                     --benchmark-compare (stopped at C seconds, default 170)
+#   layout [B [N]]    the forkserver-layout A/A (benchmarks/gpu/layout.py): B forkservers x N runs of
+#                     bert-base-uncased vanilla and fp16
 #   noise             bert-base-uncased vanilla and fp16, five back-to-back runs each
 #   ab [PAIRS [MAX]]  an A/A perfsuite ab of bert-base-uncased vanilla, fp16 and grad_ckpt
 #   inject [PAIRS [MAX]]  perfsuite ab of bert-base-uncased vanilla and grad_ckpt with a 5% slowdown injected
@@ -67,6 +72,20 @@ case "$stage" in
             tests/test_matrix.py -k "$expr" -rs \
             --perfsuite-missing=skip --benchmark-compare --perfsuite-json "$OUT/compare.json" 2>&1 |
             tee "$OUT/compare.log" || rc=$?
+        ;;
+    push)
+        timed push-refresh perfsuite baselines refresh --device cuda --scope push --repeats 2 \
+            --time-limit "${1:-330}" -- -p no:cacheprovider --perfsuite-json "$OUT/push-refresh.json" 2>&1 |
+            tee "$OUT/push-refresh.log" || rc=$?
+        keep_baselines
+        # A refused case makes the refresh exit 1; the compare runs anyway, skipping cases with no baseline.
+        timed push-compare timeout -s INT "${2:-170}" python3 -m pytest -m gpu --perfsuite-scope push \
+            -p no:cacheprovider tests/test_matrix.py -rs --perfsuite-missing=skip --benchmark-compare \
+            --perfsuite-json "$OUT/push-compare.json" 2>&1 | tee "$OUT/push-compare.log" || rc=$?
+        ;;
+    layout)
+        timed layout python3 benchmarks/gpu/layout.py --blocks "${1:-4}" --runs "${2:-2}" --json "$OUT/layout.json" \
+            2>&1 | tee "$OUT/layout.log" || rc=$?
         ;;
     noise)
         runs=$(mktemp -d)

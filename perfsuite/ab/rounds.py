@@ -21,7 +21,7 @@ from perfsuite.core.compare import check_loss, check_memory
 from perfsuite.core.kernels import check_kernels
 from perfsuite.core.observation import observe
 from perfsuite.core.paired import Paired, Schedule
-from perfsuite.core.spec import CaseSpec
+from perfsuite.core.spec import DEFAULTS, CaseSpec
 from perfsuite.core.tolerance import Tolerance
 
 
@@ -165,10 +165,11 @@ def compare_cases(
     """Every case compared in rounds: one pair of each open case per round, in a new random order
     each round, until its time verdict is decided or it reaches the cap.
 
-    Both sides' forkservers are renewed before every round but the first: every worker forked
-    from one interpreter inherits its randomised address-space layout, which moves a case's
-    step time by a few percent the same way in every run (measured: docs/ab.md), so each
-    round draws a new one for each side, and the pairs average it out. Memory and loss
+    On a CPU, both sides' forkservers are renewed before every round but the first: every worker
+    forked from one interpreter inherits its randomised address-space layout, which moves a
+    case's step time by a few percent the same way in every run (measured: docs/ab.md), so each
+    round draws a new one for each side, and the pairs average it out (a GPU's sides keep
+    theirs: :attr:`perfsuite.core.spec.RunDefaults.fresh_layout`). Memory and loss
     come from the first round's runs (profiled). ``progress`` hears of each verdict (and each
     error), and whether the case is finished, ``on_round`` of each round's start (its index, the cases it runs).
     """
@@ -185,7 +186,7 @@ def compare_cases(
     try:
         while pending:
             on_round(index, len(pending))
-            if index > 0:
+            if index > 0 and DEFAULTS["cpu" if device_type == "cpu" else "cuda"].fresh_layout:
                 for side in sides:
                     side.reset()
             for spec in order.sample(pending, len(pending)):

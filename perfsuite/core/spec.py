@@ -22,6 +22,9 @@ class RunDefaults:
     steps: int
     warmup: int
     timeout: float
+    fresh_layout: bool
+    """Whether a repeat or a retry of a case starts a new forkserver, so that it draws a new
+    address-space layout instead of sharing the first run's (see :func:`perfsuite.worker.process.renew_forkserver`)."""
 
 
 TIER_THREADS = 1
@@ -33,8 +36,12 @@ DEFAULTS = {
     # .ci/run compiles it before the tests).
     # 12 timed steps: single steps spike on a shared machine, and the median of 12
     # calibrated steps moved 3% between repeats where 8 moved up to 10% (measured).
-    "cpu": RunDefaults(steps=12, warmup=2, timeout=600.0),
-    "cuda": RunDefaults(steps=20, warmup=5, timeout=900.0),
+    # A CPU's layout moves a case's step time by a few percent the same way in every run forked
+    # from one interpreter (docs/ab.md): its repeats each draw a new one. A GPU's step is its
+    # kernels' (or, where the host issues them, noisier run to run than any layout): its repeats
+    # share the forkserver, whose boot costs 12-17 s there (docs/gpu.md, the layout A/A).
+    "cpu": RunDefaults(steps=12, warmup=2, timeout=600.0, fresh_layout=True),
+    "cuda": RunDefaults(steps=20, warmup=5, timeout=900.0, fresh_layout=False),
 }
 
 PHASES = {

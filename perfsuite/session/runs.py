@@ -37,14 +37,16 @@ class RunCache:
         return runs
 
     def run(self, spec: CaseSpec, env: dict[str, str] | None = None, *, fresh_layout: bool = False) -> dict[str, Any]:
-        """One more run of ``spec``, not cached. A repeat or a retry passes ``fresh_layout``: the
-        forkserver is renewed first, so the run does not inherit the address-space layout (and
+        """One more run of ``spec``, not cached. A repeat or a retry passes ``fresh_layout``: where
+        the device's defaults say a layout matters (:attr:`perfsuite.core.spec.RunDefaults.fresh_layout`),
+        the forkserver is renewed first, so the run does not inherit the address-space layout (and
         its bias) of the runs before it. Never from the GPU pool's threads, which fork at once."""
-        if fresh_layout:
+        defaults = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"]
+        if fresh_layout and defaults.fresh_layout:
             from perfsuite.worker.process import renew_forkserver
 
             renew_forkserver()
-        timeout = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"].timeout
+        timeout = defaults.timeout
         if self.deadline is not None:
             timeout = max(min(timeout, self.deadline - time.monotonic()), 1.0)
         return self.config.hook.pytest_perfsuite_run_case(  # type: ignore[no-any-return]
