@@ -292,6 +292,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         and not item.get_closest_marker("skip")
     ]
     state = _session(session.config)
+    from perfsuite.core.preloads import preload_for
+
+    preload_for(spec for spec, _ in cases)  # before the first worker boots the forkserver
     gpu = [spec for spec, on_gpu in cases if on_gpu]
     if gpu:
         state.prefetch(gpu)
@@ -375,7 +378,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if report is not None and not state.refresh:
         from perfsuite.reports import write_report
         from perfsuite.reports.charts import ReportExtraMissing
-        from perfsuite.reports.results import parse_results
+        from perfsuite.results import parse_results
 
         try:
             written = write_report(parse_results(payload, "this pytest session"), report)

@@ -63,3 +63,10 @@ def calibration_blas_spinning(spec: CaseSpec) -> dict[str, Any]:
     from perfsuite.worker.run import train
 
     return dict(train(spec))
+
+
+def imported_at_start(spec: CaseSpec) -> dict[str, Any]:
+    """Which optional packages the worker had before its case imported anything."""
+    import sys
+
+    return {"status": "ok", "imported": sorted(n for n in ("bitsandbytes", "peft", "deepspeed") if n in sys.modules)}

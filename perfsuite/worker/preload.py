@@ -1,16 +1,40 @@
 """Imported once by the worker forkserver, so each case's process starts with these loaded.
 
 Importing torch and transformers' model classes takes seconds; forking a process
-that already has them takes milliseconds. Nothing here may start threads or touch a
+that already has them takes milliseconds. The session's cases add what they need
+(:func:`perfsuite.core.preloads.preload_for`). Nothing here may start threads or touch a
 GPU (a forked child cannot use a CUDA context its parent created).
 
-Warnings raised by these imports are kept in :data:`IMPORT_WARNINGS` and reported
-with every case (the forkserver's stderr is the caller's terminal).
+Warnings raised by these imports are kept in :data:`IMPORT_WARNINGS`, and what the
+session's extra imports print in :data:`IMPORT_OUTPUT`, both reported with every case
+(the forkserver's stderr is the caller's terminal).
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import warnings
+
+from perfsuite.core.preloads import CUDA_AT_IMPORT, ENV
+from perfsuite.worker.capture import captured_output
+
+
+def import_extras(names: list[str], *, gpu: bool) -> list[str]:
+    """Import ``names`` (empty ones ignored) and return those imported; with ``gpu``, none that
+    would create a CUDA context (:data:`perfsuite.core.preloads.CUDA_AT_IMPORT`). A package that
+    is not installed is left to the case, which skips itself saying what to install."""
+    imported = []
+    for name in filter(None, names):
+        if gpu and name in CUDA_AT_IMPORT:
+            continue
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        imported.append(name)
+    return imported
+
 
 with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
     warnings.simplefilter("always")
@@ -33,3 +57,12 @@ with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
         for _name in (_spec.config_class, _spec.model_class):
             if _name:
                 getattr(transformers, _name)
+
+    # What this session's cases import beyond the above (perfsuite.core.preloads), each once
+    # here instead of in every worker; on a machine with a GPU (is_available() creates no
+    # context), none that would create a CUDA context.
+    # What they print (DeepSpeed logs its accelerator) goes with every case's output, as it did
+    # when each worker imported them, not onto the caller's terminal.
+    with captured_output() as _printed:
+        PRELOADED = import_extras(os.environ.get(ENV, "").split(","), gpu=torch.cuda.is_available())
+    IMPORT_OUTPUT = _printed["output"]

@@ -18,6 +18,7 @@ import multiprocessing.connection
 import multiprocessing.forkserver
 import os
 import signal
+import sys
 import time
 import traceback
 import warnings
@@ -68,9 +69,9 @@ def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Conn
     os.environ.update(env)  # before anything asks CUDA which GPUs it sees
     duet.pin()  # a duet run's core (perfsuite ab), before anything starts threads
     conn.send(("started", time.monotonic()))
-    from perfsuite.worker import preload
+    from perfsuite.worker import preload, teardown
 
-    with captured_output() as captured, warnings.catch_warnings(record=True) as caught:
+    with captured_output() as captured, warnings.catch_warnings(record=True) as caught, teardown.deferred():
         warnings.simplefilter("always")
         try:
             message: tuple[str, Any] = ("result", target(spec))
@@ -79,7 +80,7 @@ def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Conn
         except BaseException as exc:  # the worker reports everything; the parent decides
             message = ("error", _describe_error(exc))
             traceback.print_exc()
-    output = captured["output"]
+    output = preload.IMPORT_OUTPUT + captured["output"]
     diagnostics = {
         "warnings": warning_list(preload.IMPORT_WARNINGS + caught),
         "output": output[-OUTPUT_LIMIT:],
@@ -87,6 +88,12 @@ def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Conn
     }
     conn.send((*message, diagnostics))
     conn.close()
+    # The record is sent: no engine teardown, no interpreter shutdown (collecting a model's
+    # objects, a process group's atexit). The parent kills what this process started.
+    teardown.discard()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _exit_reason(code: int | None) -> str:
@@ -160,8 +167,9 @@ def run_isolated(
             _kill_group(proc)
             proc.kill()
             proc.join()
-        if kind not in ("result", "skipped"):
-            _kill_group(proc)  # whatever a failed worker left behind (a rank that outlived it)
+        # Whatever the worker left behind: a DataLoader worker of an engine it did not close
+        # (perfsuite.worker.teardown), a rank that outlived a failed case.
+        _kill_group(proc)
     wall = time.monotonic() - launched
     record: dict[str, Any]
     if kind == "result":

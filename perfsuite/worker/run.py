@@ -42,16 +42,27 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> CaseRecord:
 
     if spec.threads is not None:
         torch.set_num_threads(spec.threads)
+    from perfsuite.worker import teardown
+
     started = time.perf_counter()
     built = build(spec, rank=rank, world_size=world_size)
     built_at = time.perf_counter()
+    # Inside a worker, a single-process case's engine is left to the worker's exit (nothing
+    # measured depends on its teardown); a rank's process group is its launcher's to end.
+    defer = teardown.deferring() and world_size == 1
+    closed: float | None = None
     try:
         timed = _steps(spec, built)
     finally:
-        closing = time.perf_counter()
-        built.engine.close()
+        if defer:
+            teardown.keep(built.engine)
+        else:
+            closing = time.perf_counter()
+            built.engine.close()
+            closed = time.perf_counter() - closing
     timed.phases["build"] = built_at - started
-    timed.phases["close"] = time.perf_counter() - closing
+    if closed is not None:
+        timed.phases["close"] = closed
     return case_record(spec, built, timed, rank=rank, world_size=world_size)
 
 
@@ -112,6 +123,9 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
         raise NonFiniteLoss(f"loss is {losses[bad]} at optimizer step {bad} (of {len(losses)})")
     out.micro_batches = getattr(engine, "micro_batches", lambda steps: None)(len(losses))
     if spec.profile:
+        # Two steps: under FlopCounterMode, a checkpointed step's activations live longer (its module
+        # hooks; tiny-bert-grad_ckpt's peak 2.4 times), and counting in a warm-up step instead moved
+        # two tiny-llama cases' losses by 1e-6. The FLOP step measures nothing, so it comes last.
         out.breakdown = measure.memory_breakdown(engine)
         phase("memory_profile")
         out.flops = measure.count_flops(engine)

@@ -384,3 +384,8 @@ class HFTrainerEngine:
 
             deepspeed.comm.destroy_process_group()
         self._output_dir.cleanup()
+
+    def discard(self) -> None:
+        """Its output directory, when the engine is left unclosed to the worker's exit
+        (:mod:`perfsuite.worker.teardown`)."""
+        self._output_dir.cleanup()

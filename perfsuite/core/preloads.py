@@ -1,0 +1,53 @@
+"""What a session's forkserver imports for its cases, beyond torch, transformers and accelerate. Pure.
+
+Every worker is forked from one forkserver, so what the forkserver imported, each worker has
+for free; what it did not, each worker of a case that needs it imports again (bitsandbytes,
+peft, the Trainer and ``transformers.optimization`` about a second each on a 2-core CPU, 3.5 s
+on a GPU machine's host). :func:`preload_modules` names what the given cases need; the
+forkserver imports those of them that are installed (:mod:`perfsuite.worker.preload`). The
+caller names its cases with :func:`preload_for` before its first worker starts (the pytest
+session at collection, ``perfsuite run``, ``perfsuite ab`` before starting its sides).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from perfsuite.core.spec import CaseSpec
+
+ENV = "PERFSUITE_PRELOAD"
+"""The variable that carries the module names to the forkserver (comma-separated)."""
+
+TRAINER_MODULE = "perfsuite.worker.engines.hf_trainer"
+"""The Trainer engine: transformers' Trainer, with its peft and bitsandbytes integrations."""
+
+CUDA_AT_IMPORT = frozenset({"bitsandbytes", "peft", "galore_torch", "transformers.optimization", TRAINER_MODULE})
+"""Modules whose import reads every GPU's compute capability (bitsandbytes, directly or through
+peft and transformers' integrations), which creates a CUDA context: a worker forked from a
+forkserver holding one cannot use CUDA. On a machine with a GPU the forkserver leaves them to
+the workers."""
+
+
+def preload_modules(specs: Iterable[CaseSpec]) -> tuple[str, ...]:
+    """The modules ``specs`` import beyond the forkserver's base set, in a stable order."""
+    names: list[str] = []
+    for spec in specs:
+        strategy = spec.strategy_spec
+        names += strategy.requires
+        if strategy.optimizer == "adafactor":
+            names.append("transformers.optimization")
+        if spec.engine == "trainer":
+            names.append(TRAINER_MODULE)
+    # Not datasets (a case's own data file): pyarrow starts a thread at import, and a forkserver
+    # forks its workers, which must not inherit a lock some thread holds.
+    return tuple(sorted(set(names)))
+
+
+def preload_for(specs: Iterable[CaseSpec]) -> tuple[str, ...]:
+    """Have the forkservers started from now on (this process's, and those of processes it
+    starts) import what ``specs`` need; returns those names. A forkserver already running keeps
+    what it has: a worker imports whatever else its case needs itself."""
+    names = preload_modules(specs)
+    os.environ[ENV] = ",".join(names)
+    return names

@@ -1,0 +1,63 @@
+"""The forkserver imports what the session's cases need, once, instead of every worker importing it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import fault_cases
+import pytest
+
+from perfsuite.core.preloads import CUDA_AT_IMPORT, ENV, TRAINER_MODULE, preload_for, preload_modules
+from perfsuite.core.spec import CaseSpec
+
+
+def _spec(strategy: str, engine: str = "loop") -> CaseSpec:
+    return CaseSpec(model="tiny-bert", strategy=strategy, engine=engine, device="cpu")
+
+
+def test_each_case_names_what_it_imports_beyond_the_base_set() -> None:
+    assert preload_modules([_spec("vanilla"), _spec("fp16"), _spec("grad_ckpt")]) == ()
+    assert preload_modules([_spec("adafactor")]) == ("transformers.optimization",)
+    assert preload_modules([_spec("adamw_8bit")]) == ("bitsandbytes",)
+    assert preload_modules([_spec("lora")]) == ("peft",)
+    assert preload_modules([_spec("zero2_offload")]) == ("deepspeed",)
+    assert preload_modules([_spec("vanilla", "trainer")]) == (TRAINER_MODULE,)
+    both = preload_modules([_spec("all"), _spec("lora"), _spec("lora")])
+    assert both == ("peft", "transformers.optimization")  # the union, once each, in a stable order
+
+
+def test_on_a_gpu_machine_nothing_that_creates_a_cuda_context_is_preloaded() -> None:
+    """bitsandbytes reads every GPU's compute capability at import (so do peft and transformers'
+    integrations, which import it): a forkserver holding that context would break every worker."""
+    from perfsuite.worker.preload import import_extras
+
+    names = ["bitsandbytes", "peft", TRAINER_MODULE, "transformers.optimization", "lion_pytorch", ""]
+    assert import_extras(names, gpu=True) == ["lion_pytorch"]
+    assert set(import_extras(names, gpu=False)) == set(names) - {""}
+    assert {"bitsandbytes", "peft", "transformers.optimization", TRAINER_MODULE} <= CUDA_AT_IMPORT
+    assert import_extras(["no_such_package_here"], gpu=False) == []  # the case skips itself
+
+
+@pytest.fixture
+def fresh_forkserver(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    from perfsuite.worker.process import renew_forkserver
+
+    monkeypatch.delenv(ENV, raising=False)
+    renew_forkserver()
+    yield
+    renew_forkserver()  # the next test's workers get a forkserver of the environment they set
+
+
+@pytest.mark.cpu
+@pytest.mark.usefixtures("fresh_forkserver")
+def test_a_worker_starts_with_what_its_session_preloaded() -> None:
+    from perfsuite.worker.process import renew_forkserver, run_isolated
+
+    spec = _spec("zero2_offload")
+    plain = run_isolated(spec, timeout_s=120, target=fault_cases.imported_at_start)
+    assert plain["imported"] == []
+    assert preload_for([spec, _spec("adamw_8bit")]) == ("bitsandbytes", "deepspeed")
+    renew_forkserver()
+    preloaded = run_isolated(spec, timeout_s=120, target=fault_cases.imported_at_start)
+    assert preloaded["imported"] == ["bitsandbytes", "deepspeed"]
+    assert "Setting accelerator to CPU" in preloaded["output"]  # DeepSpeed's import log: the case's, not the terminal's
