@@ -216,3 +216,21 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path: Path, twice: bo
     assert case["verdict"] == "undecided"
     assert len(case["ratios"]) >= 2  # the two rounds before Ctrl-C, at least
     assert case["memory"]["a"] == case["memory"]["b"] > 0
+
+
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        "tiny-bert-zero2_offload+grad_accum",
+        "tiny-llama-grad_accum-trainer",
+        "tiny-bert-fp16+grad_ckpt-trainer",
+        "tiny-bert-ddp+grad_accum-ws2",
+        "bert-base-uncased-vanilla",
+    ],
+)
+def test_bisect_takes_any_case_perfsuite_run_names(case_id: str) -> None:
+    """A composed case is where interaction bugs show, so it is what one bisects: every id
+    `perfsuite run` gives a case, in the matrix or not, names that case back."""
+    from perfsuite.ab.runner import case_spec
+
+    assert case_spec(case_id, steps=None, threads=1).id == case_id

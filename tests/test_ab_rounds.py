@@ -46,9 +46,16 @@ class FakeSide:
     """A side whose step time is ``scale`` × the case's base time; records every run and reset."""
 
     def __init__(
-        self, name: str, scale: dict[str, float], log: list[str], fail: str | None = None, noise: float = 0.0
+        self,
+        name: str,
+        scale: dict[str, float],
+        log: list[str],
+        fail: str | None = None,
+        noise: float = 0.0,
+        loss: dict[str, list[float]] | None = None,
     ) -> None:
         self.name, self.scale, self.log, self.fail, self.noise = name, scale, log, fail, noise
+        self.loss = loss or {}
 
     def reset(self) -> None:
         self.log.append(f"{self.name} reset")
@@ -68,7 +75,7 @@ class FakeSide:
             "step_time_s": {"median": step, "samples": [step] * 4},
             "peak_memory_bytes": 1000,
             "memory_breakdown_bytes": {"parameters": 600, "activations": 400},
-            "loss": [2.0, 1.5],
+            "loss": self.loss.get(case, [2.0, 1.5]),
             "model": spec["model"],
             "strategy": spec["strategy"],
             "applied": {"attention_implementation": "sdpa"},
@@ -209,3 +216,30 @@ def test_outside_a_duet_nothing_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     duet.pin()
     assert os.sched_getaffinity(0) == before
     assert pairs.MODES == ("auto", "duet", "alternate")
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_memory_and_loss_are_told_at_the_first_pair_and_may_end_the_case_there(stop: bool) -> None:
+    """A loss 4 times too large is known at pair 1; the time needs its pairs. Said at once, and
+    with ``stop_on_regression`` the case ends there, regressed, its time undecided."""
+    from perfsuite.ab.compare import checks_line
+
+    log: list[str] = []
+    changed = {"tiny-bert-grad_accum": [8.0, 6.0]}
+    sides = (FakeSide("A", {}, log), FakeSide("B", {}, log, loss=changed))
+    told: list[tuple[str, str, int]] = []
+
+    def on_checks(result: Any) -> None:
+        told.append((result.case, checks_line(result), len(result.log_ratios)))
+
+    schedule = Schedule(first=6, step=2, cap=10, floor=0.03, confidence=0.95)
+    same, worse = _rounds([_spec(), _spec("grad_accum")], sides, schedule, on_checks=on_checks, stop_on_regression=stop)
+    assert sorted(told) == [
+        ("tiny-bert-grad_accum", "regressed: loss max |Δ| 6 at pair 1", 1),
+        ("tiny-bert-vanilla", "memory and loss as base at pair 1 (time: pairs to come)", 1),
+    ]
+    assert worse.verdict == "regressed"
+    assert len(worse.log_ratios) == (1 if stop else 6)
+    assert (worse.time is None) == stop
+    assert same.verdict == "same"  # the other case goes on to its time verdict either way
+    assert len(same.log_ratios) == 6

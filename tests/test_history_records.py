@@ -25,7 +25,7 @@ from perfsuite.history.records import (
     write_record,
 )
 from perfsuite.history.tracking import LABEL, Action, apply, plan
-from perfsuite.reports.results import parse_results
+from perfsuite.results import parse_results
 
 CASE = "tiny-bert-grad_ckpt"
 

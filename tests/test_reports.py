@@ -22,8 +22,8 @@ from tools import chromium, require
 from perfsuite.cli import main
 from perfsuite.history.records import night_record, write_record
 from perfsuite.reports import write_report
-from perfsuite.reports.results import load_results, parse_results
 from perfsuite.reports.summary import LIMIT_BYTES, summary_markdown
+from perfsuite.results import load_results, parse_results
 
 pytest.importorskip("matplotlib", reason="the report extra: pip install 'perfsuite[report]'")
 

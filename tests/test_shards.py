@@ -11,7 +11,7 @@ import pytest
 
 from perfsuite.cli import main
 from perfsuite.core.shards import assign, parse_shard
-from perfsuite.reports.results import ResultsError, merge_results
+from perfsuite.results import ResultsError, merge_results
 
 
 def test_a_shard_is_i_of_n() -> None:

@@ -83,3 +83,35 @@ def test_where_the_time_went_sums_the_ok_cases_and_names_the_rest_other() -> Non
     )
     assert wall_time_line([failed]) is None
     assert wall_time_line([{"status": "ok", "wall_s": 3.0}]) is None  # a record from before phases were kept
+
+
+def test_a_table_in_a_log_keeps_whole_case_ids_and_verdicts(capsys: Any) -> None:
+    """A CI log, a file or a pipe is no terminal: tables there are written wide, so no case id
+    or verdict is cut short ("tiny-ber…", "regress…"), as 80 columns did."""
+    from perfsuite.reports.ab import render_table
+    from perfsuite.reports.tables import LOG_WIDTH, log_console
+
+    console = log_console()
+    assert not console.is_terminal  # pytest captures stdout
+    assert console.width == LOG_WIDTH
+    probe = {"version": "1", "file": None}
+    side = {"env": "current", "overlay": [], "probe": {"libraries": {"torch": probe}}}
+    case = {
+        "case": "tiny-bert-zero2_offload+grad_accum-trainer",
+        "verdict": "regressed",
+        "error": None,
+        "time": {"ratio": 1.12, "low": 1.1, "high": 1.14, "verdict": "slower", "pairs": 15},
+        "mode": "alternate",
+        "memory": {"a": 2**20, "b": 2**20, "breakdown_a": {}, "breakdown_b": {}},
+        "loss": {"max_abs_diff": 0.0},
+    }
+    payload = {"cases": [case], "verdicts": {"regressed": 1}, "sides": {"base": side, "candidate": side}}
+    console.print(render_table(payload))
+    out = capsys.readouterr().out
+    assert "tiny-bert-zero2_offload+grad_accum-trainer" in out
+    assert "1.120 [1.100, 1.140] slower" in out
+    assert "…" not in out
+    # On a narrow terminal a long id folds onto the next line instead of losing its end.
+    narrow = io.StringIO()
+    Console(file=narrow, width=80).print(render_table(payload))
+    assert "…" not in narrow.getvalue()

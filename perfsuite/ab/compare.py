@@ -16,6 +16,7 @@ from perfsuite.ab.rounds import CaseResult, compare_cases
 from perfsuite.ab.sides import Side
 from perfsuite.core.baselines import write_json_atomic
 from perfsuite.core.paired import SAME_CONFIDENCE, Schedule, alarm_looks, case_confidence, min_pairs
+from perfsuite.core.preloads import preload_for
 from perfsuite.core.provenance import now
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
@@ -29,8 +30,8 @@ class Failed(Exception):
 
 MAX_PAIRS = 60
 """The default cap. A case whose pairs vary by 6% (tiny-bert-grad_ckpt's did by 6-8% on a 2-core EPYC)
-has a 5% change called slower 99.8% of the time by 60 pairs and 88% by 40, a 4% change (how a duet
-reads a 5% slowdown) 84% and 61% (benchmarks/ab/simulate.py, docs/ab.md)."""
+has a 5% change called slower by 60 pairs in nearly every simulated comparison
+(benchmarks/ab/simulate.py; the figures in docs/ab.md, "What the schedule decides")."""
 
 
 def schedule_for(cases: int, *, floor: float, alpha: float, first: int | None, cap: int | None) -> Schedule:
@@ -43,7 +44,7 @@ def schedule_for(cases: int, *, floor: float, alpha: float, first: int | None, c
     uniform-slowdown runs of the 35 cases on a 2-core EPYC, a case slowed 5% had 7 pairs that
     all read 1.00-1.04 and was called *same* (a duet, 1.022 [1.014, 1.030], and an alternating
     multi-rank case), where this machine's A/A pairs, resampled and shifted 5%, are called
-    *same* in 0.05-0.15% of cases (docs/ab.md). From the first alarm look on, *slower* is
+    *same* in 0.05-0.15% of cases (benchmarks/results.md). From the first alarm look on, *slower* is
     reachable at the same look.
     """
     grid_from = first if first is not None else min_pairs(SAME_CONFIDENCE) + 1
@@ -57,6 +58,24 @@ def schedule_for(cases: int, *, floor: float, alpha: float, first: int | None, c
     confidence, alarms = alarm_looks(grid.looks(), cases=cases, alpha=alpha)
     start = first if first is not None else alarms[0]
     return dataclasses.replace(grid, first=start, confidence=confidence, alarms=alarms)
+
+
+def checks_line(result: CaseResult) -> str:
+    """Memory and loss as the first pair decided them: ``regressed: loss max |Δ| 25.1 at pair 1``."""
+    failing = [c for c in result.checks if not c.ok]
+    if not failing:
+        return "memory and loss as base at pair 1 (time: pairs to come)"
+    word = "regressed" if result.checks_regressed else "improved"
+    what = []
+    for check in failing:
+        if check.metric == "loss":
+            diff = max((abs(a - b) for a, b in zip(result.loss_a, result.loss_b, strict=False)), default=0.0)
+            what.append(f"loss max |Δ| {diff:.3g}")
+        elif check.rel is not None:
+            what.append(f"{check.metric} {check.rel:+.1%}")
+        else:
+            what.append(check.metric)
+    return f"{word}: {', '.join(what)} at pair 1"
 
 
 @dataclasses.dataclass
@@ -73,6 +92,7 @@ class AbRun:
     @classmethod
     def start(cls, args: argparse.Namespace, specs: list[CaseSpec], say: Callable[[str], None]) -> AbRun:
         sides: list[Side] = []
+        preload_for(specs)  # both sides' forkservers import what the cases need
         try:
             for name in ("base", "candidate"):
                 say(f"perfsuite: setting up {name} ({getattr(args, name)})")
@@ -109,10 +129,13 @@ class AbRun:
             return ["perfsuite: base → candidate: the same versions (an A/A comparison)"]
         return [f"perfsuite: base → candidate: the same package versions, in {a.env.label} and {b.env.label}"]
 
-    def compare_all(self, timeout_s: float) -> list[CaseResult]:
+    def compare_all(self, timeout_s: float, *, stop_on_regression: bool = False) -> list[CaseResult]:
         started = time.monotonic()
         total = len(self.specs)
         done: set[str] = set()
+
+        def checks(result: CaseResult) -> None:
+            self.say(f"  {result.case}: {checks_line(result)} · {time.monotonic() - started:.0f} s")
 
         def progress(result: CaseResult, finished: bool) -> None:
             t = result.time
@@ -133,6 +156,8 @@ class AbRun:
             device_type=self.device_type,
             mode=self.mode,
             progress=progress,
+            on_checks=checks,
+            stop_on_regression=stop_on_regression,
             on_round=lambda index, cases: self.say(
                 f"  round {index + 1}: {cases} case(s) · {time.monotonic() - started:.0f} s"
             ),

@@ -60,13 +60,18 @@ class CaseResult:
         self.steps_b.append(step_times(pair.records[1]))
 
     @property
+    def checks_regressed(self) -> bool:
+        """Whether memory or the loss regressed: more memory, or another loss. Known at the first
+        pair (both are deterministic on one stack); the time needs its pairs."""
+        return any(not c.ok and (c.rel is None or c.rel > 0 or c.metric == "loss") for c in self.checks)
+
+    @property
     def verdict(self) -> str:
         """``regressed`` (slower, more memory or another loss), ``improved``, ``same``, ``undecided``
         or ``cannot test``."""
         if self.error is not None:
             return "cannot test"
-        worse = any(not c.ok and (c.rel is None or c.rel > 0 or c.metric == "loss") for c in self.checks)
-        if worse or (self.time is not None and self.time.verdict == "slower"):
+        if self.checks_regressed or (self.time is not None and self.time.verdict == "slower"):
             return "regressed"
         if any(not c.ok for c in self.checks) or (self.time is not None and self.time.verdict == "faster"):
             return "improved"
@@ -160,6 +165,8 @@ def compare_cases(
     mode: Choice = "auto",
     progress: Callable[[CaseResult, bool], None] = lambda result, finished: None,
     on_round: Callable[[int, int], None] = lambda index, cases: None,
+    on_checks: Callable[[CaseResult], None] = lambda result: None,
+    stop_on_regression: bool = False,
     seed: int = 0,
 ) -> list[CaseResult]:
     """Every case compared in rounds: one pair of each open case per round, in a new random order
@@ -170,7 +177,9 @@ def compare_cases(
     case's step time by a few percent the same way in every run (measured: docs/ab.md), so each
     round draws a new one for each side, and the pairs average it out (a GPU's sides keep
     theirs: :attr:`perfsuite.core.spec.RunDefaults.fresh_layout`). Memory and loss
-    come from the first round's runs (profiled). ``progress`` hears of each verdict (and each
+    come from the first round's runs (profiled), and ``on_checks`` hears of them at once, each
+    case's after its first pair; with ``stop_on_regression`` a case whose memory or loss
+    regressed is finished there, its time undecided. ``progress`` hears of each verdict (and each
     error), and whether the case is finished, ``on_round`` of each round's start (its index, the cases it runs).
     """
     results = {
@@ -191,8 +200,10 @@ def compare_cases(
                     side.reset()
             for spec in order.sample(pending, len(pending)):
                 _one_pair(results[spec.id], spec, sides, index, timeout_s, tolerance)
+                if index == 0 and results[spec.id].error is None:
+                    on_checks(results[spec.id])
             index += 1
-            pending = _judged(pending, results, schedule, progress)
+            pending = _judged(pending, results, schedule, progress, stop_on_regression)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (perfsuite.cli.ab): the pair in flight is dropped
         # A look this round's pairs reached still counts; the other open cases are cut short.
         fresh = [spec for spec in pending if results[spec.id].unjudged]
@@ -221,12 +232,13 @@ def _judged(
     results: Mapping[str, CaseResult],
     schedule: Schedule,
     progress: Callable[[CaseResult, bool], None],
+    stop_on_regression: bool = False,
 ) -> list[CaseSpec]:
     """The cases still open after a round: each judged where its pairs reach a look, and told to ``progress``."""
     still: list[CaseSpec] = []
     for spec in pending:
         result = results[spec.id]
-        if result.error is not None:
+        if result.error is not None or (stop_on_regression and result.checks_regressed):
             progress(result, True)
             continue
         paired = schedule.judge(result.log_ratios)

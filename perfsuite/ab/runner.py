@@ -17,24 +17,21 @@ from perfsuite.ab.envs import EnvError, make_env
 from perfsuite.ab.rounds import CaseResult, compare_case
 from perfsuite.ab.sides import Side
 from perfsuite.core.baselines import write_json_atomic
-from perfsuite.core.registry import matrix_cases
-from perfsuite.core.spec import CaseSpec, tier_spec
+from perfsuite.core.declaration import load_project
+from perfsuite.core.preloads import preload_for
+from perfsuite.core.spec import CaseSpec, parse_case_id, tier_spec
 from perfsuite.core.tolerance import Tolerance
 
 
 def case_spec(case_id: str, *, steps: int | None, threads: int) -> CaseSpec:
-    """The matrix case ``case_id`` as the tiers run it (``ValueError`` naming where to look when unknown)."""
-    from perfsuite.cli.common import load_project
-
+    """The case ``case_id`` as the tiers run it: any id ``perfsuite run`` names, composed strategies,
+    engine and ranks included, in the matrix or not (a ``ValueError`` says what a valid id is)."""
     load_project()
-    for case in matrix_cases():
-        spec = tier_spec(case.model, case.strategy, case.engine, world_size=case.world_size)
-        if spec.id == case_id:
-            overrides: dict[str, Any] = {"threads": threads}
-            if steps is not None:
-                overrides["steps"] = steps
-            return dataclasses.replace(spec, **overrides)
-    raise ValueError(f"no case {case_id!r} in the matrix; `python -m pytest --collect-only -q -m cpu` lists the ids")
+    model, strategy, engine, world_size = parse_case_id(case_id)
+    overrides: dict[str, Any] = {"threads": threads}
+    if steps is not None:
+        overrides["steps"] = steps
+    return tier_spec(model, strategy, engine, world_size=world_size, **overrides)
 
 
 def changed(result: CaseResult, metric: str) -> bool | None:
@@ -106,6 +103,7 @@ class Bisection:
 
     def run(self) -> int:
         package, metric = self.args.package, self.args.metric
+        preload_for([self.spec])
         try:
             good = Side("good", make_env(f"{package}=={self.versions[0]}", name="good"))
             good.check_pins()

@@ -72,6 +72,12 @@ def add_parser(sub: Any) -> None:
         help="cap while undecided (default 60)",
     )
     ab.add_argument(
+        "--stop-on-regression",
+        action="store_true",
+        help="finish a case at its first pair when its memory or loss regressed (both are decided there; "
+        "its time stays undecided)",
+    )
+    ab.add_argument(
         "--mode",
         choices=MODES,
         default="auto",
@@ -83,13 +89,12 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from perfsuite.ab.compare import AbRun, Failed
     from perfsuite.ab.envs import EnvError, parse_env
     from perfsuite.ab.pairs import check_mode
+    from perfsuite.reports.tables import log_console
 
-    console = Console(stderr=True)
+    console = log_console(stderr=True)
 
     def say(line: str) -> None:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -124,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
             say("perfsuite ab: interrupted while setting up the sides; nothing was measured or written")
             return EXIT_INTERRUPTED
         try:
-            results = ab_run.compare_all(args.timeout or defaults.timeout)
+            results = ab_run.compare_all(args.timeout or defaults.timeout, stop_on_regression=args.stop_on_regression)
         finally:
             ab_run.close()
     code = ab_run.finish(results, args, time.monotonic() - started, console)

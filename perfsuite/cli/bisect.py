@@ -35,13 +35,12 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from perfsuite.ab.bisect import BisectError, between, check_order, index_versions
     from perfsuite.ab.runner import Bisection, case_spec
+    from perfsuite.reports.tables import log_console
     from perfsuite.worker.device import default_device_type
 
-    console = Console(stderr=True)
+    console = log_console(stderr=True)
 
     def say(line: str) -> None:
         console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from perfsuite.core.declaration import find_pyproject, project_baselines_dir, read_pyproject
-from perfsuite.core.declaration import load as load_declaration
+from perfsuite.core.declaration import load_project as load_project
 
 
 class Parser(argparse.ArgumentParser):
@@ -30,13 +30,6 @@ def fail(message: str) -> int:
     """``perfsuite: error: <message>`` on stderr; the exit code of bad input."""
     print(f"perfsuite: error: {message}", file=sys.stderr)
     return 2
-
-
-def load_project() -> None:
-    """Read the declarations of the project around the working directory (its nearest pyproject.toml)."""
-    pyproject = find_pyproject(Path.cwd())
-    if pyproject is not None:
-        load_declaration(pyproject)
 
 
 def project_baselines() -> tuple[dict[str, Any], Path | None]:

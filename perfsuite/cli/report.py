@@ -48,7 +48,7 @@ def add_merge(sub: Any) -> None:
 def run_report(args: Any) -> int:
     from perfsuite.reports import write_report
     from perfsuite.reports.charts import ReportExtraMissing
-    from perfsuite.reports.results import ResultsError
+    from perfsuite.results import ResultsError
 
     settings, found = project_baselines()
     baselines = args.baselines or found
@@ -63,7 +63,7 @@ def run_report(args: Any) -> int:
 
 
 def run_merge(args: Any) -> int:
-    from perfsuite.reports.results import ResultsError, merge_results
+    from perfsuite.results import ResultsError, merge_results
 
     try:
         merged = merge_results(args.results, expect=args.expect)

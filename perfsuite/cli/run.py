@@ -14,6 +14,7 @@ from perfsuite.core.baselines import write_json_atomic
 from perfsuite.core.engines import ENGINES, check_engine
 from perfsuite.core.matrix import BUILTIN, first_run
 from perfsuite.core.models import get_model_spec
+from perfsuite.core.preloads import preload_for
 from perfsuite.core.registry import matrix_cases
 from perfsuite.core.scopes import SCOPES, in_scope
 from perfsuite.core.spec import DEFAULTS
@@ -241,14 +242,13 @@ def select(args: argparse.Namespace) -> tuple[list[Any], str, Any, str | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from perfsuite.core.spec import CaseSpec
-    from perfsuite.reports.tables import render
+    from perfsuite.reports.tables import log_console, render
     from perfsuite.worker.process import run_isolated
 
-    console = Console(stderr=True)
+    console = log_console(stderr=True)
     try:
         specs, device_type, defaults, note = select(args)
     except ValueError as exc:  # UnknownNameError and DeclarationError included
@@ -256,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if note:
         console.print(note, markup=False, highlight=False)
+    preload_for(specs)
     try:
         pool = _gpu_pool(args, device_type)
     except ValueError as exc:
@@ -317,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
         print(spent)
     if args.json or args.report:
         from perfsuite.core.provenance import run_facts
-        from perfsuite.reports.results import RUN_RESULTS_SCHEMA_VERSION
+        from perfsuite.results import RUN_RESULTS_SCHEMA_VERSION
         from perfsuite.worker.env import environment
 
         env = {**environment(device_type), **run_facts(Path.cwd())}
@@ -334,7 +335,7 @@ def _write_run_report(payload: dict[str, Any], out: Path) -> None:
     """``perfsuite run --report``: the report of this run, each case compared with its baseline when one exists."""
     from perfsuite.reports import write_report
     from perfsuite.reports.charts import ReportExtraMissing
-    from perfsuite.reports.results import parse_results
+    from perfsuite.results import parse_results
 
     settings, baselines = project_baselines()
     try:

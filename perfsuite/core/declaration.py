@@ -303,3 +303,11 @@ def project_baselines_dir(
     (default ``baselines``), relative to the project's root unless absolute."""
     chosen = Path(option or settings.get("baselines", "baselines"))
     return chosen if chosen.is_absolute() else (project / chosen).resolve()
+
+
+def load_project(start: Path | None = None) -> None:
+    """Read the declarations of the project around ``start`` (default: the working directory),
+    from its nearest ``pyproject.toml``."""
+    pyproject = find_pyproject(start or Path.cwd())
+    if pyproject is not None:
+        load(pyproject)

@@ -179,3 +179,35 @@ MULTI_RANK_STRATEGIES = ("ddp", "fsdp2", "zero2", "zero3")
 """The strategies that say how ranks share the work; the matrix runs them at :data:`MATRIX_WORLD_SIZE`."""
 MATRIX_WORLD_SIZE = 2
 """Ranks of the matrix's multi-rank cases: two CPU cores (gloo) in the CPU tier, two GPUs (NCCL) on a GPU box."""
+
+
+def parse_case_id(case_id: str) -> tuple[str, str, str, int]:
+    """``(model, strategy, engine, world size)`` of a case id as :attr:`CaseSpec.id` writes it:
+    ``<model>-<strategy>[-ws<N>][-<engine>]``, the strategy any registered one or a ``+``
+    composition (``tiny-bert-zero2_offload+grad_accum``). A ``ValueError`` says what a valid id is."""
+    from perfsuite.core.engines import ENGINES
+    from perfsuite.core.models import MODELS
+
+    rest, engine = case_id, "loop"
+    for name in ENGINES:
+        if name != "loop" and rest.endswith(f"-{name}"):
+            rest, engine = rest.removesuffix(f"-{name}"), name
+    world_size = 1
+    head, _, ranks = rest.rpartition("-ws")
+    if head and ranks.isdigit():
+        rest, world_size = head, int(ranks)
+    problems = []
+    for model in sorted(MODELS, key=len, reverse=True):  # the longest name first: tiny-bert before a tiny-
+        if rest.startswith(f"{model}-"):
+            strategy = rest.removeprefix(f"{model}-")
+            try:
+                resolve(strategy)
+            except ValueError as exc:
+                problems.append(f"{model}: {exc}")
+                continue
+            return model, strategy, engine, world_size
+    why = f" ({problems[0]})" if problems else f"; models: {', '.join(MODELS)}"
+    raise ValueError(
+        f"{case_id!r} is not a case id <model>-<strategy>[+<strategy>...][-ws<N>][-<engine>], "
+        f"as `perfsuite run` names cases{why}"
+    )

@@ -16,7 +16,7 @@ from perfsuite.history.records import (
     write_record,
 )
 from perfsuite.history.tracking import apply, open_tracking_issues, plan
-from perfsuite.reports.results import Results, ResultsError, load_results
+from perfsuite.results import Results, ResultsError, load_results
 
 
 def verdicts_markdown(records: list[dict[str, object]]) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 
 from perfsuite.core.baselines import write_text_atomic
 from perfsuite.history.judge import Judgement, Night, Rules, judge
-from perfsuite.reports.results import Results
+from perfsuite.results import Results
 
 RECORD_VERSION = 1
 METRICS = ("step time", "peak memory", "loss")

@@ -76,7 +76,8 @@ def render_table(payload: Mapping[str, Any]) -> Any:
 
     table = Table(title=verdict_line(payload), title_justify="left")
     for header in HEADERS:
-        table.add_column(header)
+        # A case id and a verdict are never cut short ("tiny-ber…", "regress…"): folded if need be.
+        table.add_column(header, overflow="fold")
     for row in rows(payload):
         table.add_row(*row)
     return table

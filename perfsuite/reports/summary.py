@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perfsuite.history.records import judge_all
-from perfsuite.reports.results import ReportCase, Results, regressions_first
 from perfsuite.reports.tables import verdict
+from perfsuite.results import ReportCase, Results, regressions_first
 
 LIMIT_BYTES = 1024 * 1024
 """GitHub's limit for one step's summary."""

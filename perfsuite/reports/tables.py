@@ -96,12 +96,24 @@ def summary_rows(cases: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str,
     return table
 
 
+LOG_WIDTH = 200
+"""Columns of a table written to a pipe, a file or a CI log, where nothing wraps it back."""
+
+
+def log_console(*, stderr: bool = False) -> Console:
+    """A console for the user's terminal, or, where output goes to a pipe, a file or a CI log,
+    one :data:`LOG_WIDTH` wide: rich would squeeze a table into 80 columns and cut case ids and
+    verdicts short ("tiny-ber…")."""
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console.width = LOG_WIDTH
+    return console
+
+
 def render(cases: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:
     """Print one table per model, then the reasons for skips and failures."""
     if console is None:
-        console = Console()
-        if not console.is_terminal:  # a pipe or a CI log: don't squeeze the table into 80 columns
-            console.width = 180
+        console = log_console()
     notes: list[str] = []
     for model, rows in summary_rows(cases).items():
         show_mfu = any(r["mfu"] is not None for r in rows)
@@ -164,7 +176,7 @@ def _gate_cells(outcome: Any) -> list[str]:
     failing = [c for c in outcome.checks if not c.ok and c.compared]
     notes = [f"{c.metric} out of tolerance" for c in failing]
     if time is not None and not time.compared:
-        notes.insert(0, "time not compared: no figure for this time class (see below)")
+        notes.insert(0, "time not compared: no figure for this time class")
     attempts = getattr(outcome, "time_attempts", [])
     if len(attempts) > 1:
         notes.insert(0, f"time run {len(attempts)} times: {' → '.join(attempts)}")
@@ -216,8 +228,7 @@ def verdict(statuses: Sequence[str], time_checks: Sequence[tuple[bool, str | Non
     return (
         f"{line}; step time NOT gated for {len(uncompared)} of {len(time_checks)} (no baseline figures for "
         f"this machine's time class {classes}; memory and loss were gated): record them here with "
-        "`perfsuite baselines refresh`, or compare two stacks side by side on this machine (`perfsuite ab`, "
-        "being built)"
+        "`perfsuite baselines refresh`, or compare two stacks side by side on this machine (`perfsuite ab`)"
     )
 
 
@@ -232,9 +243,10 @@ def outcomes_verdict(outcomes: Sequence[Any]) -> str:
     return verdict([o.status for o in outcomes], time_checks)
 
 
-def gate_text(outcomes: Sequence[Any], *, refresh: bool, width: int = 200, notes: Sequence[str] = ()) -> str:
+def gate_text(outcomes: Sequence[Any], *, refresh: bool, width: int = LOG_WIDTH, notes: Sequence[str] = ()) -> str:
     """The session summary as terminal text: one row per case (a refresh: its old → new per metric),
-    then ``notes`` (the session's drift) and every step time that was not compared."""
+    then ``notes`` (the session's drift). Why a step time was not compared is the first line's,
+    once (the whole message per case is in the markdown summary and ``--perfsuite-json``)."""
     table = Table(header_style="bold", title="perfsuite: baselines " + ("refreshed" if refresh else "compared"))
     for column in _REFRESH_COLUMNS if refresh else _GATE_COLUMNS:
         table.add_column(column, overflow="fold")
@@ -247,11 +259,11 @@ def gate_text(outcomes: Sequence[Any], *, refresh: bool, width: int = 200, notes
     buffer = io.StringIO()
     Console(file=buffer, width=width, force_terminal=False, color_system=None).print(table)
     first = "" if refresh else outcomes_verdict(outcomes) + "\n"
-    return first + buffer.getvalue() + "".join(f"{line}\n" for line in [*notes, *_uncompared(outcomes)])
+    return first + buffer.getvalue() + "".join(f"{line}\n" for line in notes)
 
 
 def _uncompared(outcomes: Sequence[Any]) -> list[str]:
-    """The whole message of every step time that was not compared (one line each, below the table)."""
+    """The whole message of every step time that was not compared (one line each, below the markdown table)."""
     return [c.message for o in outcomes for c in o.checks if not c.compared]
 
 

@@ -3,7 +3,7 @@
 
 A tier's wall time is mostly not its timed steps: building the model, the profiling steps and
 a fresh worker's start come first. This line says how much of each, so that whoever trims a
-tier (or plans a lent GPU's ten minutes) trims what is large.
+tier (or plans a GPU job's time limit) trims what is large.
 """
 
 from __future__ import annotations
