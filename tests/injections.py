@@ -3,7 +3,7 @@
 ``PERFSUITE_INJECT="<case id or *>=<kind>;..."`` picks what goes wrong in which case:
 
 - ``slow``: every training step takes 25% longer (busy-waiting, after the step's own work),
-  the slowdown issue 8 asks the CPU tier to catch. Over three runs of
+  the slowdown the CPU tier must catch. Over three runs of
   tests/test_injected_regressions.py (36 readings: six slowed cases, two runs each) it
   read +17.6% to +32.9%, mean +24.3%, standard deviation 3.5 points, against the 15%
   floor (docs/timing.md);

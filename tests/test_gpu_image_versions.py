@@ -1,4 +1,4 @@
-"""What broke on the lent GPU image's library versions (docs/gpu.md), each shown on a CPU.
+"""What broke on a GPU image's library versions (docs/gpu.md), each shown on a CPU.
 
 The image runs transformers 5.17.0, peft 0.21.0, bitsandbytes 0.50.2 and pytest-benchmark
 5.2.3; CI runs the newest of each. Three things failed there that the CPU tier never reached:

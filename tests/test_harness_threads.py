@@ -1,5 +1,5 @@
-"""Nothing of perfsuite's runs while a step is timed (issue: the calibration slowed every
-CPU step ~1.8x): each case's record counts the threads that ran during its timed steps
+"""Nothing of perfsuite's runs while a step is timed (the calibration once slowed every CPU
+step ~1.8x): each case's record counts the threads that ran during its timed steps
 (perfsuite/cpu_threads.py), and a case at two threads has two busy threads, through
 either engine. The same case with its calibration's BLAS left at two threads (as before
 the fix) shows a third, so the check can fail. ``perfsuite overhead`` measures the cost

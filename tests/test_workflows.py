@@ -101,7 +101,8 @@ def test_the_gpu_scopes_run_where_they_should() -> None:
         crons = [entry["cron"] for entry in workflow[True]["schedule"]]
         assert crons == ["17 2 * * 1-6", "17 2 * * 0"], path
         scope = _jobs(path)["gpu"]["env"]["SCOPE"]
-        assert "github.event.schedule == '17 2 * * 0' && 'weekly'" in scope and scope.endswith("|| 'nightly' }}")
+        assert "github.event.schedule == '17 2 * * 0' && 'weekly'" in scope
+        assert scope.endswith("|| 'nightly' }}")
         run = "\n".join(step.get("run", "") for step in _jobs(path)["gpu"]["steps"])
         assert '--perfsuite-scope "$SCOPE"' in run, path
 

@@ -1,9 +1,10 @@
-"""Rewrite a bitsandbytes wheel with only its CPU and CUDA 13 libraries (the lent image's torch is cu130).
+"""Rewrite a bitsandbytes wheel with only its CPU and CUDA 13 libraries (the GPU image's torch is cu130).
 
     python .ci/gpu-image/trim_bnb.py .whl/bitsandbytes-*.whl
 
-The wheel ships one native library per CUDA, ROCm and XPU version, 43 MB in all; a device call
-carries 64 MiB. RECORD loses the dropped files' lines, so the wheel stays valid.
+The wheel ships one native library per CUDA, ROCm and XPU version, 43 MB in all; an offline
+image's wheels travel with the checkout, so only the two it loads are kept (about 7 MB).
+RECORD loses the dropped files' lines, so the wheel stays valid.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The measurement table of docs/ab.md from benchmarks/ab/measure.sh's JSON files.
+"""A per-case table of benchmarks/ab/measure.sh's comparisons, from their JSON files (docs/ab.md has the summary).
 
     python benchmarks/ab/table.py ab-results
 

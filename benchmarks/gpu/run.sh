@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU tier's work on a lent GPU machine, in stages that fit one device call each (docs/gpu.md).
+# The GPU tier's usual jobs on a GPU machine, in stages that each fit a 10-minute job (docs/gpu.md).
 #
 #   bash benchmarks/gpu/run.sh STAGE [ARGS...]      # on the device, after .ci/gpu-image/setup install
 #

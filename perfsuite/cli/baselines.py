@@ -43,7 +43,7 @@ def add_parser(sub: Any) -> None:
         type=positive_seconds,
         metavar="SECONDS",
         help="start no case once the time left is less than the longest case so far; what finished is written, "
-        "and --missing goes on from there (a GPU lent for one call, a CI job's limit)",
+        "and --missing goes on from there (a CI job's time limit)",
     )
     refresh.add_argument("--markdown", type=output_file, help="also write the old -> new table as markdown (a PR body)")
     refresh.add_argument(

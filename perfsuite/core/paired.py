@@ -17,8 +17,8 @@ between pairs. Its difference is ``d = log(time_B / time_A)``. Over the pairs:
 An alternative alarm rule is kept for measurement, off by default (``spread``): *slower*
 and *faster* on the pairs within ``spread`` times the median ``|d|`` of 0 only
 (:func:`near_zero`), so that a pair a stall put 30% off cannot widen the interval. It is
-exact too, but on a 2-core EPYC's own pairs it changed nothing (docs/ab.md, the every-push
-tier), so the shipped rule is the plain one the A/A comparisons measured.
+exact too, but on a 2-core EPYC's own pairs it changed nothing (benchmarks/results.md), so
+the shipped rule is the plain one the A/A comparisons measured.
 
 The two kinds of verdict are two tests with two error rates. *Slower* and *faster* are
 false alarms when wrong: a case may be called so at a few *alarm looks* only

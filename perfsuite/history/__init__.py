@@ -1,4 +1,4 @@
-"""Nightly results kept and judged over time (issue: pictures and history).
+"""Nightly results kept and judged over time.
 
 :mod:`perfsuite.history.judge` decides what a series of nights says. Pure: no torch,
 no pytest.

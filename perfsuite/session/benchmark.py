@@ -51,7 +51,7 @@ class JsonTarget(os.PathLike[str]):
 
     ``--benchmark-json`` is an open file up to pytest-benchmark 5.2 (``with self.json as fh``)
     and a path from 5.3 (``open(self.json, "wb")``). A refresh sets it itself, so the object
-    must work both ways: 5.2.3 with a plain ``Path`` failed every refresh on the lent GPU image
+    must work both ways: 5.2.3 with a plain ``Path`` failed every refresh on a GPU image
     (Python 3.12 warns on ``Path.__enter__``; 3.11 has no ``Path.write``).
     """
 
