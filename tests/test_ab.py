@@ -234,3 +234,12 @@ def test_bisect_takes_any_case_perfsuite_run_names(case_id: str) -> None:
     from perfsuite.ab.runner import case_spec
 
     assert case_spec(case_id, steps=None, threads=1).id == case_id
+
+
+@pytest.mark.parametrize("case_id", ["tiny-bert-ddp-ws02", "tiny-bert-vanilla-ws1"])
+def test_bisect_refuses_an_id_that_names_another(case_id: str) -> None:
+    """A record carries its case's own id: an id that only names it (-ws1, -ws02) is refused."""
+    from perfsuite.ab.runner import case_spec
+
+    with pytest.raises(ValueError, match="names the case 'tiny-bert-"):
+        case_spec(case_id, steps=None, threads=1)

@@ -116,6 +116,7 @@ def test_a_record_says_where_its_wall_time_went() -> None:
 def test_a_worker_sends_its_record_before_any_teardown_and_leaves_nothing_behind(tmp_path: Path) -> None:
     """The engine's close measures nothing, so a worker skips it: its DataLoader workers end with
     the worker's process group, and the Trainer's output directory is still removed."""
+    import os
     import tempfile
 
     from perfsuite.worker.run import run_case
@@ -124,25 +125,28 @@ def test_a_worker_sends_its_record_before_any_teardown_and_leaves_nothing_behind
     closed = run_case(CaseSpec(model="tiny-bert", strategy="vanilla", steps=1, warmup_steps=0, profile=False))
     assert "close" in closed["phases_s"]
 
-    def orphans() -> set[str]:  # processes handed to init: what a worker's exit left running
+    def strays() -> set[str]:
+        """Live processes forked from a forkserver outside this one's process group: a worker (its
+        own group) still running when its case has returned, or a DataLoader worker it started."""
         found = set()
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
+                state, _, pgid = stat.read_text().rsplit(")", 1)[1].split()[:3]
+                forked = b"multiprocessing.forkserver" in (stat.parent / "cmdline").read_bytes()
+            except (OSError, ValueError):
                 continue
-            if fields[1] == "1":  # the parent's pid
+            if forked and state != "Z" and int(pgid) != os.getpgrp():
                 found.add(stat.parent.name)
         return found
 
     temp = Path(tempfile.gettempdir())
-    before, orphaned = {p.name for p in temp.iterdir()}, orphans()
+    before, running = {p.name for p in temp.iterdir()}, strays()
     for strategy, engine in (("dataloader", "loop"), ("vanilla", "trainer")):
         spec = CaseSpec(model="tiny-bert", strategy=strategy, engine=engine, steps=2, warmup_steps=1, profile=False)
         record = run_isolated(spec, timeout_s=300)
         assert record["status"] == "ok", record["error"]
         assert "close" not in record["phases_s"]
-        assert not orphans() - orphaned, f"{spec.id} left processes running"
+        assert not strays() - running, f"{spec.id} left processes running"
     assert not [name for name in {p.name for p in temp.iterdir()} - before if name.startswith("perfsuite-")]
 
 

@@ -28,14 +28,29 @@ def test_each_case_names_what_it_imports_beyond_the_base_set() -> None:
 
 def test_on_a_gpu_machine_nothing_that_creates_a_cuda_context_is_preloaded() -> None:
     """bitsandbytes reads every GPU's compute capability at import (so do peft and transformers'
-    integrations, which import it): a forkserver holding that context would break every worker."""
+    integrations, which import it), DeepSpeed detects its accelerator: a forkserver that initialised
+    CUDA so would break every GPU worker."""
     from perfsuite.worker.preload import import_extras
 
-    names = ["bitsandbytes", "peft", TRAINER_MODULE, "transformers.optimization", "lion_pytorch", ""]
+    names = ["bitsandbytes", "peft", TRAINER_MODULE, "transformers.optimization", "deepspeed", "lion_pytorch", ""]
     assert import_extras(names, gpu=True) == ["lion_pytorch"]
     assert set(import_extras(names, gpu=False)) == set(names) - {""}
-    assert {"bitsandbytes", "peft", "transformers.optimization", TRAINER_MODULE} <= CUDA_AT_IMPORT
+    assert {"bitsandbytes", "peft", "transformers.optimization", TRAINER_MODULE, "deepspeed"} <= CUDA_AT_IMPORT
     assert import_extras(["no_such_package_here"], gpu=False) == []  # the case skips itself
+
+
+def test_the_forkserver_asks_cuda_nothing() -> None:
+    """torch.cuda.is_available() initialises CUDA in the process that calls it, and a worker forked
+    from a forkserver that did cannot use CUDA: whether torch is a CUDA build decides, which asks
+    the driver nothing."""
+    import inspect
+
+    from perfsuite.worker import preload
+
+    source = inspect.getsource(preload)
+    code = [line.split("#", 1)[0] for line in source.splitlines()]
+    assert any("torch.backends.cuda.is_built()" in line for line in code)
+    assert not any("torch.cuda." in line for line in code)
 
 
 @pytest.fixture

@@ -135,3 +135,17 @@ def test_run_and_refresh_take_the_scope(monkeypatch: pytest.MonkeyPatch, capsys:
     monkeypatch.setattr(subprocess, "run", fake_run)
     assert main(["baselines", "refresh", "--device", "cpu", "--scope", "nightly"]) == 0
     assert "--perfsuite-scope=nightly" in seen[0]
+
+
+def test_a_misspelt_scope_marker_stops_collection_naming_the_test(tmp_path: Path) -> None:
+    (tmp_path / "test_marked.py").write_text("import pytest\n\n@pytest.mark.scope('nighty')\ndef test_x():\n    pass\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--perfsuite-scope=push", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # a usage error
+    assert "test_marked.py::test_x: unknown scope 'nighty'; valid: push, nightly, weekly" in proc.stderr

@@ -115,3 +115,23 @@ def test_a_table_in_a_log_keeps_whole_case_ids_and_verdicts(capsys: Any) -> None
     narrow = io.StringIO()
     Console(file=narrow, width=80).print(render_table(payload))
     assert "…" not in narrow.getvalue()
+
+
+def test_a_step_time_left_ungated_on_purpose_says_so() -> None:
+    """Under --perfsuite-time=off no step time is compared, and the summary says why: not a
+    missing figure for this machine's class."""
+    from types import SimpleNamespace
+
+    from perfsuite.core.check import Check
+    from perfsuite.reports.tables import gate_text
+
+    def outcome(change: str) -> SimpleNamespace:
+        time = Check("step time", True, "—", "10 ms", change, "—", "", compared=False)
+        return SimpleNamespace(case="tiny-bert-vanilla", status="passed", checks=[time], records=[{}], message="")
+
+    off = gate_text([outcome("not gated")], refresh=False)
+    assert "time not compared: not gated (--perfsuite-time=off)" in off
+    assert "NOT gated for" not in off.splitlines()[0]
+    missing = gate_text([outcome("not compared")], refresh=False)
+    assert "time not compared: no figure for this time class" in missing
+    assert "step time NOT gated for 1 of 1" in missing.splitlines()[0]

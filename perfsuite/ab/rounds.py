@@ -21,7 +21,7 @@ from perfsuite.core.compare import check_loss, check_memory
 from perfsuite.core.kernels import check_kernels
 from perfsuite.core.observation import observe
 from perfsuite.core.paired import Paired, Schedule
-from perfsuite.core.spec import DEFAULTS, CaseSpec
+from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
 
 
@@ -172,11 +172,12 @@ def compare_cases(
     """Every case compared in rounds: one pair of each open case per round, in a new random order
     each round, until its time verdict is decided or it reaches the cap.
 
-    On a CPU, both sides' forkservers are renewed before every round but the first: every worker
-    forked from one interpreter inherits its randomised address-space layout, which moves a
-    case's step time by a few percent the same way in every run (measured: docs/ab.md), so each
-    round draws a new one for each side, and the pairs average it out (a GPU's sides keep
-    theirs: :attr:`perfsuite.core.spec.RunDefaults.fresh_layout`). Memory and loss
+    Both sides' forkservers are renewed before every round but the first: every worker forked
+    from one interpreter inherits its randomised address-space layout, which moves a case's step
+    time by a few percent the same way in every run on a CPU (measured: docs/ab.md), so each
+    round draws a new one for each side, and the pairs average it out. On a GPU too: a
+    host-bound GPU case may move by as much with a new forkserver (docs/gpu.md), and one kept
+    per side would be a bias the pairs cannot remove. Memory and loss
     come from the first round's runs (profiled), and ``on_checks`` hears of them at once, each
     case's after its first pair; with ``stop_on_regression`` a case whose memory or loss
     regressed is finished there, its time undecided. ``progress`` hears of each verdict (and each
@@ -195,7 +196,7 @@ def compare_cases(
     try:
         while pending:
             on_round(index, len(pending))
-            if index > 0 and DEFAULTS["cpu" if device_type == "cpu" else "cuda"].fresh_layout:
+            if index > 0:
                 for side in sides:
                     side.reset()
             for spec in order.sample(pending, len(pending)):
@@ -208,10 +209,11 @@ def compare_cases(
         # A look this round's pairs reached still counts; the other open cases are cut short.
         fresh = [spec for spec in pending if results[spec.id].unjudged]
         pending = [spec for spec in pending if not results[spec.id].unjudged]
-        pending += _judged(fresh, results, schedule, progress)
+        pending += _judged(fresh, results, schedule, progress, stop_on_regression)
         for spec in pending:
-            if results[spec.id].error is None:
-                results[spec.id].interrupted = True
+            result = results[spec.id]
+            if result.error is None and not (stop_on_regression and result.checks_regressed):
+                result.interrupted = True
     return [results[spec.id] for spec in specs]
 
 

@@ -31,7 +31,10 @@ def case_spec(case_id: str, *, steps: int | None, threads: int) -> CaseSpec:
     overrides: dict[str, Any] = {"threads": threads}
     if steps is not None:
         overrides["steps"] = steps
-    return tier_spec(model, strategy, engine, world_size=world_size, **overrides)
+    spec = tier_spec(model, strategy, engine, world_size=world_size, **overrides)
+    if spec.id != case_id:  # -ws1, -ws02: the record would carry another id than the one asked for
+        raise ValueError(f"{case_id!r} names the case {spec.id!r}; give that id")
+    return spec
 
 
 def changed(result: CaseResult, metric: str) -> bool | None:

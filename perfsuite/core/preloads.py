@@ -22,11 +22,13 @@ ENV = "PERFSUITE_PRELOAD"
 TRAINER_MODULE = "perfsuite.worker.engines.hf_trainer"
 """The Trainer engine: transformers' Trainer, with its peft and bitsandbytes integrations."""
 
-CUDA_AT_IMPORT = frozenset({"bitsandbytes", "peft", "galore_torch", "transformers.optimization", TRAINER_MODULE})
-"""Modules whose import reads every GPU's compute capability (bitsandbytes, directly or through
-peft and transformers' integrations), which creates a CUDA context: a worker forked from a
-forkserver holding one cannot use CUDA. On a machine with a GPU the forkserver leaves them to
-the workers."""
+CUDA_AT_IMPORT = frozenset(
+    {"bitsandbytes", "peft", "galore_torch", "transformers.optimization", TRAINER_MODULE, "deepspeed"}
+)
+"""Modules whose import asks CUDA about the GPUs: bitsandbytes reads every GPU's compute
+capability (so do peft, galore and transformers' integrations, which import it), DeepSpeed
+detects its accelerator. Either initialises CUDA in the forkserver, and a worker forked from it
+cannot use CUDA. Where torch is a CUDA build the forkserver leaves them to the workers."""
 
 
 def preload_modules(specs: Iterable[CaseSpec]) -> tuple[str, ...]:

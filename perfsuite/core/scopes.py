@@ -5,15 +5,17 @@ ones (Megatron-LM's and NeMo's merge-request, nightly and weekly suites work the
 
 - ``push``: what a pull request can afford. On a CPU, the cases ``python -m pytest`` runs on
   every push; on a GPU, bert-base-uncased's :data:`SEED_STRATEGIES` and its Trainer vanilla
-  (the table of the practitioners' first write-up), about 15 cases;
+  (the table of the practitioners' first write-up), 14 cases;
 - ``nightly``: on a CPU, the nightly tier's cases too (``pytest -m nightly``); on a GPU, every
   full-size model's seed strategies and its Trainer vanilla;
 - ``weekly``: the whole matrix.
 
-A team's declared cases say their scope (``scope = "nightly"`` in a matrix entry); without one
-they run in every scope. :func:`perfsuite.core.registry.matrix_cases` carries each case's
-scope; pytest's ``--perfsuite-scope``, ``perfsuite run --scope`` and
-``perfsuite baselines refresh --scope`` select by it.
+A team's declared cases say their scope (``scope = "nightly"`` in a matrix entry); without one,
+those marked ``nightly`` are in the nightly scope and the rest in every scope.
+:func:`perfsuite.core.registry.matrix_cases` carries each case's scope; pytest's
+``--perfsuite-scope``, ``perfsuite run --scope`` and ``perfsuite baselines refresh --scope``
+select by it. On a CPU, pytest's default ``-m "not nightly"`` still applies: ``pytest -m cpu
+--perfsuite-scope nightly`` takes the nightly tier too.
 """
 
 from __future__ import annotations

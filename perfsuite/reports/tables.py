@@ -176,7 +176,8 @@ def _gate_cells(outcome: Any) -> list[str]:
     failing = [c for c in outcome.checks if not c.ok and c.compared]
     notes = [f"{c.metric} out of tolerance" for c in failing]
     if time is not None and not time.compared:
-        notes.insert(0, "time not compared: no figure for this time class")
+        why = "not gated (--perfsuite-time=off)" if time.change == "not gated" else "no figure for this time class"
+        notes.insert(0, f"time not compared: {why}")
     attempts = getattr(outcome, "time_attempts", [])
     if len(attempts) > 1:
         notes.insert(0, f"time run {len(attempts)} times: {' → '.join(attempts)}")
@@ -233,11 +234,12 @@ def verdict(statuses: Sequence[str], time_checks: Sequence[tuple[bool, str | Non
 
 
 def outcomes_verdict(outcomes: Sequence[Any]) -> str:
-    """:func:`verdict` of a session's outcomes."""
+    """:func:`verdict` of a session's outcomes (a step time not gated on purpose, ``--perfsuite-time=off``,
+    is not counted as one without a figure for its class)."""
     time_checks = []
     for outcome in outcomes:
         check = next((c for c in outcome.checks if c.metric == "step time"), None)
-        if check is not None:
+        if check is not None and check.change != "not gated":
             record = outcome.records[0] if outcome.records else {}
             time_checks.append((bool(check.compared), record.get("time_class")))
     return verdict([o.status for o in outcomes], time_checks)

@@ -40,11 +40,16 @@ def machine_keys(device_type: str) -> tuple[str, str] | None:
 def select_scope(config: pytest.Config, items: list[pytest.Item], chosen: str) -> None:
     """Deselect the tests outside scope ``chosen``: each test's is its ``scope`` marker (a matrix
     case's comes from its declaration), ``push`` without one."""
-    from perfsuite.core.scopes import in_scope
+    from perfsuite.core.scopes import check_scope, in_scope
 
     def scope_of(item: pytest.Item) -> str:
         marker = item.get_closest_marker("scope")
-        return str(marker.args[0]) if marker is not None and marker.args else "push"
+        if marker is None:
+            return "push"
+        try:
+            return check_scope(marker.args[0] if len(marker.args) == 1 and not marker.kwargs else None, item.nodeid)
+        except ValueError as exc:
+            raise pytest.UsageError(f'{exc} (mark a test with @pytest.mark.scope("nightly"))') from None
 
     drop = [item for item in items if not in_scope(scope_of(item), chosen)]
     if drop:

@@ -59,10 +59,11 @@ with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
                 getattr(transformers, _name)
 
     # What this session's cases import beyond the above (perfsuite.core.preloads), each once
-    # here instead of in every worker; on a machine with a GPU (is_available() creates no
-    # context), none that would create a CUDA context.
-    # What they print (DeepSpeed logs its accelerator) goes with every case's output, as it did
-    # when each worker imported them, not onto the caller's terminal.
+    # here instead of in every worker; with a CUDA build of torch none that asks CUDA about the
+    # GPUs. Nothing here may ask either (torch.cuda.is_available() initialises CUDA, which a
+    # forked worker could not use): whether torch was built with CUDA asks nothing. What they
+    # print (DeepSpeed logs its accelerator) goes with every case's output, as it did when each
+    # worker imported them, not onto the caller's terminal.
     with captured_output() as _printed:
-        PRELOADED = import_extras(os.environ.get(ENV, "").split(","), gpu=torch.cuda.is_available())
+        PRELOADED = import_extras(os.environ.get(ENV, "").split(","), gpu=torch.backends.cuda.is_built())
     IMPORT_OUTPUT = _printed["output"]

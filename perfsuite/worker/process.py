@@ -82,6 +82,7 @@ def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Conn
             traceback.print_exc()
     output = preload.IMPORT_OUTPUT + captured["output"]
     diagnostics = {
+        "preloaded": list(preload.PRELOADED),
         "warnings": warning_list(preload.IMPORT_WARNINGS + caught),
         "output": output[-OUTPUT_LIMIT:],
         "output_truncated": len(output) > OUTPUT_LIMIT,
@@ -89,11 +90,12 @@ def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Conn
     conn.send((*message, diagnostics))
     conn.close()
     # The record is sent: no engine teardown, no interpreter shutdown (collecting a model's
-    # objects, a process group's atexit). The parent kills what this process started.
+    # objects, a process group's atexit). The worker ends its own process group, itself and
+    # whatever it started (DataLoader workers), while that group is surely its own.
     teardown.discard()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os.killpg(0, signal.SIGKILL)
 
 
 def _exit_reason(code: int | None) -> str:
@@ -167,9 +169,8 @@ def run_isolated(
             _kill_group(proc)
             proc.kill()
             proc.join()
-        # Whatever the worker left behind: a DataLoader worker of an engine it did not close
-        # (perfsuite.worker.teardown), a rank that outlived a failed case.
-        _kill_group(proc)
+        if kind not in ("result", "skipped"):
+            _kill_group(proc)  # whatever a failed worker left behind (a rank that outlived it)
     wall = time.monotonic() - launched
     record: dict[str, Any]
     if kind == "result":
@@ -180,6 +181,7 @@ def run_isolated(
         record = dict(failed_record(spec, status="failed", error=str(payload)))
     record["worker_startup_s"] = startup
     record["wall_s"] = wall
+    record["preloaded"] = diagnostics.get("preloaded", [])
     record["warnings"] = diagnostics.get("warnings", [])
     record["output"] = diagnostics.get("output", "")
     return record
