@@ -99,15 +99,19 @@ def test_the_registration_api_refuses_an_unknown_scope() -> None:
         registry.register_cases(["tiny-bert"], ["vanilla"], scope="monthly", source="conftest.py")
 
 
-def _collect(*args: str) -> list[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
-        cwd=ROOT,
+def _pytest(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
         capture_output=True,
         text=True,
         check=False,
         timeout=120,
     )
+
+
+def _collect(*args: str) -> list[str]:
+    proc = _pytest("--collect-only", "-q", *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return [line for line in proc.stdout.splitlines() if "::" in line]
 
@@ -139,13 +143,6 @@ def test_run_and_refresh_take_the_scope(monkeypatch: pytest.MonkeyPatch, capsys:
 
 def test_a_misspelt_scope_marker_stops_collection_naming_the_test(tmp_path: Path) -> None:
     (tmp_path / "test_marked.py").write_text("import pytest\n\n@pytest.mark.scope('nighty')\ndef test_x():\n    pass\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--perfsuite-scope=push", str(tmp_path)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    proc = _pytest("-q", "--perfsuite-scope=push", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 4, proc.stdout + proc.stderr  # a usage error
     assert "test_marked.py::test_x: unknown scope 'nighty'; valid: push, nightly, weekly" in proc.stderr

@@ -65,5 +65,5 @@ with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
     # print (DeepSpeed logs its accelerator) goes with every case's output, as it did when each
     # worker imported them, not onto the caller's terminal.
     with captured_output() as _printed:
-        PRELOADED = import_extras(os.environ.get(ENV, "").split(","), gpu=torch.backends.cuda.is_built())
+        PRELOADED = import_extras(os.environ.get(ENV, "").split(","), gpu=torch.backends.cuda.is_built())  # type: ignore[no-untyped-call]
     IMPORT_OUTPUT = _printed["output"]
