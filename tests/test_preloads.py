@@ -45,12 +45,15 @@ def test_the_forkserver_asks_cuda_nothing() -> None:
     the driver nothing."""
     import inspect
 
-    from perfsuite.worker import preload
+    from perfsuite.worker import device, preload
 
-    source = inspect.getsource(preload)
-    code = [line.split("#", 1)[0] for line in source.splitlines()]
-    assert any("torch.backends.cuda.is_built()" in line for line in code)
-    assert not any("torch.cuda." in line for line in code)
+    for source, asks in (
+        (inspect.getsource(preload), "device.cuda_built()"),
+        (inspect.getsource(device.cuda_built), "is_built()"),
+    ):
+        code = [line.split("#", 1)[0] for line in source.splitlines()]
+        assert any(asks in line for line in code)
+        assert not any("torch.cuda." in line for line in code)
 
 
 @pytest.fixture

@@ -3,8 +3,8 @@
 #
 #   bash benchmarks/gpu/run.sh STAGE [ARGS...]      # on the device, after .ci/gpu-image/setup install
 #
-# Every stage writes its logs and JSON under $OUT (the device tool's folder that comes back), and
-# its baselines under baselines/<gpu>/, which the stage copies to $OUT/baselines.tgz for committing here.
+# Every stage writes its logs and JSON under $OUT (a folder the job keeps, as a CI job's artifacts), and
+# its baselines under baselines/<gpu>/, which the stage copies to $OUT/baselines.tgz for committing.
 #   smoke             perfsuite run's quick set on the GPU (bert-base-uncased, 10 cases), timed
 #   claims            the GPU-only strategy claims (pytest -m gpu tests/test_strategy_claims.py)
 #   refresh EXPR [N]  perfsuite baselines refresh -k EXPR --repeats N (default 3) on the GPU
@@ -24,7 +24,7 @@
 #   xlmr [SEQ]        reference 004's XLM-R base/large table: vanilla, fp16, fp16+grad_ckpt at batch 8, SEQ tokens
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-: "${OUT:?run this on the device machine, where OUT is set}"
+: "${OUT:?set OUT to a folder for the logs, JSON and baselines.tgz}"
 export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR="$PWD/.gpu-ext"
 stage=${1:?usage: run.sh STAGE [ARGS...]; the stages are listed at the top of this file}
 shift
@@ -52,7 +52,7 @@ case "$stage" in
             tee "$OUT/claims.log" || rc=$?
         ;;
     refresh)
-        # Appends: a call may refresh in several small batches, each written when it ends.
+        # Appends: a job may refresh in several small batches, each written when it ends.
         expr=${1:?usage: run.sh refresh EXPR [N]}
         timed refresh perfsuite baselines refresh --device cuda -k "$expr" --repeats "${2:-3}" -- -p no:cacheprovider \
             2>&1 | tee -a "$OUT/refresh.log" || rc=$?
@@ -92,7 +92,7 @@ case "$stage" in
         for i in 1 2 3 4 5; do
             perfsuite run --device cuda --models bert-base-uncased --strategies vanilla,fp16 --no-profile \
                 --json "$runs/run-$i.json" 2>&1 | grep -E "ms/step|cases:"
-            tar czf "$OUT/noise.tgz" -C "$runs" .  # after every run: a call that runs out keeps the runs so far
+            tar czf "$OUT/noise.tgz" -C "$runs" .  # after every run: a job cut at its time limit keeps the runs so far
         done | tee "$OUT/noise.log" || rc=$?
         ;;
     ab)

@@ -68,8 +68,8 @@ def checks_line(result: CaseResult) -> str:
     word = "regressed" if result.checks_regressed else "improved"
     what = []
     for check in failing:
-        if check.metric == "loss":
-            diff = max((abs(a - b) for a, b in zip(result.loss_a, result.loss_b, strict=False)), default=0.0)
+        diff = result.loss_max_abs_diff
+        if check.metric == "loss" and diff is not None:
             what.append(f"loss max |Δ| {diff:.3g}")
         elif check.rel is not None:
             what.append(f"{check.metric} {check.rel:+.1%}")

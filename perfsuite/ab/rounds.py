@@ -60,6 +60,11 @@ class CaseResult:
         self.steps_b.append(step_times(pair.records[1]))
 
     @property
+    def loss_max_abs_diff(self) -> float | None:
+        """The largest difference between B's loss curve and A's (``None`` without two of one length)."""
+        return _max_diff(self.loss_a, self.loss_b)
+
+    @property
     def checks_regressed(self) -> bool:
         """Whether memory or the loss regressed: more memory, or another loss. Known at the first
         pair (both are deterministic on one stack); the time needs its pairs."""
@@ -100,7 +105,7 @@ class CaseResult:
                 "breakdown_a": self.breakdown_a,
                 "breakdown_b": self.breakdown_b,
             },
-            "loss": {"a": self.loss_a, "b": self.loss_b, "max_abs_diff": _max_diff(self.loss_a, self.loss_b)},
+            "loss": {"a": self.loss_a, "b": self.loss_b, "max_abs_diff": self.loss_max_abs_diff},
             "checks": [dataclasses.asdict(c) for c in self.checks],
         }
 
@@ -211,9 +216,8 @@ def compare_cases(
         pending = [spec for spec in pending if not results[spec.id].unjudged]
         pending += _judged(fresh, results, schedule, progress, stop_on_regression)
         for spec in pending:
-            result = results[spec.id]
-            if result.error is None and not (stop_on_regression and result.checks_regressed):
-                result.interrupted = True
+            if results[spec.id].error is None:
+                results[spec.id].interrupted = True
     return [results[spec.id] for spec in specs]
 
 

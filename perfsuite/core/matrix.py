@@ -151,37 +151,31 @@ def builtin_matrix() -> tuple[MatrixEntry, ...]:
     for model, (strategies, sizes) in MULTI_RANK_MATRIX.items():
         for size in sizes:
             entries += _entries(model, strategies, "loop", size)
-    entries += _entries("bert-base-uncased", ("ddp",), "loop", 1, nightly_tier=False)
+    entries += _entries("bert-base-uncased", ("ddp",), "loop", 1)
     return tuple(entries)
 
 
-def _entries(
-    model: str, names: tuple[str, ...] | list[str], engine: str, size: int, *, nightly_tier: bool = True
-) -> list[MatrixEntry]:
-    """One entry per (tier, scope) of ``model``'s ``names``: the nightly tier's marked ``nightly``."""
+def _entries(model: str, names: tuple[str, ...] | list[str], engine: str, size: int) -> list[MatrixEntry]:
+    """One entry per (tier, scope) of ``model``'s ``names``, the nightly tier's marked ``nightly``:
+    the every-push tier first, each tier's scopes from the smallest."""
     tiny = get_model_spec(model).tiny
-    entries = []
-    for nightly in (False, True) if nightly_tier else (False,):
-        for scope in SCOPES:
-            chosen = tuple(
-                n
-                for n in names
-                if nightly_only(model, n, engine, size) == nightly
-                and builtin_scope(model, n, engine, tiny=tiny, nightly=nightly, world_size=size) == scope
-            )
-            if chosen:
-                entries.append(
-                    MatrixEntry(
-                        models=(model,),
-                        strategies=chosen,
-                        engines=(engine,),
-                        markers=("nightly",) if nightly else (),
-                        source=BUILTIN,
-                        world_sizes=(size,),
-                        scope=scope,
-                    )
-                )
-    return entries
+    groups: dict[tuple[bool, int], list[str]] = {}
+    for name in names:
+        nightly = nightly_only(model, name, engine, size)
+        scope = builtin_scope(model, name, engine, tiny=tiny, nightly=nightly, world_size=size)
+        groups.setdefault((nightly, SCOPES.index(scope)), []).append(name)
+    return [
+        MatrixEntry(
+            models=(model,),
+            strategies=tuple(chosen),
+            engines=(engine,),
+            markers=("nightly",) if nightly else (),
+            source=BUILTIN,
+            world_sizes=(size,),
+            scope=SCOPES[scope],
+        )
+        for (nightly, scope), chosen in sorted(groups.items())
+    ]
 
 
 FIRST_RUN_STRATEGIES: tuple[tuple[str, str], ...] = (

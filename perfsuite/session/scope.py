@@ -51,7 +51,11 @@ def select_scope(config: pytest.Config, items: list[pytest.Item], chosen: str) -
         except ValueError as exc:
             raise pytest.UsageError(f'{exc} (mark a test with @pytest.mark.scope("nightly"))') from None
 
-    drop = [item for item in items if not in_scope(scope_of(item), chosen)]
+    _deselect(config, items, [item for item in items if not in_scope(scope_of(item), chosen)])
+
+
+def _deselect(config: pytest.Config, items: list[pytest.Item], drop: list[pytest.Item]) -> None:
+    """Take ``drop`` out of ``items``, telling pytest (counted as deselected)."""
     if drop:
         config.hook.pytest_deselected(items=drop)
         dropped = {id(item) for item in drop}
@@ -71,10 +75,7 @@ def select_by_baselines(
         complete = complete_on_this_machine(specs.values(), session.root, session.time_unit)
         drop = [item for item in items if specs.get(item.nodeid) in complete]
         session.already_complete = len(drop)
-        if drop:
-            config.hook.pytest_deselected(items=drop)
-            dropped = {id(item) for item in drop}
-            items[:] = [item for item in items if id(item) not in dropped]
+        _deselect(config, items, drop)
         return
     missing = without_baseline(specs.values(), session.root)
     for item in items:

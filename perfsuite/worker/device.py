@@ -217,6 +217,13 @@ def cuda_device_count() -> int:
     return int(torch.cuda.device_count())
 
 
+def cuda_built() -> bool:
+    """Whether this torch is a CUDA build. Asks the driver nothing, so a process that workers
+    are forked from may ask it (asking whether CUDA is available initialises CUDA, which a
+    forked worker could not use)."""
+    return bool(torch.backends.cuda.is_built())  # type: ignore[no-untyped-call]
+
+
 def cuda_usable() -> bool:
     """Whether torch can train on a CUDA GPU here."""
     return bool(torch.cuda.is_available())

@@ -60,10 +60,9 @@ with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
 
     # What this session's cases import beyond the above (perfsuite.core.preloads), each once
     # here instead of in every worker; with a CUDA build of torch none that asks CUDA about the
-    # GPUs. Nothing here may ask either (torch.cuda.is_available() initialises CUDA, which a
-    # forked worker could not use): whether torch was built with CUDA asks nothing. What they
-    # print (DeepSpeed logs its accelerator) goes with every case's output, as it did when each
-    # worker imported them, not onto the caller's terminal.
+    # GPUs (nor may this: device.cuda_built asks nothing). What they print (DeepSpeed logs its
+    # accelerator) goes with every case's output, as it did when each worker imported them,
+    # not onto the caller's terminal.
     with captured_output() as _printed:
-        PRELOADED = import_extras(os.environ.get(ENV, "").split(","), gpu=torch.backends.cuda.is_built())  # type: ignore[no-untyped-call]
+        PRELOADED = import_extras(os.environ.get(ENV, "").split(","), gpu=perfsuite.worker.device.cuda_built())
     IMPORT_OUTPUT = _printed["output"]
