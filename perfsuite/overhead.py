@@ -35,6 +35,9 @@ DEFAULT_SELECTION = (
 )
 """One case per family (fp32, autocast, 8-bit, ZeRO offload, Trainer), fp16 beside bf16."""
 
+NOT_RUN = "interrupted before it ran"
+"""The error of a case an interrupt left out."""
+
 
 @dataclass
 class Overhead:
@@ -108,9 +111,36 @@ def measure(
     run: Runner,
     pairs: int = 0,
     progress: Callable[[Overhead, int], None] = lambda result, round_: None,
+    results: list[Overhead] | None = None,
 ) -> list[Overhead]:
-    """Each spec's rounds, case and bare loop alternated ABBA; ``run`` is :func:`perfsuite.worker.run_isolated`."""
-    results = []
+    """Each spec's rounds, case and bare loop alternated ABBA; ``run`` is :func:`perfsuite.worker.run_isolated`.
+
+    Each case goes into ``results`` as it starts, so an interrupt (``KeyboardInterrupt``) leaves there
+    every round that finished: the case in flight says after how many rounds it was interrupted, and
+    every later case that it was interrupted before it ran."""
+    results = [] if results is None else results
+    try:
+        _measure(specs, rounds, timeout_s, run, pairs, progress, results)
+    except KeyboardInterrupt:
+        last = results[-1] if results else None
+        if last is not None and last.error is None and (len(last.ratios) < rounds if rounds else not last.interleaved):
+            done = len(last.ratios)
+            last.error = f"interrupted after {done} of {rounds} rounds" if done else "interrupted while it ran"
+        results += [Overhead(s, family(s.strategy, s.engine) or "", error=NOT_RUN) for s in specs[len(results) :]]
+        raise
+    return results
+
+
+def _measure(
+    specs: Sequence[CaseSpec],
+    rounds: int,
+    timeout_s: float,
+    run: Runner,
+    pairs: int,
+    progress: Callable[[Overhead, int], None],
+    results: list[Overhead],
+) -> None:
+    """:func:`measure`'s rounds, each case put in ``results`` as it starts."""
     for spec in specs:
         name = family(spec.strategy, spec.engine)
         assert name is not None, spec.id
@@ -139,7 +169,6 @@ def measure(
             result.loss_diff = max([result.loss_diff, *diffs])
             result.busy_threads.append((case.get("timed_threads") or {}).get("busy"))
             progress(result, round_)
-    return results
 
 
 def _with_interval(value: float | None, interval: tuple[float, float] | None) -> str:

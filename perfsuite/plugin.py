@@ -82,7 +82,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=("note", "fail"),
         default="note",
         help="a case whose baseline has no step time for this machine's time class (CPU family and ISA, or GPU "
-        "model): gate memory and loss and note the time as not compared (default), or fail it (a dedicated runner)",
+        "model): gate memory and loss and note the time as not compared (default), or fail it (a dedicated runner); "
+        "likewise a loss not compared because the run started from other initial weights than its baseline's",
     )
     group.addoption(
         "--perfsuite-refresh",
@@ -172,6 +173,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     saved = config.stash.get(_REGISTRY, None)
     if saved is not None:
         registry.restore(saved)
+    if _session(config) is not None:
+        _session(config).release_signals()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -294,6 +297,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state = _session(session.config)
     from perfsuite.core.preloads import preload_for
 
+    if cases:
+        state.catch_signals([spec for spec, _ in cases])  # SIGTERM stops the session as Ctrl-C does
     preload_for(spec for spec, _ in cases)  # before the first worker boots the forkserver
     gpu = [spec for spec, on_gpu in cases if on_gpu]
     if gpu:
@@ -332,7 +337,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = _session(session.config)
-    state.close()
+    state.close(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     if state.refresh and exitstatus != pytest.ExitCode.INTERRUPTED:
         state.write_staged()
     if state.already_complete and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
@@ -356,11 +361,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     terminalreporter.section("perfsuite")
     terminalreporter.write(gate_text(state.outcomes, refresh=state.refresh, notes=state.summary_notes()))
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        for line in state.interrupted_lines():
+            terminalreporter.write_line(line)
+    elif state.refresh:
+        terminalreporter.write_line(f"wrote {len(state.written)} file(s) under {state.root.name}/")
     if state.refresh:
-        if exitstatus == pytest.ExitCode.INTERRUPTED:
-            terminalreporter.write_line("interrupted: no baseline was written")
-        else:
-            terminalreporter.write_line(f"wrote {len(state.written)} file(s) under {state.root.name}/")
         left = state.budget.summary() if state.budget is not None else None
         if left is not None:
             terminalreporter.write_line(left)

@@ -144,6 +144,7 @@ def test_bad_input_is_one_line_and_exit_2(
 
     monkeypatch.setattr(process, "run_isolated", ran)
     monkeypatch.setattr(subprocess, "run", ran)
+    monkeypatch.setattr(subprocess, "Popen", ran)
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     for name, text in INPUTS.items():

@@ -131,12 +131,19 @@ def test_run_and_refresh_take_the_scope(monkeypatch: pytest.MonkeyPatch, capsys:
     assert "--scope push chooses the cases; give no --all or --every-push with it" in capsys.readouterr().err
     seen: list[list[str]] = []
 
-    def fake_run(argv: list[str], **kw: Any) -> Any:
-        seen.append(argv)
-        return subprocess.CompletedProcess(argv, 0)
+    class Started:  # the refresh's pytest session, not started: only its arguments are checked
+        def __init__(self, argv: list[str], **kw: Any) -> None:
+            seen.append(argv)
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+    def refused(*args: Any, **kw: Any) -> Any:
+        raise AssertionError(f"the refresh started a real session: {args}")
 
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(subprocess, "Popen", Started)
+    monkeypatch.setattr(subprocess, "run", refused)
     assert main(["baselines", "refresh", "--device", "cpu", "--scope", "nightly"]) == 0
     assert "--perfsuite-scope=nightly" in seen[0]
 

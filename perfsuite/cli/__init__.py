@@ -54,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _COMMANDS[args.command](args)
     except DeclarationError as exc:
         return fail(str(exc))
+    except KeyboardInterrupt:  # Ctrl-C outside a command's own handling (perfsuite.interrupt): no traceback
+        print("perfsuite: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

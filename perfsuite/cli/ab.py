@@ -8,42 +8,17 @@ Exit codes: 0 nothing regressed, 1 a case regressed (slower, more memory, or ano
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import signal
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from perfsuite.ab.pairs import MODES
 from perfsuite.cli.run import add_selection, select
+from perfsuite.interrupt import terminate_as_interrupt
 from perfsuite.options import at_least, fraction, not_a_file, output_file, positive_fraction
 
 EXIT_CANNOT_TEST = 3
 EXIT_INTERRUPTED = 130
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a CI job's timeout, ``kill``) stops the rounds as Ctrl-C does, and so does SIGINT even
-    where it came in ignored (a job a shell started in the background): what was measured is written.
-
-    One signal is enough: later ones are ignored until the context ends. A terminal's Ctrl-C and
-    coreutils' ``timeout`` signal the whole process group, so the command hears the signal twice
-    (directly and through its group), and a second KeyboardInterrupt would land in the sides'
-    bounded shut-down and lose the results."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        for sig in previous:
-            signal.signal(sig, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def add_parser(sub: Any) -> None:
@@ -84,6 +59,16 @@ def add_parser(sub: Any) -> None:
         help="duet: both sides at once, one core each (CPU cases in one process); alternate: one side, then "
         "the other; auto (default): duet where a case fits, else alternate",
     )
+    ab.add_argument(
+        "--jobs",
+        type=at_least(1),
+        default=1,
+        metavar="K",
+        help="at most K cases at once: K duets on two cores each (leave the machine's other work a core; the "
+        "cases that alternate run on the cores left over, else after the duets), or K cases on K GPUs, one each. "
+        "Default 1, until an A/A and an injected 5%% slowdown show the same false-alarm rate and sensitivity "
+        "with one duet as with the most a large machine allows (docs/ab.md)",
+    )
     ab.add_argument("--json", type=output_file, help="write every pair, figure and verdict to this JSON file")
     ab.add_argument("--report", type=not_a_file, metavar="DIR", help="write report.html and summary.md there")
 
@@ -91,6 +76,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from perfsuite.ab.compare import AbRun, Failed
     from perfsuite.ab.envs import EnvError, parse_env
+    from perfsuite.ab.lanes import plan_for
     from perfsuite.ab.pairs import check_mode
     from perfsuite.reports.tables import log_console
 
@@ -105,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         specs, device_type, defaults, note = select(args)
         args.device_type = device_type
         check_mode(specs, device_type, args.mode)
+        plan_for(specs, device_type, args.mode, args.jobs)  # more lanes than cores or GPUs: before any set-up
         for name in ("base", "candidate"):
             parse_env(getattr(args, name), name=name)  # bad input: before anything is installed
         if args.max_pairs is not None and args.pairs is not None and args.max_pairs < args.pairs:
@@ -119,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         specs = [dataclasses.replace(spec, profile=True) for spec in specs]
         say("perfsuite: --no-profile: a CPU's peak memory comes from the profile step; each case's first pair runs it")
     started = time.monotonic()
-    with _terminate_as_interrupt():
+    with terminate_as_interrupt():
         try:
             ab_run = AbRun.start(args, specs, say)
         except Failed as exc:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from perfsuite.core.declaration import read_pyproject
+from perfsuite.interrupt import terminate_as_interrupt
 from perfsuite.options import REPEATS, SCOPE, output_file, positive_seconds
+
+STOP_S = 30
+"""Seconds an interrupted refresh's session has to stop its worker and say what had finished."""
 
 
 def add_parser(sub: Any) -> None:
@@ -20,8 +25,8 @@ def add_parser(sub: Any) -> None:
         help="re-measure the selected cases N times and rewrite their baselines",
         description="Runs the matrix test of this machine's tier with --perfsuite-refresh: each selected case "
         "N times, refusing a case whose repeats spread too wide, printing old -> new per metric, and writing "
-        "each file atomically at the end (an interrupted refresh writes nothing; one with --time-limit stops itself "
-        "and writes what it finished). Arguments after -- go to pytest.",
+        "each file atomically at the end (an interrupted refresh writes nothing and names the cases that had "
+        "finished; one with --time-limit stops itself and writes what it finished). Arguments after -- go to pytest.",
     )
     refresh.add_argument("-k", dest="expression", metavar="EXPR", help="select cases like pytest -k (e.g. tiny-bert)")
     refresh.add_argument("--repeats", **REPEATS)
@@ -84,4 +89,17 @@ def run(args: Any) -> int:
         argv += ["--perfsuite-markdown", str(args.markdown)]
     # A fresh interpreter: pytest must import perfsuite itself (to load the plugin and
     # rewrite its asserts), which it cannot do in a process that already imported it.
-    return subprocess.run([sys.executable, "-m", "pytest", *argv, *args.pytest_args], check=False).returncode
+    with terminate_as_interrupt() as interrupt:
+        child = subprocess.Popen([sys.executable, "-m", "pytest", *argv, *args.pytest_args])
+        try:
+            return child.wait()
+        except KeyboardInterrupt:
+            # The session stops itself on the signal (the plugin turns it into pytest's interrupt) and
+            # says which cases had finished; a signal sent to this process alone reaches it from here.
+            child.send_signal(interrupt.signum or signal.SIGINT)
+            try:
+                child.wait(STOP_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            return interrupt.exit_code

@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from perfsuite.cli.common import names
+from perfsuite.interrupt import Interrupt, terminate_as_interrupt
 from perfsuite.options import at_least, output_file, positive_seconds
-from perfsuite.overhead import DEFAULT_SELECTION
+from perfsuite.overhead import DEFAULT_SELECTION, HEADERS, Overhead, table_rows
 from perfsuite.worker.bare import family
 
 
@@ -69,13 +70,12 @@ def run(args: Any) -> int:
     """``perfsuite overhead``: the table, and ``--json``; exit 1 when a side failed, 2 for bad arguments."""
     import sys
 
-    from perfsuite.core.baselines import write_json_atomic
     from perfsuite.core.models import get_model_spec
     from perfsuite.core.spec import DEFAULTS, CaseSpec
     from perfsuite.core.strategies import UnknownNameError
-    from perfsuite.overhead import HEADERS, Overhead, measure, table_rows
+    from perfsuite.overhead import measure
     from perfsuite.worker.device import default_device_type
-    from perfsuite.worker.process import run_isolated
+    from perfsuite.worker.process import run_isolated, stop_workers
 
     def error(message: str) -> int:
         print(f"perfsuite: error: {message}", file=sys.stderr)
@@ -121,16 +121,30 @@ def run(args: Any) -> int:
             flush=True,
         )
 
-    results = measure(
-        specs,
-        rounds=args.rounds,
-        pairs=args.pairs,
-        timeout_s=args.timeout or defaults.timeout,
-        run=run_isolated,
-        progress=progress,
-    )
+    results: list[Overhead] = []
+    with terminate_as_interrupt() as interrupt:
+        try:
+            measure(
+                specs,
+                rounds=args.rounds,
+                pairs=args.pairs,
+                timeout_s=args.timeout or defaults.timeout,
+                run=run_isolated,
+                progress=progress,
+                results=results,
+            )
+        except KeyboardInterrupt:
+            stop_workers()  # the one in flight went with its round, and the forkserver
+            return _report(args, results, device_type, interrupt)
+    return _report(args, results, device_type, None)
+
+
+def _report(args: Any, results: list[Overhead], device_type: str, interrupt: Interrupt | None) -> int:
+    """The table and ``--json``; under an interrupt, what finished, and the exit code of its signal."""
     from rich.console import Console
     from rich.table import Table
+
+    from perfsuite.core.baselines import write_json_atomic
 
     table = Table(
         title=f"perfsuite's overhead on {device_type}: case step ÷ bare-loop step, the median of {args.pairs} pairs of "
@@ -144,9 +158,15 @@ def run(args: Any) -> int:
     if not console.is_terminal:
         console.width = 160  # a log or a pipe: no 80-column squeeze
     console.print(table)
+    if interrupt is not None:
+        finished = sum(not (r.error or "").startswith("interrupted") for r in results)
+        print(f"perfsuite overhead: interrupted by {interrupt.name} after {finished} of {len(results)} cases")
     if args.json:
-        write_json_atomic(
-            args.json, {"device": device_type, "rounds": args.rounds, "cases": [r.as_json() for r in results]}
-        )
+        payload = {"device": device_type, "rounds": args.rounds, "cases": [r.as_json() for r in results]}
+        if interrupt is not None:
+            payload["interrupted"] = interrupt.name
+        write_json_atomic(args.json, payload)
         print(f"wrote {args.json}")
+    if interrupt is not None:
+        return interrupt.exit_code
     return 1 if any(r.error for r in results) else 0

@@ -19,6 +19,7 @@ from perfsuite.core.registry import matrix_cases
 from perfsuite.core.scopes import SCOPES, in_scope
 from perfsuite.core.spec import DEFAULTS
 from perfsuite.core.strategies import STRATEGIES, resolve
+from perfsuite.interrupt import Interrupt, terminate_as_interrupt
 from perfsuite.options import GPUS, at_least, not_a_file, output_file, positive_seconds
 from perfsuite.reports.walltime import wall_time_line
 
@@ -179,8 +180,11 @@ def _specs(
     ]
 
 
-def _run_on_pool(specs: list[Any], pool: Any, timeout: float, done: Any, progress: Any, task: Any) -> list[Any]:
-    """``specs`` on the GPU pool, as many at once as it has GPUs (the widest first); records in ``specs`` order."""
+def _run_on_pool(
+    specs: list[Any], pool: Any, timeout: float, done: Any, progress: Any, task: Any, records: dict[Any, Any]
+) -> list[Any]:
+    """``specs`` on the GPU pool, as many at once as it has GPUs (the widest first); records in ``specs`` order.
+    ``records`` gets each as it finishes (what an interrupt keeps), and ``None`` for each case as it starts."""
     from concurrent.futures import as_completed
 
     from perfsuite.pool import PoolRunner, submit_cases
@@ -190,10 +194,10 @@ def _run_on_pool(specs: list[Any], pool: Any, timeout: float, done: Any, progres
     progress.update(task, description=f"{len(pool.gpus)} GPUs: {', '.join(pool.gpus)}", refresh=True)
 
     def run(spec: Any, env: dict[str, str]) -> dict[str, Any]:
+        records.setdefault(spec, None)
         return run_isolated(spec, timeout_s=timeout, env=env)
 
     futures = {future: spec for spec, future in submit_cases(runner, pool, specs, run).items()}
-    records = {}
     try:
         for future in as_completed(futures):
             spec = futures[future]
@@ -245,8 +249,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from perfsuite.core.spec import CaseSpec
-    from perfsuite.reports.tables import log_console, render
-    from perfsuite.worker.process import run_isolated
+    from perfsuite.reports.tables import log_console
+    from perfsuite.worker.process import run_isolated, stop_workers
 
     console = log_console(stderr=True)
     try:
@@ -265,57 +269,87 @@ def run(args: argparse.Namespace) -> int:
     timeout = args.timeout or defaults.timeout
     started = time.monotonic()
     results: list[dict[str, Any]] = []
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        # Redrawn when a case starts or ends, not by a thread 10 times a second: nothing of
-        # perfsuite's runs while a case's steps are timed, the parent included.
-        auto_refresh=False,
-    ) as progress:
-        task = progress.add_task("starting", total=len(specs))
+    records: dict[CaseSpec, dict[str, Any] | None] = {}  # the GPU pool's: finished, or None while running
+    with terminate_as_interrupt() as interrupt:
+        try:
+            with Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total}"),
+                TimeElapsedColumn(),
+                console=console,
+                # Redrawn when a case starts or ends, not by a thread 10 times a second: nothing of
+                # perfsuite's runs while a case's steps are timed, the parent included.
+                auto_refresh=False,
+            ) as progress:
+                task = progress.add_task("starting", total=len(specs))
 
-        def done(spec: CaseSpec, record: dict[str, Any]) -> None:
-            line = f"{spec.id}: {record['status']}"
-            if record["status"] == "ok":
-                line += f", {record['step_time_s']['median'] * 1e3:.1f} ms/step, {record['wall_s']:.1f} s"
-                if record.get("gpus"):
-                    line += f", GPU {','.join(record['gpus'])}"
+                def done(spec: CaseSpec, record: dict[str, Any]) -> None:
+                    line = f"{spec.id}: {record['status']}"
+                    if record["status"] == "ok":
+                        line += f", {record['step_time_s']['median'] * 1e3:.1f} ms/step, {record['wall_s']:.1f} s"
+                        if record.get("gpus"):
+                            line += f", GPU {','.join(record['gpus'])}"
+                    else:
+                        line += f" ({record['error']})"
+                    progress.console.print(line, markup=False, highlight=False)
+                    if args.verbose:
+                        _print_diagnostics(progress.console, record)
+                    progress.advance(task)
+                    progress.refresh()
+
+                if pool is None:
+                    for i, spec in enumerate(specs):
+                        left = _time_left(time.monotonic() - started, i, len(specs))
+                        progress.update(task, description=f"{spec.id}{left}")
+                        progress.refresh()
+                        results.append(run_isolated(spec, timeout_s=timeout))
+                        done(spec, results[-1])
+                else:
+                    results = _run_on_pool(specs, pool, timeout, done, progress, task, records)
+        except KeyboardInterrupt:
+            stop_workers()  # the one in flight went with its run; the GPU pool's, and the forkserver
+            if pool is not None:
+                results = [records[s] or _not_run(s, True) if s in records else _not_run(s, False) for s in specs]
             else:
-                line += f" ({record['error']})"
-            progress.console.print(line, markup=False, highlight=False)
-            if args.verbose:
-                _print_diagnostics(progress.console, record)
-            progress.advance(task)
-            progress.refresh()
+                results += [_not_run(spec, i == 0) for i, spec in enumerate(specs[len(results) :])]
+            return _finish(args, results, time.monotonic() - started, device_type, interrupt)
+    return _finish(args, results, time.monotonic() - started, device_type, None)
 
-        if pool is None:
-            for i, spec in enumerate(specs):
-                progress.update(task, description=f"{spec.id}{_time_left(time.monotonic() - started, i, len(specs))}")
-                progress.refresh()
-                results.append(run_isolated(spec, timeout_s=timeout))
-                done(spec, results[-1])
-        else:
-            results = _run_on_pool(specs, pool, timeout, done, progress, task)
-    wall = time.monotonic() - started
-    render(results)
-    failed = sum(r["status"] == "failed" for r in results)
-    skipped = sum(r["status"] == "skipped" for r in results)
-    startups = [r["worker_startup_s"] for r in results if r.get("worker_startup_s") is not None]
+
+def _not_run(spec: Any, started: bool) -> dict[str, Any]:
+    """The record of a case an interrupt stopped or left out (skipped: nothing is wrong with it)."""
+    from perfsuite.worker.record import failed_record
+
+    error = "interrupted while it ran; its worker was stopped" if started else "interrupted before it ran"
+    return {**failed_record(spec, status="skipped", error=error), "interrupted": True}
+
+
+def _finish(
+    args: argparse.Namespace, results: list[dict[str, Any]], wall: float, device_type: str, interrupt: Interrupt | None
+) -> int:
+    """The table and summary of what finished, then ``--json`` and ``--report`` with every case."""
+    from perfsuite.reports.tables import render
+
+    finished = [r for r in results if not r.get("interrupted")]
+    render(finished)
+    failed = sum(r["status"] == "failed" for r in finished)
+    skipped = sum(r["status"] == "skipped" for r in finished)
+    startups = [r["worker_startup_s"] for r in finished if r.get("worker_startup_s") is not None]
     startup = ""
     if startups:
         # The first launch also boots the forkserver (imports torch and friends once).
         startup = f"; first worker {startups[0]:.1f} s (forkserver boot)"
         if len(startups) > 1:
             startup += f", later workers median {1e3 * statistics.median(startups[1:]):.0f} ms"
-    ok = len(results) - failed - skipped
-    print(f"{len(results)} cases: {ok} ok, {skipped} skipped, {failed} failed in {wall:.0f} s{startup}")
-    spent = wall_time_line(results)
+    ok = len(finished) - failed - skipped
+    print(f"{len(finished)} cases: {ok} ok, {skipped} skipped, {failed} failed in {wall:.0f} s{startup}")
+    spent = wall_time_line(finished)
     if spent is not None:
         print(spent)
+    if interrupt is not None:
+        print(f"perfsuite run: interrupted by {interrupt.name} after {len(finished)} of {len(results)} cases")
     if args.json or args.report:
         from perfsuite.core.provenance import run_facts
         from perfsuite.results import RUN_RESULTS_SCHEMA_VERSION
@@ -323,12 +357,14 @@ def run(args: argparse.Namespace) -> int:
 
         env = {**environment(device_type), **run_facts(Path.cwd())}
         payload = {"schema_version": RUN_RESULTS_SCHEMA_VERSION, "env": env, "wall_s": wall, "cases": results}
+        if interrupt is not None:
+            payload["interrupted"] = interrupt.name
         if args.json:
             write_json_atomic(args.json, payload)
             print(f"wrote {args.json}")
         if args.report:
             _write_run_report(payload, args.report)
-    return 1 if failed else 0
+    return interrupt.exit_code if interrupt is not None else 1 if failed else 0
 
 
 def _write_run_report(payload: dict[str, Any], out: Path) -> None:

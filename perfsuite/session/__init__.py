@@ -9,11 +9,14 @@ plugin manager as ``perfsuite-session`` (:mod:`perfsuite.plugin` holds only hook
   missing, within a time limit; a gate that skips cases without a baseline before running them.
 - :mod:`~perfsuite.session.benchmark`: pytest-benchmark's rounds from the worker's step times.
 - :mod:`~perfsuite.session.results`: what ``--perfsuite-json`` writes.
+- :mod:`~perfsuite.session.interrupted`: what an interrupted session keeps and says.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -30,9 +33,11 @@ from perfsuite.core.observation import Observation, observe
 from perfsuite.core.registry import DeclarationError
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import ConfigError, resolve_tolerance, validate_config
+from perfsuite.interrupt import Interrupt, terminate_as_interrupt
 from perfsuite.session.benchmark import record_benchmark
 from perfsuite.session.drifts import SessionDrift
 from perfsuite.session.gating import gate
+from perfsuite.session.interrupted import close_outcomes, summary_lines
 from perfsuite.session.results import results_json
 from perfsuite.session.runs import RunCache
 from perfsuite.session.scope import RefreshBudget
@@ -100,6 +105,11 @@ class PerfsuiteSession:
         self.outcomes: list[Outcome] = []
         self.benchmark_json: dict[str, Any] | None = None
         self.benchmark_scratch: Path | None = None
+        self.selected: list[CaseSpec] = []
+        """The matrix cases this session runs, in order (an interrupt reports the rest as not reached)."""
+        self.interrupt: Interrupt | None = None
+        """What stopped the session from outside; ``None`` until the cases start, and while nothing did."""
+        self._signals = contextlib.ExitStack()
 
     # -- running -------------------------------------------------------------------------
 
@@ -148,9 +158,32 @@ class PerfsuiteSession:
         spent = wall_time_line(r for outcome in self.outcomes for r in outcome.records)
         return self.drift_lines() + ([spent] if spent is not None else [])
 
-    def close(self) -> None:
-        """Stop runs nobody waits for any more (an interrupted session)."""
+    def catch_signals(self, specs: list[CaseSpec]) -> None:
+        """From here to the session's end, SIGTERM (a CI job's time limit) stops it as Ctrl-C does
+        (:mod:`perfsuite.interrupt`): the run in flight is dropped and what finished is reported."""
+        self.selected = list(dict.fromkeys(specs))
+        if threading.current_thread() is threading.main_thread():  # where Python lets a handler be set
+            self.interrupt = self._signals.enter_context(terminate_as_interrupt())
+
+    def release_signals(self) -> None:
+        """The signal handlers the session had before :meth:`catch_signals`, back."""
+        self._signals.close()
+
+    def close(self, *, interrupted: bool = False) -> None:
+        """Stop runs nobody waits for any more; after an interrupt, every worker and the forkserver,
+        and every selected case gets an outcome (those not gated: not reached, with their runs)."""
         self.runs.close()
+        if interrupted:
+            from perfsuite.worker.process import stop_workers
+
+            stop_workers()
+            close_outcomes(self.outcomes, self.selected, self.runs.records)
+
+    def interrupted_lines(self) -> list[str]:
+        """What the summary says of an interrupted session, after its table."""
+        signal = self.interrupt.name if self.interrupt is not None and self.interrupt.signum else None
+        json = self.config.getoption("perfsuite_json")
+        return summary_lines(self.outcomes, refresh=self.refresh, signal=signal, json=json)
 
     def time_unit(self, device_type: str) -> str:
         if self.time_mode in ("auto", "off"):

@@ -19,6 +19,7 @@ import multiprocessing.forkserver
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -31,7 +32,10 @@ from perfsuite.worker.capture import captured_output, warning_list
 
 CaseFn = Callable[[CaseSpec], dict[str, Any]]
 
-_PRELOAD = ["perfsuite.worker.preload"]
+_PRELOAD = ["perfsuite.worker.forkserver", "perfsuite.worker.preload"]
+_RUNNING: set[multiprocessing.process.BaseProcess] = set()
+"""Workers started and not yet reaped, from any thread (the GPU pool's): :func:`stop_workers` kills them."""
+_RUNNING_LOCK = threading.Lock()
 OUTPUT_LIMIT = 20_000
 """Characters of a worker's captured output kept in its record (the end, where errors are)."""
 
@@ -54,6 +58,23 @@ def renew_forkserver() -> bool:
     return True
 
 
+def stop_workers() -> None:
+    """Kill every worker this process is running, each with its process group, and the forkserver
+    (which may still be importing torch): an interrupted run ends at once, with no process left."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for proc in running:
+        _kill_group(proc)
+    forkserver = multiprocessing.forkserver._forkserver
+    pid = getattr(forkserver, "_forkserver_pid", None)
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        renew_forkserver()  # reaps it
+
+
 def _describe_error(exc: BaseException) -> str:
     name = type(exc).__name__
     if "OutOfMemory" in name or "out of memory" in str(exc).lower():
@@ -66,9 +87,10 @@ def _describe_error(exc: BaseException) -> str:
 def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Connection, env: dict[str, str]) -> None:
     # A process group of its own: a timeout kills the worker with everything it started (ranks, loaders).
     os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the forkserver ignores it (perfsuite.worker.forkserver)
     os.environ.update(env)  # before anything asks CUDA which GPUs it sees
     duet.pin()  # a duet run's core (perfsuite ab), before anything starts threads
-    conn.send(("started", time.monotonic()))
+    _send(conn, ("started", time.monotonic()))
     from perfsuite.worker import preload, teardown
 
     with captured_output() as captured, warnings.catch_warnings(record=True) as caught, teardown.deferred():
@@ -87,7 +109,7 @@ def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Conn
         "output": output[-OUTPUT_LIMIT:],
         "output_truncated": len(output) > OUTPUT_LIMIT,
     }
-    conn.send((*message, diagnostics))
+    _send(conn, (*message, diagnostics))
     conn.close()
     # The record is sent: no engine teardown, no interpreter shutdown (collecting a model's
     # objects, a process group's atexit). The worker ends its own process group, itself and
@@ -96,6 +118,15 @@ def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Conn
     sys.stdout.flush()
     sys.stderr.flush()
     os.killpg(0, signal.SIGKILL)
+
+
+def _send(conn: multiprocessing.connection.Connection, message: tuple[Any, ...]) -> None:
+    """Send ``message`` to the parent; where it is gone (an interrupted run), end quietly: nobody
+    reads the record, and a BrokenPipeError's traceback would land in the run's output."""
+    try:
+        conn.send(message)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        os.killpg(0, signal.SIGKILL)
 
 
 def _exit_reason(code: int | None) -> str:
@@ -138,6 +169,8 @@ def run_isolated(
         target=_child, args=(target or run_case, spec, sender, dict(env or {})), name=f"perfsuite-{spec.id}"
     )
     launched = time.monotonic()
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc)
     proc.start()
     sender.close()
     startup: float | None = None
@@ -145,6 +178,7 @@ def run_isolated(
     payload: Any = None
     diagnostics: dict[str, Any] = {}
     deadline = launched + timeout_s
+    at_once = True  # until the worker answers: an interrupt (KeyboardInterrupt) kills it at once
     try:
         while True:
             remaining = deadline - time.monotonic()
@@ -162,15 +196,18 @@ def run_isolated(
                 startup = payload - launched
                 continue
             break
+        at_once = kind == "timeout"
     finally:
         receiver.close()
-        proc.join(5 if kind != "timeout" else 0)
+        proc.join(0 if at_once else 5)
         if proc.is_alive():
             _kill_group(proc)
             proc.kill()
             proc.join()
         if kind not in ("result", "skipped"):
             _kill_group(proc)  # whatever a failed worker left behind (a rank that outlived it)
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
     wall = time.monotonic() - launched
     record: dict[str, Any]
     if kind == "result":
