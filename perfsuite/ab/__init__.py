@@ -5,6 +5,8 @@
 - :mod:`perfsuite.ab.sides`: a side's long-lived server (:mod:`perfsuite.worker.serve`);
 - :mod:`perfsuite.ab.rounds`: one case in alternating pairs, with the paired verdict
   (:mod:`perfsuite.core.paired`) and memory and loss through the suite's gates;
+- :mod:`perfsuite.ab.lanes`: several cases at once (``--jobs``), each lane a server per side
+  on cores or a GPU of its own;
 - :mod:`perfsuite.ab.compare`: a whole comparison, from set-up to exit code;
 - :mod:`perfsuite.ab.bisect`: the first release between two that changes a case.
 """

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.ab.envs import EnvError, make_env
+from perfsuite.ab.lanes import Lane, Plan, close_lanes, open_lanes, plan_for
 from perfsuite.ab.pairs import Choice
 from perfsuite.ab.rounds import CaseResult, compare_cases
 from perfsuite.ab.sides import Side
@@ -69,7 +70,9 @@ def checks_line(result: CaseResult) -> str:
     what = []
     for check in failing:
         diff = result.loss_max_abs_diff
-        if check.metric == "loss" and diff is not None:
+        if check.metric == "loss" and not check.compared:
+            what.append(f"loss from other initial weights ({check.baseline} → {check.measured})")
+        elif check.metric == "loss" and diff is not None:
             what.append(f"loss max |Δ| {diff:.3g}")
         elif check.rel is not None:
             what.append(f"{check.metric} {check.rel:+.1%}")
@@ -88,17 +91,23 @@ class AbRun:
     mode: Choice = "auto"
     alpha: float = 0.05
     """The false-alarm rate over every case and alarm look (the schedule's confidence comes from it)."""
+    plan: Plan = dataclasses.field(default_factory=Plan)
+    """Its lanes (``--jobs``; :mod:`perfsuite.ab.lanes`): one by default."""
+    lanes: list[Lane] = dataclasses.field(default_factory=list)
+    """Each lane's servers, ``sides`` the first's; empty: ``sides`` alone."""
 
     @classmethod
     def start(cls, args: argparse.Namespace, specs: list[CaseSpec], say: Callable[[str], None]) -> AbRun:
         sides: list[Side] = []
         preload_for(specs)  # both sides' forkservers import what the cases need
+        plan = plan_for(specs, args.device_type, args.mode, getattr(args, "jobs", 1))
         try:
             for name in ("base", "candidate"):
                 say(f"perfsuite: setting up {name} ({getattr(args, name)})")
-                side = Side(name, make_env(getattr(args, name), name=name))
+                side = Side(name, make_env(getattr(args, name), name=name), cores=plan.slots[0].cores)
                 sides.append(side)
                 side.check_pins()
+            lanes = open_lanes(plan, (sides[0], sides[1]))
         except (EnvError, KeyboardInterrupt) as exc:
             for side in sides:
                 side.close()
@@ -106,9 +115,11 @@ class AbRun:
                 raise
             raise Failed(str(exc)) from None
         schedule = schedule_for(len(specs), floor=args.floor, alpha=args.alpha, first=args.pairs, cap=args.max_pairs)
-        run = cls((sides[0], sides[1]), specs, schedule, say, args.device_type, args.mode, args.alpha)
+        run = cls((sides[0], sides[1]), specs, schedule, say, args.device_type, args.mode, args.alpha, plan, lanes)
         for line in run.version_lines():
             say(line)
+        if described := plan.describe():
+            say(described)
         say(
             f"perfsuite: {len(specs)} case(s), {schedule.first} to {schedule.cap} pairs each, "
             f"floor {schedule.floor:.1%}, "
@@ -149,12 +160,13 @@ class AbRun:
 
         return compare_cases(
             self.specs,
-            self.sides,
+            self.lanes or self.sides,
             self.schedule,
             Tolerance(),
             timeout_s=timeout_s,
             device_type=self.device_type,
             mode=self.mode,
+            plan=self.plan,
             progress=progress,
             on_checks=checks,
             stop_on_regression=stop_on_regression,
@@ -164,8 +176,7 @@ class AbRun:
         )
 
     def close(self) -> None:
-        for side in self.sides:
-            side.close()
+        close_lanes(self.lanes or [Lane(self.sides)])  # several lanes' servers all at once
 
     def payload(self, results: Sequence[CaseResult], wall_s: float) -> dict[str, Any]:
         return {

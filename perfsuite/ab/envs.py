@@ -24,6 +24,8 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from perfsuite.core.cache import cache_root
+
 _NOT_RESOLVED = frozenset({"perfsuite", "pip", "setuptools", "wheel", "uv"})
 """Never part of an overlay's resolution: perfsuite itself (editable) and the installers."""
 
@@ -148,10 +150,6 @@ def resolve(requirements: list[Requirement], *, python: str = sys.executable) ->
             "pin torch in the spec, or compare a virtual environment"
         )
     return sorted(moved)
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("PERFSUITE_CACHE") or Path.home() / ".cache" / "perfsuite")
 
 
 def overlay(requirements: list[Requirement], *, label: str) -> Env:

@@ -92,10 +92,12 @@ def _failed(side: Side, record: Mapping[str, Any]) -> str | None:
     return f"{side.name}: {record.get('error') or record.get('status')}"
 
 
-def alternate(sides: tuple[Side, Side], fields: dict[str, Any], index: int, timeout_s: float) -> Pair:
+def alternate(
+    sides: tuple[Side, Side], fields: dict[str, Any], index: int, timeout_s: float, env: dict[str, str] | None = None
+) -> Pair:
     records: dict[int, dict[str, Any]] = {}
     for which in (0, 1) if index % 2 == 0 else (1, 0):
-        records[which] = sides[which].run(fields, timeout_s)
+        records[which] = sides[which].run(fields, timeout_s, env=env)
         error = _failed(sides[which], records[which])
         if error:
             return Pair((records.get(0, {}), records.get(1, {})), "alternate", math.nan, error)
@@ -104,9 +106,21 @@ def alternate(sides: tuple[Side, Side], fields: dict[str, Any], index: int, time
     return Pair((a, b), "alternate", ratio)
 
 
+def duet_core(cores: tuple[int, int], which: int, index: int) -> int:
+    """The core side ``which`` (0: A, 1: B) of pair ``index`` runs on: the cores swap sides every pair."""
+    return cores[(which + index) % 2]
+
+
 def duet(
-    sides: tuple[Side, Side], fields: dict[str, Any], index: int, timeout_s: float, cores: tuple[int, int]
+    sides: tuple[Side, Side],
+    fields: dict[str, Any],
+    index: int,
+    timeout_s: float,
+    cores: tuple[int, int],
+    cancel: threading.Event | None = None,
 ) -> Pair:
+    """Pair ``index`` as a duet on ``cores``; once ``cancel`` is set (the comparison was stopped while
+    this pair ran in a lane of its own), both workers are released as Ctrl-C releases them."""
     records: list[dict[str, Any]] = [{}, {}]
     with tempfile.TemporaryDirectory(prefix="perfsuite-duet-") as meet:
         stop = Path(meet, "stop")
@@ -116,7 +130,7 @@ def duet(
                 READY: str(Path(meet, str(which))),
                 PEER: str(Path(meet, str(1 - which))),
                 STOP: str(stop),
-                CPUS: str(cores[(which + index) % 2]),  # the cores swap sides every pair
+                CPUS: str(duet_core(cores, which, index)),
             }
             try:
                 records[which] = sides[which].run(fields, timeout_s, env=env)
@@ -131,7 +145,11 @@ def duet(
             thread.start()
         try:
             for thread in threads:
-                thread.join()
+                while thread.is_alive():
+                    thread.join(None if cancel is None else 0.1)
+                    if cancel is not None and cancel.is_set():
+                        with contextlib.suppress(OSError):
+                            stop.touch()
         except KeyboardInterrupt:  # release both workers, give their runs a moment to end, then stop
             stop.touch()
             for thread in threads:
@@ -144,9 +162,21 @@ def duet(
     return Pair((records[0], records[1]), "duet", step_log_ratio(step_times(records[0]), step_times(records[1])))
 
 
-def run_pair(sides: tuple[Side, Side], fields: dict[str, Any], index: int, timeout_s: float, *, mode: Mode) -> Pair:
-    """Pair ``index`` of the case ``fields`` (a :class:`CaseSpec`'s fields) in ``mode``."""
-    cores = duet_cores()
+def run_pair(
+    sides: tuple[Side, Side],
+    fields: dict[str, Any],
+    index: int,
+    timeout_s: float,
+    *,
+    mode: Mode,
+    cores: tuple[int, int] | None = None,
+    env: dict[str, str] | None = None,
+    cancel: threading.Event | None = None,
+) -> Pair:
+    """Pair ``index`` of the case ``fields`` (a :class:`CaseSpec`'s fields) in ``mode``: a duet on
+    ``cores`` (by default the first two this process may use), or alternating with ``env`` set in
+    both workers (a lane's GPU, :mod:`perfsuite.ab.lanes`)."""
+    cores = cores or duet_cores()
     if mode == "duet" and cores is not None:
-        return duet(sides, fields, index, timeout_s, cores)
-    return alternate(sides, fields, index, timeout_s)
+        return duet(sides, fields, index, timeout_s, cores, cancel)
+    return alternate(sides, fields, index, timeout_s, env)

@@ -9,16 +9,19 @@ import dataclasses
 import math
 import random
 import statistics
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfsuite.ab.pairs import Choice, Mode, Pair, check_mode, duet_fits, run_pair, step_times
+from perfsuite.ab.lanes import Lane, Plan, hand_out, reset_lanes
+from perfsuite.ab.pairs import Choice, Mode, Pair, check_mode, duet_fits, step_times
 from perfsuite.ab.sides import Side
 from perfsuite.core.baselines import build_baseline
 from perfsuite.core.check import Check
-from perfsuite.core.compare import check_loss, check_memory
+from perfsuite.core.compare import check_memory
 from perfsuite.core.kernels import check_kernels
+from perfsuite.core.loss import check_loss
 from perfsuite.core.observation import observe
 from perfsuite.core.paired import Paired, Schedule
 from perfsuite.core.spec import CaseSpec
@@ -135,7 +138,7 @@ def _as_baseline(case_id: str, record: Mapping[str, Any]) -> dict[str, Any]:
         peaks=[seen.peak_bytes],
         breakdowns=[seen.breakdown],
         losses=[seen.losses],
-        spec={"attention": seen.attention},
+        spec={"attention": seen.attention, "initial_weights": seen.initial_weights},
         provenance={},
     )
 
@@ -150,7 +153,11 @@ def _memory_and_loss(result: CaseResult, a: Mapping[str, Any], b: Mapping[str, A
     result.checks = (
         [kernels]
         if kernels
-        else [*check_memory(result.case, base, seen_b, tol), check_loss(result.case, base, seen_b, tol)]
+        else [
+            *check_memory(result.case, base, seen_b, tol),
+            # Other initial weights are another loss curve: an upgrade's change, said as such.
+            check_loss(result.case, base, seen_b, tol, hardware=str(a["device"]), fail_uncompared=True),
+        ]
     )
 
 
@@ -161,13 +168,14 @@ def _fields(spec: CaseSpec, *, profile: bool) -> dict[str, Any]:
 
 def compare_cases(
     specs: Sequence[CaseSpec],
-    sides: tuple[Side, Side],
+    lanes: tuple[Side, Side] | Sequence[Lane],
     schedule: Schedule,
     tolerance: Tolerance,
     *,
     timeout_s: float,
     device_type: str,
     mode: Choice = "auto",
+    plan: Plan | None = None,
     progress: Callable[[CaseResult, bool], None] = lambda result, finished: None,
     on_round: Callable[[int, int], None] = lambda index, cases: None,
     on_checks: Callable[[CaseResult], None] = lambda result: None,
@@ -187,7 +195,14 @@ def compare_cases(
     case's after its first pair; with ``stop_on_regression`` a case whose memory or loss
     regressed is finished there, its time undecided. ``progress`` hears of each verdict (and each
     error), and whether the case is finished, ``on_round`` of each round's start (its index, the cases it runs).
+
+    ``lanes``: both sides (one lane), or the lanes of ``plan`` (:mod:`perfsuite.ab.lanes`), whose
+    forkservers are all renewed before each round; within a round the open cases go to free lanes.
+    A case's pairs and verdicts do not depend on the lanes: pair ``i`` is the case's ``i``-th
+    round's, judged when the round ends.
     """
+    plan = plan or Plan()
+    running = [lane for lane in lanes if isinstance(lane, Lane)] or [Lane((lanes[0], lanes[1]))]  # type: ignore[arg-type]
     results = {
         spec.id: CaseResult(
             case=spec.id, mode="duet" if mode != "alternate" and duet_fits(spec, device_type) else "alternate"
@@ -195,6 +210,9 @@ def compare_cases(
         for spec in specs
     }
     check_mode(specs, device_type, mode)
+    needs = {spec.id: plan.need(results[spec.id].mode, ranks=spec.launches_ranks) for spec in specs}
+    gpus_used: dict[str, list[str]] = {}
+    by_id = {spec.id: spec for spec in specs}
     pending = list(specs)
     order = random.Random(seed)
     index = 0
@@ -202,15 +220,22 @@ def compare_cases(
         while pending:
             on_round(index, len(pending))
             if index > 0:
-                for side in sides:
-                    side.reset()
-            for spec in order.sample(pending, len(pending)):
-                _one_pair(results[spec.id], spec, sides, index, timeout_s, tolerance)
-                if index == 0 and results[spec.id].error is None:
-                    on_checks(results[spec.id])
+                reset_lanes(running)
+
+            def run(lane: Lane, case: str, gpu: str | None, cancel: threading.Event | None, index: int = index) -> Pair:
+                fields = _fields(by_id[case], profile=index == 0)
+                return lane.pair(fields, index, timeout_s, mode=results[case].mode, gpu=gpu, cancel=cancel)
+
+            def done(case: str, pair: Pair, index: int = index) -> None:
+                _add(results[case], pair, index, tolerance)
+                if index == 0 and results[case].error is None:
+                    on_checks(results[case])
+
+            cases = [spec.id for spec in order.sample(pending, len(pending))]
+            hand_out(running, plan, cases, needs, run, done, gpus_used)
             index += 1
             pending = _judged(pending, results, schedule, progress, stop_on_regression)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (perfsuite.cli.ab): the pair in flight is dropped
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (perfsuite.cli.ab): the pairs in flight are dropped
         # A look this round's pairs reached still counts; the other open cases are cut short.
         fresh = [spec for spec in pending if results[spec.id].unjudged]
         pending = [spec for spec in pending if not results[spec.id].unjudged]
@@ -221,10 +246,7 @@ def compare_cases(
     return [results[spec.id] for spec in specs]
 
 
-def _one_pair(
-    result: CaseResult, spec: CaseSpec, sides: tuple[Side, Side], index: int, timeout_s: float, tolerance: Tolerance
-) -> None:
-    pair = run_pair(sides, _fields(spec, profile=index == 0), index, timeout_s, mode=result.mode)
+def _add(result: CaseResult, pair: Pair, index: int, tolerance: Tolerance) -> None:
     if pair.error is not None:
         result.error = pair.error
         return

@@ -3,34 +3,58 @@ environment, asked to probe itself and to run cases (each in a fresh worker of i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from packaging.requirements import Requirement
 
-from perfsuite.ab.envs import Env, EnvError, cache_root
+from perfsuite.ab.envs import Env, EnvError
+from perfsuite.core.cache import cache_root
+
+
+@contextlib.contextmanager
+def _on_cores(cores: Sequence[int]) -> Iterator[None]:
+    """Processes started in the block run on ``cores`` (and so do their forkservers and workers).
+
+    Linux gives each thread its own affinity and a child inherits its parent thread's: this thread
+    is moved for the block, the others stay. Nothing is moved for ``()``."""
+    if not cores:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 class Side:
-    """One long-lived server per side; both sides' cases cost the same start-up."""
+    """One long-lived server per side; both sides' cases cost the same start-up.
 
-    def __init__(self, name: str, env: Env) -> None:
+    ``cores``: where the server, its forkserver and its workers run (a lane's cores,
+    :mod:`perfsuite.ab.lanes`); by default wherever this process may."""
+
+    def __init__(self, name: str, env: Env, cores: Sequence[int] = ()) -> None:
         self.name = name
         self.env = env
         environ = dict(os.environ)
         if env.path:
             environ["PYTHONPATH"] = os.pathsep.join([*env.path, *filter(None, [environ.get("PYTHONPATH")])])
-        self.proc = subprocess.Popen(  # noqa: S603 - the side's own interpreter, by design
-            [env.python, "-m", "perfsuite.worker.serve"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env=environ,
-        )
+        with _on_cores(cores):
+            self.proc = subprocess.Popen(  # noqa: S603 - the side's own interpreter, by design
+                [env.python, "-m", "perfsuite.worker.serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env=environ,
+            )
         names = [Requirement(pin).name for pin in env.pins]
         try:
             self.probe: dict[str, Any] = self._ask({"op": "probe", "names": names})["probe"]
