@@ -243,3 +243,30 @@ def test_memory_and_loss_are_told_at_the_first_pair_and_may_end_the_case_there(s
     assert (worse.time is None) == stop
     assert same.verdict == "same"  # the other case goes on to its time verdict either way
     assert len(same.log_ratios) == 6
+
+
+def test_a_candidate_that_starts_from_other_weights_changes_the_loss_and_says_why() -> None:
+    """Another random generator or initialisation in the candidate is another loss curve: the
+    case regressed at pair 1, the message naming the weights, not a divergence at step 0."""
+
+    class Weighted(FakeSide):
+        def __init__(self, *args: Any, digest: str, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            self.digest = digest
+
+        def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+            return {**super().run(spec, timeout_s, env), "initial_weights": self.digest}
+
+    log: list[str] = []
+    sides = (Weighted("A", {}, log, digest="xxh3_128:aa"), Weighted("B", {}, log, digest="xxh3_128:bb"))
+    schedule = Schedule(first=6, step=2, cap=10, floor=0.03, confidence=0.95)
+    (result,) = _rounds([_spec()], sides, schedule, stop_on_regression=True)
+    assert result.verdict == "regressed"
+    assert len(result.log_ratios) == 1
+    (loss,) = [c for c in result.checks if c.metric == "loss"]
+    assert not loss.ok
+    assert not loss.compared
+    assert "other initial weights than the baseline's (xxh3_128:bb against xxh3_128:aa" in loss.message
+    from perfsuite.ab.compare import checks_line
+
+    assert checks_line(result) == "regressed: loss from other initial weights (weights aa → weights bb) at pair 1"

@@ -71,11 +71,14 @@ def test_runs_are_seeded_and_repeatable() -> None:
     assert first["status"] == second["status"] == "ok"
     assert first["loss"] == second["loss"]  # bit for bit: same weights, data and batch order
     assert first["padding_fraction"] == second["padding_fraction"]
+    assert first["initial_weights"] == second["initial_weights"]
+    assert first["initial_weights"].startswith("xxh3_128:")
     other = run_isolated(
         CaseSpec(model="tiny-gpt2", strategy="smart_batching", steps=2, warmup_steps=1, seed=1, profile=False),
         timeout_s=300,
     )
     assert other["loss"] != first["loss"]
+    assert other["initial_weights"] != first["initial_weights"]  # another seed, other starting weights
 
 
 def test_a_missing_package_skips_the_case_naming_the_install(monkeypatch: pytest.MonkeyPatch) -> None:

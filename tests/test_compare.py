@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from perfsuite.core.baselines import build_baseline
-from perfsuite.core.compare import check_loss, check_memory, check_time, compare
+from perfsuite.core.compare import check_memory, check_time, compare
+from perfsuite.core.loss import check_loss
 from perfsuite.core.observation import Observation, observe
 from perfsuite.core.refresh import diff_rows, refusals
 from perfsuite.core.tolerance import ConfigError, Tolerance, resolve_tolerance
@@ -281,3 +282,44 @@ def test_time_off_gates_memory_and_loss_but_not_time() -> None:
     assert time.change == "not gated"
     heavy = _observed(time=8.0, peak_bytes=200 * MIB)
     assert not all(c.ok for c in compare("c", _baseline(), heavy, Tolerance(), hardware="cpu", gate_time=False))
+
+
+def _weights(baseline_digest: str | None, run_digest: str | None) -> tuple[dict[str, Any], Observation]:
+    base = _baseline()
+    base["spec"]["initial_weights"] = baseline_digest
+    return base, _observed(initial_weights=run_digest, losses=[2.5, 1.9, 1.4])
+
+
+def test_a_run_from_other_initial_weights_has_its_loss_not_compared_and_says_why() -> None:
+    base, seen = _weights("xxh3_128:aaaa", "xxh3_128:bbbb")
+    check = check_loss("tiny-bert-fp16", base, seen, Tolerance(), hardware="cpu")
+    assert check.ok
+    assert not check.compared
+    assert check.change == "not compared"
+    assert "other initial weights than the baseline's (xxh3_128:bbbb against xxh3_128:aaaa" in check.message
+    assert "perfsuite baselines refresh" in check.message
+    strict = check_loss("tiny-bert-fp16", base, seen, Tolerance(), fail_uncompared=True)
+    assert not strict.ok
+    assert not strict.compared
+    # The whole gate: time and memory still compared, the loss not.
+    checks = compare("tiny-bert-fp16", base, seen, Tolerance(), hardware="cpu")
+    assert [(c.metric, c.compared) for c in checks][0] == ("step time", True)
+    assert [c.compared for c in checks if c.metric == "loss"] == [False]
+
+
+@pytest.mark.parametrize(
+    ("baseline_digest", "run_digest"),
+    [
+        ("xxh3_128:aaaa", "xxh3_128:aaaa"),  # the same weights
+        (None, "xxh3_128:bbbb"),  # a baseline recorded before digests
+        ("xxh3_128:aaaa", None),  # a record from before digests
+        ("sha256:aaaa", "xxh3_128:bbbb"),  # another algorithm: says nothing about the weights
+    ],
+)
+def test_the_loss_is_compared_unless_both_digests_of_one_algorithm_differ(
+    baseline_digest: str | None, run_digest: str | None
+) -> None:
+    base, seen = _weights(baseline_digest, run_digest)
+    check = check_loss("c", base, seen, Tolerance())
+    assert check.compared
+    assert not check.ok

@@ -135,3 +135,20 @@ def test_a_step_time_left_ungated_on_purpose_says_so() -> None:
     missing = gate_text([outcome("not compared")], refresh=False)
     assert "time not compared: no figure for this time class" in missing
     assert "step time NOT gated for 1 of 1" in missing.splitlines()[0]
+
+
+def test_a_loss_not_compared_for_other_initial_weights_says_so_in_the_row_and_the_first_line() -> None:
+    from types import SimpleNamespace
+
+    from perfsuite.core.check import Check
+    from perfsuite.reports.tables import gate_text
+
+    time = Check("step time", True, "10 ms", "10 ms", "+0.0%", "±5%", "")
+    loss = Check("loss", True, "weights aa", "weights bb", "not compared", "same initial weights", "…", compared=False)
+    outcome = SimpleNamespace(
+        case="tiny-bert-vanilla", status="passed", checks=[time, loss], records=[{"time_class": "x"}], message=""
+    )
+    text = gate_text([outcome], refresh=False)
+    assert "loss NOT gated for 1 (they started from other initial weights" in text.splitlines()[0]
+    assert "loss not compared: other initial weights" in text
+    assert "ok, not compared" not in text

@@ -16,7 +16,10 @@ from :mod:`perfsuite.core.refresh`.
   transformers 4.x has no SDPA path and runs eager) is not compared at all: one
   failing check says so, since every figure would differ for that reason alone.
 - Loss: one value per optimizer step, compared step by step with a tolerance chosen by
-  the precision; a NaN never passes; a failure names the first step that diverged.
+  the precision; a NaN never passes; a failure names the first step that diverged. A run
+  that started from other weights than the baseline's (their digests differ: a new random
+  generator, another ``_init_weights``) is *not compared*, said so, and not a failure
+  unless asked: its curve differs from step 0 whatever the training step does.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from perfsuite.core.baselines import refresh_command
 from perfsuite.core.check import Check
 from perfsuite.core.drift import Drift
 from perfsuite.core.kernels import check_kernels
+from perfsuite.core.loss import check_loss
 from perfsuite.core.observation import Observation
 from perfsuite.core.stats import paired_change
 from perfsuite.core.tolerance import Tolerance
@@ -42,7 +46,7 @@ class Outcome:
     case: str
     status: str
     """``passed``, ``failed``, ``skipped``, ``missing``, ``refreshed``, ``refused`` or ``not reached``
-    (a refresh's time limit came first)."""
+    (a refresh's time limit came first, or the session was interrupted)."""
     hardware: str | None = None
     checks: list[Check] = dataclasses.field(default_factory=list)
     diff: list[tuple[str, str, str, str]] = dataclasses.field(default_factory=list)
@@ -279,64 +283,6 @@ def check_memory(case_id: str, baseline: Mapping[str, Any], observed: Observatio
     return checks
 
 
-def check_loss(case_id: str, baseline: Mapping[str, Any], observed: Observation, tol: Tolerance) -> Check:
-    base, now = list(baseline["loss"]), list(observed.losses)
-    how = f"rtol {tol.loss_rtol:g}, atol {tol.loss_atol:g} per step"
-    summary = f"{len(now)} steps"
-    if len(base) != len(now):
-        return Check(
-            "loss",
-            False,
-            f"{len(base)} steps",
-            summary,
-            "—",
-            how,
-            f"{case_id}: loss: the baseline has {len(base)} steps and this run {len(now)}; "
-            "the case's step count changed, so refresh its baseline",
-        )
-    bad = next((i for i, v in enumerate(now) if not math.isfinite(v)), None)
-    if bad is not None:
-        return Check(
-            "loss",
-            False,
-            f"{base[bad]:.6g} at step {bad}",
-            f"{now[bad]} at step {bad}",
-            "—",
-            how,
-            f"{case_id}: loss is {now[bad]} at step {bad} (baseline {base[bad]:.6g}): a non-finite loss never passes",
-        )
-    diffs = [abs(n - b) for n, b in zip(now, base, strict=True)]
-    rels = [d / abs(b) if b else (0.0 if d == 0 else math.inf) for d, b in zip(diffs, base, strict=True)]
-    first = next(
-        (i for i, (d, b) in enumerate(zip(diffs, base, strict=True)) if d > tol.loss_atol + tol.loss_rtol * abs(b)),
-        None,
-    )
-    worst = max(range(len(diffs)), key=diffs.__getitem__)
-    change = f"max |Δ| {diffs[worst]:.2g} (rel {max(rels):.2g})"
-    # For reports and history: the step that used most of its tolerance, as a relative change and limit.
-    allowed = [tol.loss_atol + tol.loss_rtol * abs(b) for b in base]
-    tightest = max(
-        range(len(diffs)),
-        key=lambda i: diffs[i] / allowed[i] if allowed[i] else (math.inf if diffs[i] else 0.0),
-    )
-    scale = abs(base[tightest]) or 1.0
-    numbers = {"rel": (now[tightest] - base[tightest]) / scale, "limit": allowed[tightest] / scale}
-    if first is None:
-        return Check("loss", True, f"final {base[-1]:.6g}", f"final {now[-1]:.6g}", change, how, "", **numbers)
-    return Check(
-        "loss",
-        False,
-        f"{base[first]:.6g} at step {first}",
-        f"{now[first]:.6g} at step {first}",
-        change,
-        how,
-        f"{case_id}: loss diverges from the baseline at step {first} of {len(now)}: {now[first]!r} vs {base[first]!r}; "
-        f"largest absolute difference {diffs[worst]:.3g} (step {worst}), largest relative {max(rels):.3g}; "
-        f"tolerance {how}",
-        **numbers,
-    )
-
-
 def compare(
     case_id: str,
     baseline: Mapping[str, Any],
@@ -359,5 +305,5 @@ def compare(
             case_id, baseline, observed, tol, hardware, fail_uncompared=fail_uncompared, drift=drift, gated=gate_time
         ),
         *check_memory(case_id, baseline, observed, tol),
-        check_loss(case_id, baseline, observed, tol),
+        check_loss(case_id, baseline, observed, tol, hardware=hardware, fail_uncompared=fail_uncompared),
     ]

@@ -28,6 +28,8 @@ class Observation:
     losses: Sequence[float]
     attention: str | None = None
     """The attention implementation that ran (``None`` for records that predate it)."""
+    initial_weights: str | None = None
+    """The digest of the weights the run started from (``None`` for records that predate it)."""
 
 
 def _peak(record: Mapping[str, Any]) -> int:
@@ -67,4 +69,5 @@ def observe(record: Mapping[str, Any], *, time_unit: str) -> Observation:
         breakdown=dict(record.get("memory_breakdown_bytes") or {}),
         losses=list(record["loss"]),
         attention=(record.get("applied") or {}).get("attention_implementation"),
+        initial_weights=record.get("initial_weights"),
     )

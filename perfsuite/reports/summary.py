@@ -39,6 +39,8 @@ def gate_row(case: ReportCase, trend: str) -> list[str]:
     note = "; ".join(f"{m} out of tolerance" for m in case.failed_metrics)
     if time is not None and not time.get("compared", True):
         note = "time not compared (no figure for this time class)" + (f"; {note}" if note else "")
+    if loss is not None and not loss.get("compared", True):
+        note = "loss not compared (other initial weights)" + (f"; {note}" if note else "")
     if not case.checks and case.message:
         note = case.message.splitlines()[0]
     return [
@@ -47,7 +49,11 @@ def gate_row(case: ReportCase, trend: str) -> list[str]:
         time["change"] if time else "—",
         time["tolerance"] if time else "—",
         memory["change"] if memory else "—",
-        (("ok, " if loss["ok"] else "DIVERGED, ") + loss["change"]) if loss else "—",
+        "not compared"
+        if loss is not None and not loss.get("compared", True)
+        else (("ok, " if loss["ok"] else "DIVERGED, ") + loss["change"])
+        if loss
+        else "—",
         trend,
         note,
     ]

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from perfsuite.core.check import Check
 from perfsuite.core.stats import percent_of
 
 CONTROL = "vanilla"
@@ -178,6 +179,8 @@ def _gate_cells(outcome: Any) -> list[str]:
     if time is not None and not time.compared:
         why = "not gated (--perfsuite-time=off)" if time.change == "not gated" else "no figure for this time class"
         notes.insert(0, f"time not compared: {why}")
+    if loss is not None and not loss.compared:
+        notes.insert(0, "loss not compared: other initial weights")
     attempts = getattr(outcome, "time_attempts", [])
     if len(attempts) > 1:
         notes.insert(0, f"time run {len(attempts)} times: {' → '.join(attempts)}")
@@ -192,9 +195,17 @@ def _gate_cells(outcome: Any) -> list[str]:
         time.tolerance if time else "—",
         f"{memory.baseline} → {memory.measured}" if memory else "—",
         memory.change if memory else "—",
-        ("ok, " if loss.ok else "DIVERGED, ") + loss.change if loss else "—",
+        _loss_cell(loss),
         note,
     ]
+
+
+def _loss_cell(loss: Check | None) -> str:
+    if loss is None:
+        return "—"
+    if not loss.compared:
+        return "not compared"
+    return ("ok, " if loss.ok else "DIVERGED, ") + loss.change
 
 
 def _refresh_rows(outcome: Any) -> list[list[str]]:
@@ -220,7 +231,8 @@ def verdict(statuses: Sequence[str], time_checks: Sequence[tuple[bool, str | Non
     for status in statuses:
         counts[status] = counts.get(status, 0) + 1
     bad = sum(n for status, n in counts.items() if status in ("failed", "missing", "refused"))
-    head = "FAILED" if bad else "passed"
+    # A gate's cases are "not reached" only when the session was interrupted: never a pass.
+    head = "FAILED" if bad else "INTERRUPTED" if "not reached" in counts else "passed"
     line = f"perfsuite: {head}: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     uncompared = [time_class for compared, time_class in time_checks if not compared]
     if not uncompared:
@@ -242,7 +254,15 @@ def outcomes_verdict(outcomes: Sequence[Any]) -> str:
         if check is not None and check.change != "not gated":
             record = outcome.records[0] if outcome.records else {}
             time_checks.append((bool(check.compared), record.get("time_class")))
-    return verdict([o.status for o in outcomes], time_checks)
+    line = verdict([o.status for o in outcomes], time_checks)
+    other = sum(1 for o in outcomes for c in o.checks if c.metric == "loss" and not c.compared)
+    if other:
+        line += (
+            f"; loss NOT gated for {other} (they started from other initial weights than their baselines': "
+            "the random generator or a model's initialisation changed; "
+            "`perfsuite baselines refresh` records this stack's)"
+        )
+    return line
 
 
 def gate_text(outcomes: Sequence[Any], *, refresh: bool, width: int = LOG_WIDTH, notes: Sequence[str] = ()) -> str:

@@ -78,6 +78,7 @@ class RefreshStager:
                 "threads": first.get("threads"),
                 "world_size": first.get("world_size", 1),
                 "attention": observations[0].attention,
+                "initial_weights": observations[0].initial_weights,
             },
             provenance=self._provenance(first),
         )

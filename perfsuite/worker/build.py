@@ -30,6 +30,8 @@ class Built:
     pretrained: str | None
     num_parameters: int
     model_config: dict[str, Any]
+    initial_weights: str
+    """The digest of the weights as built, before any strategy touched them (:mod:`perfsuite.worker.weights`)."""
 
 
 def check_runnable(spec: CaseSpec, device: Device | None = None) -> None:
@@ -55,6 +57,7 @@ def build(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> Built:
     from perfsuite.worker.data import generate_dataset, load_text_dataset
     from perfsuite.worker.device import get_device
     from perfsuite.worker.modeling import build_model
+    from perfsuite.worker.weights import initial_weights_digest
 
     strategy, model_spec = spec.strategy_spec, spec.model_spec
     device = get_device(spec.device)
@@ -96,6 +99,7 @@ def build(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> Built:
     )
     num_parameters = sum(p.numel() for p in model.parameters())
     model_config = model.config.to_diff_dict()
+    initial_weights = initial_weights_digest(model)
     if strategy.quantize_4bit:
         from perfsuite.worker.adapters import quantize_4bit
 
@@ -176,4 +180,5 @@ def build(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> Built:
         pretrained=pretrained,
         num_parameters=num_parameters,
         model_config=model_config,
+        initial_weights=initial_weights,
     )

@@ -48,9 +48,12 @@ with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
     import perfsuite.worker.data  # noqa: F401
     import perfsuite.worker.device  # noqa: F401
     import perfsuite.worker.engines.loop  # noqa: F401
+    import perfsuite.worker.flop_cache
     import perfsuite.worker.measure  # noqa: F401
     import perfsuite.worker.run  # noqa: F401
     from perfsuite.core.models import MODELS
+
+    perfsuite.worker.flop_cache.stack()  # the libraries' versions and perfsuite's source, read once
 
     # transformers imports model code lazily; resolve every registered class now.
     for _spec in MODELS.values():

@@ -39,6 +39,8 @@ class CaseRecord(TypedDict, total=False):
     precision: str
     num_parameters: int
     model_config: dict[str, Any]
+    initial_weights: str
+    """A digest of the weights the case started from (:mod:`perfsuite.worker.weights`)."""
     task: str
     batch_size: int
     micro_batch_size: int
@@ -74,6 +76,10 @@ class CaseRecord(TypedDict, total=False):
     mfu: float | None
     peak_flops: float | None
     matmul_dtypes: dict[str, int] | None
+    flops_source: str | None
+    """Where ``flops_per_step``, ``matmul_dtypes`` and ``attention_ops`` come from: ``counted`` in this
+    run's FLOP step, or the ``cache`` of an earlier count of the same case and stack
+    (:mod:`perfsuite.worker.flop_cache`); ``None`` without the step."""
     attention_ops: dict[str, int] | None
     loss: list[float]
     micro_batches: dict[str, list[list[Any]]] | None
@@ -165,6 +171,7 @@ def case_record(spec: CaseSpec, built: Built, run: Timed, *, rank: int, world_si
         "precision": strategy.precision,
         "num_parameters": built.num_parameters,
         "model_config": built.model_config,
+        "initial_weights": built.initial_weights,
         "task": spec.model_spec.task,
         "batch_size": built.batch_size,
         "micro_batch_size": built.batch_size // strategy.grad_accum_steps // world_size,
@@ -204,6 +211,7 @@ def case_record(spec: CaseSpec, built: Built, run: Timed, *, rank: int, world_si
         "mfu": mfu,
         "peak_flops": peak_rate,
         "matmul_dtypes": run.flops.get("matmul_dtypes"),
+        "flops_source": run.flops.get("source"),
         "attention_ops": run.flops.get("attention_ops"),
         "loss": [float(o.loss) for o in outputs],
         "micro_batches": run.micro_batches,

@@ -5,7 +5,8 @@ dropped), timed steps (the device's step timer only: nothing samples memory whil
 run; on a CPU each is bracketed by the calibration workload, see
 :mod:`perfsuite.worker.calibrate`), then untimed profiling steps: one under MemTracker
 for the memory breakdown (every live tensor of the process counted), one under
-FlopCounterMode for FLOPs and the dtypes the matmuls ran in. The record's shape is
+FlopCounterMode for FLOPs and the dtypes the matmuls ran in (skipped where this case was
+counted before on the same stack: :mod:`perfsuite.worker.flop_cache`). The record's shape is
 :class:`perfsuite.worker.record.CaseRecord`.
 """
 
@@ -67,7 +68,7 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> CaseRecord:
 
 
 def _steps(spec: CaseSpec, built: Built) -> Timed:
-    from perfsuite.worker import measure
+    from perfsuite.worker import flop_cache, measure
     from perfsuite.worker.calibrate import Calibration
     from perfsuite.worker.cpu_threads import ThreadWindow
     from perfsuite.worker.duet import together
@@ -128,7 +129,18 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
         # two tiny-llama cases' losses by 1e-6. The FLOP step measures nothing, so it comes last.
         out.breakdown = measure.memory_breakdown(engine)
         phase("memory_profile")
-        out.flops = measure.count_flops(engine)
+        out.flops = flop_cache.counted_or_cached(_flop_key(spec, built), lambda: measure.count_flops(engine))
         phase("flop_count")
     out.evidence = engine.evidence()
     return out
+
+
+def _flop_key(spec: CaseSpec, built: Built) -> str | None:
+    from perfsuite.worker import flop_cache
+
+    if not flop_cache.enabled(spec):
+        return None
+    device = built.device
+    return flop_cache.cache_key(
+        spec, initial_weights=built.initial_weights, device_type=device.type, device_name=device.name
+    )

@@ -1,0 +1,115 @@
+"""The loss gate: a run's loss curve against its baseline's, step by step. Pure: no torch, no pytest.
+
+A tolerance chosen by the precision per step; a NaN never passes; a failure names the first
+step that diverged. A run that started from other weights than the baseline's (their
+digests differ, :mod:`perfsuite.worker.weights`) is *not compared*: its curve differs from
+step 0 whatever the training step does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from perfsuite.core.baselines import refresh_command
+from perfsuite.core.check import Check
+from perfsuite.core.observation import Observation
+from perfsuite.core.tolerance import Tolerance
+
+
+def other_weights(baseline: Mapping[str, Any], observed: Observation) -> str | None:
+    """The baseline's initial-weights digest when the run's is of the same algorithm and differs, else ``None``."""
+    recorded = (baseline.get("spec") or {}).get("initial_weights")
+    now = observed.initial_weights
+    if not recorded or not now or recorded == now:
+        return None
+    return str(recorded) if recorded.split(":")[0] == now.split(":")[0] else None
+
+
+def _weights_not_compared(case_id: str, recorded: str, observed: Observation, hardware: str, *, fail: bool) -> Check:
+    now = str(observed.initial_weights)
+    return Check(
+        "loss",
+        not fail,
+        f"weights {recorded.split(':')[-1][:12]}",
+        f"weights {now.split(':')[-1][:12]}",
+        "not compared",
+        "same initial weights",
+        f"{case_id}: loss not compared: this run started from other initial weights than the baseline's "
+        f"({now} against {recorded}: the random generator or the model's initialisation changed), so its "
+        "curve differs from the first step whatever the training step does (time and memory were gated); "
+        f"record this stack's curve with {refresh_command(case_id, hardware=hardware)}",
+        compared=False,
+    )
+
+
+def check_loss(
+    case_id: str,
+    baseline: Mapping[str, Any],
+    observed: Observation,
+    tol: Tolerance,
+    *,
+    hardware: str = "cpu",
+    fail_uncompared: bool = False,
+) -> Check:
+    """The loss curve, step by step; *not compared* when the run started from other weights
+    (:func:`other_weights`), a failure then only with ``fail_uncompared``."""
+    recorded = other_weights(baseline, observed)
+    if recorded is not None:
+        return _weights_not_compared(case_id, recorded, observed, hardware, fail=fail_uncompared)
+    base, now = list(baseline["loss"]), list(observed.losses)
+    how = f"rtol {tol.loss_rtol:g}, atol {tol.loss_atol:g} per step"
+    summary = f"{len(now)} steps"
+    if len(base) != len(now):
+        return Check(
+            "loss",
+            False,
+            f"{len(base)} steps",
+            summary,
+            "—",
+            how,
+            f"{case_id}: loss: the baseline has {len(base)} steps and this run {len(now)}; "
+            "the case's step count changed, so refresh its baseline",
+        )
+    bad = next((i for i, v in enumerate(now) if not math.isfinite(v)), None)
+    if bad is not None:
+        return Check(
+            "loss",
+            False,
+            f"{base[bad]:.6g} at step {bad}",
+            f"{now[bad]} at step {bad}",
+            "—",
+            how,
+            f"{case_id}: loss is {now[bad]} at step {bad} (baseline {base[bad]:.6g}): a non-finite loss never passes",
+        )
+    diffs = [abs(n - b) for n, b in zip(now, base, strict=True)]
+    rels = [d / abs(b) if b else (0.0 if d == 0 else math.inf) for d, b in zip(diffs, base, strict=True)]
+    first = next(
+        (i for i, (d, b) in enumerate(zip(diffs, base, strict=True)) if d > tol.loss_atol + tol.loss_rtol * abs(b)),
+        None,
+    )
+    worst = max(range(len(diffs)), key=diffs.__getitem__)
+    change = f"max |Δ| {diffs[worst]:.2g} (rel {max(rels):.2g})"
+    # For reports and history: the step that used most of its tolerance, as a relative change and limit.
+    allowed = [tol.loss_atol + tol.loss_rtol * abs(b) for b in base]
+    tightest = max(
+        range(len(diffs)),
+        key=lambda i: diffs[i] / allowed[i] if allowed[i] else (math.inf if diffs[i] else 0.0),
+    )
+    scale = abs(base[tightest]) or 1.0
+    numbers = {"rel": (now[tightest] - base[tightest]) / scale, "limit": allowed[tightest] / scale}
+    if first is None:
+        return Check("loss", True, f"final {base[-1]:.6g}", f"final {now[-1]:.6g}", change, how, "", **numbers)
+    return Check(
+        "loss",
+        False,
+        f"{base[first]:.6g} at step {first}",
+        f"{now[first]:.6g} at step {first}",
+        change,
+        how,
+        f"{case_id}: loss diverges from the baseline at step {first} of {len(now)}: {now[first]!r} vs {base[first]!r}; "
+        f"largest absolute difference {diffs[worst]:.3g} (step {worst}), largest relative {max(rels):.3g}; "
+        f"tolerance {how}",
+        **numbers,
+    )

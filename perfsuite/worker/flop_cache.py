@@ -1,0 +1,139 @@
+"""FLOPs counted once per case and stack, then reused: the FLOP step skipped where its answer is known.
+
+The FLOP step (:func:`perfsuite.worker.measure.count_flops`) is an untimed optimizer step
+under FlopCounterMode: the FLOPs of a step, the dtypes its matmuls ran in and the
+attention kernels that ran. Every one of those follows from what the key below holds,
+so a second run of the same case on the same stack counts the same numbers
+(``tests/test_flop_cache.py`` recounts and compares):
+
+- the case: every field of its :class:`~perfsuite.core.spec.CaseSpec` but ``calibrate``
+  (which brackets timed steps and changes nothing counted), its declared model and
+  strategy in full (a team's declaration may change under one name), and the digest of
+  its initial weights;
+- the stack: the installed version of every library a step goes through (a ``perfsuite
+  ab`` overlay has its own) and a digest of perfsuite's own source; a library installed
+  from a working tree (editable) has no version that follows its code, so with one
+  nothing is cached;
+- the environment that can change what a step runs: ``PERFSUITE_*`` (the test suite's
+  injected regressions, ``perfsuite ab``'s injected slowdowns), ``TORCH*``, ``CUBLAS*``,
+  ``NVIDIA_TF32*``, ``ACCELERATE_*``, ``TRANSFORMERS_*``, ``DS_*`` and ``HF_*`` variables;
+- the hardware: the device's time class (a GPU's model, whose generation picks its attention
+  kernels; a CPU's family and instruction sets, which pick its bf16 paths).
+
+Each count is one JSON file under ``<cache>/flops/`` (:func:`perfsuite.core.cache.cache_root`),
+written atomically (the two sides of a duet may count one case at once). A record says
+where its counts came from (``flops_source``: ``counted`` or ``cache``). ``PERFSUITE_FLOP_CACHE=0``
+counts every time. Cases of several ranks always count (each rank its own share).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from perfsuite.core.baselines import write_json_atomic
+from perfsuite.core.cache import cache_root
+from perfsuite.core.hardware import time_class
+from perfsuite.core.provenance import LIBRARIES
+from perfsuite.core.spec import CaseSpec
+
+ENV = "PERFSUITE_FLOP_CACHE"
+"""``0`` counts FLOPs in every run."""
+VERSION = 1
+"""Bumped when what a count holds changes shape."""
+EDITABLE = "editable"
+_STACK = (*LIBRARIES, "peft", "lion-pytorch", "galore-torch", "tokenizers")
+_ENV_PREFIXES = ("PERFSUITE_", "TORCH", "CUBLAS", "NVIDIA_TF32", "ACCELERATE_", "TRANSFORMERS_", "DS_", "HF_")
+_ENV_IGNORED = {
+    # Where things are kept, what is preloaded, how a duet meets, which pids a test collects:
+    # nothing a step computes.
+    ENV,
+    "PERFSUITE_CACHE",
+    "PERFSUITE_PRELOAD",
+    "PERFSUITE_GPUS",
+    "PERFSUITE_TEST_PIDS",
+    "PERFSUITE_DUET_READY",
+    "PERFSUITE_DUET_PEER",
+    "PERFSUITE_DUET_STOP",
+    "PERFSUITE_DUET_CPU",
+    "TORCH_EXTENSIONS_DIR",
+}
+
+
+@functools.cache
+def stack() -> dict[str, str | None]:
+    """The versions of the libraries a step goes through, and a digest of perfsuite's source
+    (read once per process: the worker forkserver reads it for every worker it forks)."""
+    versions: dict[str, str | None] = {}
+    for name in _STACK:
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+            continue
+        versions[name] = dist.version
+        if name != "perfsuite" and '"editable": true' in (dist.read_text("direct_url.json") or ""):
+            versions[name] = EDITABLE
+    source = hashlib.sha256()
+    package = Path(__file__).resolve().parents[1]
+    for path in sorted(package.rglob("*.py")):
+        source.update(str(path.relative_to(package)).encode())
+        source.update(path.read_bytes())
+    versions["perfsuite source"] = source.hexdigest()
+    return versions
+
+
+def cache_key(spec: CaseSpec, *, initial_weights: str, device_type: str, device_name: str) -> str:
+    """The key of ``spec``'s FLOP count on this stack and device (a hex digest)."""
+    case = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.init and f.name != "calibrate"}
+    what = {
+        "version": VERSION,
+        "case": case,
+        "model": dataclasses.asdict(spec.model_spec),
+        "strategy": dataclasses.asdict(spec.strategy_spec),
+        "initial_weights": initial_weights,
+        "stack": stack(),
+        "environment": {
+            k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES) and k not in _ENV_IGNORED
+        },
+        "hardware": time_class(device_type, device_name),
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def enabled(spec: CaseSpec) -> bool:
+    """Whether ``spec``'s counts may come from the cache: one rank, not opted out, no editable library."""
+    return spec.world_size == 1 and os.environ.get(ENV, "1") != "0" and EDITABLE not in stack().values()
+
+
+def _path(key: str) -> Path:
+    return cache_root() / "flops" / f"{key}.json"
+
+
+def counted_or_cached(key: str | None, count: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The case's counts from the cache when ``key`` is there, else ``count()``'s, then stored; each
+    with ``source``. ``key`` ``None``: always counted, nothing stored."""
+    if key is not None:
+        try:
+            cached: dict[str, Any] = json.loads(_path(key).read_text())
+            return {**cached, "source": "cache"}
+        except (OSError, ValueError):
+            pass  # not there (or a torn file from a crash): count it
+    counts = count()
+    if key is not None:
+        _store(_path(key), counts)
+    return {**counts, "source": "counted"}
+
+
+def _store(path: Path, counts: dict[str, Any]) -> None:
+    try:
+        write_json_atomic(path, counts)
+    except (OSError, ValueError):
+        pass  # a read-only or full cache (or a count that is not JSON) costs the next run a count, nothing else
