@@ -45,7 +45,9 @@ def terminate_as_interrupt() -> Iterator[Interrupt]:
         heard.signum = signum
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in previous:  # after ``previous`` is bound: a signal in between finds it
+        signal.signal(sig, interrupt)
     try:
         yield heard
     finally:

@@ -258,7 +258,8 @@ def test_a_candidate_that_starts_from_other_weights_changes_the_loss_and_says_wh
             return {**super().run(spec, timeout_s, env), "initial_weights": self.digest}
 
     log: list[str] = []
-    sides = (Weighted("A", {}, log, digest="xxh3_128:aa"), Weighted("B", {}, log, digest="xxh3_128:bb"))
+    other = {"tiny-bert-vanilla": [2.5, 1.9]}  # the other weights' curve
+    sides = (Weighted("A", {}, log, digest="xxh3_128:aa"), Weighted("B", {}, log, digest="xxh3_128:bb", loss=other))
     schedule = Schedule(first=6, step=2, cap=10, floor=0.03, confidence=0.95)
     (result,) = _rounds([_spec()], sides, schedule, stop_on_regression=True)
     assert result.verdict == "regressed"

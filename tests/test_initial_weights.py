@@ -21,8 +21,16 @@ def test_the_digest_follows_the_weights_bit_for_bit(model: str) -> None:
     assert len(digest) == len("xxh3_128:") + 32
     assert initial_weights_digest(build_model(spec, seed=0)) == digest
     assert initial_weights_digest(build_model(spec, seed=1)) != digest
-    parameter = next(first.parameters())
+    weight = first.get_input_embeddings().weight
+    assert isinstance(weight, torch.Tensor)
     with torch.no_grad():
-        flat = parameter.view(-1)
-        flat[0] = flat[0].item() + 2**-20  # one weight, a few ulps
+        weight[1, 0] = torch.nextafter(weight[1, 0], torch.tensor(float("inf")))  # one weight, one ulp
     assert initial_weights_digest(first) != digest
+
+
+def test_a_scalar_buffer_is_digested_too() -> None:
+    module = torch.nn.Module()
+    module.register_buffer("logit_scale", torch.tensor(2.6592))  # 0-dim, as CLIP's
+    digest = initial_weights_digest(module)
+    module.get_buffer("logit_scale").fill_(2.0)
+    assert initial_weights_digest(module) != digest

@@ -270,6 +270,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     results: list[dict[str, Any]] = []
     records: dict[CaseSpec, dict[str, Any] | None] = {}  # the GPU pool's: finished, or None while running
+    in_flight: CaseSpec | None = None  # one at a time: the case whose worker runs
     with terminate_as_interrupt() as interrupt:
         try:
             with Progress(
@@ -304,7 +305,9 @@ def run(args: argparse.Namespace) -> int:
                         left = _time_left(time.monotonic() - started, i, len(specs))
                         progress.update(task, description=f"{spec.id}{left}")
                         progress.refresh()
+                        in_flight = spec
                         results.append(run_isolated(spec, timeout_s=timeout))
+                        in_flight = None
                         done(spec, results[-1])
                 else:
                     results = _run_on_pool(specs, pool, timeout, done, progress, task, records)
@@ -313,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
             if pool is not None:
                 results = [records[s] or _not_run(s, True) if s in records else _not_run(s, False) for s in specs]
             else:
-                results += [_not_run(spec, i == 0) for i, spec in enumerate(specs[len(results) :])]
+                results += [_not_run(spec, spec is in_flight) for spec in specs[len(results) :]]
             return _finish(args, results, time.monotonic() - started, device_type, interrupt)
     return _finish(args, results, time.monotonic() - started, device_type, None)
 

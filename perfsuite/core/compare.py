@@ -16,10 +16,10 @@ from :mod:`perfsuite.core.refresh`.
   transformers 4.x has no SDPA path and runs eager) is not compared at all: one
   failing check says so, since every figure would differ for that reason alone.
 - Loss: one value per optimizer step, compared step by step with a tolerance chosen by
-  the precision; a NaN never passes; a failure names the first step that diverged. A run
-  that started from other weights than the baseline's (their digests differ: a new random
-  generator, another ``_init_weights``) is *not compared*, said so, and not a failure
-  unless asked: its curve differs from step 0 whatever the training step does.
+  the precision; a NaN never passes; a failure names the first step that diverged. A curve
+  that diverged from a run that started from other weights than the baseline's (their
+  digests differ: a new random generator, another ``_init_weights``) is *not compared*,
+  said so, and not a failure unless asked (:mod:`perfsuite.core.loss`).
 """
 
 from __future__ import annotations

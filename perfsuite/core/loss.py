@@ -1,9 +1,11 @@
 """The loss gate: a run's loss curve against its baseline's, step by step. Pure: no torch, no pytest.
 
 A tolerance chosen by the precision per step; a NaN never passes; a failure names the first
-step that diverged. A run that started from other weights than the baseline's (their
-digests differ, :mod:`perfsuite.worker.weights`) is *not compared*: its curve differs from
-step 0 whatever the training step does.
+step that diverged. The curve is always compared; where it diverged and the run started
+from other weights than the baseline's (their digests differ, :mod:`perfsuite.worker.weights`),
+the divergence is the weights' and not the training step's, so the loss is *not compared*,
+said so. A digest that differs under a curve that holds (a buffer renamed by an upgrade, the
+same values) changes nothing.
 """
 
 from __future__ import annotations
@@ -53,11 +55,16 @@ def check_loss(
     hardware: str = "cpu",
     fail_uncompared: bool = False,
 ) -> Check:
-    """The loss curve, step by step; *not compared* when the run started from other weights
-    (:func:`other_weights`), a failure then only with ``fail_uncompared``."""
+    """The loss curve, step by step; where it diverged from a run that started from other weights
+    (:func:`other_weights`), *not compared* instead, a failure then only with ``fail_uncompared``."""
+    check = _curve(case_id, baseline, observed, tol)
     recorded = other_weights(baseline, observed)
-    if recorded is not None:
-        return _weights_not_compared(case_id, recorded, observed, hardware, fail=fail_uncompared)
+    if check.ok or recorded is None:
+        return check
+    return _weights_not_compared(case_id, recorded, observed, hardware, fail=fail_uncompared)
+
+
+def _curve(case_id: str, baseline: Mapping[str, Any], observed: Observation, tol: Tolerance) -> Check:
     base, now = list(baseline["loss"]), list(observed.losses)
     how = f"rtol {tol.loss_rtol:g}, atol {tol.loss_atol:g} per step"
     summary = f"{len(now)} steps"

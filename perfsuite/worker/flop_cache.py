@@ -23,7 +23,8 @@ so a second run of the same case on the same stack counts the same numbers
 Each count is one JSON file under ``<cache>/flops/`` (:func:`perfsuite.core.cache.cache_root`),
 written atomically (the two sides of a duet may count one case at once). A record says
 where its counts came from (``flops_source``: ``counted`` or ``cache``). ``PERFSUITE_FLOP_CACHE=0``
-counts every time. Cases of several ranks always count (each rank its own share).
+counts every time. Cases of several ranks always count (each rank its own share), and so do cases
+that read their data from a file.
 """
 
 from __future__ import annotations
@@ -79,8 +80,16 @@ def stack() -> dict[str, str | None]:
             versions[name] = None
             continue
         versions[name] = dist.version
-        if name != "perfsuite" and '"editable": true' in (dist.read_text("direct_url.json") or ""):
+        if name == "perfsuite":
+            continue
+        try:
+            direct = json.loads(dist.read_text("direct_url.json") or "{}")
+        except ValueError:
+            direct = {}
+        if (direct.get("dir_info") or {}).get("editable"):
             versions[name] = EDITABLE
+        elif direct.get("vcs_info"):  # a git install keeps one version across commits
+            versions[name] = f"{dist.version} {direct.get('url')}@{direct['vcs_info'].get('commit_id')}"
     source = hashlib.sha256()
     package = Path(__file__).resolve().parents[1]
     for path in sorted(package.rglob("*.py")):
@@ -109,8 +118,12 @@ def cache_key(spec: CaseSpec, *, initial_weights: str, device_type: str, device_
 
 
 def enabled(spec: CaseSpec) -> bool:
-    """Whether ``spec``'s counts may come from the cache: one rank, not opted out, no editable library."""
-    return spec.world_size == 1 and os.environ.get(ENV, "1") != "0" and EDITABLE not in stack().values()
+    """Whether ``spec``'s counts may come from the cache: one rank, not opted out, no editable library,
+    and no data read from a file (a file edited under the same name would batch other shapes)."""
+    from_files = spec.dataset is not None or spec.model_spec.data is not None
+    return (
+        spec.world_size == 1 and not from_files and os.environ.get(ENV, "1") != "0" and EDITABLE not in stack().values()
+    )
 
 
 def _path(key: str) -> Path:

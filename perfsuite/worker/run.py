@@ -129,9 +129,12 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
         # two tiny-llama cases' losses by 1e-6. The FLOP step measures nothing, so it comes last.
         out.breakdown = measure.memory_breakdown(engine)
         phase("memory_profile")
+    # Read before the FLOP step, which a cached count skips: the evidence (batches seen, steps
+    # logged) is then the same whether the FLOPs were counted or read.
+    out.evidence = engine.evidence()
+    if spec.profile:
         out.flops = flop_cache.counted_or_cached(_flop_key(spec, built), lambda: measure.count_flops(engine))
         phase("flop_count")
-    out.evidence = engine.evidence()
     return out
 
 

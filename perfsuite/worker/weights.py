@@ -9,8 +9,8 @@ wraps, quantises or moves the model: its name, dtype, shape and bytes.
 
 xxHash's XXH3-128 (a dependency of ``datasets``, so of perfsuite) reads bert-base's 438 MB
 in a few hundredths of a second; the digest names its algorithm, so a future one is never
-mistaken for other weights (:func:`perfsuite.core.compare.check_loss` compares digests of
-one algorithm only).
+mistaken for other weights (:func:`perfsuite.core.loss.check_loss` compares digests of one
+algorithm only, and only to explain a curve that diverged).
 """
 
 from __future__ import annotations
@@ -33,5 +33,5 @@ def initial_weights_digest(model: torch.nn.Module) -> str:
         flat = tensor.detach().to("cpu").contiguous()
         digest.update(f"{name}|{flat.dtype}|{tuple(flat.shape)}|".encode())
         if flat.numel():
-            digest.update(memoryview(flat.view(torch.uint8).reshape(-1).numpy()))
+            digest.update(memoryview(flat.reshape(-1).view(torch.uint8).numpy()))  # 0-dim too
     return f"{ALGORITHM}:{digest.hexdigest()}"
