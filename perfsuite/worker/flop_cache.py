@@ -42,8 +42,10 @@ from typing import Any
 from perfsuite.core.baselines import write_json_atomic
 from perfsuite.core.cache import cache_root
 from perfsuite.core.hardware import time_class
+from perfsuite.core.preloads import ENV as PRELOAD_ENV
 from perfsuite.core.provenance import LIBRARIES
 from perfsuite.core.spec import CaseSpec
+from perfsuite.worker.duet import CPUS, PEER, READY, STOP
 
 ENV = "PERFSUITE_FLOP_CACHE"
 """``0`` counts FLOPs in every run."""
@@ -56,14 +58,14 @@ _ENV_IGNORED = {
     # Where things are kept, what is preloaded, how a duet meets, which pids a test collects:
     # nothing a step computes.
     ENV,
+    PRELOAD_ENV,
+    CPUS,
+    READY,
+    PEER,
+    STOP,
     "PERFSUITE_CACHE",
-    "PERFSUITE_PRELOAD",
     "PERFSUITE_GPUS",
     "PERFSUITE_TEST_PIDS",
-    "PERFSUITE_DUET_READY",
-    "PERFSUITE_DUET_PEER",
-    "PERFSUITE_DUET_STOP",
-    "PERFSUITE_DUET_CPU",
     "TORCH_EXTENSIONS_DIR",
 }
 
