@@ -66,7 +66,9 @@ def test_pretrained_model_on_a_real_dataset(tmp_path: Path) -> None:
 
 
 def test_runs_are_seeded_and_repeatable() -> None:
-    spec = CaseSpec(model="tiny-gpt2", strategy="smart_batching", steps=2, warmup_steps=1, profile=False)
+    # One thread: at two, a busy host once moved step 2's loss by 1e-6 (8.0827475 against 8.0827465),
+    # the kernels' split of a reduction, not the seeding this checks.
+    spec = CaseSpec(model="tiny-gpt2", strategy="smart_batching", steps=2, warmup_steps=1, profile=False, threads=1)
     first, second = (run_isolated(spec, timeout_s=300) for _ in range(2))
     assert first["status"] == second["status"] == "ok"
     assert first["loss"] == second["loss"]  # bit for bit: same weights, data and batch order
