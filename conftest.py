@@ -11,7 +11,8 @@ point) registers the markers, builds the model × strategy matrix and gates it a
   tracking issues), actionlint on every workflow, plugin tests through ``pytester``,
   worker isolation and CLI tests, a project outside perfsuite declaring its own model
   and recipe end to end
-  (``tests/test_own_project.py``), and the CPU tier (``-m cpu``): every
+  (``tests/test_own_project.py``) and its own model factory and training step
+  (``tests/test_own_code.py``), and the CPU tier (``-m cpu``): every
   tiny model × every strategy as real training runs, each gated on step time
   (calibrated, against this CPU class's figure), peak memory and its breakdown, and
   the loss curve against ``baselines/cpu/``; the same through the Hugging Face Trainer

@@ -300,6 +300,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if cases:
         state.catch_signals([spec for spec, _ in cases])  # SIGTERM stops the session as Ctrl-C does
     preload_for(spec for spec, _ in cases)  # before the first worker boots the forkserver
+    from perfsuite.worker.preflight import preflight  # the project's own models and engines, before any case
+
+    if (problem := preflight(spec for spec, _ in cases)) is not None:
+        raise pytest.UsageError(problem)
     gpu = [spec for spec, on_gpu in cases if on_gpu]
     if gpu:
         state.prefetch(gpu)

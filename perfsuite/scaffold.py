@@ -1,16 +1,19 @@
 """``perfsuite init``: what a repository needs to guard its own training with perfsuite.
 
 Writes the ``[tool.perfsuite]`` section of ``pyproject.toml`` (live settings plus a
-commented example of a model, a recipe and the matrix), the matrix test, the three
-workflows (CPU tier on every push, GPU tier nightly, baseline refresh as a pull
-request), ``baselines/`` and a README section. Nothing that exists is overwritten
-without ``force``; a section is appended to an existing ``pyproject.toml`` or README
-only when it is not there yet. Pure: no torch, no pytest.
+commented example of a model, a recipe and the matrix), the matrix test, the
+workflows (CPU tier on every push, GPU tier nightly, baseline refresh as a pull request, and
+the upgrade verdict on a pull request that bumps a pin, with its comment and GPU variant),
+``baselines/`` and a README section; with ``example``, a model and a training step
+of the project's own to start from (``perfsuite_example/``) and their declarations. Nothing
+that exists is overwritten without ``force``; a section is appended to an existing
+``pyproject.toml`` or README only when it is not there yet. Pure: no torch, no pytest.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from importlib.resources import files
 from pathlib import Path
 
@@ -27,9 +30,21 @@ _FILES = {
     ".github/workflows/perfsuite-cpu.yml": "perfsuite-cpu.yml",
     ".github/workflows/perfsuite-gpu-nightly.yml": "perfsuite-gpu-nightly.yml",
     ".github/workflows/perfsuite-refresh.yml": "perfsuite-refresh.yml",
+    ".github/workflows/perfsuite-upgrade.yml": "perfsuite-upgrade.yml",
+    ".github/workflows/perfsuite-upgrade-comment.yml": "perfsuite-upgrade-comment.yml",
+    ".github/workflows/perfsuite-upgrade-gpu.yml": "perfsuite-upgrade-gpu.yml",
     "baselines/README.md": "baselines-README.md",
 }
 """Files written whole: destination → template."""
+
+EXAMPLE_PACKAGE = "perfsuite_example"
+_EXAMPLE_FILES = {
+    f"{EXAMPLE_PACKAGE}/__init__.py": None,
+    f"{EXAMPLE_PACKAGE}/model.py": "example_model.py",
+    f"{EXAMPLE_PACKAGE}/engine.py": "example_engine.py",
+}
+"""``--example``'s files: destination → template (``None``: empty)."""
+_EXAMPLE_TABLE = "[tool.perfsuite.models.example-mlp]"
 
 
 def template(name: str) -> str:
@@ -57,20 +72,46 @@ def _append_section(path: Path, marker: str, text: str) -> str:
     return f"appended  {path.name} ({marker})"
 
 
-def init(root: Path, *, force: bool = False) -> list[str]:
-    """Set perfsuite up in the repository at ``root``; one line per path, saying what was done."""
-    if not root.is_dir():
-        raise FileNotFoundError(f"{root} is not a directory")
-    lines = [_append_section(root / "pyproject.toml", "[tool.perfsuite]", template("pyproject-section.toml"))]
-    for destination, name in _FILES.items():
+def _append_example(path: Path) -> str:
+    """Append the example's declarations to ``path``'s ``[tool.perfsuite]``, unless they are there or
+    would not be valid TOML there (a matrix written inline); what was done, as one line."""
+    current = path.read_text()
+    if _EXAMPLE_TABLE in current:
+        return f"kept      {path.name} (it declares the example already)"
+    text = current.rstrip("\n") + "\n" + template("example-section.toml")
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return f"kept      {path.name} (the example's declarations would not fit it: {exc}; add them by hand)"
+    path.write_text(text)
+    return f"appended  {path.name} ({_EXAMPLE_TABLE} and its engine and cases)"
+
+
+def _write_files(root: Path, files: Mapping[str, str | None], force: bool) -> list[str]:
+    lines = []
+    for destination, name in files.items():
         path = root / destination
         if path.exists() and not force:
             lines.append(f"kept      {destination} (exists; --force overwrites it)")
             continue
         verb = "rewrote  " if path.exists() else "wrote    "
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(template(name))
+        path.write_text(template(name) if name is not None else "")
         lines.append(f"{verb} {destination}")
+    return lines
+
+
+def init(root: Path, *, force: bool = False, example: bool = False) -> list[str]:
+    """Set perfsuite up in the repository at ``root``; one line per path, saying what was done.
+    ``example``: also a model and an engine of the project's own, declared, to start from."""
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root} is not a directory")
+    pyproject = root / "pyproject.toml"
+    lines = [_append_section(pyproject, "[tool.perfsuite]", template("pyproject-section.toml"))]
+    lines += _write_files(root, _FILES, force)
+    if example:
+        lines += _write_files(root, _EXAMPLE_FILES, force)
+        lines.append(_append_example(pyproject))
     lines.append(_append_section(root / "README.md", "## Performance tests", template("readme-section.md")))
     lines.append(
         "next: declare your models, recipes and cases in pyproject.toml's [tool.perfsuite], then "

@@ -22,6 +22,9 @@ WRITTEN = [
     ".github/workflows/perfsuite-cpu.yml",
     ".github/workflows/perfsuite-gpu-nightly.yml",
     ".github/workflows/perfsuite-refresh.yml",
+    ".github/workflows/perfsuite-upgrade.yml",
+    ".github/workflows/perfsuite-upgrade-comment.yml",
+    ".github/workflows/perfsuite-upgrade-gpu.yml",
     "baselines/README.md",
     "README.md",
 ]

@@ -2,6 +2,7 @@
 
 - :mod:`perfsuite.ab.envs`: what a side is (an interpreter, a virtual environment, or pins
   laid over this environment as a cached overlay);
+- :mod:`perfsuite.ab.pins`: the exact pins two commits differ in, as the two sides (``--pins``);
 - :mod:`perfsuite.ab.sides`: a side's long-lived server (:mod:`perfsuite.worker.serve`);
 - :mod:`perfsuite.ab.rounds`: one case in alternating pairs, with the paired verdict
   (:mod:`perfsuite.core.paired`) and memory and loss through the suite's gates;

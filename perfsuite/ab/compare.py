@@ -183,6 +183,7 @@ class AbRun:
             "schema_version": AB_SCHEMA_VERSION,
             "kind": "perfsuite-ab",
             "date": now(),
+            "device_type": self.device_type,
             "wall_s": wall_s,
             "schedule": dataclasses.asdict(self.schedule),
             "alpha": self.alpha,
@@ -199,6 +200,8 @@ class AbRun:
         from perfsuite.reports.ab import render_table, write_report
 
         payload = self.payload(results, wall_s)
+        if getattr(args, "upgrade", None) is not None:  # --pins: the commits and what moved between them
+            payload["pins"] = args.upgrade.as_json()
         console.print(render_table(payload))
         counts = payload["verdicts"]
         line = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
@@ -214,8 +217,8 @@ class AbRun:
             try:
                 for path in write_report(payload, Path(args.report)):
                     self.say(f"wrote {path}")
-            except ImportError as exc:  # no matplotlib: the verdict stands, the page is not written
-                self.say(f"perfsuite: no report: {exc}")
+            except ImportError as exc:  # no matplotlib: the verdict and summary.md stand, the page is not written
+                self.say(f"wrote {Path(args.report) / 'summary.md'}; no report.html: {exc}")
         if counts["cannot test"] == len(results):
             return 3
         return 1 if counts["regressed"] else 0

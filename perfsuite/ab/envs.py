@@ -26,7 +26,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from perfsuite.core.cache import cache_root
 
-_NOT_RESOLVED = frozenset({"perfsuite", "pip", "setuptools", "wheel", "uv"})
+NOT_RESOLVED = frozenset({"perfsuite", "pip", "setuptools", "wheel", "uv"})
 """Never part of an overlay's resolution: perfsuite itself (editable) and the installers."""
 
 _TORCH_ONLY = re.compile(r"^(nvidia-|cuda-|triton$)")
@@ -119,7 +119,7 @@ def resolve(requirements: list[Requirement], *, python: str = sys.executable) ->
     the whole installed set resolved together (:mod:`uv`'s dry run; nothing is installed)."""
     present = installed()
     asked = {_normal(r.name): str(r) for r in requirements}
-    lines = [asked.get(name, name) for name in sorted(present) if name not in _NOT_RESOLVED]
+    lines = [asked.get(name, name) for name in sorted(present) if name not in NOT_RESOLVED]
     lines += [spec for name, spec in asked.items() if name not in present]
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as handle:
         handle.write("\n".join(lines) + "\n")

@@ -106,7 +106,10 @@ class Side:
                 )
             moved = {m.split("==")[0] for m in self.env.moved}
             overlaid = self.env.path and requirement.name.lower().replace("_", "-") in moved
-            if overlaid and not str((lib or {}).get("file") or "").startswith(self.env.path[0]):
+            # A distribution whose module is named otherwise (pyyaml's yaml) has no file to check; the
+            # version above came from the first metadata on the path, the overlay's when it took.
+            file = (lib or {}).get("file")
+            if overlaid and file is not None and not str(file).startswith(self.env.path[0]):
                 raise EnvError(
                     f"{self.name}: {requirement.name} imports from {lib and lib.get('file')}, not the overlay"
                 )

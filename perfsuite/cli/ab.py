@@ -10,12 +10,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from perfsuite.ab.pairs import MODES
+from perfsuite.cli.common import names
 from perfsuite.cli.run import add_selection, select
 from perfsuite.interrupt import terminate_as_interrupt
 from perfsuite.options import at_least, fraction, not_a_file, output_file, positive_fraction
+
+if TYPE_CHECKING:
+    from perfsuite.ab.pins import Upgrade
 
 EXIT_CANNOT_TEST = 3
 EXIT_INTERRUPTED = 130
@@ -25,12 +30,29 @@ def add_parser(sub: Any) -> None:
     ab = sub.add_parser("ab", help="compare two environments side by side: time, memory and loss per case")
     ab.add_argument(
         "--base",
-        required=True,
         metavar="ENV",
         help="an interpreter, a virtual environment, 'current', or pins over this environment "
         "(transformers==4.57.6, or 'torch==2.12.0,accelerate==1.10.0')",
     )
-    ab.add_argument("--candidate", required=True, metavar="ENV", help="the same kinds as --base")
+    ab.add_argument("--candidate", metavar="ENV", help="the same kinds as --base")
+    ab.add_argument(
+        "--pins",
+        metavar="BASE..HEAD",
+        help="instead of --base and --candidate: the exact pins that the commits BASE..HEAD of this git "
+        "repository change in requirements*.txt, pyproject.toml, uv.lock or poetry.lock, BASE's versions as the "
+        "base and HEAD's as the candidate, each over this environment (BASE...HEAD: from their merge base; "
+        "a range is skipped, saying so; no pin changed: nothing to compare, exit 0)",
+    )
+    ab.add_argument(
+        "--pin-files",
+        type=names,
+        metavar="GLOBS",
+        help="with --pins: more files to read as requirements files, comma-separated globs as GitHub's paths "
+        "filters write them (.github/gpu-pinned.txt, 'constraints/**')",
+    )
+    ab.add_argument(
+        "--show-sides", action="store_true", help="say the two sides (with --pins: what moved) and exit; runs nothing"
+    )
     add_selection(ab)
     ab.add_argument("--floor", type=fraction, default=0.03, help="smallest time change called (default 0.03: 3%%)")
     ab.add_argument(
@@ -78,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from perfsuite.ab.envs import EnvError, parse_env
     from perfsuite.ab.lanes import plan_for
     from perfsuite.ab.pairs import check_mode
+    from perfsuite.ab.pins import PinError
     from perfsuite.reports.tables import log_console
 
     console = log_console(stderr=True)
@@ -86,19 +109,32 @@ def run(args: argparse.Namespace) -> int:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     try:
+        upgrade = _sides(args)
+        for name in ("base", "candidate"):
+            parse_env(getattr(args, name), name=name)  # bad input: before anything is installed
         if args.threads is None:
             args.threads = 1  # the CPU tier's: the other core absorbs the machine's own work
         specs, device_type, defaults, note = select(args)
         args.device_type = device_type
         check_mode(specs, device_type, args.mode)
         plan_for(specs, device_type, args.mode, args.jobs)  # more lanes than cores or GPUs: before any set-up
-        for name in ("base", "candidate"):
-            parse_env(getattr(args, name), name=name)  # bad input: before anything is installed
         if args.max_pairs is not None and args.pairs is not None and args.max_pairs < args.pairs:
             raise ValueError(f"--max-pairs {args.max_pairs} is below --pairs {args.pairs}")
-    except (ValueError, EnvError) as exc:
+    except (ValueError, PinError, EnvError) as exc:
         say(f"perfsuite: error: {exc}")
         return 2
+    if upgrade is not None:
+        for line in upgrade.lines():
+            say(line)
+        if not upgrade.changes:
+            say(f"perfsuite ab: {args.pins} changes no exact pin: nothing to compare")
+            if args.report and not args.show_sides:
+                headline = f"nothing compared: `{args.pins}` changes no exact dependency pin"
+                say(f"wrote {_note(args, device_type, headline)}")
+            return 0
+    if args.show_sides:
+        print(f"base: {args.base}\ncandidate: {args.candidate}")
+        return 0
     if note:
         say(note)
     if device_type == "cpu" and not all(spec.profile for spec in specs):
@@ -111,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
             ab_run = AbRun.start(args, specs, say)
         except Failed as exc:
             say(f"perfsuite: cannot test: {exc}")
+            if args.report:
+                say(f"wrote {_note(args, device_type, f'cannot test: {exc}')}")
             return EXIT_CANNOT_TEST
         except KeyboardInterrupt:
             say("perfsuite ab: interrupted while setting up the sides; nothing was measured or written")
@@ -121,3 +159,32 @@ def run(args: argparse.Namespace) -> int:
             ab_run.close()
     code = ab_run.finish(results, args, time.monotonic() - started, console)
     return EXIT_INTERRUPTED if any(r.interrupted for r in results) else code
+
+
+def _sides(args: argparse.Namespace) -> Upgrade | None:
+    """With ``--pins``: the :class:`perfsuite.ab.pins.Upgrade` it reads, its sides set as ``--base`` and
+    ``--candidate``; else ``None``, both of those given. A ``ValueError`` or ``PinError`` says what is wrong."""
+    args.upgrade = None
+    if args.pins is None:
+        missing = [f"--{name}" for name in ("base", "candidate") if getattr(args, name) is None]
+        if missing:
+            raise ValueError(f"the following arguments are required: {', '.join(missing)} (or --pins BASE..HEAD)")
+        if args.pin_files:
+            raise ValueError("--pin-files goes with --pins")
+        return None
+    if args.base is not None or args.candidate is not None:
+        raise ValueError("--pins chooses both sides; give no --base or --candidate with it")
+    from perfsuite.ab.pins import upgrade
+
+    found = upgrade(args.pins, extra_files=args.pin_files or ())
+    args.upgrade, args.base, args.candidate = found, found.base, found.candidate
+    return found
+
+
+def _note(args: argparse.Namespace, device_type: str, headline: str) -> Path:
+    """``summary.md`` of a comparison that did not run, for the pull request's comment."""
+    from perfsuite.reports.ab import note_markdown, write_note
+
+    pins = args.upgrade.as_json() if args.upgrade is not None else None
+    text = note_markdown(device_type, headline, base=args.base, candidate=args.candidate, pins=pins)
+    return write_note(Path(args.report), text)

@@ -7,6 +7,7 @@ from typing import Any
 
 from perfsuite.cli.common import load_project
 from perfsuite.core import registry
+from perfsuite.core.engines import PROJECT_ENGINES
 from perfsuite.core.matrix import BUILTIN
 from perfsuite.core.models import MODELS
 from perfsuite.core.strategies import STRATEGIES
@@ -28,6 +29,12 @@ def add_init(sub: Any) -> None:
         "existing file is kept unless --force; every path written or kept is printed.",
     )
     init.add_argument("--force", action="store_true", help="overwrite files perfsuite init wrote before")
+    init.add_argument(
+        "--example",
+        action="store_true",
+        help="also write a model and a training step of the project's own to start from (perfsuite_example/: "
+        "a plain torch module, its batch maker and an engine), declared in pyproject.toml",
+    )
     init.add_argument("--dir", type=existing_dir, default=Path(), help="the repository's root (default: here)")
 
 
@@ -46,6 +53,10 @@ def run_list(args: Any) -> int:
     print("strategies:")
     for strategy in STRATEGIES.values():
         print(f"  {strategy.name:<26} {strategy.description}{_where(declared['strategies'][strategy.name])}")
+    if declared["engines"]:
+        print("engines of the project's own:")
+        for name, source in declared["engines"].items():
+            print(f"  {name:<26} {PROJECT_ENGINES[name].engine_class}{_where(source)}")
     cases = registry.matrix_cases()
     builtin = "perfsuite's built-in cases and " if declared["builtin_matrix"] else ""
     print(f"matrix: {len(cases)} cases ({builtin}{len(declared['entries'])} declared entries)")
@@ -61,6 +72,6 @@ def run_list(args: Any) -> int:
 def run_init(args: Any) -> int:
     from perfsuite.scaffold import init
 
-    for line in init(args.dir, force=args.force):
+    for line in init(args.dir, force=args.force, example=args.example):
         print(line)
     return 0

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from perfsuite.core.declaration import find_pyproject, project_baselines_dir, read_pyproject
 from perfsuite.core.declaration import load_project as load_project
+from perfsuite.core.registry import DeclarationError
+from perfsuite.core.spec import CaseSpec
 
 
 class Parser(argparse.ArgumentParser):
@@ -38,3 +41,16 @@ def project_baselines() -> tuple[dict[str, Any], Path | None]:
     settings = read_pyproject(pyproject) if pyproject is not None else {}
     baselines = project_baselines_dir(pyproject.parent if pyproject else Path.cwd(), settings)
     return settings, baselines if baselines.is_dir() else None
+
+
+def check_project_code(specs: Sequence[CaseSpec]) -> None:
+    """The project's own models and engines ``specs`` use, checked in a worker before anything runs
+    (:mod:`perfsuite.worker.preflight`): a :class:`DeclarationError` saying what is wrong."""
+    from perfsuite.core.preloads import preload_for
+    from perfsuite.worker.preflight import preflight, uses_project_code
+
+    if any(uses_project_code(spec) for spec in specs):
+        preload_for(specs)  # the forkserver the check boots serves the cases after it
+        problem = preflight(specs)
+        if problem is not None:
+            raise DeclarationError(problem)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfsuite.cli.common import load_project, names, project_baselines
+from perfsuite.cli.common import check_project_code, load_project, names, project_baselines
 from perfsuite.core.baselines import write_json_atomic
 from perfsuite.core.engines import ENGINES, check_engine
 from perfsuite.core.matrix import BUILTIN, first_run
@@ -242,7 +242,9 @@ def select(args: argparse.Namespace) -> tuple[list[Any], str, Any, str | None]:
     if args.pretrained and args.pretrained != "hub-cache" and len({m for m, _, _, _ in selection}) != 1:
         raise ValueError("--pretrained PATH needs exactly one --models name")
     defaults = DEFAULTS[device_type]
-    return _specs(args, selection, device_type, defaults), device_type, defaults, note
+    specs = _specs(args, selection, device_type, defaults)
+    check_project_code(specs)
+    return specs, device_type, defaults, note
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,6 +18,17 @@
                                        # batch_size/seq_len/target_len); `tiny = true`: this model is
                                        # CPU-sized itself; false (default): no CPU tier
 
+    [tool.perfsuite.models.acme-mlp]     # a model of the project's own code, not a transformers config
+    factory = "acme.models:build"      # factory(seed=0, **factory_args) -> torch.nn.Module
+    batch = "acme.models:make_batch"   # make_batch(batch_size=8, seq_len=32, step=0, seed=0) -> {name: tensor}
+    factory_args = { width = 256 }     # optional
+    batch_size = 32
+    seq_len = 64
+    tiny = { width = 32, batch_size = 8 }   # factory_args and batch_size/seq_len of `acme-mlp-tiny`
+
+    [tool.perfsuite.engines.acme_step]  # a training step of the project's own (trains factory models)
+    class = "acme.train:AcmeEngine"    # implements perfsuite.worker.engines.interface.Engine
+
     [tool.perfsuite.strategies.acme-recipe]
     compose = ["bf16", "grad_ckpt"]    # optional: registered strategies, merged field by field
     grad_accum_steps = 2               # any field of perfsuite.core.strategies.Strategy
@@ -28,7 +39,7 @@
     [[tool.perfsuite.matrix.cases]]
     models = ["acme-encoder"]
     strategies = ["vanilla", "acme-recipe"]
-    engines = ["loop", "trainer"]      # default ["loop"]
+    engines = ["loop", "trainer"]      # default ["loop"]; a factory model's: the project's engines
     markers = ["nightly"]              # default []: every push
     scope = "nightly"                  # the smallest run these cases belong to: push, nightly or weekly
                                        # (perfsuite.core.scopes); default "nightly" with the nightly
@@ -38,7 +49,9 @@
 
 Paths are relative to the ``pyproject.toml``. Every mistake is a :class:`DeclarationError`
 naming the file and the key, raised before anything runs. Pure: reading a config class
-name asks ``transformers`` whether it exists, nothing imports torch.
+name asks ``transformers`` whether it exists, nothing imports torch; a factory's, batch
+maker's or engine's module is found and read, not imported (:mod:`perfsuite.core.project_code`;
+the worker side checks what they return before the first case, :mod:`perfsuite.worker.project`).
 """
 
 from __future__ import annotations
@@ -51,10 +64,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from perfsuite.core.engines import EngineSpec
 from perfsuite.core.models import ModelSpec
+from perfsuite.core.project_code import locate
 from perfsuite.core.registry import (
     DeclarationError,
     register_cases,
+    register_engine,
     register_model,
     register_strategy,
     use_builtin_matrix,
@@ -69,7 +85,7 @@ else:  # pragma: no cover - Python 3.10
 
 SETTINGS_KEYS = ("baselines", "tests", "tolerance", "overrides")
 """``[tool.perfsuite]`` keys about running and gating (read by :mod:`perfsuite.session`)."""
-DECLARATION_KEYS = ("models", "strategies", "matrix")
+DECLARATION_KEYS = ("models", "strategies", "engines", "matrix")
 KEYS = SETTINGS_KEYS + DECLARATION_KEYS
 
 _MODEL_KEYS = (
@@ -87,6 +103,7 @@ _MODEL_KEYS = (
     "first_token_id",
     "tiny",
 )
+_FACTORY_MODEL_KEYS = ("factory", "batch", "factory_args", "batch_size", "seq_len", "tiny")
 _SHAPE_KEYS = ("batch_size", "seq_len", "target_len")
 _STRATEGY_FIELDS = tuple(f.name for f in dataclasses.fields(Strategy) if f.name != "name")
 _MATRIX_KEYS = ("builtin", "cases")
@@ -145,6 +162,8 @@ def load(path: Path, settings: Mapping[str, Any] | None = None) -> bool:
         _load_model(path, root, name, _table(path, f"tool.perfsuite.models.{name}", value))
     for name, value in _table(path, "tool.perfsuite.strategies", settings.get("strategies", {})).items():
         _load_strategy(path, name, _table(path, f"tool.perfsuite.strategies.{name}", value))
+    for name, value in _table(path, "tool.perfsuite.engines", settings.get("engines", {})).items():
+        _load_engine(path, root, name, _table(path, f"tool.perfsuite.engines.{name}", value))
     matrix = _table(path, "tool.perfsuite.matrix", settings.get("matrix", {}))
     _unknown(path, "tool.perfsuite.matrix", matrix, _MATRIX_KEYS)
     if "builtin" in matrix:
@@ -229,8 +248,59 @@ def _hub_cache_config(repo_id: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
+def _reference(path: Path, root: Path, key: str, table: dict[str, Any], expected: str) -> str:
+    """The ``module:attribute`` reference at ``key``, its module found and read (never imported)."""
+    option = key.rpartition(".")[2]
+    if option not in table:
+        raise DeclarationError(f'{path}: {key} is required: "package.module:name" of {expected}')
+    problem = locate(table[option], str(root))
+    if problem is not None:
+        raise DeclarationError(f"{path}: {key}: {problem}; expected {expected}")
+    return str(table[option])
+
+
+def _load_factory_model(path: Path, root: Path, name: str, table: dict[str, Any]) -> None:
+    key = f"tool.perfsuite.models.{name}"
+    _unknown(path, key, table, _FACTORY_MODEL_KEYS)
+    fields: dict[str, Any] = {
+        "task": "custom",
+        "factory": _reference(path, root, f"{key}.factory", table, "a callable building a torch.nn.Module from a seed"),
+        "batch": _reference(path, root, f"{key}.batch", table, "a callable making one step's batch of tensors"),
+        "factory_args": _table(path, f"{key}.factory_args", table.get("factory_args", {})),
+        "root": str(root),
+        "declared_at": f"{path}: {key}",
+    }
+    fields.update({option: table[option] for option in ("batch_size", "seq_len") if option in table})
+    tiny = table.get("tiny", False)
+    if not isinstance(tiny, (bool, dict)):
+        raise DeclarationError(f"{path}: {key}.tiny must be true, false or a table of the CPU variant's fields")
+    spec = _model_spec(path, key, name, fields, tiny=tiny is True)
+    variant = None
+    if isinstance(tiny, dict):
+        changes = dict(tiny)
+        shape = {k: changes.pop(k) for k in ("batch_size", "seq_len") if k in changes}
+        variant_fields = {**fields, **shape, "factory_args": {**fields["factory_args"], **changes}}
+        variant = _model_spec(path, f"{key}.tiny", f"{name}-tiny", variant_fields, tiny=True)
+    register_model(spec, source=f"{path}: {key}", cpu_variant=variant)
+
+
+def _load_engine(path: Path, root: Path, name: str, table: dict[str, Any]) -> None:
+    key = f"tool.perfsuite.engines.{name}"
+    _unknown(path, key, table, ("class",))
+    expected = "a class implementing perfsuite's engine interface (perfsuite.worker.engines.interface)"
+    reference = _reference(path, root, f"{key}.class", table, expected)
+    try:
+        spec = EngineSpec(name=name, engine_class=reference, root=str(root), declared_at=f"{path}: {key}")
+    except ValueError as exc:
+        raise DeclarationError(f"{path}: {key}: {exc}") from None
+    register_engine(spec, source=f"{path}: {key}")
+
+
 def _load_model(path: Path, root: Path, name: str, table: dict[str, Any]) -> None:
     key = f"tool.perfsuite.models.{name}"
+    if "factory" in table or "batch" in table:
+        _load_factory_model(path, root, name, table)
+        return
     _unknown(path, key, table, _MODEL_KEYS)
     if "config" not in table:
         raise DeclarationError(f"{path}: {key}: config is required (a directory, a hub id or a class table)")

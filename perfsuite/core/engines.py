@@ -4,25 +4,63 @@
 - ``trainer`` (:mod:`perfsuite.worker.engines.hf_trainer`): the Hugging Face ``Trainer``,
   which is what most users run; every default it would pick for itself is pinned, so a
   case means the same training in both engines.
+- a project's own engines (:class:`EngineSpec`, declared under ``[tool.perfsuite.engines]``):
+  a class of the project's that implements the engine interface and trains the models
+  the project builds with a factory (:attr:`perfsuite.core.models.ModelSpec.factory`).
 
-The interface a case drives them through is :mod:`perfsuite.worker.engines.interface`.
+The interface every engine implements is :mod:`perfsuite.worker.engines.interface`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from perfsuite.core.strategies import Strategy
 
 ENGINES = ("loop", "trainer")
-"""Engine names; ``loop`` is the default, and its case ids carry no suffix."""
+"""perfsuite's own engine names; ``loop`` is the default, and its case ids carry no suffix."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSpec:
+    """A project's own engine: a class of its code, named ``"package.module:Class"``."""
+
+    name: str
+    """Registry name: a Python identifier, also the pytest marker of its cases and the suffix of their ids."""
+    engine_class: str
+    """``module:attribute`` of the class (``acme.train:AcmeEngine``), imported in the worker."""
+    root: str | None = None
+    """The project's root, where the module is looked for when it is not installed."""
+    declared_at: str = ""
+    """Where it was declared (``pyproject.toml: tool.perfsuite.engines.acme_step``), for error messages."""
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"engine name {self.name!r} must be a Python identifier (it is its cases' marker)")
+        if self.name in ENGINES:
+            raise ValueError(f"engine name {self.name!r} is perfsuite's own")
+
+
+PROJECT_ENGINES: dict[str, EngineSpec] = {}
+"""The engines declared by the project (:func:`perfsuite.core.registry.register_engine`)."""
+
+
+def engine_names() -> tuple[str, ...]:
+    """perfsuite's engines, then the project's."""
+    return (*ENGINES, *PROJECT_ENGINES)
+
+
+def project_engine(name: str) -> EngineSpec | None:
+    """The project's engine ``name``; ``None`` for perfsuite's own."""
+    return PROJECT_ENGINES.get(name)
 
 
 def check_engine(name: str) -> str:
     """``name`` if it is an engine; otherwise a ``ValueError`` listing the valid ones."""
-    if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r}; valid engines: {', '.join(ENGINES)}")
+    if name not in engine_names():
+        raise ValueError(f"unknown engine {name!r}; valid engines: {', '.join(engine_names())}")
     return name
 
 
@@ -54,4 +92,13 @@ def trainer_unsupported(strategy: Strategy) -> str | None:
     return None
 
 
-__all__ = ["ENGINES", "TRAINER_OPTIMIZERS", "check_engine", "trainer_unsupported"]
+__all__ = [
+    "ENGINES",
+    "PROJECT_ENGINES",
+    "TRAINER_OPTIMIZERS",
+    "EngineSpec",
+    "check_engine",
+    "engine_names",
+    "project_engine",
+    "trainer_unsupported",
+]

@@ -17,9 +17,11 @@ from typing import Any, Literal
 
 from perfsuite.core.strategies import UnknownNameError
 
-Task = Literal["classification", "seq2seq", "causal_lm"]
+Task = Literal["classification", "seq2seq", "causal_lm", "custom"]
 TASKS: tuple[Task, ...] = ("classification", "seq2seq", "causal_lm")
-"""What a model is trained for (:mod:`perfsuite.worker.modeling` builds each with its Auto class)."""
+"""What a config-built model is trained for (:mod:`perfsuite.worker.modeling` builds each with its
+Auto class). A model a project builds with its own factory has the task ``custom``: its engine
+knows what it trains for."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,8 +64,26 @@ class ModelSpec:
     """The local tokenizer directory ``data`` is tokenised with."""
     pretrained: str | None = None
     """Weights to start from: a ``save_pretrained`` directory, or ``hub-cache``; seeded random when ``None``."""
+    factory: str | None = None
+    """A project's own model instead of a config: ``module:attribute`` of a callable that builds the
+    ``torch.nn.Module`` as ``factory(seed=..., **factory_args)`` (task ``custom``; trained by a project's engine)."""
+    batch: str | None = None
+    """With ``factory``: ``module:attribute`` of a callable that makes one step's batch,
+    ``batch(batch_size=..., seq_len=..., step=..., seed=...)`` → a dict of tensors (inputs and targets)."""
+    factory_args: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments of ``factory`` beyond the seed (the tiny variant's replace some)."""
+    root: str | None = None
+    """The project's root, where ``factory`` and ``batch`` are looked for when their modules are not installed."""
+    declared_at: str = ""
+    """Where the model was declared (``pyproject.toml: tool.perfsuite.models.acme``), for error messages."""
 
     def __post_init__(self) -> None:
+        if self.factory is not None:
+            if self.config_class or self.config_dir or self.task != "custom":
+                raise ValueError(f"{self.name}: a model built by a factory has no config and the task 'custom'")
+            if self.batch is None:
+                raise ValueError(f"{self.name}: a model built by a factory needs a batch maker")
+            return
         if bool(self.config_class) == bool(self.config_dir):
             raise ValueError(f"{self.name}: give either config_class or config_dir")
         if self.data is not None and self.tokenizer is None:

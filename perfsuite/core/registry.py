@@ -1,7 +1,8 @@
 """What the matrix runs: declared models, strategies and cases, from every declaration.
 
 A *declaration* names models (:class:`~perfsuite.core.models.ModelSpec`), strategies
-(:class:`~perfsuite.core.strategies.Strategy`) and matrix entries (:class:`MatrixEntry`:
+(:class:`~perfsuite.core.strategies.Strategy`), engines of the project's own
+(:class:`~perfsuite.core.engines.EngineSpec`) and matrix entries (:class:`MatrixEntry`:
 models × strategies × engines, with the pytest markers that choose their tier).
 perfsuite's own models, strategies and matrix are one declaration (``BUILTIN``); a
 project's ``[tool.perfsuite]`` in its ``pyproject.toml`` is another
@@ -21,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from perfsuite.core.engines import ENGINES, trainer_unsupported
+from perfsuite.core.engines import ENGINES, PROJECT_ENGINES, EngineSpec, engine_names, trainer_unsupported
 from perfsuite.core.matrix import BUILTIN, MatrixEntry, builtin_matrix
 from perfsuite.core.models import MODELS, ModelSpec
 from perfsuite.core.strategies import STRATEGIES, Strategy, UnknownNameError, resolve
@@ -57,7 +58,11 @@ class _State:
 
 
 _STATE = _State(
-    sources={**{f"model {n}": BUILTIN for n in MODELS}, **{f"strategy {n}": BUILTIN for n in STRATEGIES}},
+    sources={
+        **{f"model {n}": BUILTIN for n in MODELS},
+        **{f"strategy {n}": BUILTIN for n in STRATEGIES},
+        **{f"engine {n}": BUILTIN for n in ENGINES},
+    },
     entries=[],
     variants={},
 )
@@ -70,6 +75,7 @@ class Snapshot:
     models: dict[str, ModelSpec]
     strategies: dict[str, Strategy]
     state: _State
+    engines: dict[str, EngineSpec] = dataclasses.field(default_factory=dict)
 
 
 def snapshot() -> Snapshot:
@@ -77,7 +83,7 @@ def snapshot() -> Snapshot:
     state = dataclasses.replace(
         _STATE, sources=dict(_STATE.sources), entries=list(_STATE.entries), variants=dict(_STATE.variants)
     )
-    return Snapshot(dict(MODELS), dict(STRATEGIES), state)
+    return Snapshot(dict(MODELS), dict(STRATEGIES), state, dict(PROJECT_ENGINES))
 
 
 def restore(saved: Snapshot) -> None:
@@ -86,6 +92,8 @@ def restore(saved: Snapshot) -> None:
     MODELS.update(saved.models)
     STRATEGIES.clear()
     STRATEGIES.update(saved.strategies)
+    PROJECT_ENGINES.clear()
+    PROJECT_ENGINES.update(saved.engines)
     _STATE.sources = dict(saved.state.sources)
     _STATE.entries = list(saved.state.entries)
     _STATE.variants = dict(saved.state.variants)
@@ -93,7 +101,7 @@ def restore(saved: Snapshot) -> None:
 
 
 def source_of(kind: str, name: str) -> str | None:
-    """Where the model or strategy ``name`` was declared (``kind``: ``model`` or ``strategy``)."""
+    """Where the model, strategy or engine ``name`` was declared (``kind``: ``model``, ``strategy`` or ``engine``)."""
     return _STATE.sources.get(f"{kind} {name}")
 
 
@@ -129,6 +137,14 @@ def register_strategy(strategy: Strategy, *, source: str = "register_strategy()"
     """Declare a strategy (:func:`perfsuite.core.strategies.compose` builds one from registered ones)."""
     _claim("strategy", strategy.name, source)
     STRATEGIES[strategy.name] = strategy
+
+
+def register_engine(spec: EngineSpec, *, source: str = "register_engine()") -> None:
+    """Declare an engine of the project's own: its cases carry its name as their id's suffix and marker."""
+    if spec.name in TIER_MARKERS:
+        raise DeclarationError(f"{source}: engine name {spec.name!r} is a tier marker; pick another name")
+    _claim("engine", spec.name, source)
+    PROJECT_ENGINES[spec.name] = spec
 
 
 def register_cases(
@@ -193,8 +209,9 @@ def _check_entry(entry: MatrixEntry) -> None:
                         "the work (combine it with ddp, fsdp2, zero2 or zero3)"
                     )
     for name in entry.engines:
-        if name not in ENGINES:
-            raise DeclarationError(f"{where}: unknown engine {name!r}; valid: {', '.join(ENGINES)}")
+        if name not in engine_names():
+            raise DeclarationError(f"{where}: unknown engine {name!r}; valid: {', '.join(engine_names())}")
+        _check_pairing(where, entry, name)
         if name == "trainer":
             if any(size > 1 for size in entry.world_sizes):
                 raise DeclarationError(f"{where}: multi-rank cases run through the loop engine only")
@@ -208,6 +225,25 @@ def _check_entry(entry: MatrixEntry) -> None:
                 f"{where}: marker {marker!r} must be a Python identifier other than {', '.join(TIER_MARKERS)} "
                 "(a case's device decides those)"
             )
+
+
+def _check_pairing(where: str, entry: MatrixEntry, engine: str) -> None:
+    """A model a project builds with its own factory trains through an engine of the project's, and
+    such an engine trains only those (perfsuite's engines train a transformers model from its config)."""
+    for model in entry.models:
+        built_by_factory = MODELS[model].factory is not None
+        if built_by_factory and engine in ENGINES:
+            raise DeclarationError(
+                f"{where}: {model} is built by the project's factory: its cases need an engine of the project's "
+                f"([tool.perfsuite.engines]), not {engine}, which trains a transformers model from its config"
+            )
+        if not built_by_factory and engine in PROJECT_ENGINES:
+            raise DeclarationError(
+                f"{where}: the engine {engine} trains models the project builds with a factory; "
+                f"{model} is built from a transformers config (train it through loop or trainer)"
+            )
+    if engine in PROJECT_ENGINES and any(size > 1 for size in entry.world_sizes):
+        raise DeclarationError(f"{where}: multi-rank cases run through the loop engine only")
 
 
 def _active_entries() -> list[MatrixEntry]:
@@ -230,9 +266,9 @@ def _expand(entries: Sequence[MatrixEntry]) -> list[MatrixCase]:
                                     f"{entry.source}: the case {model} × {strategy} × {engine}{ranks} is already "
                                     f"declared by {cases[key].source}"
                                 )
-                            cases[key] = MatrixCase(
-                                model, strategy, engine, entry.markers, entry.source, size, entry.scope
-                            )
+                            # A project engine's name marks its cases, as `trainer` marks the Trainer's.
+                            markers = (*entry.markers, engine) if engine in PROJECT_ENGINES else entry.markers
+                            cases[key] = MatrixCase(model, strategy, engine, markers, entry.source, size, entry.scope)
     return list(cases.values())
 
 
@@ -247,6 +283,7 @@ def describe() -> dict[str, Any]:
     return {
         "models": {name: source_of("model", name) for name in MODELS},
         "strategies": {name: source_of("strategy", name) for name in STRATEGIES},
+        "engines": {name: source_of("engine", name) for name in PROJECT_ENGINES},
         "builtin_matrix": _STATE.builtin_matrix,
         "entries": [dataclasses.asdict(e) for e in _STATE.entries],
     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfsuite.core.engines import check_engine
+from perfsuite.core.engines import EngineSpec, check_engine, project_engine
 from perfsuite.core.models import ModelSpec, get_model_spec
 from perfsuite.core.strategies import Strategy, resolve
 
@@ -106,8 +106,8 @@ class CaseSpec:
     """On a CPU, bracket each timed step with the calibration workload (what stored times are
     gated in); ``perfsuite ab`` turns it off: its two sides share the machine's drift instead."""
     engine: str = "loop"
-    """``loop`` (perfsuite's explicit loop) or ``trainer`` (the Hugging Face Trainer), see
-    :mod:`perfsuite.core.engines`."""
+    """``loop`` (perfsuite's explicit loop), ``trainer`` (the Hugging Face Trainer) or an engine the
+    project declared, see :mod:`perfsuite.core.engines`."""
     world_size: int = 1
     """Ranks the case trains on, each a process launched from the case's worker through torch's
     elastic launcher (one GPU each, or a CPU core); the strategy says how they share the work
@@ -122,11 +122,18 @@ class CaseSpec:
     project's ``conftest.py`` declarations live in the pytest process only)."""
     strategy_spec: Strategy = field(init=False, repr=False, compare=False)
     """The declared strategy (or composition), resolved likewise."""
+    engine_spec: EngineSpec | None = field(init=False, repr=False, compare=False)
+    """The project's engine, resolved likewise; ``None`` for perfsuite's own."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_spec", get_model_spec(self.model))
         object.__setattr__(self, "strategy_spec", resolve(self.strategy))
-        check_engine(self.engine)
+        object.__setattr__(self, "engine_spec", project_engine(check_engine(self.engine)))
+        if (self.model_spec.factory is not None) != (self.engine_spec is not None):
+            raise ValueError(
+                f"{self.model} through {self.engine}: a model the project builds with a factory trains through "
+                "an engine of the project's, and only such a model does"
+            )
         if self.steps < 1 or self.warmup_steps < 0:
             raise ValueError("steps must be >= 1 and warmup_steps >= 0")
         if self.threads is not None and self.threads < 1:
@@ -185,11 +192,11 @@ def parse_case_id(case_id: str) -> tuple[str, str, str, int]:
     """``(model, strategy, engine, world size)`` of a case id as :attr:`CaseSpec.id` writes it:
     ``<model>-<strategy>[-ws<N>][-<engine>]``, the strategy any registered one or a ``+``
     composition (``tiny-bert-zero2_offload+grad_accum``). A ``ValueError`` says what a valid id is."""
-    from perfsuite.core.engines import ENGINES
+    from perfsuite.core.engines import engine_names
     from perfsuite.core.models import MODELS
 
     rest, engine = case_id, "loop"
-    for name in ENGINES:
+    for name in engine_names():
         if name != "loop" and rest.endswith(f"-{name}"):
             rest, engine = rest.removesuffix(f"-{name}"), name
     world_size = 1

@@ -4,7 +4,7 @@ then the table). ``perfsuite report ab.json`` rebuilds them from ``--json``'s fi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,10 +83,69 @@ def render_table(payload: Mapping[str, Any]) -> Any:
     return table
 
 
+def marker(device_type: str) -> str:
+    """``summary.md``'s first line, hidden in a pull request's comment: a workflow that posts it finds
+    its own comment by this line and updates it (one per device)."""
+    return f"<!-- perfsuite-ab {device_type} -->"
+
+
+NOTHING_COMPARED = "<!-- perfsuite-ab: nothing compared -->"
+"""The second line of a summary that compared nothing: a workflow updates its comment with it, never opens one."""
+
+
+def _pins_lines(base: str | None, candidate: str | None, pins: Mapping[str, Any] | None) -> list[str]:
+    """The two sides (unless ``None``), and with ``--pins`` the commits, the pins that moved and what was skipped."""
+    lines = [f"- {name}: `{env}`" for name, env in (("base", base), ("candidate", candidate)) if env is not None]
+    if pins:
+        lines.append(
+            f"- pins of `{pins['base_ref']}` ({pins['base_commit']}) → `{pins['head_ref']}` ({pins['head_commit']}) "
+            f"in {', '.join(pins['files']) or 'no pin file'}: {', '.join(pins['moved']) or 'none changed'}"
+        )
+        lines += [f"- skipped {s['name']}: {s['why']}".replace("<", "&lt;") for s in pins["skipped"]]
+    return lines
+
+
 def markdown(payload: Mapping[str, Any]) -> str:
-    lines = [f"**{verdict_line(payload)}**", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows(payload)]
+    sides = payload["sides"]
+    device_type = payload.get("device_type", "cpu")
+    lines = [
+        marker(device_type),
+        f"### perfsuite ab on {device_type}",
+        f"**{verdict_line(payload)}**",
+        "",
+        *_pins_lines(sides["base"]["env"], sides["candidate"]["env"], payload.get("pins")),
+        "",
+        _markdown_row(HEADERS),
+        "|" + "---|" * len(HEADERS),
+    ]
+    lines += [_markdown_row(row) for row in rows(payload)]
     return "\n".join(lines) + "\n"
+
+
+def _markdown_row(cells: Iterable[str]) -> str:
+    """A table row; a cell's own ``|`` (``loss max |Δ|``) escaped, or it would split the cell."""
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+def note_markdown(
+    device_type: str, headline: str, *, base: str, candidate: str, pins: Mapping[str, Any] | None = None
+) -> str:
+    """``summary.md`` of a comparison that did not run: nothing to compare (no pin changed), or a side
+    that cannot be tested."""
+    if pins is not None and not pins["changes"]:
+        lines = [marker(device_type), NOTHING_COMPARED, f"### perfsuite ab on {device_type}", f"**{headline}**"]
+        lines += ["", *_pins_lines(None, None, pins)]
+    else:
+        lines = [marker(device_type), f"### perfsuite ab on {device_type}", f"**{headline}**", ""]
+        lines += _pins_lines(base, candidate, pins)
+    return "\n".join(lines) + "\n"
+
+
+def write_note(out: Path, text: str) -> Path:
+    """``summary.md`` alone (:func:`note_markdown`'s) into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "summary.md", text)
+    return out / "summary.md"
 
 
 def report_html(payload: Mapping[str, Any]) -> str:
@@ -133,6 +192,6 @@ def write_report(payload: Mapping[str, Any], out: Path) -> list[Path]:
     """``report.html`` and ``summary.md`` of a comparison into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     page, summary = out / "report.html", out / "summary.md"
+    write_text_atomic(summary, markdown(payload))  # first: the page needs matplotlib, the summary nothing
     write_text_atomic(page, report_html(payload))
-    write_text_atomic(summary, markdown(payload))
     return [page, summary]

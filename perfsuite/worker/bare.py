@@ -293,6 +293,7 @@ def run_interleaved(spec: CaseSpec) -> dict[str, Any]:
     from perfsuite.worker.build import build
     from perfsuite.worker.calibrate import Calibration
     from perfsuite.worker.data import generate_dataset
+    from perfsuite.worker.engines.driven import Driven
     from perfsuite.worker.modeling import build_model
 
     if spec.engine != "loop" or spec.strategy not in INTERLEAVED:
@@ -300,7 +301,8 @@ def run_interleaved(spec: CaseSpec) -> dict[str, Any]:
     if spec.threads is not None:
         torch.set_num_threads(spec.threads)
     built = build(spec)
-    engine, device = built.engine, built.device
+    device = built.device
+    engine = Driven(built.engine, device_type=device.type)  # as the run drives it (perfsuite.worker.run)
     model_spec = spec.model_spec
     dataset = generate_dataset(model_spec, num_samples=spec.num_samples, seq_len=built.seq_len, seed=spec.seed)
     batches = _batches(spec, dataset, batch_size=built.batch_size, seq_len=built.seq_len, device=device.type)

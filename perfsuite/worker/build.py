@@ -70,6 +70,8 @@ def build(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> Built:
         )
     seq_len = spec.seq_len or model_spec.seq_len
     lr = spec.lr or (1e-3 if model_spec.tiny else 1e-4)
+    if spec.engine_spec is not None:
+        return _build_project_case(spec, device, batch_size=batch_size, seq_len=seq_len, lr=lr)
     # The case's own data and weights, else the model's declared ones.
     data_file, tokenizer_dir = spec.dataset, spec.tokenizer
     if data_file is None:
@@ -180,5 +182,30 @@ def build(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> Built:
         pretrained=pretrained,
         num_parameters=num_parameters,
         model_config=model_config,
+        initial_weights=initial_weights,
+    )
+
+
+def _build_project_case(spec: CaseSpec, device: Device, *, batch_size: int, seq_len: int, lr: float) -> Built:
+    """A case of the project's own model and engine (:mod:`perfsuite.worker.project`): the factory's
+    model, seeded, handed to the project's engine with the batch maker and the strategy."""
+    from perfsuite.worker import project
+    from perfsuite.worker.weights import initial_weights_digest
+
+    model_spec = spec.model_spec
+    model = project.build_model(model_spec, seed=spec.seed)
+    num_parameters = sum(p.numel() for p in model.parameters())
+    initial_weights = initial_weights_digest(model)  # before the engine moves, wraps or casts it
+    engine = project.build_engine(spec, model, device, batch_size=batch_size, seq_len=seq_len, lr=lr)
+    return Built(
+        engine=engine,
+        device=device,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        lr=lr,
+        dataset=f"batch:{model_spec.batch}",
+        pretrained=None,
+        num_parameters=num_parameters,
+        model_config={"factory": model_spec.factory, "factory_args": dict(model_spec.factory_args)},
         initial_weights=initial_weights,
     )

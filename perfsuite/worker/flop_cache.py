@@ -24,7 +24,9 @@ Each count is one JSON file under ``<cache>/flops/`` (:func:`perfsuite.core.cach
 written atomically (the two sides of a duet may count one case at once). A record says
 where its counts came from (``flops_source``: ``counted`` or ``cache``). ``PERFSUITE_FLOP_CACHE=0``
 counts every time. Cases of several ranks always count (each rank its own share), and so do cases
-that read their data from a file.
+that read their data from a file, and cases of a project's own model and engine: their code
+(its package, what it imports, what it reads) has no version this key could follow, and one
+step of such a model costs what counting it does.
 """
 
 from __future__ import annotations
@@ -121,10 +123,16 @@ def cache_key(spec: CaseSpec, *, initial_weights: str, device_type: str, device_
 
 def enabled(spec: CaseSpec) -> bool:
     """Whether ``spec``'s counts may come from the cache: one rank, not opted out, no editable library,
-    and no data read from a file (a file edited under the same name would batch other shapes)."""
+    no data read from a file (a file edited under the same name would batch other shapes), and
+    perfsuite's own engine and model building (a project's code may change under one name)."""
     from_files = spec.dataset is not None or spec.model_spec.data is not None
+    projects_code = spec.engine_spec is not None or spec.model_spec.factory is not None
     return (
-        spec.world_size == 1 and not from_files and os.environ.get(ENV, "1") != "0" and EDITABLE not in stack().values()
+        spec.world_size == 1
+        and not from_files
+        and not projects_code
+        and os.environ.get(ENV, "1") != "0"
+        and EDITABLE not in stack().values()
     )
 
 

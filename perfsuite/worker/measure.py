@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 if TYPE_CHECKING:
-    from perfsuite.worker.engines.interface import Engine
+    from perfsuite.worker.engines.driven import Driven
 
 # MemTracker's reference types -> the report's category names.
 _CATEGORIES = {
@@ -115,7 +115,7 @@ def other_live_tensors(known: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     return found
 
 
-def _model_and_optimizer_tensors(trainer: Engine) -> list[torch.Tensor]:
+def _model_and_optimizer_tensors(trainer: Driven) -> list[torch.Tensor]:
     from torch.distributed.tensor import DTensor
 
     tensors: list[torch.Tensor] = [*trainer.model.parameters(), *trainer.model.buffers()]
@@ -158,7 +158,7 @@ def frozen_parameters_take_no_grad_hooks() -> Iterator[None]:
             setattr(torch.Tensor, name, original)
 
 
-def memory_breakdown(trainer: Engine) -> dict[str, Any]:
+def memory_breakdown(trainer: Driven) -> dict[str, Any]:
     """One step under MemTracker: the peak of live tensor bytes and its split by category.
 
     Every tensor alive in the worker counts, whenever it was allocated and whoever holds
@@ -198,11 +198,11 @@ def memory_breakdown(trainer: Engine) -> dict[str, Any]:
     except Exception as exc:  # report the gap, keep the case's other figures
         trainer.optimizer.zero_grad(set_to_none=True)  # drop a half-accumulated step's gradients
         return {"error": f"MemTracker could not follow this step: {type(exc).__name__}: {exc}"}
-    device = trainer.accelerator.device
+    device_type = trainer.device_type
     per_device = {str(dev): snap for dev, snap in snapshot.items()}
-    snap = next((s for dev, s in snapshot.items() if torch.device(dev).type == device.type), None)
+    snap = next((s for dev, s in snapshot.items() if torch.device(dev).type == device_type), None)
     if snap is None:
-        return {"error": f"MemTracker saw no tensors on {device}", "per_device": per_device}
+        return {"error": f"MemTracker saw no tensors on {device_type}", "per_device": per_device}
     categories = {name: int(snap.get(key, 0)) for key, name in _CATEGORIES.items()}
     return {
         "peak_bytes": int(snap["Total"]),
@@ -212,7 +212,7 @@ def memory_breakdown(trainer: Engine) -> dict[str, Any]:
     }
 
 
-def count_flops(trainer: Engine) -> dict[str, Any]:
+def count_flops(trainer: Driven) -> dict[str, Any]:
     """One step under FlopCounterMode (forward + backward, recomputation included)."""
     from torch.utils.flop_counter import FlopCounterMode
 

@@ -76,6 +76,10 @@ def stop_workers() -> None:
 
 
 def _describe_error(exc: BaseException) -> str:
+    from perfsuite.core.registry import DeclarationError
+
+    if isinstance(exc, DeclarationError):  # a project's code that is not what it declared: the line says where
+        return str(exc)
     name = type(exc).__name__
     if "OutOfMemory" in name or "out of memory" in str(exc).lower():
         return f"out of memory: {exc}"

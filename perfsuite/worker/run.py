@@ -49,8 +49,9 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> CaseRecord:
     built = build(spec, rank=rank, world_size=world_size)
     built_at = time.perf_counter()
     # Inside a worker, a single-process case's engine is left to the worker's exit (nothing
-    # measured depends on its teardown); a rank's process group is its launcher's to end.
-    defer = teardown.deferring() and world_size == 1
+    # measured depends on its teardown); a rank's process group is its launcher's to end. A
+    # project's engine is always closed: its close() is part of the interface it was promised.
+    defer = teardown.deferring() and world_size == 1 and spec.engine_spec is None
     closed: float | None = None
     try:
         timed = _steps(spec, built)
@@ -72,8 +73,12 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
     from perfsuite.worker.calibrate import Calibration
     from perfsuite.worker.cpu_threads import ThreadWindow
     from perfsuite.worker.duet import together
+    from perfsuite.worker.engines.driven import Driven
 
-    engine, device = built.engine, built.device
+    device = built.device
+    where = f"{spec.engine_spec.declared_at}.class" if spec.engine_spec is not None else spec.engine
+    # A step that returns a bare loss counts every position of its batch as a real token.
+    engine = Driven(built.engine, device_type=device.type, tokens=built.batch_size * built.seq_len, where=where)
     out = Timed()
     # Host seconds per phase, each read after waiting for the device (only ever after the
     # timed steps' timer has been read: nothing of this runs while steps are timed).
@@ -122,7 +127,7 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
     bad = first_non_finite(losses)
     if bad is not None:
         raise NonFiniteLoss(f"loss is {losses[bad]} at optimizer step {bad} (of {len(losses)})")
-    out.micro_batches = getattr(engine, "micro_batches", lambda steps: None)(len(losses))
+    out.micro_batches = engine.micro_batches(len(losses))
     if spec.profile:
         # Two steps: under FlopCounterMode, a checkpointed step's activations live longer (its module
         # hooks; tiny-bert-grad_ckpt's peak 2.4 times), and counting in a warm-up step instead moved

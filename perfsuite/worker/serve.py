@@ -9,7 +9,9 @@ line on its protocol stream (the original stdout; anything else printed goes to 
   library its version and the file it imports from, so an overlay that did not take is
   caught before anything is compared;
 - ``{"op": "run", "spec": {...CaseSpec fields}, "timeout_s": T, "env": {...}}``: the case's record
-  (:func:`perfsuite.worker.process.run_isolated`; a crash or hang is a failed record);
+  (:func:`perfsuite.worker.process.run_isolated`; a crash or hang is a failed record); the names
+  resolve against perfsuite's registry and the declarations of the project around the working
+  directory (its own models and engines included), read at the first run;
 - ``{"op": "reset"}``: stop this side's forkserver, so the next run starts a new one: a new
   interpreter, so a new randomised address-space layout, which every worker forked from it
   inherits. Kept, one layout would bias every run of the side by a few percent (measured
@@ -28,6 +30,7 @@ import sys
 from importlib import metadata
 from typing import IO, Any
 
+from perfsuite.core.declaration import load_project
 from perfsuite.core.provenance import LIBRARIES
 from perfsuite.core.spec import CaseSpec
 
@@ -53,7 +56,13 @@ def probe(names: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     return {"python": sys.executable, "version": sys.version.split()[0], "pid": os.getpid(), "libraries": libraries}
 
 
+_PROJECT: dict[str, bool] = {"loaded": False}
+
+
 def _spec(fields: dict[str, Any]) -> CaseSpec:
+    if not _PROJECT["loaded"]:
+        load_project()  # the comparison's cases may name the project's own models and engines
+        _PROJECT["loaded"] = True
     known = {f.name for f in dataclasses.fields(CaseSpec) if f.init}
     return CaseSpec(**{k: v for k, v in fields.items() if k in known})
 

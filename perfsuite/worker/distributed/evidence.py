@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-
-if TYPE_CHECKING:
-    from perfsuite.worker.engines.interface import Engine
 
 
 def _local(param: torch.Tensor) -> torch.Tensor:
@@ -35,8 +32,8 @@ def parameter_digest(params: list[torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
-def rank_evidence(engine: Engine) -> dict[str, Any]:
-    """The process group, the wrappers, and what this rank holds of the parameters."""
+def rank_evidence(engine: Any) -> dict[str, Any]:
+    """The process group, the wrappers, and what this rank holds of the parameters (``engine``: the loop's)."""
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 

@@ -1,6 +1,8 @@
-"""How a case trains, one engine per module, behind :mod:`~perfsuite.worker.engines.interface`.
+"""How a case trains, one engine per module, behind :mod:`~perfsuite.worker.engines.interface`
+(the public engine interface, version 1, which a project's own engine implements too).
 
 - :mod:`~perfsuite.worker.engines.loop`: perfsuite's explicit loop on accelerate (read this first).
+- :mod:`~perfsuite.worker.engines.driven`: any engine as the run and the instruments drive it.
 - :mod:`~perfsuite.worker.engines.hf_trainer`: the Hugging Face ``Trainer``, driven one step at a time.
 - :mod:`~perfsuite.worker.engines.common`: what both set up alike (DeepSpeed's config, checkpointing,
   evidence helpers).

@@ -39,7 +39,7 @@ from perfsuite.worker.engines.common import (
     galore_evidence,
     group_flag,
 )
-from perfsuite.worker.engines.interface import StepOutput
+from perfsuite.worker.engines.interface import ENGINE_API_VERSION, StepOutput
 from perfsuite.worker.engines.trainer_setup import trainer_inputs, training_arguments
 from perfsuite.worker.optimizers import state_bytes
 
@@ -119,6 +119,8 @@ class _Stepper(TrainerCallback):
 
 class HFTrainerEngine:
     """A ``transformers.Trainer`` set up the way ``strategy`` says, driven one optimizer step at a time."""
+
+    api_version = ENGINE_API_VERSION
 
     def __init__(
         self,

@@ -1,14 +1,53 @@
-"""What a case needs of an engine (:class:`Engine`) and what one optimizer step reports
-(:class:`StepOutput`): the types the run, the instruments and the engines share, below
-any engine, so that nothing under an engine imports one."""
+"""perfsuite's engine interface, version 1: what every engine implements and what perfsuite hands it.
+
+An *engine* trains one case: perfsuite times its :meth:`Engine.step` calls, measures one
+more step under MemTracker and one under FlopCounterMode, records the loss each step
+returns, and reads :meth:`Engine.evidence` and the ``model`` and ``optimizer`` it trains
+(their tensors are what MemTracker files as parameters, gradients and optimizer state).
+perfsuite's own loop (:mod:`~perfsuite.worker.engines.loop`) and Trainer
+(:mod:`~perfsuite.worker.engines.hf_trainer`) engines implement it; so does a project's own
+engine, declared under ``[tool.perfsuite.engines]`` (docs/engines.md):
+
+- perfsuite builds it as ``EngineClass(case)`` with an :class:`EngineCase`: the model the
+  project's factory built (seeded, on the CPU), the batch maker, the strategy, the device,
+  batch size, sequence length, learning rate, clipping norm and seed;
+- a strategy it does not apply, it refuses from its constructor with :class:`Unsupported`
+  (the case is reported *skipped* with the reason); :func:`refuse_unless` does that for
+  every strategy field it does not read;
+- ``step()`` runs one optimizer step and returns its loss (a 0-dim tensor, left on the
+  device), or a :class:`StepOutput` with the gradient norm and token counts too;
+- ``evidence()`` says what it applied, read from the objects it trained with;
+- ``close()`` releases what it started, once after the last step.
+
+:class:`BaseEngine` is a small base class that keeps the case and declares the version.
+Optional members, which perfsuite's own engines have: ``step(before_micro_batch=None,
+within=None)`` for an engine whose steps run in a thread of its own (it enters ``within``
+there and calls ``before_micro_batch`` before each micro-batch; for any other engine
+perfsuite does both around ``step()``); ``in_training_thread(fn)`` (run ``fn`` in that
+thread between two steps); ``inner_optimizer`` (the optimizer holding the state, where
+``optimizer`` wraps it). A change of what is required or handed over bumps
+:data:`ENGINE_API_VERSION`; an engine declares the version it was written for.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+import dataclasses
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 import torch
+
+from perfsuite.core.spec import CaseSkipped
+from perfsuite.core.strategies import Strategy
+
+ENGINE_API_VERSION = 1
+"""The interface's version; an engine sets ``api_version`` to the version it implements."""
+
+
+class Unsupported(CaseSkipped):
+    """Raised by an engine's constructor for a strategy (or model) it does not apply: the case is
+    reported skipped with this reason, as a missing package or precision is."""
 
 
 class StepOutput(NamedTuple):
@@ -26,40 +65,104 @@ class StepOutput(NamedTuple):
     """GradScaler skipped the update (inf/nan gradients)."""
 
 
-class Engine(Protocol):
-    """What a case needs of an engine (see :mod:`perfsuite.worker.run`)."""
+@dataclass(frozen=True, kw_only=True)
+class EngineCase:
+    """What perfsuite builds a project's engine from (version 1)."""
 
-    accum_steps: int
+    case_id: str
+    """The case's id (``acme-mlp-vanilla-acme_step``)."""
+    model: torch.nn.Module
+    """The model the project's factory built, seeded, on the CPU: the engine moves it to ``device``."""
+    strategy: Strategy
+    """The strategy to apply (:class:`perfsuite.core.strategies.Strategy`); refuse what is not applied."""
+    device: torch.device
+    """Where the steps run."""
+    batch_size: int
+    """Samples per optimizer step (the strategy's, else the model's)."""
+    seq_len: int
+    """Sequence length the batches are made with."""
+    lr: float
+    """Learning rate (1e-3 for a tiny model, 1e-4 for a full-size one, unless the case says otherwise)."""
+    max_grad_norm: float
+    """Gradient clipping norm."""
+    seed: int
+    """The case's seed: the model was built from it, and torch is seeded with it before the engine is built."""
+    max_steps: int
+    """How many times perfsuite calls ``step()`` at most."""
+    make_batch: Callable[..., Mapping[str, torch.Tensor]] = field(repr=False)
+    """The project's batch maker, called by :meth:`batch`."""
+
+    def batch(self, step: int, batch_size: int | None = None) -> dict[str, torch.Tensor]:
+        """Batch number ``step`` (0, 1, ...; an engine that accumulates numbers its micro-batches) of
+        ``batch_size`` samples (default: the whole step's), on the CPU."""
+        return dict(
+            self.make_batch(batch_size=batch_size or self.batch_size, seq_len=self.seq_len, step=step, seed=self.seed)
+        )
+
+
+class Engine(Protocol):
+    """What perfsuite drives (version 1); see the module's docstring for the optional members."""
+
+    api_version: int
+    """:data:`ENGINE_API_VERSION` of the interface the engine implements."""
 
     @property
     def model(self) -> Any:
-        """The module the steps run (accelerate- or DeepSpeed-wrapped)."""
+        """The module the steps train (perhaps wrapped): its parameters, buffers and gradients."""
 
     @property
     def optimizer(self) -> Any:
-        """accelerate's optimizer wrapper (``zero_grad``)."""
+        """The optimizer that updates it (``zero_grad(set_to_none=True)``; its state is counted as such)."""
 
-    @property
-    def inner_optimizer(self) -> Any:
-        """The optimizer that holds the state and does the update."""
-
-    @property
-    def accelerator(self) -> Any:
-        """The accelerate ``Accelerator`` the engine trains with."""
-
-    def step(
-        self,
-        before_micro_batch: Callable[[], None] | None = None,
-        within: AbstractContextManager[Any] | None = None,
-    ) -> StepOutput:
-        """One optimizer step; ``within`` is entered around it in the thread that runs it."""
-
-    def in_training_thread(self, fn: Callable[[], float]) -> float:
-        """``fn()`` run in the thread that runs the steps, between two steps: the calibration
-        workload, so that it measures the core and the state the steps run in."""
+    def step(self) -> StepOutput | torch.Tensor:
+        """One optimizer step; its loss, or a :class:`StepOutput`."""
 
     def evidence(self) -> dict[str, Any]:
-        """What the run observably did, read from the objects it trained with."""
+        """What the run observably did, read from the objects it trained with (JSON-serialisable)."""
 
     def close(self) -> None:
         """Release workers, threads and process groups."""
+
+
+class BaseEngine:
+    """A project's engine starts here: it keeps the case, declares the version, reports no evidence
+    and closes nothing until told otherwise. Subclasses set ``model`` and ``optimizer`` in their
+    ``__init__`` (after ``super().__init__(case)``) and write :meth:`step`."""
+
+    api_version = ENGINE_API_VERSION
+
+    def __init__(self, case: EngineCase) -> None:
+        self.case = case
+
+    def step(self) -> StepOutput | torch.Tensor:
+        raise NotImplementedError(f"{type(self).__name__} must implement step()")
+
+    def evidence(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        return None
+
+
+def refuse_unless(strategy: Strategy, applied: Collection[str], engine: str) -> None:
+    """Raise :class:`Unsupported` when ``strategy`` sets a field (beyond ``batch_size``) other than
+    those in ``applied``, which the engine reads and applies; its name and description are not fields."""
+    vanilla = Strategy(name=strategy.name)
+    ignored = {"name", "description", "batch_size", *applied}
+    unknown = set(applied) - {f.name for f in dataclasses.fields(Strategy)}
+    if unknown:
+        raise ValueError(f"refuse_unless: {', '.join(sorted(unknown))} are not fields of Strategy")
+    changed = [
+        f"{f.name}={getattr(strategy, f.name)!r}"
+        for f in dataclasses.fields(Strategy)
+        if f.name not in ignored and getattr(strategy, f.name) != getattr(vanilla, f.name)
+    ]
+    if changed:
+        what = ", ".join(sorted(applied)) or "no strategy field"
+        raise Unsupported(f"{engine} applies {what}; {strategy.name} also sets {', '.join(changed)}")
+
+
+def batch_items(batch: Mapping[str, torch.Tensor]) -> int:
+    """Samples in a batch: the first dimension of its first tensor."""
+    first = next(iter(batch.values()))
+    return int(first.shape[0]) if first.dim() else 1

@@ -24,7 +24,7 @@ from perfsuite.worker.engines.common import (
     galore_evidence,
     group_flag,
 )
-from perfsuite.worker.engines.interface import StepOutput
+from perfsuite.worker.engines.interface import ENGINE_API_VERSION, StepOutput
 from perfsuite.worker.optimizers import state_bytes
 
 if TYPE_CHECKING:
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 class LoopEngine:
     """A model, an optimizer and a batch stream, set up the way ``strategy`` says."""
+
+    api_version = ENGINE_API_VERSION
 
     def __init__(
         self,
