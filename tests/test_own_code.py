@@ -72,13 +72,14 @@ TRAIN = '''"""acme's training step: its own loop, its own loss, AdamW on what is
 import torch
 from acmeops import classification_loss
 
-from perfsuite.worker.engines.interface import BaseEngine, refuse_unless
+from perfsuite.worker.engines.interface import BaseEngine
 
 
 class AcmeEngine(BaseEngine):
+    applies = {"grad_accum_steps"}
+
     def __init__(self, case):
         super().__init__(case)
-        refuse_unless(case.strategy, {"grad_accum_steps"}, "acme_step")
         self.accumulation = case.strategy.grad_accum_steps
         self.micro = case.batch_size // self.accumulation
         self.model = case.model.to(case.device)
@@ -229,7 +230,7 @@ def _guard(project: pytest.Pytester, mutations: list[tuple[str, str, str, str, d
 
     passed = _gate(project)
     passed.assert_outcomes(passed=4, skipped=1)
-    passed.stdout.fnmatch_lines([f"*{REFUSED}*acme_step applies grad_accum_steps; fp16 also sets precision='fp16'*"])
+    passed.stdout.fnmatch_lines([f"*{REFUSED}*AcmeEngine applies grad_accum_steps; fp16 also sets precision='fp16'*"])
 
     for what, file, old, new, expected in mutations:
         source = project.path / file

@@ -65,13 +65,14 @@ def takes_no_seed():
 ENGINE = """
 import torch
 
-from perfsuite.worker.engines.interface import BaseEngine, refuse_unless
+from perfsuite.worker.engines.interface import BaseEngine
 
 
 class Step(BaseEngine):
+    applies = {"grad_accum_steps"}
+
     def __init__(self, case):
         super().__init__(case)
-        refuse_unless(case.strategy, {"grad_accum_steps"}, "step")
         self.model = case.model
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=case.lr)
         self.calls = 0
@@ -103,6 +104,10 @@ class Unversioned:
 class Raises(BaseEngine):
     def __init__(self, case):
         raise RuntimeError("no GPU")
+
+
+class Plain(Step):
+    applies = ()  # says nothing of what it applies: every strategy but vanilla is refused
 
 
 def not_a_class(case):
@@ -247,8 +252,21 @@ def _built(tmp_path: Path, team: str, strategy: str, engine: str = "train:Step")
 
 
 def test_a_strategy_the_engine_does_not_apply_is_a_skip_with_its_reason(tmp_path: Path, team: str) -> None:
-    with pytest.raises(CaseSkipped, match=r"^step applies grad_accum_steps; bf16 also sets precision='bf16'$"):
+    with pytest.raises(CaseSkipped, match=r"^Step applies grad_accum_steps; bf16 also sets precision='bf16'$"):
         _built(tmp_path, team, "bf16")
+
+
+def test_an_engine_that_names_no_field_it_applies_refuses_every_strategy_but_vanilla(tmp_path: Path, team: str) -> None:
+    with pytest.raises(
+        CaseSkipped, match=r"^Plain applies no strategy field; grad_accum also sets grad_accum_steps=4$"
+    ):
+        _built(tmp_path, team, "grad_accum", engine="train:Plain")
+    from perfsuite.worker.build import build
+
+    vanilla = build(
+        CaseSpec(model="mine", strategy="vanilla", engine="mine_step", device="cpu", steps=3, warmup_steps=0)
+    )
+    assert type(vanilla.engine).__name__ == "Plain"
 
 
 def test_an_engine_that_raises_while_built_names_its_declaration(tmp_path: Path, team: str) -> None:
@@ -332,3 +350,13 @@ def test_init_example_leaves_a_section_it_cannot_extend_alone(tmp_path: Path) ->
         line.startswith("kept      pyproject.toml (the example's declarations would not fit it") for line in lines
     )
     assert (tmp_path / "pyproject.toml").read_text() == own
+
+
+@pytest.mark.parametrize("name", ["skip", "xfail", "nightly", "cpu"])
+def test_an_engine_may_not_be_named_as_a_marker_with_a_meaning(name: str) -> None:
+    from perfsuite.core import registry
+    from perfsuite.core.engines import PROJECT_ENGINES, EngineSpec
+
+    with pytest.raises(DeclarationError, match=rf"engine name '{name}' is a"):
+        registry.register_engine(EngineSpec(name=name, engine_class="acme.train:Step"), source="here")
+    assert name not in PROJECT_ENGINES

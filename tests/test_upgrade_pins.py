@@ -15,7 +15,7 @@ from tools import ROOT
 
 from perfsuite.ab import compare
 from perfsuite.ab.envs import Env, EnvError
-from perfsuite.ab.pins import PIN_FILES, Change, PinError, is_pin_file, split_range, upgrade
+from perfsuite.ab.pins import PIN_FILES, Change, PinError, Upgrade, is_pin_file, split_range, upgrade
 from perfsuite.ab.sides import Side
 from perfsuite.cli import main
 from perfsuite.reports.ab import NOTHING_COMPARED, markdown, marker
@@ -259,6 +259,31 @@ def test_other_files_are_not_pin_files() -> None:
     assert is_pin_file("constraints/gpu/cu130.txt", ["constraints/**"])
     assert is_pin_file("pins-3.txt", ["pins-?.txt"])
     assert not is_pin_file("sub/pins-3.txt", ["pins-?.txt"])
+
+
+@pytest.fixture(autouse=True)
+def _made_up_packages_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The made-up packages these repositories pin (a, b, ...) count as installed: ``--pins`` skips the others."""
+    from perfsuite.ab import envs
+
+    real = envs.installed
+    monkeypatch.setattr(envs, "installed", lambda: {**real(), **dict.fromkeys(("a", "b", "old", "new", "tool"), "1")})
+
+
+def test_a_package_this_environment_lacks_is_skipped_saying_so() -> None:
+    found = Upgrade(
+        "m", "h", "1", "2", ("uv.lock",), (Change("torch", "2.5.0", "2.6.0"), Change("pywin32", "1", "2")), ()
+    )
+    kept = found.installed_only(["torch"])
+    assert kept.changes == (Change("torch", "2.5.0", "2.6.0"),)
+    assert kept.skipped == (("pywin32", "not installed in this environment: nothing here imports it"),)
+
+
+def test_a_poetry_lock_package_from_a_private_index_is_compared(repo: Path) -> None:
+    source = 'type = "legacy"\nurl = "https://download.pytorch.org/whl/cpu"\nreference = "pytorch"\n'
+    lock = '[[package]]\nname = "torch"\nversion = "{}"\n[package.source]\n' + source
+    _bump(repo, {"poetry.lock": lock.format("2.5.0")}, {"poetry.lock": lock.format("2.6.0")})
+    assert upgrade("HEAD~1..HEAD", repo).changes == (Change("torch", "2.5.0", "2.6.0"),)
 
 
 def _ab(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -11,32 +11,28 @@ hold on this interpreter.
 
 Read: requirements files (``-r`` and ``-c`` includes within the repository followed), a
 ``pyproject.toml``'s ``[project]`` dependencies and optional dependencies, ``[dependency-groups]``
-and ``[tool.uv]``'s lists, and ``uv.lock`` and ``poetry.lock`` package versions (the lock's
-registry packages; one listed for other platforms only is left out). Only git and packaging are
+and ``[tool.uv]``'s lists, and ``uv.lock`` and ``poetry.lock`` package versions (:mod:`perfsuite.ab.pinfiles`).
+A package this environment does not have (a lock's package for another platform, a tool nothing
+here imports) is skipped, saying so (:meth:`Upgrade.installed_only`). Only git and packaging are
 used; nothing is installed.
 """
 
 from __future__ import annotations
 
-import posixpath
 import re
 import subprocess
-import sys
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from perfsuite.ab.envs import NOT_RESOLVED
+from perfsuite.ab.pinfiles import Pin, PinError, file_pins
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+__all__ = ["PIN_FILES", "Change", "Pin", "PinError", "Upgrade", "compare", "is_pin_file", "split_range", "upgrade"]
+
 
 PIN_FILES = (
     "**/*requirements*.txt",
@@ -47,26 +43,6 @@ PIN_FILES = (
     "**/poetry.lock",
 )
 """The files read, as GitHub's ``paths`` filters write them (the upgrade workflows list the same)."""
-
-
-class PinError(Exception):
-    """Refs or files that cannot be read: one line saying why."""
-
-
-@dataclass(frozen=True)
-class Pin:
-    """One requirement as a file at one commit states it."""
-
-    name: str
-    """The normalised distribution name."""
-    text: str
-    """As written (``transformers>=4.46``), or ``name==version`` from a lock."""
-    source: str
-    """The file, and the table within it."""
-    version: str | None = None
-    """The exact version (``==``/``===``, no wildcard); ``None`` for a range, a URL or a path."""
-    applies: bool = True
-    """Its marker holds on this interpreter (a lock's: one of its resolution markers)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +74,18 @@ class Upgrade:
     changes: tuple[Change, ...]
     skipped: tuple[tuple[str, str], ...]
     """(package, why) for each changed requirement that is not compared."""
+
+    def installed_only(self, installed: Iterable[str]) -> Upgrade:
+        """The changes of packages this environment has; the others (a lock's packages for other
+        platforms, a tool nothing here imports) skipped, saying so."""
+        have = {canonicalize_name(name) for name in installed}
+        gone = tuple(
+            (c.name, "not installed in this environment: nothing here imports it")
+            for c in self.changes
+            if c.name not in have
+        )
+        kept = tuple(c for c in self.changes if c.name in have)
+        return replace(self, changes=kept, skipped=self.skipped + gone)
 
     def side(self, which: str) -> str:
         """``--base``/``--candidate``'s text: the side's pins, or ``current`` when it pins none of them."""
@@ -171,6 +159,8 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
         )
     except FileNotFoundError:
         raise PinError("--pins reads the commits with git, which is not installed") from None
+    except subprocess.TimeoutExpired:
+        raise PinError(f"--pins: git {args[0]} did not answer within 60 s") from None
 
 
 def _commit(repo: Path, ref: str, spec: str) -> str:
@@ -190,124 +180,6 @@ def _show(repo: Path, commit: str, path: str) -> str | None:
     """The file at that commit, or ``None`` where it does not exist there."""
     done = _git(repo, "cat-file", "blob", f"{commit}:{path}")
     return done.stdout if done.returncode == 0 else None
-
-
-def _applies(marker: Marker | str | None) -> bool:
-    if marker is None:
-        return True
-    try:
-        return (marker if isinstance(marker, Marker) else Marker(marker)).evaluate()
-    except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName):
-        return True  # a marker this packaging cannot judge: read the pin rather than lose it
-
-
-def requirement_pin(text: str, source: str) -> Pin | None:
-    """One requirement string as a :class:`Pin` (``None`` when it is not one)."""
-    try:
-        requirement = Requirement(text)
-    except InvalidRequirement:
-        return None
-    specifiers = list(requirement.specifier)
-    version = None
-    if requirement.url is None and len(specifiers) == 1:
-        only = specifiers[0]
-        if only.operator == "===" or (only.operator == "==" and not only.version.endswith(".*")):
-            version = only.version
-    return Pin(canonicalize_name(requirement.name), text.strip(), source, version, _applies(requirement.marker))
-
-
-_INCLUDE = re.compile(r"^(?:-[rc]\s*|--(?:requirement|constraint)(?:\s*=\s*|\s+))(\S+)$")
-
-
-def requirements_pins(
-    path: str, text: str, read: Callable[[str], str | None], seen: set[str] | None = None
-) -> list[Pin]:
-    """A requirements file's pins, its ``-r``/``-c`` includes within the repository followed
-    (``read`` gives a file at the same commit)."""
-    seen = seen if seen is not None else set()
-    seen.add(path)
-    pins: list[Pin] = []
-    for line in re.sub(r"\\\n", " ", text).splitlines():
-        line = re.split(r"(?:^|\s)#", line, maxsplit=1)[0].strip()
-        include = _INCLUDE.match(line)
-        if include:
-            target = posixpath.normpath(posixpath.join(posixpath.dirname(path), include.group(1)))
-            if "://" in include.group(1) or target.startswith(("../", "/")) or target in seen:
-                continue
-            included = read(target)
-            if included is not None:
-                pins += requirements_pins(target, included, read, seen)
-            continue
-        if not line or line.startswith("-"):
-            continue  # an option (--index-url, -e, --hash on a line of its own)
-        pin = requirement_pin(re.split(r"\s+--?[A-Za-z]", line, maxsplit=1)[0], path)
-        if pin is not None:
-            pins.append(pin)
-    return pins
-
-
-def _toml(path: str, text: str) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise PinError(f"{path} is not valid TOML ({exc})") from None
-    return data
-
-
-def pyproject_pins(path: str, text: str) -> list[Pin]:
-    """``[project]`` dependencies and optional dependencies, ``[dependency-groups]``, ``[tool.uv]``'s lists."""
-    data = _toml(path, text)
-    project = data.get("project", {})
-    lists: dict[str, Any] = {"[project] dependencies": project.get("dependencies", [])}
-    for table, groups in (
-        ("[project.optional-dependencies]", project.get("optional-dependencies", {})),
-        ("[dependency-groups]", data.get("dependency-groups", {})),
-    ):
-        lists.update({f"{table} {group}": items for group, items in groups.items()})
-    uv = data.get("tool", {}).get("uv", {})
-    for key in ("dev-dependencies", "constraint-dependencies", "override-dependencies"):
-        lists[f"[tool.uv] {key}"] = uv.get(key, [])
-    pins = []
-    for where, items in lists.items():
-        for item in items if isinstance(items, list) else []:
-            pin = requirement_pin(item, f"{path} {where}") if isinstance(item, str) else None
-            if pin is not None:  # an {include-group = ...} table includes what is read anyway
-                pins.append(pin)
-    return pins
-
-
-_NOT_FROM_AN_INDEX = ("git", "url", "path", "directory", "file")
-
-
-def lock_pins(path: str, text: str) -> list[Pin]:
-    """``uv.lock``'s or ``poetry.lock``'s ``[[package]]`` versions; the project itself (editable,
-    virtual) is left out, and a package from git, a URL or a path is kept without a version."""
-    pins = []
-    for package in _toml(path, text).get("package", []):
-        name, version, source = package.get("name"), package.get("version"), package.get("source") or {}
-        if not name or not version or "editable" in source or "virtual" in source:
-            continue
-        origin = next((k for k in _NOT_FROM_AN_INDEX if k in source), None) or (
-            source.get("type") if source.get("type") in _NOT_FROM_AN_INDEX else None
-        )
-        markers = package.get("resolution-markers") or []
-        applies = not markers or any(_applies(m) for m in markers)
-        text_ = f"{name}=={version}" + (f" from {origin}" if origin else "")
-        pins.append(Pin(canonicalize_name(name), text_, path, None if origin else version, applies))
-    return pins
-
-
-def file_pins(path: str, read: Callable[[str], str | None]) -> list[Pin]:
-    """The pins of the file ``path`` as ``read`` gives it (none where it does not exist)."""
-    text = read(path)
-    if text is None:
-        return []
-    name = posixpath.basename(path)
-    if name == "pyproject.toml":
-        return pyproject_pins(path, text)
-    if name.endswith(".lock"):
-        return lock_pins(path, text)
-    return requirements_pins(path, text, read)
 
 
 def _texts(pins: Iterable[Pin]) -> str:
@@ -366,6 +238,9 @@ def upgrade(spec: str, repo: Path | None = None, extra_files: Iterable[str] = ()
         base = done.stdout.strip()
     extra = tuple(extra_files)
     diff = _git(repo, "diff", "--name-only", "--no-renames", "-z", base, head, "--")
+    if diff.returncode != 0:
+        reason = (diff.stderr.strip().splitlines() or ["no reason given"])[0]
+        raise PinError(f"--pins {spec}: git could not list the files the commits differ in: {reason}")
     files = tuple(f for f in diff.stdout.split("\0") if f and is_pin_file(f, extra))
     sides: list[list[Pin]] = []
     for commit in (base, head):

@@ -174,9 +174,10 @@ def _sides(args: argparse.Namespace) -> Upgrade | None:
         return None
     if args.base is not None or args.candidate is not None:
         raise ValueError("--pins chooses both sides; give no --base or --candidate with it")
+    from perfsuite.ab.envs import installed
     from perfsuite.ab.pins import upgrade
 
-    found = upgrade(args.pins, extra_files=args.pin_files or ())
+    found = upgrade(args.pins, extra_files=args.pin_files or ()).installed_only(installed())
     args.upgrade, args.base, args.candidate = found, found.base, found.candidate
     return found
 

@@ -139,10 +139,19 @@ def register_strategy(strategy: Strategy, *, source: str = "register_strategy()"
     STRATEGIES[strategy.name] = strategy
 
 
+_TAKEN_MARKERS = frozenset(
+    ("skip", "skipif", "xfail", "usefixtures", "filterwarnings", "parametrize", "slow", "nightly", "scope")
+    + ("trainer", "distributed", "deepspeed", "bnb", "lora", "lion", "galore", "loop")
+)
+"""Markers with a meaning already: pytest's own, and perfsuite's (:data:`perfsuite.plugin.MARKERS`)."""
+
+
 def register_engine(spec: EngineSpec, *, source: str = "register_engine()") -> None:
     """Declare an engine of the project's own: its cases carry its name as their id's suffix and marker."""
     if spec.name in TIER_MARKERS:
         raise DeclarationError(f"{source}: engine name {spec.name!r} is a tier marker; pick another name")
+    if spec.name in _TAKEN_MARKERS:  # its cases carry its name as a marker: skip would skip them
+        raise DeclarationError(f"{source}: engine name {spec.name!r} is a marker pytest or perfsuite gives a meaning")
     _claim("engine", spec.name, source)
     PROJECT_ENGINES[spec.name] = spec
 

@@ -12,16 +12,18 @@ from typing import Any
 import torch
 from torch.nn import functional
 
-from perfsuite.worker.engines.interface import BaseEngine, EngineCase, refuse_unless
+from perfsuite.worker.engines.interface import BaseEngine, EngineCase
 
 
 class ExampleEngine(BaseEngine):
     """AdamW on cross-entropy, clipped; applies a strategy's gradient accumulation and refuses the rest."""
 
+    # The strategy fields this step applies; BaseEngine refuses a strategy that sets any other,
+    # and perfsuite reports its case skipped, with why.
+    applies = {"grad_accum_steps"}
+
     def __init__(self, case: EngineCase) -> None:
         super().__init__(case)
-        # A strategy this step does not apply is refused: perfsuite reports its case skipped, with why.
-        refuse_unless(case.strategy, {"grad_accum_steps"}, "example_step")
         self.accumulation = case.strategy.grad_accum_steps
         self.micro_batch_size = case.batch_size // self.accumulation
         self.model = case.model.to(case.device).train()

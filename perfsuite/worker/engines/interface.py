@@ -130,8 +130,13 @@ class BaseEngine:
     ``__init__`` (after ``super().__init__(case)``) and write :meth:`step`."""
 
     api_version = ENGINE_API_VERSION
+    applies: Collection[str] = ()
+    """The :class:`~perfsuite.core.strategies.Strategy` fields the engine reads and applies
+    (``{"grad_accum_steps"}``): a strategy that sets any other is refused here, before the
+    subclass's ``__init__`` goes on, so that no case runs a strategy as if it were vanilla."""
 
     def __init__(self, case: EngineCase) -> None:
+        refuse_unless(case.strategy, self.applies, type(self).__name__)
         self.case = case
 
     def step(self) -> StepOutput | torch.Tensor:
