@@ -271,17 +271,7 @@ def _load_factory_model(path: Path, root: Path, name: str, table: dict[str, Any]
         "declared_at": f"{path}: {key}",
     }
     fields.update({option: table[option] for option in ("batch_size", "seq_len") if option in table})
-    tiny = table.get("tiny", False)
-    if not isinstance(tiny, (bool, dict)):
-        raise DeclarationError(f"{path}: {key}.tiny must be true, false or a table of the CPU variant's fields")
-    spec = _model_spec(path, key, name, fields, tiny=tiny is True)
-    variant = None
-    if isinstance(tiny, dict):
-        changes = dict(tiny)
-        shape = {k: changes.pop(k) for k in ("batch_size", "seq_len") if k in changes}
-        variant_fields = {**fields, **shape, "factory_args": {**fields["factory_args"], **changes}}
-        variant = _model_spec(path, f"{key}.tiny", f"{name}-tiny", variant_fields, tiny=True)
-    register_model(spec, source=f"{path}: {key}", cpu_variant=variant)
+    _register_model(path, key, name, table, fields, shape_keys=("batch_size", "seq_len"), changes_into="factory_args")
 
 
 def _load_engine(path: Path, root: Path, name: str, table: dict[str, Any]) -> None:
@@ -331,6 +321,22 @@ def _load_model(path: Path, root: Path, name: str, table: dict[str, Any]) -> Non
         fields["pretrained"] = value
     if "task" not in fields:
         raise DeclarationError(f"{path}: {key}: task is required (classification, seq2seq or causal_lm)")
+    _register_model(path, key, name, table, fields, shape_keys=_SHAPE_KEYS, changes_into="config")
+
+
+def _register_model(
+    path: Path,
+    key: str,
+    name: str,
+    table: dict[str, Any],
+    fields: dict[str, Any],
+    *,
+    shape_keys: tuple[str, ...],
+    changes_into: str,
+) -> None:
+    """Register the model and, where ``tiny`` is a table, its CPU variant ``name-tiny``: the table's
+    shape keys replace the model's, its other keys go into ``changes_into`` (the config's fields, or
+    the factory's arguments)."""
     tiny = table.get("tiny", False)
     if not isinstance(tiny, (bool, dict)):
         raise DeclarationError(f"{path}: {key}.tiny must be true, false or a table of the CPU variant's fields")
@@ -338,8 +344,8 @@ def _load_model(path: Path, root: Path, name: str, table: dict[str, Any]) -> Non
     variant = None
     if isinstance(tiny, dict):
         changes = dict(tiny)
-        shape = {k: changes.pop(k) for k in _SHAPE_KEYS if k in changes}
-        variant_fields = {**fields, **shape, "config": {**fields.get("config", {}), **changes}}
+        shape = {k: changes.pop(k) for k in shape_keys if k in changes}
+        variant_fields = {**fields, **shape, changes_into: {**fields.get(changes_into, {}), **changes}}
         variant_fields.pop("pretrained", None)  # a smaller architecture cannot load the full weights
         variant = _model_spec(path, f"{key}.tiny", f"{name}-tiny", variant_fields, tiny=True)
     register_model(spec, source=f"{path}: {key}", cpu_variant=variant)

@@ -23,6 +23,7 @@ line on its protocol stream (the original stdout; anything else printed goes to 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import json
 import os
@@ -56,13 +57,13 @@ def probe(names: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     return {"python": sys.executable, "version": sys.version.split()[0], "pid": os.getpid(), "libraries": libraries}
 
 
-_PROJECT: dict[str, bool] = {"loaded": False}
+@functools.cache
+def _load_project_once() -> None:
+    load_project()  # the comparison's cases may name the project's own models and engines
 
 
 def _spec(fields: dict[str, Any]) -> CaseSpec:
-    if not _PROJECT["loaded"]:
-        load_project()  # the comparison's cases may name the project's own models and engines
-        _PROJECT["loaded"] = True
+    _load_project_once()
     known = {f.name for f in dataclasses.fields(CaseSpec) if f.init}
     return CaseSpec(**{k: v for k, v in fields.items() if k in known})
 
