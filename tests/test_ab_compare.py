@@ -31,3 +31,23 @@ def test_the_version_line_says_an_a_a_comparison_only_of_one_environment(sides: 
     assert said.startswith("perfsuite: base → candidate: ")
     assert line in said
     assert ("A/A" in said) == (sides[0].env.label == sides[1].env.label)
+
+
+def test_a_case_stopped_before_its_first_look_shows_its_pairs_mean_without_a_verdict() -> None:
+    from perfsuite.reports.ab import rows
+
+    case = {
+        "case": "bert-base-uncased-vanilla",
+        "verdict": "undecided",
+        "error": None,
+        "interrupted": True,
+        "time": None,  # no look reached: no interval, no verdict on the time
+        "mode": "alternate",
+        "ratios": [1.0887, 1.0489, 1.0376, 1.0734],
+        "memory": {"a": 2**30, "b": 2**30, "breakdown_a": {}, "breakdown_b": {}},
+        "loss": {"max_abs_diff": 0.0},
+    }
+    (row,) = rows({"cases": [case]})
+    assert row[1:4] == ["undecided (interrupted)", "1.062 before the first look", "4 alternate"]
+    (row,) = rows({"cases": [{**case, "ratios": []}]})
+    assert row[2:4] == ["—", "0 alternate"]

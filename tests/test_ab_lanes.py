@@ -241,7 +241,7 @@ def test_several_lanes_give_every_case_the_same_pairs_and_verdicts(mode: str) ->
     assert _figures(three) == _figures(one)
     assert [r.verdict for r in one] == ["same", "regressed", "same", "undecided", "same"]
     assert Recording.most >= 3  # the lanes overlapped
-    assert log.count("A reset") == log.count("B reset") == 3 * 11  # every lane's, before every round but the first
+    assert log.count("A reset") == log.count("B reset") == 3 * 12  # every lane's, before every round
     runs = [line for line in log if "reset" not in line]
     if mode == "auto":  # duets on their lane's two cores, swapping sides; the DataLoader case on the cores left over
         assert {_field(line, "lane") for line in runs if "dataloader" in line} == {"14-15-16"}

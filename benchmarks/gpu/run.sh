@@ -12,9 +12,10 @@
 #                     N repeats (default 2): what finishes is written, the next call goes on from there
 #   compare EXPR      pytest -m gpu --benchmark-compare -k EXPR against the refreshed baselines (a case
 #                     with no baseline on this GPU is skipped without running)
-#   push [R [C]]      the push scope as a user runs it: perfsuite baselines refresh --scope push (2 repeats,
-#                     stopping itself at R seconds, default 330), then pytest -m gpu --perfsuite-scope push
-#                     --benchmark-compare (stopped at C seconds, default 170)
+#   push [R [C [missing]]]  the push scope as a user runs it: perfsuite baselines refresh --scope push (2
+#                     repeats, stopping itself at R seconds, default 330; with `missing`, only the cases with no
+#                     baseline on this GPU yet), then pytest -m gpu --perfsuite-scope push --benchmark-compare
+#                     (stopped at C seconds, default 170)
 #   layout [B [N]]    the forkserver-layout A/A (benchmarks/gpu/layout.py): B forkservers x N runs of
 #                     bert-base-uncased vanilla and fp16
 #   noise             bert-base-uncased vanilla and fp16, five back-to-back runs each
@@ -74,7 +75,9 @@ case "$stage" in
             tee "$OUT/compare.log" || rc=$?
         ;;
     push)
-        timed push-refresh perfsuite baselines refresh --device cuda --scope push --repeats 2 \
+        only=()
+        [ "${3:-}" = missing ] && only=(--missing)
+        timed push-refresh perfsuite baselines refresh --device cuda --scope push --repeats 2 "${only[@]}" \
             --time-limit "${1:-330}" -- -p no:cacheprovider --perfsuite-json "$OUT/push-refresh.json" 2>&1 |
             tee "$OUT/push-refresh.log" || rc=$?
         keep_baselines

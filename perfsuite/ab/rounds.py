@@ -185,7 +185,9 @@ def compare_cases(
     """Every case compared in rounds: one pair of each open case per round, in a new random order
     each round, until its time verdict is decided or it reaches the cap.
 
-    Both sides' forkservers are renewed before every round but the first: every worker forked
+    Both sides' forkservers are booted anew before every round, at once and before any of its
+    runs (so no run shares the machine with a boot, and an alternating pair waits for one boot, not
+    two): every worker forked
     from one interpreter inherits its randomised address-space layout, which moves a case's step
     time by a few percent the same way in every run on a CPU (measured: docs/ab.md), so each
     round draws a new one for each side, and the pairs average it out. On a GPU too: a
@@ -219,8 +221,7 @@ def compare_cases(
     try:
         while pending:
             on_round(index, len(pending))
-            if index > 0:
-                reset_lanes(running)
+            reset_lanes(running)
 
             def run(lane: Lane, case: str, gpu: str | None, cancel: threading.Event | None, index: int = index) -> Pair:
                 fields = _fields(by_id[case], profile=index == 0)

@@ -115,7 +115,7 @@ class Side:
                 )
 
     def reset(self) -> None:
-        """A new forkserver (and so a new address-space layout) for the runs that follow."""
+        """A new forkserver (and so a new address-space layout) for the runs that follow, booted before this returns."""
         self._ask({"op": "reset"})
 
     def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:

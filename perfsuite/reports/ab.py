@@ -4,6 +4,7 @@ then the table). ``perfsuite report ab.json`` rebuilds them from ``--json``'s fi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,12 @@ HEADERS = ("case", "verdict", "time B/A [interval]", "pairs", "peak MiB A → B"
 def _time(case: Mapping[str, Any]) -> tuple[str, str]:
     t = case.get("time")
     if not t:
-        return "—", "0"
+        ratios = [r for r in case.get("ratios") or () if r and r > 0]
+        if not ratios:
+            return "—", "0"
+        # Stopped before its first look: the pairs' geometric mean, with no interval and no verdict.
+        mean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        return f"{mean:.3f} before the first look", f"{len(ratios)} {case.get('mode', '')}".strip()
     low = "0" if t["low"] in (None, 0) else f"{t['low']:.3f}"
     high = "∞" if t["high"] is None else f"{t['high']:.3f}"
     return f"{t['ratio']:.3f} [{low}, {high}] {t['verdict']}", f"{t['pairs']} {case.get('mode', '')}".strip()

@@ -58,6 +58,20 @@ def renew_forkserver() -> bool:
     return True
 
 
+def _ready() -> None:
+    """What :func:`start_forkserver` forks: nothing."""
+
+
+def start_forkserver() -> float:
+    """Boot the forkserver now, and return once it has imported everything (seconds taken), so that
+    no case's run shares the machine with its imports. A worker started later forks at once."""
+    started = time.perf_counter()
+    probe = _context().Process(target=_ready)
+    probe.start()  # answered only once the forkserver has finished its preloads
+    probe.join()
+    return time.perf_counter() - started
+
+
 def stop_workers() -> None:
     """Kill every worker this process is running, each with its process group, and the forkserver
     (which may still be importing torch): an interrupted run ends at once, with no process left."""

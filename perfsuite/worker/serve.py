@@ -12,11 +12,12 @@ line on its protocol stream (the original stdout; anything else printed goes to 
   (:func:`perfsuite.worker.process.run_isolated`; a crash or hang is a failed record); the names
   resolve against perfsuite's registry and the declarations of the project around the working
   directory (its own models and engines included), read at the first run;
-- ``{"op": "reset"}``: stop this side's forkserver, so the next run starts a new one: a new
-  interpreter, so a new randomised address-space layout, which every worker forked from it
-  inherits. Kept, one layout would bias every run of the side by a few percent (measured
-  in docs/ab.md: an A/A comparison called a case 4% faster); renewed before each pair, the
-  layout's effect is noise that the pairs average out;
+- ``{"op": "reset"}``: stop this side's forkserver and boot a new one, answering once it has
+  imported everything (``boot_s``): a new interpreter, so a new randomised address-space layout,
+  which every worker forked from it inherits. Kept, one layout would bias every run of the side by
+  a few percent (measured in docs/ab.md: an A/A comparison called a case 4% faster); renewed before
+  each round, the layout's effect is noise that the pairs average out. Booted here rather than at
+  the round's first run, both sides' boots overlap and none shares the machine with a run;
 - ``{"op": "exit"}``.
 """
 
@@ -72,9 +73,10 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
     if request.get("op") == "probe":
         return {"ok": True, "probe": probe(request.get("names", ()))}
     if request.get("op") == "reset":
-        from perfsuite.worker.process import renew_forkserver
+        from perfsuite.worker.process import renew_forkserver, start_forkserver
 
-        return {"ok": True, "reset": renew_forkserver()}
+        renewed = renew_forkserver()
+        return {"ok": True, "reset": renewed, "boot_s": start_forkserver()}
     if request.get("op") == "run":
         from perfsuite.worker.process import run_isolated
 
