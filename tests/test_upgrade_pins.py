@@ -480,3 +480,22 @@ def test_init_writes_the_upgrade_workflows(tmp_path: Path) -> None:
     init(tmp_path)
     for path in UPGRADE["template"]:
         assert (tmp_path / ".github" / "workflows" / path.name).read_text() == path.read_text()
+
+
+def test_a_release_pinned_with_and_without_its_local_label_is_one_version(repo: Path) -> None:
+    """pyproject.toml pins ``torch==2.5.0`` and uv.lock locks the PyTorch index's ``2.5.0+cpu``: one
+    version, the labelled one (what is installed), not two versions that skip the package."""
+    lock = '[[package]]\nname = "torch"\nversion = "{}"\n'
+    project = '[project]\nname = "t"\nversion = "0"\ndependencies = ["torch=={}"]\n'
+    _bump(
+        repo,
+        {"pyproject.toml": project.format("2.5.0"), "uv.lock": lock.format("2.5.0+cpu")},
+        {"pyproject.toml": project.format("2.6.0"), "uv.lock": lock.format("2.6.0+cpu")},
+    )
+    found = upgrade("HEAD~1..HEAD", repo)
+    assert found.changes == (Change("torch", "2.5.0+cpu", "2.6.0+cpu"),)
+    assert found.skipped == ()
+    _commit(repo, {"pyproject.toml": project.format("2.7.0"), "uv.lock": lock.format("2.6.1+cpu")}, "disagree")
+    ((name, why),) = upgrade("HEAD~1..HEAD", repo).skipped
+    assert name == "torch"
+    assert "head pins 2.6.1+cpu and 2.7.0" in why  # two releases: which one is meant is not ours to guess

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from perfsuite.ab.envs import NOT_RESOLVED
 from perfsuite.ab.pinfiles import Pin, PinError, file_pins
@@ -186,6 +187,19 @@ def _texts(pins: Iterable[Pin]) -> str:
     return ", ".join(sorted({f"{p.text} ({p.source})" for p in pins})) or "nothing"
 
 
+def _one_release(versions: set[str]) -> set[str]:
+    """One release pinned twice, once with a local label (``2.5.0`` in pyproject.toml, ``2.5.0+cpu``
+    in uv.lock, as the PyTorch index names its builds) is the labelled version: the one installed."""
+    try:
+        parsed = {Version(v) for v in versions}
+    except InvalidVersion:
+        return versions
+    labelled = {v for v in parsed if v.local}
+    if len(versions) > 1 and len({v.public for v in parsed}) == 1 and len(labelled) == 1:
+        return {str(labelled.pop())}
+    return versions
+
+
 def compare(base: list[Pin], head: list[Pin]) -> tuple[list[Change], list[tuple[str, str]]]:
     """The packages whose exact pin moved, was added or removed, and every other changed one, skipped with why."""
     changes: list[Change] = []
@@ -204,7 +218,7 @@ def compare(base: list[Pin], head: list[Pin]) -> tuple[list[Change], list[tuple[
         if name in NOT_RESOLVED:
             skipped.append((name, "an installer or perfsuite itself: both sides run this environment's"))
             continue
-        va, vb = {p.version for p in a if p.version}, {p.version for p in b if p.version}
+        va, vb = (_one_release({p.version for p in pins if p.version}) for pins in (a, b))
         several = [f"{side} pins {' and '.join(sorted(v))}" for side, v in (("base", va), ("head", vb)) if len(v) > 1]
         if several:
             skipped.append((name, f"pinned to several versions ({'; '.join(several)}): {_texts(a + b)}"))
