@@ -161,3 +161,19 @@ def test_run_all_takes_no_selection(flag: str, capsys: pytest.CaptureFixture[str
     assert f"{flag} runs the matrix's cases; it takes no --models or --strategies" in capsys.readouterr().err
     assert main(["run", "--all", "--every-push"]) == 2
     assert "--all already holds --every-push's cases; give one of them" in capsys.readouterr().err
+
+
+def test_run_trains_a_multi_rank_case_without_dropout_as_its_baseline_was() -> None:
+    """`perfsuite run`'s multi-rank cases are the matrix's: without dropout (one mask per rank
+    would make their loss and peak other than the baselines'), single-rank ones with it."""
+    from perfsuite.cli import build_parser
+    from perfsuite.cli.run import select
+    from perfsuite.core.spec import tier_spec
+
+    def dropout(*argv: str) -> dict[str, bool]:
+        specs, *_ = select(build_parser().parse_args(["run", "--device", "cpu", "--models", "tiny-bert", *argv]))
+        return {spec.id: spec.dropout for spec in specs}
+
+    assert dropout("--strategies", "ddp", "--world-size", "2") == {"tiny-bert-ddp-ws2": False}
+    assert dropout("--strategies", "ddp,vanilla") == {"tiny-bert-ddp": True, "tiny-bert-vanilla": True}
+    assert tier_spec("tiny-bert", "ddp", world_size=2).dropout is False

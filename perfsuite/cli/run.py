@@ -156,7 +156,7 @@ def _gpu_pool(args: argparse.Namespace, device_type: str) -> Any:
 def _specs(
     args: argparse.Namespace, selection: list[tuple[str, str, str, int]], device_type: str, defaults: Any
 ) -> list[Any]:
-    from perfsuite.core.spec import CaseSpec
+    from perfsuite.core.spec import CaseSpec, dropout_for
 
     return [
         CaseSpec(
@@ -175,6 +175,7 @@ def _specs(
             threads=args.threads,
             engine=engine,
             world_size=world_size,
+            dropout=dropout_for(world_size),
         )
         for model, strategy, engine, world_size in selection
     ]

@@ -166,17 +166,21 @@ class CaseSpec:
         return f"{self.model}-{self.strategy}{ranks}{suffix}"
 
 
-def tier_spec(model: str, strategy: str, engine: str = "loop", **overrides: Any) -> CaseSpec:
-    """The case as the test tiers run it: tiny models on the CPU, full-size ones on the GPU.
-
-    Multi-rank cases train without dropout: each rank would draw its own masks, so only
+def dropout_for(world_size: int) -> bool:
+    """Multi-rank cases train without dropout: each rank would draw its own masks, so only
     then is their loss the loss one process has on the same global batch, which their
-    claims check against ``vanilla`` (also without dropout), sharing the matrix's runs."""
+    claims check against ``vanilla`` (also without dropout), sharing the matrix's runs.
+    ``perfsuite run`` follows the same rule, so its figures are the baselines'."""
+    return world_size == 1
+
+
+def tier_spec(model: str, strategy: str, engine: str = "loop", **overrides: Any) -> CaseSpec:
+    """The case as the test tiers run it: tiny models on the CPU, full-size ones on the GPU,
+    multi-rank ones without dropout (:func:`dropout_for`)."""
     device = "cpu" if get_model_spec(model).tiny else "cuda"
     defaults = DEFAULTS[device]
     fields: dict[str, Any] = {"steps": defaults.steps, "warmup_steps": defaults.warmup, "device": device}
-    if overrides.get("world_size", 1) > 1:
-        fields["dropout"] = False
+    fields["dropout"] = dropout_for(overrides.get("world_size", 1))
     if device == "cpu":
         fields["threads"] = TIER_THREADS
     return CaseSpec(model=model, strategy=strategy, engine=engine, **(fields | overrides))
