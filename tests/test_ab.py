@@ -193,7 +193,7 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path: Path, twice: bo
         assert proc.stderr is not None
         lines: list[str] = []
         deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and not any("round 3:" in line for line in lines):
+        while time.monotonic() < deadline and not any("round 2:" in line for line in lines):
             lines.append(proc.stderr.readline())
         if twice:
             os.kill(proc.pid, signal.SIGTERM)
@@ -214,7 +214,7 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path: Path, twice: bo
     assert payload["interrupted"] == 1
     assert case["interrupted"]
     assert case["verdict"] == "undecided"
-    assert len(case["ratios"]) >= 2  # the two rounds before Ctrl-C, at least
+    assert len(case["ratios"]) >= 1  # the round before Ctrl-C, at least
     assert case["memory"]["a"] == case["memory"]["b"] > 0
 
 
