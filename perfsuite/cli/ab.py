@@ -51,7 +51,10 @@ def add_parser(sub: Any) -> None:
         "filters write them (.github/gpu-pinned.txt, 'constraints/**')",
     )
     ab.add_argument(
-        "--show-sides", action="store_true", help="say the two sides (with --pins: what moved) and exit; runs nothing"
+        "--show-sides",
+        action="store_true",
+        help="say the two sides (with --pins: what moved) and exit; no case runs, though a "
+        "project's own model and engine code is still imported once to check the selection",
     )
     add_selection(ab)
     ab.add_argument("--floor", type=fraction, default=0.03, help="smallest time change called (default 0.03: 3%%)")
