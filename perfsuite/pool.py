@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -88,12 +88,16 @@ class GPUPool:
         return []
 
     @contextlib.contextmanager
-    def acquire(self, count: int) -> Iterator[list[str]]:
-        """Wait for ``count`` free GPUs and hold them for the ``with`` block; yields their ids."""
+    def acquire(self, count: int, stop: threading.Event | None = None) -> Iterator[list[str]]:
+        """Wait for ``count`` free GPUs and hold them for the ``with`` block; yields their ids.
+        Once ``stop`` is set, a wait ends with :class:`CancelledError` instead."""
         if not 1 <= count <= len(self.gpus):
             raise ValueError(f"{count} GPUs asked for; the pool has {len(self.gpus)} ({', '.join(self.gpus)})")
         while not (held := self._try(count)):
-            time.sleep(self.poll_s)
+            if stop is None:
+                time.sleep(self.poll_s)
+            elif stop.wait(self.poll_s):
+                raise CancelledError("the run was stopped while this case waited for its GPUs")
         try:
             yield [gpu for gpu, _ in held]
         finally:
@@ -111,7 +115,9 @@ class PoolRunner:
 
     ``submit(world_size, fn)`` calls ``fn(env)`` in a thread once ``world_size`` GPUs are
     held, ``env`` being :func:`gpu_env` of them; cases needing more GPUs should be submitted
-    first (a waiting wide case is not starved by narrow ones that start before it).
+    first (a waiting wide case is not starved by narrow ones that start before it). After
+    ``close(cancel=True)`` (an interrupted run) no case starts: not one still queued, and not
+    one whose thread was waiting for GPUs that the stopped cases then free.
     """
 
     def __init__(self, pool: GPUPool) -> None:
@@ -120,10 +126,13 @@ class PoolRunner:
         self._lock = threading.Lock()
         self.in_flight = 0
         self.most_in_flight = 0
+        self._stopped = threading.Event()
 
     def submit(self, world_size: int, fn: Callable[[dict[str, str]], T]) -> Future[T]:
         def run() -> T:
-            with self.pool.acquire(max(1, world_size)) as ids:
+            with self.pool.acquire(max(1, world_size), self._stopped) as ids:
+                if self._stopped.is_set():  # stopped as the GPUs came free
+                    raise CancelledError("the run was stopped before this case started")
                 with self._lock:
                     self.in_flight += 1
                     self.most_in_flight = max(self.most_in_flight, self.in_flight)
@@ -136,6 +145,8 @@ class PoolRunner:
         return self._executor.submit(run)
 
     def close(self, *, cancel: bool = False) -> None:
+        if cancel:
+            self._stopped.set()
         self._executor.shutdown(wait=not cancel, cancel_futures=cancel)
 
 

@@ -91,3 +91,36 @@ def test_the_gpus_are_shared_with_other_processes_through_lock_files(tmp_path: P
     other.join()
     assert ids == ["0"]
     assert waited > 0.5, "took a GPU another process held"
+
+
+def test_a_stopped_runner_starts_no_case_that_was_waiting_for_gpus(tmp_path: Path) -> None:
+    """An interrupted run stops its cases and closes the runner: a case whose thread was already
+    waiting for GPUs must not start on the GPUs the stopped cases free."""
+    import threading
+    from concurrent.futures import CancelledError
+
+    pool = GPUPool(["0", "1"], lock_dir=tmp_path, poll_s=0.02)
+    runner = PoolRunner(pool)
+    holding, release = threading.Event(), threading.Event()
+    started: list[dict[str, str]] = []
+
+    def wide(env: dict[str, str]) -> str:
+        holding.set()
+        release.wait(10)
+        return env["CUDA_VISIBLE_DEVICES"]
+
+    first = runner.submit(2, wide)
+    assert holding.wait(10)
+
+    def narrow(env: dict[str, str]) -> str:
+        started.append(env)
+        return "ran"
+
+    waiting = runner.submit(1, narrow)
+    time.sleep(0.1)  # its thread is in acquire(), both GPUs held by the first
+    runner.close(cancel=True)
+    release.set()  # the stopped case ends and frees both GPUs
+    assert first.result(10) == "0,1"
+    with pytest.raises(CancelledError):
+        waiting.result(10)
+    assert started == []
