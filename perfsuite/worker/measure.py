@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import gc
+import itertools
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -19,6 +20,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 if TYPE_CHECKING:
     from perfsuite.worker.engines.driven import Driven
+
+_TOTAL = "Total"  # MemTracker's key of a device's total bytes
 
 # MemTracker's reference types -> the report's category names.
 _CATEGORIES = {
@@ -94,6 +97,15 @@ def _storage_key(t: torch.Tensor) -> tuple[str, int] | None:
     return str(storage.device), storage.data_ptr()
 
 
+def _subclasses(cls: type) -> set[type]:
+    """``cls`` and every class derived from it, directly or not."""
+    found = {cls}
+    subs: list[type] = type.__subclasses__(cls)
+    for sub in subs:
+        found |= _subclasses(sub)
+    return found
+
+
 def other_live_tensors(known: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     """Every tensor alive in this process whose storage is not one of ``known``'s.
 
@@ -104,14 +116,16 @@ def other_live_tensors(known: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     """
     seen = {key for t in known if (key := _storage_key(t)) is not None}
     found = []
-    for obj in gc.get_objects():
-        # type(), not isinstance(): isinstance reads ``__class__``, which on a deprecated alias
-        # such as ``torch.distributed.reduce_op`` raises a FutureWarning into every record.
-        if issubclass(type(obj), torch.Tensor):
-            key = _storage_key(obj)
-            if key is not None and key not in seen:
-                seen.add(key)
-                found.append(obj)
+    objects = gc.get_objects()
+    # By type(), not isinstance(): isinstance reads ``__class__``, which on a deprecated alias
+    # such as ``torch.distributed.reduce_op`` raises a FutureWarning into every record. The
+    # half a million objects are sifted by iterators that run in C; Python sees the tensors.
+    tensor_types = _subclasses(torch.Tensor)
+    for obj in itertools.compress(objects, map(tensor_types.__contains__, map(type, objects))):
+        key = _storage_key(obj)
+        if key is not None and key not in seen:
+            seen.add(key)
+            found.append(obj)
     return found
 
 
@@ -158,7 +172,36 @@ def frozen_parameters_take_no_grad_hooks() -> Iterator[None]:
             setattr(torch.Tensor, name, original)
 
 
-def memory_breakdown(trainer: Driven) -> dict[str, Any]:
+def _process_peak_tracker(mem_tracker: type) -> Any:
+    """A MemTracker that keeps the process-wide peak and not each module's.
+
+    After every op, MemTracker walks every module it has seen to update the ones running
+    (``_update_peak_stats``): about half of a tiny model's profiling step, and its per-module
+    figures are not read here. The process-wide part is kept as MemTracker computes it, so
+    the peak and its split are MemTracker's own (``tests/test_measure.py`` compares the two
+    on real steps); its snapshots are copied as plain dicts instead of deep-copied. A torch
+    whose MemTracker has no such method gets its own, unchanged.
+    """
+
+    class ProcessPeak(mem_tracker):  # type: ignore[misc]
+        def get_tracker_snapshot(self, type: str = "current") -> dict[torch.device, dict[Any, int]]:
+            # MemTracker deep-copies: its module hooks take one at each module's every entry
+            # and exit. Device -> reference type -> bytes: a copy of each dict is a deep copy.
+            snap = {"current": self._curr_mem_snap, "peak": self._peak_mem_snap}.get(type)
+            if snap is None:
+                return super().get_tracker_snapshot(type)  # type: ignore[no-any-return]  # its error
+            return {dev: dict(dev_snap) for dev, dev_snap in snap.items()}
+
+        def _update_peak_stats(self, peak_state: Any) -> None:
+            for dev, dev_snap in self._curr_mem_snap.items():
+                if self._peak_mem.get(dev, 0) < dev_snap[_TOTAL]:
+                    self._peak_mem[dev] = dev_snap[_TOTAL]
+                    self._peak_mem_snap[dev] = dict(dev_snap)  # reference type -> bytes: a copy is a deep one
+
+    return ProcessPeak() if hasattr(mem_tracker, "_update_peak_stats") else mem_tracker()
+
+
+def memory_breakdown(trainer: Driven, *, module_peaks: bool = False) -> dict[str, Any]:
     """One step under MemTracker: the peak of live tensor bytes and its split by category.
 
     Every tensor alive in the worker counts, whenever it was allocated and whoever holds
@@ -167,13 +210,14 @@ def memory_breakdown(trainer: Driven) -> dict[str, Any]:
     case's peak memory; on CUDA ``max_memory_allocated`` is, and this is its breakdown.
     The split is taken at the moment of the peak, so the categories add up to it.
     Returns ``{"error": ...}`` where the tracker cannot follow the step (e.g.
-    DeepSpeed's own parameter management).
+    DeepSpeed's own parameter management). ``module_peaks`` runs MemTracker as it comes,
+    keeping each module's peak too (unread here): the same figures, slower.
     """
     try:
         from torch.distributed._tools.mem_tracker import MemTracker
     except ImportError as exc:  # torch < 2.5
         return {"error": f"MemTracker is not available in torch {torch.__version__}: {exc}"}
-    tracker = MemTracker()
+    tracker = MemTracker() if module_peaks else _process_peak_tracker(MemTracker)
     try:
         tracker.track_external(trainer.model, trainer.inner_optimizer)
         # After the model and optimizer: a tensor passed here is filed as "other" even if
