@@ -78,20 +78,19 @@ def test_the_walk_for_other_live_tensors_finds_them_without_touching_deprecated_
 
 
 @pytest.mark.cpu
-@pytest.mark.parametrize(("model", "strategy"), [("tiny-bert", "grad_accum"), ("tiny-bert", "grad_ckpt")])
-def test_keeping_only_the_process_peak_gives_memtrackers_own_figures(model: str, strategy: str) -> None:
+def test_keeping_only_the_process_peak_gives_memtrackers_own_figures() -> None:
     """The profile skips MemTracker's per-module peaks. Three steps of one run in its steady
     state, profiled with MemTracker as it comes, without the module peaks, and as it comes
-    again, have the same peak, split and other live tensors to the byte. (Accumulation clears
-    the module stats between micro-batches, and checkpointing recomputes modules in the
-    backward: where MemTracker's module bookkeeping does most.)"""
+    again, have the same peak, split and other live tensors to the byte. The run accumulates
+    gradients (the module stats are cleared between micro-batches) and checkpoints activations
+    (modules run again in the backward): where MemTracker's module bookkeeping does most."""
     from perfsuite.core.spec import tier_spec
     from perfsuite.worker.build import build
     from perfsuite.worker.engines.driven import Driven
     from perfsuite.worker.measure import memory_breakdown
 
     torch.set_num_threads(1)
-    spec = tier_spec(model, strategy)
+    spec = tier_spec("tiny-bert", "grad_accum+grad_ckpt")
     built = build(spec)
     engine = Driven(built.engine, device_type="cpu", tokens=built.batch_size * built.seq_len, where=spec.id)
     for _ in range(spec.warmup_steps):
