@@ -46,3 +46,24 @@ def test_case_spec_rejects_unknown_names_before_any_worker_starts() -> None:
         CaseSpec(model="tiny-mamba", strategy="vanilla")
     with pytest.raises(ValueError, match="unknown strategy 'fp12'"):
         CaseSpec(model="tiny-bert", strategy="fp12")
+
+
+def test_a_worker_whose_start_a_stop_overlapped_does_not_run_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupt's stop kills the workers whose pid it knows; one still starting (forked, its
+    pid not yet read back from the forkserver) is killed as soon as its start returns."""
+    import multiprocessing.context
+
+    from perfsuite.worker import process
+
+    real_start = multiprocessing.context.ForkServerProcess.start
+
+    def start_overlapped_by_a_stop(self: multiprocessing.context.ForkServerProcess) -> None:
+        real_start(self)
+        monkeypatch.setattr(process, "_STOPS", process._STOPS + 1)  # the stop came meanwhile, this pid unknown to it
+
+    monkeypatch.setattr(multiprocessing.context.ForkServerProcess, "start", start_overlapped_by_a_stop)
+    record = run_isolated(SPEC, timeout_s=60, target=fault_cases.ok)
+    assert record["status"] == "failed"
+    assert record["error"] == "worker killed by signal SIGKILL"
+    monkeypatch.undo()
+    assert run_isolated(SPEC, timeout_s=60, target=fault_cases.ok)["status"] == "ok"  # a later run is not stopped

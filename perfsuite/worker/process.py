@@ -36,6 +36,9 @@ _PRELOAD = ["perfsuite.worker.forkserver", "perfsuite.worker.preload"]
 _RUNNING: set[multiprocessing.process.BaseProcess] = set()
 """Workers started and not yet reaped, from any thread (the GPU pool's): :func:`stop_workers` kills them."""
 _RUNNING_LOCK = threading.Lock()
+_STOPS = 0
+"""How many times :func:`stop_workers` has run: a worker whose start a stop overlapped (its pid
+not yet known, so not killed) is killed once its start returns."""
 OUTPUT_LIMIT = 20_000
 """Characters of a worker's captured output kept in its record (the end, where errors are)."""
 
@@ -75,7 +78,9 @@ def start_forkserver() -> float:
 def stop_workers() -> None:
     """Kill every worker this process is running, each with its process group, and the forkserver
     (which may still be importing torch): an interrupted run ends at once, with no process left."""
+    global _STOPS
     with _RUNNING_LOCK:
+        _STOPS += 1
         running = list(_RUNNING)
     for proc in running:
         _kill_group(proc)
@@ -189,8 +194,14 @@ def run_isolated(
     launched = time.monotonic()
     with _RUNNING_LOCK:
         _RUNNING.add(proc)
+        stops = _STOPS
     proc.start()
     sender.close()
+    with _RUNNING_LOCK:
+        stopped_while_starting = _STOPS != stops
+    if stopped_while_starting:  # a stop came before its pid was known: it must not run on
+        _kill_group(proc)
+        proc.kill()  # in case it has not made its process group yet
     startup: float | None = None
     kind: str = "error"
     payload: Any = None
