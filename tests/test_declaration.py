@@ -8,7 +8,6 @@ pytest session's declarations end with it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,8 @@ from perfsuite.core.models import MODELS, ModelSpec
 from perfsuite.core.registry import DeclarationError
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.strategies import STRATEGIES, Strategy
+
+pytestmark = pytest.mark.usefixtures("restored_registry")  # each test's declarations end with it
 
 TINY_BERT_CONFIG = {
     "model_type": "bert",
@@ -63,13 +64,6 @@ strategies = ["vanilla", "fp16+grad_ckpt"]
 engines = ["loop", "trainer"]
 markers = ["nightly"]
 """
-
-
-@pytest.fixture(autouse=True)
-def _registry() -> Iterator[None]:
-    saved = registry.snapshot()
-    yield
-    registry.restore(saved)
 
 
 @pytest.fixture

@@ -26,6 +26,8 @@ from perfsuite.core.registry import DeclarationError
 from perfsuite.core.spec import CaseSkipped, CaseSpec
 from perfsuite.core.strategies import STRATEGIES
 
+pytestmark = pytest.mark.usefixtures("restored_registry")  # each test's declarations end with it
+
 MODEL = """
 import torch
 
@@ -113,13 +115,6 @@ class Plain(Step):
 def not_a_class(case):
     return None
 """
-
-
-@pytest.fixture(autouse=True)
-def _registry() -> Iterator[None]:
-    saved = registry.snapshot()
-    yield
-    registry.restore(saved)
 
 
 @pytest.fixture
