@@ -177,3 +177,29 @@ def test_run_trains_a_multi_rank_case_without_dropout_as_its_baseline_was() -> N
     assert dropout("--strategies", "ddp", "--world-size", "2") == {"tiny-bert-ddp-ws2": False}
     assert dropout("--strategies", "ddp,vanilla") == {"tiny-bert-ddp": True, "tiny-bert-vanilla": True}
     assert tier_spec("tiny-bert", "ddp", world_size=2).dropout is False
+
+
+def test_the_perfsuite_script_is_not_run_again_in_every_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """multiprocessing re-runs a main script in each process it starts, a package's ``__main__``
+    never: the ``perfsuite`` script (a main module whose ``main`` is the command line's) is named
+    as ``python -m perfsuite``; any other main is left as it is."""
+    import types
+    from multiprocessing import spawn
+
+    from perfsuite import cli
+
+    script = types.ModuleType("__main__")
+    script.__file__ = "/usr/bin/perfsuite"
+    script.main = cli.main  # type: ignore[attr-defined]  # what the generated script imports
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    assert spawn.get_preparation_data("worker")["init_main_from_path"] == "/usr/bin/perfsuite"
+    cli._as_python_m()
+    prepared = spawn.get_preparation_data("worker")
+    assert prepared["init_main_from_name"] == "perfsuite.__main__"  # which a child skips
+    assert "init_main_from_path" not in prepared
+
+    other = types.ModuleType("__main__")
+    other.__file__ = "/home/team/train.py"
+    monkeypatch.setitem(sys.modules, "__main__", other)
+    cli._as_python_m()
+    assert spawn.get_preparation_data("worker")["init_main_from_path"] == "/home/team/train.py"

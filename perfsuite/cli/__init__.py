@@ -8,6 +8,7 @@ Every bad input ends in one line (``perfsuite: error: ...``) and exit code 2.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -48,7 +49,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _as_python_m() -> None:
+    """Run as ``python -m perfsuite`` does, where the ``perfsuite`` script is the main module.
+
+    multiprocessing runs a main *script* again in every process it starts (``__mp_main__``),
+    here importing this command line in every worker, about 50 ms each; a package's
+    ``__main__`` module it never re-runs. The script is this module's ``main`` and nothing
+    else, so it is named by the module that is.
+    """
+    script = sys.modules.get("__main__")
+    if script is not None and getattr(script, "__spec__", None) is None and getattr(script, "main", None) is main:
+        script.__spec__ = importlib.util.find_spec("perfsuite.__main__")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _as_python_m()
     args = build_parser().parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
