@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -243,3 +244,22 @@ def test_bisect_refuses_an_id_that_names_another(case_id: str) -> None:
 
     with pytest.raises(ValueError, match="names the case 'tiny-bert-"):
         case_spec(case_id, steps=None, threads=1)
+
+
+def test_a_cpu_adam_build_per_deepspeed_and_torch_version_and_install() -> None:
+    """DeepSpeed builds its CPU Adam against one torch's headers: two environments with the same
+    versions at different places get directories of their own, or each would rebuild it over the other."""
+    from perfsuite.ab.sides import extensions_dir
+
+    def libraries(venv: str, deepspeed: str = "0.19.8", torch: str = "2.13.0+cpu") -> dict[str, Any]:
+        site = f"/{venv}/lib/python3.11/site-packages"
+        return {
+            "deepspeed": {"version": deepspeed, "file": f"{site}/deepspeed/__init__.py"},
+            "torch": {"version": torch, "file": f"{site}/torch/__init__.py"},
+        }
+
+    here = extensions_dir(libraries("venv-a"))
+    assert extensions_dir(libraries("venv-a")) == here
+    assert extensions_dir(libraries("venv-b")) != here
+    assert extensions_dir(libraries("venv-a", deepspeed="0.18.0")) != here
+    assert "deepspeed0.19.8-torch2.13.0+cpu-" in here

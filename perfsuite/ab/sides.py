@@ -4,6 +4,7 @@ environment, asked to probe itself and to run cases (each in a fresh worker of i
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -32,6 +33,20 @@ def _on_cores(cores: Sequence[int]) -> Iterator[None]:
         yield
     finally:
         os.sched_setaffinity(0, before)
+
+
+def extensions_dir(libraries: dict[str, Any]) -> str:
+    """A torch extensions directory per DeepSpeed and torch, each by version and by where it is
+    installed (``libraries``: a side's probe). No side loads another's CPU Adam; and two
+    environments with the same versions at different places, whose builds use different
+    headers, do not rebuild it in turn (40 s a time on two cores) as they would in one directory."""
+    names = ("deepspeed", "torch")
+    parts = [libraries.get(name) or {} for name in names]
+    key = re.sub(
+        r"[^\w.+-]", "_", "-".join(f"{n}{lib.get('version', 'none')}" for n, lib in zip(names, parts, strict=True))
+    )
+    where = hashlib.sha256("\n".join(str(lib.get("file")) for lib in parts).encode()).hexdigest()[:12]
+    return str(cache_root() / "torch-extensions" / f"{key}-{where}")
 
 
 class Side:
@@ -84,10 +99,7 @@ class Side:
         return answer
 
     def _extensions_dir(self) -> str:
-        """A torch extensions directory per DeepSpeed and torch version: no side loads another's CPU Adam."""
-        libs = self.probe["libraries"]
-        key = "-".join(f"{name}{(libs.get(name) or {}).get('version', 'none')}" for name in ("deepspeed", "torch"))
-        return str(cache_root() / "torch-extensions" / re.sub(r"[^\w.+-]", "_", key))
+        return extensions_dir(self.probe["libraries"])
 
     def versions(self) -> dict[str, str | None]:
         return {name: (lib or {}).get("version") for name, lib in self.probe["libraries"].items()}
