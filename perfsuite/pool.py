@@ -19,7 +19,6 @@ import os
 import re
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path
@@ -93,10 +92,9 @@ class GPUPool:
         Once ``stop`` is set, a wait ends with :class:`CancelledError` instead."""
         if not 1 <= count <= len(self.gpus):
             raise ValueError(f"{count} GPUs asked for; the pool has {len(self.gpus)} ({', '.join(self.gpus)})")
+        stop = stop or threading.Event()  # one never set: wait as long as it takes
         while not (held := self._try(count)):
-            if stop is None:
-                time.sleep(self.poll_s)
-            elif stop.wait(self.poll_s):
+            if stop.wait(self.poll_s):
                 raise CancelledError("the run was stopped while this case waited for its GPUs")
         try:
             yield [gpu for gpu, _ in held]

@@ -76,7 +76,7 @@ class Side:
         except EnvError:
             self.close()
             raise
-        self.extensions = self._extensions_dir()
+        self.extensions = extensions_dir(self.probe["libraries"])
 
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None
@@ -97,9 +97,6 @@ class Side:
         if not answer.get("ok"):
             raise EnvError(f"{self.name} ({self.env.label}): {answer.get('error')}")
         return answer
-
-    def _extensions_dir(self) -> str:
-        return extensions_dir(self.probe["libraries"])
 
     def versions(self) -> dict[str, str | None]:
         return {name: (lib or {}).get("version") for name, lib in self.probe["libraries"].items()}

@@ -249,7 +249,7 @@ def memory_breakdown(trainer: Driven, *, module_peaks: bool = False) -> dict[str
         return {"error": f"MemTracker saw no tensors on {device_type}", "per_device": per_device}
     categories = {name: int(snap.get(key, 0)) for key, name in _CATEGORIES.items()}
     return {
-        "peak_bytes": int(snap["Total"]),
+        "peak_bytes": int(snap[_TOTAL]),
         "categories": categories,
         "per_device": per_device,
         "held_elsewhere_bytes": other_bytes,
