@@ -120,7 +120,8 @@ def test_a_record_says_where_its_wall_time_went() -> None:
 
 def test_a_worker_sends_its_record_before_any_teardown_and_leaves_nothing_behind(tmp_path: Path) -> None:
     """The engine's close measures nothing, so a worker skips it: its DataLoader workers end with
-    the worker's process group, and the Trainer's output directory is still removed."""
+    the worker's process group, the Trainer's output directory is still removed, and no named
+    semaphore is left for the resource tracker to remove (and warn of) when the run ends."""
     import os
     import tempfile
 
@@ -144,14 +145,19 @@ def test_a_worker_sends_its_record_before_any_teardown_and_leaves_nothing_behind
                 found.add(stat.parent.name)
         return found
 
-    temp = Path(tempfile.gettempdir())
-    before, running = {p.name for p in temp.iterdir()}, strays()
+    temp, shm = Path(tempfile.gettempdir()), Path("/dev/shm")  # noqa: S108  (where Linux keeps named semaphores)
+
+    def semaphores() -> set[str]:
+        return {p.name for p in shm.glob("sem.*")} if shm.is_dir() else set()
+
+    before, running, held = {p.name for p in temp.iterdir()}, strays(), semaphores()
     for strategy, engine in (("dataloader", "loop"), ("vanilla", "trainer")):
         spec = CaseSpec(model="tiny-bert", strategy=strategy, engine=engine, steps=2, warmup_steps=1, profile=False)
         record = run_isolated(spec, timeout_s=300)
         assert record["status"] == "ok", record["error"]
         assert "close" not in record["phases_s"]
         assert not strays() - running, f"{spec.id} left processes running"
+        assert not semaphores() - held, f"{spec.id} left a named semaphore"
     assert not [name for name in {p.name for p in temp.iterdir()} - before if name.startswith("perfsuite-")]
 
 

@@ -64,8 +64,7 @@ class _CountingCollator:
         info = torch.utils.data.get_worker_info()
         slot = 0 if info is None else info.id + 1
         if slot < len(self.counts):
-            with self.counts.get_lock():
-                self.counts[slot] += 1
+            self.counts[slot] += 1  # each slot has one writer: its process
         return self.inner(features)
 
 
@@ -176,7 +175,9 @@ class HFTrainerEngine:
             seed=seed,
             tokenizer=tokenizer,
         )
-        self.worker_batches = multiprocessing.Array("l", 1 + max(strategy.num_workers, 0))
+        # No lock (one writer per slot): a lock is a named semaphore, which a worker that exits
+        # without teardown would leave to the resource tracker's warning at the end of the run.
+        self.worker_batches = multiprocessing.Array("l", 1 + max(strategy.num_workers, 0), lock=False)
         self.base_model = model
         if strategy.lora_rank:
             from perfsuite.worker.adapters import apply_lora
