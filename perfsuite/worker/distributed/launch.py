@@ -157,7 +157,8 @@ def _rank_main(spec: CaseSpec, train: TrainFn) -> dict[str, Any]:
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
     gpus = uses_gpus(spec)
-    skip_shm_comm_build()
+    if spec.strategy_spec.uses_deepspeed:  # else nothing starts deepspeed.comm in this rank
+        skip_shm_comm_build()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _init_process_group(gpus, local_rank)
