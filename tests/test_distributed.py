@@ -21,7 +21,7 @@ import pytest
 from perfsuite.core.matrix import nightly_only
 from perfsuite.core.spec import MATRIX_WORLD_SIZE, tier_spec
 from perfsuite.session import PerfsuiteSession
-from perfsuite.worker.process import run_isolated
+from perfsuite.worker.process import run_isolated, start_forkserver
 
 pytestmark = [pytest.mark.cpu, pytest.mark.distributed]
 
@@ -145,8 +145,10 @@ def test_a_killed_rank_fails_its_case_alone(perfsuite: PerfsuiteSession, tmp_pat
 
 
 def test_a_hung_rank_is_stopped_by_the_timeout_with_its_whole_group(tmp_path: Path) -> None:
-    # A tiny-bert-ddp-ws2 case runs in about 5 s, and its rank 1 hangs in the third timed step.
-    record, pids = _injected("ddp", "hang_rank", tmp_path, timeout_s=12)
+    # Rank 1 hangs in the third timed step. With the forkserver up, a tiny-bert-ddp-ws2 case
+    # starts its ranks within a second (all the test needs before the timeout) and runs in 2-3 s.
+    start_forkserver()
+    record, pids = _injected("ddp", "hang_rank", tmp_path, timeout_s=6)
     assert record["status"] == "failed"
-    assert "timed out after 12 s" in record["error"], record["error"]
+    assert "timed out after 6 s" in record["error"], record["error"]
     _assert_none_left(pids)
