@@ -200,12 +200,11 @@ def _param(case: registry.MatrixCase) -> Any:
 
 @pytest.hookimpl(trylast=True)  # after -m/-k deselected: torch is imported only when a gpu test remains
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    shard = config.getoption("perfsuite_shard")
-    if shard:
-        _keep_shard(config, items, shard)
-    if config.getoption("perfsuite_scope"):
-        from perfsuite.session.scope import select_scope
+    from perfsuite.session.scope import select_scope, select_shard
 
+    if config.getoption("perfsuite_shard"):
+        select_shard(config, items, config.getoption("perfsuite_shard"), _case_of)
+    if config.getoption("perfsuite_scope"):
         select_scope(config, items, config.getoption("perfsuite_scope"))
     if config.getoption("perfsuite_refresh_missing") or config.getoption("perfsuite_missing") == "skip":
         from perfsuite.session.scope import select_by_baselines
@@ -246,26 +245,6 @@ def _case_of(item: pytest.Item) -> CaseSpec | None:
     callspec = getattr(item, "callspec", None)
     spec = callspec.params.get("perfsuite_case") if callspec is not None else None
     return spec if isinstance(spec, CaseSpec) else None
-
-
-def _keep_shard(config: pytest.Config, items: list[pytest.Item], value: str) -> None:
-    """Deselect what is not on shard ``value``: matrix cases by model; other tests stay on shard 1."""
-    from perfsuite.core.shards import assign, parse_shard
-
-    try:
-        index, total = parse_shard(value)
-    except ValueError as exc:
-        raise pytest.UsageError(f"--perfsuite-shard: {exc}") from None
-    specs = {item.nodeid: _case_of(item) for item in items}
-    placed = assign((s.model for s in specs.values() if s is not None), total)
-    keep: list[pytest.Item] = []
-    drop: list[pytest.Item] = []
-    for item in items:
-        spec = specs[item.nodeid]
-        (keep if (placed[spec.model] if spec is not None else 1) == index else drop).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
-"""What a session takes on: the cases of one scope (``--perfsuite-scope``, :mod:`perfsuite.core.scopes`);
-from the baselines this machine already has and the time it is given, a refresh of only the
-cases whose baselines here are incomplete (``--perfsuite-refresh-missing``), only as many as fit
+"""What a session takes on: the cases of one scope (``--perfsuite-scope``, :mod:`perfsuite.core.scopes`)
+or one shard (``--perfsuite-shard``); from the baselines this machine already has and the time it
+is given, a refresh of only the cases whose baselines here are incomplete (``--perfsuite-refresh-missing``), only as many as fit
 a time limit (``--perfsuite-refresh-time-limit``); a gate that skips the cases without a
 baseline here (``--perfsuite-missing=skip``) before running them.
 
@@ -52,6 +52,23 @@ def select_scope(config: pytest.Config, items: list[pytest.Item], chosen: str) -
             raise pytest.UsageError(f'{exc} (mark a test with @pytest.mark.scope("nightly"))') from None
 
     _deselect(config, items, [item for item in items if not in_scope(scope_of(item), chosen)])
+
+
+def select_shard(
+    config: pytest.Config, items: list[pytest.Item], value: str, case_of: Callable[[pytest.Item], CaseSpec | None]
+) -> None:
+    """Deselect what is not on shard ``value`` (``--perfsuite-shard``): matrix cases by model
+    (:mod:`perfsuite.core.shards`); other tests stay on shard 1."""
+    from perfsuite.core.shards import assign, parse_shard
+
+    try:
+        index, total = parse_shard(value)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--perfsuite-shard: {exc}") from None
+    specs = [case_of(item) for item in items]
+    placed = assign((spec.model for spec in specs if spec is not None), total)
+    on = [placed[spec.model] if spec is not None else 1 for spec in specs]
+    _deselect(config, items, [item for item, shard in zip(items, on, strict=True) if shard != index])
 
 
 def _deselect(config: pytest.Config, items: list[pytest.Item], drop: list[pytest.Item]) -> None:
