@@ -137,13 +137,13 @@ def test_run_prints_the_table_and_writes_json(tmp_path: Path) -> None:
 def test_a_first_run_is_a_quick_set_and_all_is_the_matrix() -> None:
     from argparse import Namespace
 
-    from perfsuite.cli.run import _matrix_selection
+    from perfsuite.cli.selection import matrix_selection
     from perfsuite.core.matrix import nightly_only
 
     args = Namespace(models=None, strategies=None, engine=None, all=False, every_push=False, world_size=1)
-    quick = _matrix_selection(args, "cpu")
-    whole = _matrix_selection(Namespace(**{**vars(args), "all": True}), "cpu")
-    push = _matrix_selection(Namespace(**{**vars(args), "every_push": True}), "cpu")
+    quick = matrix_selection(args, "cpu")
+    whole = matrix_selection(Namespace(**{**vars(args), "all": True}), "cpu")
+    push = matrix_selection(Namespace(**{**vars(args), "every_push": True}), "cpu")
     assert len(quick) == 10
     assert {m for m, _, _, _ in quick} == {"tiny-bert"}
     assert {e for _, _, e, _ in quick} == {"loop", "trainer"}
@@ -167,7 +167,7 @@ def test_run_trains_a_multi_rank_case_without_dropout_as_its_baseline_was() -> N
     """`perfsuite run`'s multi-rank cases are the matrix's: without dropout (one mask per rank
     would make their loss and peak other than the baselines'), single-rank ones with it."""
     from perfsuite.cli import build_parser
-    from perfsuite.cli.run import select
+    from perfsuite.cli.selection import select
     from perfsuite.core.spec import tier_spec
 
     def dropout(*argv: str) -> dict[str, bool]:

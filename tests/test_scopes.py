@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from perfsuite.cli import main
-from perfsuite.cli.run import _matrix_selection
+from perfsuite.cli.selection import matrix_selection
 from perfsuite.core import registry
 from perfsuite.core.declaration import load
 from perfsuite.core.matrix import nightly_only
@@ -38,7 +38,7 @@ def _registry() -> Iterator[None]:
 def _ids(scope: str | None, device: str) -> set[str]:
     args = Namespace(models=None, strategies=None, engine=None, all=scope is None, every_push=False, scope=scope)
     ids = set()
-    for model, strategy, engine, size in _matrix_selection(args, device):
+    for model, strategy, engine, size in matrix_selection(args, device):
         ranks = "" if size == 1 else f"-ws{size}"
         ids.add(f"{model}-{strategy}{ranks}" + ("" if engine == "loop" else f"-{engine}"))
     return ids

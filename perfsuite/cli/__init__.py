@@ -1,6 +1,7 @@
 """The ``perfsuite`` command, one module per subcommand: ``run`` (read :mod:`perfsuite.cli.run` first),
 ``list`` and ``init``, ``baselines refresh``, ``report`` and ``merge``, ``history``, ``overhead``,
-``ab`` and ``bisect``.
+``ab`` and ``bisect``; :mod:`perfsuite.cli.selection` holds the options that choose the cases, which
+``run`` and ``ab`` share, and :mod:`perfsuite.cli.common` what several subcommands do.
 
 Every bad input ends in one line (``perfsuite: error: ...``) and exit code 2.
 """

@@ -1,8 +1,9 @@
 """What a session takes on: the cases of one scope (``--perfsuite-scope``, :mod:`perfsuite.core.scopes`)
-or one shard (``--perfsuite-shard``); from the baselines this machine already has and the time it
-is given, a refresh of only the cases whose baselines here are incomplete (``--perfsuite-refresh-missing``), only as many as fit
-a time limit (``--perfsuite-refresh-time-limit``); a gate that skips the cases without a
-baseline here (``--perfsuite-missing=skip``) before running them.
+or one shard (``--perfsuite-shard``); from the baselines this machine already has and the time
+it is given, a refresh of only the cases whose baselines here are incomplete
+(``--perfsuite-refresh-missing``), only as many as fit a time limit
+(``--perfsuite-refresh-time-limit``); a gate that skips the cases without a baseline here
+(``--perfsuite-missing=skip``) before running them.
 
 The last three are for a machine held for a while (a CI job with a time limit, a GPU runner
 shared by several jobs): a refresh cut off from outside writes nothing, so it must stop

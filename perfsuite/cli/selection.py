@@ -1,0 +1,175 @@
+"""What ``perfsuite run`` and ``perfsuite ab`` run: the options that choose and shape the cases, and
+the cases they select (the named ones, else the matrix's on this device), checked."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from perfsuite.cli.common import check_project_code, load_project, names
+from perfsuite.core.engines import ENGINES, check_engine
+from perfsuite.core.matrix import BUILTIN, first_run
+from perfsuite.core.models import get_model_spec
+from perfsuite.core.registry import matrix_cases
+from perfsuite.core.scopes import SCOPES, in_scope
+from perfsuite.core.spec import DEFAULTS
+from perfsuite.core.strategies import STRATEGIES, resolve
+from perfsuite.options import at_least, positive_seconds
+
+
+def add_selection(parser: Any) -> None:
+    """The options that choose and shape the cases: ``perfsuite run``'s, and ``perfsuite ab``'s."""
+    parser.add_argument(
+        "--models",
+        type=names,
+        help="comma-separated (`perfsuite list` names them); default: the matrix's cases that run on this device "
+        "(tiny models on a CPU, full-size ones on a GPU)",
+    )
+    parser.add_argument(
+        "--strategies",
+        type=names,
+        help="comma-separated, 'a+b' composes; with --models, default: every registered one; without, the matrix's",
+    )
+    parser.add_argument(
+        "--engine",
+        type=names,
+        help=f"comma-separated engines ({', '.join(ENGINES)}); "
+        "default: the matrix's, or loop with --models/--strategies",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="without --models/--strategies: the whole matrix on this device (122 cases on a CPU, about 12 "
+        "minutes); by default a quick set of 10 cases (tiny-bert on a CPU, under a minute)",
+    )
+    parser.add_argument(
+        "--scope",
+        choices=SCOPES,
+        help="without --models/--strategies: the matrix's cases of this scope and the smaller ones (push: a pull "
+        "request's, 35 on a CPU and 14 on a GPU; nightly; weekly: all; perfsuite.core.scopes)",
+    )
+    parser.add_argument(
+        "--every-push",
+        action="store_true",
+        help="the same as --scope push: the cases `pytest` runs on every push (35 on a CPU)",
+    )
+    parser.add_argument(
+        "--steps", type=at_least(1), help="timed optimizer steps per case (default 12 on CPU, 20 on GPU)"
+    )
+    parser.add_argument("--warmup", type=at_least(0), help="untimed warm-up steps (default 2 on CPU, 5 on GPU)")
+    parser.add_argument("--batch-size", type=at_least(1), help="samples per optimizer step (default: the model's)")
+    parser.add_argument("--seq-len", type=at_least(1), help="maximum sequence length (default: the model's)")
+    parser.add_argument("--seed", type=at_least(0), default=0)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument(
+        "--timeout", type=positive_seconds, help="seconds before a case's worker is killed (default 600 CPU, 900 GPU)"
+    )
+    parser.add_argument("--pretrained", help="a save_pretrained directory (one model only), or 'hub-cache'")
+    parser.add_argument("--dataset", help="a local csv/json/parquet file or a cached datasets name")
+    parser.add_argument("--tokenizer", help="local tokenizer directory for --dataset")
+    parser.add_argument(
+        "--no-profile", dest="profile", action="store_false", help="skip the memory-breakdown and FLOP steps"
+    )
+    parser.add_argument(
+        "--threads",
+        type=at_least(1),
+        help="torch intra-op threads per case (default: torch's; the CPU test tier uses 1)",
+    )
+    parser.add_argument(
+        "--world-size",
+        type=at_least(1),
+        default=1,
+        help="ranks per named case (--models/--strategies; default 1): needs ddp, fsdp2, zero2 or zero3",
+    )
+
+
+def select(args: argparse.Namespace) -> tuple[list[Any], str, Any, str | None]:
+    """The cases ``args`` select (checked: a ``ValueError`` says what is wrong), their device type,
+    its defaults, and a note for the reader when the selection is the quick set."""
+    from perfsuite.worker.device import default_device_type
+
+    load_project()
+    for name in args.models or ():
+        get_model_spec(name)
+    for name in args.strategies or ():
+        resolve(name)
+    for name in args.engine or ():
+        check_engine(name)
+    device_type = default_device_type() if args.device == "auto" else args.device
+    for flag, chosen in (("--all", args.all), ("--every-push", args.every_push), ("--scope", args.scope)):
+        if chosen and (args.models or args.strategies):
+            raise ValueError(f"{flag} runs the matrix's cases; it takes no --models or --strategies")
+    if args.all and args.every_push:
+        raise ValueError("--all already holds --every-push's cases; give one of them")
+    if args.scope and (args.all or args.every_push):
+        raise ValueError(f"--scope {args.scope} chooses the cases; give no --all or --every-push with it")
+    selection = matrix_selection(args, device_type)
+    if not selection:
+        raise ValueError(f"the matrix has no case for this device ({device_type}); `perfsuite list`")
+    note = None
+    if not (args.all or scope_of(args) or args.models or args.strategies):
+        whole = len(matrix_selection(argparse.Namespace(**{**vars(args), "all": True}), device_type))
+        if whole > len(selection):
+            note = (
+                f"perfsuite: a quick set of {len(selection)} of the matrix's {whole} cases on this device; "
+                f"`perfsuite {args.command} --all` runs them all"
+            )
+    if args.pretrained and args.pretrained != "hub-cache" and len({m for m, _, _, _ in selection}) != 1:
+        raise ValueError("--pretrained PATH needs exactly one --models name")
+    defaults = DEFAULTS[device_type]
+    specs = _specs(args, selection, device_type, defaults)
+    check_project_code(specs)
+    return specs, device_type, defaults, note
+
+
+def matrix_selection(args: argparse.Namespace, device_type: str) -> list[tuple[str, str, str, int]]:
+    """(model, strategy, engine, world size) of what ``perfsuite run`` runs: the named ones, else the
+    matrix on this device (its quick set, :func:`perfsuite.core.matrix.first_run`, without ``--all``)."""
+    on_device = [c for c in matrix_cases() if (get_model_spec(c.model).tiny) == (device_type == "cpu")]
+    if not args.models and not args.strategies:
+        scope = scope_of(args)
+        chosen = [
+            c
+            for c in on_device
+            if (args.engine is None or c.engine in args.engine) and (scope is None or in_scope(c.scope, scope))
+        ]
+        builtin = [(c.model, c.strategy, c.engine, c.world_size) for c in chosen if c.source == BUILTIN]
+        declared = [(c.model, c.strategy, c.engine, c.world_size) for c in chosen if c.source != BUILTIN]
+        # A project's own cases always run; perfsuite's built-in matrix is cut to its quick set.
+        return (builtin if args.all or scope else first_run(builtin)) + declared
+    models = args.models or list(dict.fromkeys(c.model for c in on_device))
+    strategies = args.strategies or [n for n in STRATEGIES if args.world_size == 1 or resolve(n).distributed]
+    return [(m, s, e, args.world_size) for e in (args.engine or ["loop"]) for m in models for s in strategies]
+
+
+def scope_of(args: argparse.Namespace) -> str | None:
+    """The scope chosen (``--every-push`` is ``push``), or ``None``."""
+    return getattr(args, "scope", None) or ("push" if args.every_push else None)
+
+
+def _specs(
+    args: argparse.Namespace, selection: list[tuple[str, str, str, int]], device_type: str, defaults: Any
+) -> list[Any]:
+    from perfsuite.core.spec import CaseSpec, dropout_for
+
+    return [
+        CaseSpec(
+            model=model,
+            strategy=strategy,
+            steps=args.steps or defaults.steps,
+            warmup_steps=defaults.warmup if args.warmup is None else args.warmup,
+            batch_size=args.batch_size,
+            seq_len=args.seq_len,
+            seed=args.seed,
+            device=device_type,
+            pretrained=args.pretrained,
+            dataset=args.dataset,
+            tokenizer=args.tokenizer,
+            profile=args.profile,
+            threads=args.threads,
+            engine=engine,
+            world_size=world_size,
+            dropout=dropout_for(world_size),
+        )
+        for model, strategy, engine, world_size in selection
+    ]
