@@ -70,3 +70,17 @@ def imported_at_start(spec: CaseSpec) -> dict[str, Any]:
     import sys
 
     return {"status": "ok", "imported": sorted(n for n in ("bitsandbytes", "peft", "deepspeed") if n in sys.modules)}
+
+
+def start_method(spec: CaseSpec) -> dict[str, Any]:
+    """How the case's own code would start a process, and how long a DataLoader's first batch takes."""
+    import multiprocessing
+    import time
+
+    import torch
+
+    start = time.perf_counter()
+    data = torch.utils.data.TensorDataset(torch.arange(4))
+    next(iter(torch.utils.data.DataLoader(data, batch_size=2, num_workers=1)))
+    first_batch_s = time.perf_counter() - start
+    return {"status": "ok", "start_method": multiprocessing.get_start_method(), "first_batch_s": first_batch_s}

@@ -151,7 +151,7 @@ def test_a_worker_sends_its_record_before_any_teardown_and_leaves_nothing_behind
         return {p.name for p in shm.glob("sem.*")} if shm.is_dir() else set()
 
     before, running, held = {p.name for p in temp.iterdir()}, strays(), semaphores()
-    for strategy, engine in (("dataloader", "loop"), ("vanilla", "trainer")):
+    for strategy, engine in (("dataloader", "loop"), ("vanilla", "trainer"), ("dataloader", "trainer")):
         spec = CaseSpec(model="tiny-bert", strategy=strategy, engine=engine, steps=2, warmup_steps=1, profile=False)
         record = run_isolated(spec, timeout_s=300)
         assert record["status"] == "ok", record["error"]

@@ -23,6 +23,19 @@ def test_each_case_runs_in_its_own_process() -> None:
     assert b["worker_startup_s"] < 2.0
 
 
+def test_a_case_starts_its_own_processes_as_a_training_script_would() -> None:
+    """A forkserver's child inherits "forkserver" as its default start method; the worker gives
+    the case the platform's, so that a DataLoader with workers (the Trainer's) forks them on
+    Linux as in a user's script, instead of booting a forkserver of its own (about 1 s)."""
+    import multiprocessing
+
+    record = run_isolated(SPEC, timeout_s=60, target=fault_cases.start_method)
+    assert record["status"] == "ok", record["error"]
+    assert record["start_method"] == multiprocessing.get_all_start_methods()[0]
+    if record["start_method"] == "fork":
+        assert record["first_batch_s"] < 0.5, record["first_batch_s"]
+
+
 def test_crash_hang_and_oom_fail_their_case_and_the_run_continues() -> None:
     targets = [fault_cases.crash, fault_cases.ok, fault_cases.hang, fault_cases.out_of_memory, fault_cases.ok]
     started = time.monotonic()

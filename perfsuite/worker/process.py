@@ -29,6 +29,7 @@ from typing import Any
 from perfsuite.core.spec import CaseSkipped, CaseSpec
 from perfsuite.worker import duet
 from perfsuite.worker.capture import captured_output, warning_list
+from perfsuite.worker.start_method import platform_start_method
 
 CaseFn = Callable[[CaseSpec], dict[str, Any]]
 
@@ -111,6 +112,7 @@ def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Conn
     # A process group of its own: a timeout kills the worker with everything it started (ranks, loaders).
     os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the forkserver ignores it (perfsuite.worker.forkserver)
+    platform_start_method()  # the case's own processes start as they would in a training script
     os.environ.update(env)  # before anything asks CUDA which GPUs it sees
     duet.pin()  # a duet run's core (perfsuite ab), before anything starts threads
     _send(conn, ("started", time.monotonic()))

@@ -152,8 +152,10 @@ def _rank_main(spec: CaseSpec, train: TrainFn) -> dict[str, Any]:
 
     from perfsuite.worker.capture import warning_list
     from perfsuite.worker.engines.common import skip_shm_comm_build
+    from perfsuite.worker.start_method import platform_start_method
 
     _die_with_parent()
+    platform_start_method()  # a spawned rank (on GPUs) would otherwise start its loaders by spawn
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
     gpus = uses_gpus(spec)
