@@ -64,7 +64,7 @@ class _CountingCollator:
         info = torch.utils.data.get_worker_info()
         slot = 0 if info is None else info.id + 1
         if slot < len(self.counts):
-            self.counts[slot] += 1  # each slot has one writer: its process
+            self.counts[slot] += 1
         return self.inner(features)
 
 
@@ -175,8 +175,7 @@ class HFTrainerEngine:
             seed=seed,
             tokenizer=tokenizer,
         )
-        # No lock (one writer per slot): a lock is a named semaphore, which a worker that exits
-        # without teardown would leave to the resource tracker's warning at the end of the run.
+        # No lock: each slot has one writer, its process.
         self.worker_batches = multiprocessing.Array("l", 1 + max(strategy.num_workers, 0), lock=False)
         self.base_model = model
         if strategy.lora_rank:
