@@ -1,11 +1,14 @@
 """MemTracker on models with frozen parameters (the upstream bug, and the narrow way around it);
-the garbage-collector walk for other live tensors; the profile's MemTracker without per-module peaks."""
+the garbage-collector walk for other live tensors; the profile's MemTracker without per-module peaks,
+and the FLOPs counted in its step."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import warnings
-from typing import cast
+from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 import torch
@@ -77,17 +80,14 @@ def test_the_walk_for_other_live_tensors_finds_them_without_touching_deprecated_
     assert all(t.untyped_storage().data_ptr() != known.untyped_storage().data_ptr() for t in found)
 
 
-@pytest.mark.cpu
-def test_keeping_only_the_process_peak_gives_memtrackers_own_figures() -> None:
-    """The profile skips MemTracker's per-module peaks. Three steps of one run in its steady
-    state, profiled with MemTracker as it comes, without the module peaks, and as it comes
-    again, have the same peak, split and other live tensors to the byte. The run accumulates
-    gradients (the module stats are cleared between micro-batches) and checkpoints activations
-    (modules run again in the backward): where MemTracker's module bookkeeping does most."""
+@pytest.fixture(scope="module")
+def steady_engine() -> Any:
+    """tiny-bert accumulating gradients over checkpointed activations, past its warm-up: where
+    MemTracker's module bookkeeping does most (modules run again in the backward, and the module
+    stats are cleared between micro-batches). Its profiled steps are compared with each other."""
     from perfsuite.core.spec import tier_spec
     from perfsuite.worker.build import build
     from perfsuite.worker.engines.driven import Driven
-    from perfsuite.worker.measure import memory_breakdown
 
     torch.set_num_threads(1)
     spec = tier_spec("tiny-bert", "grad_accum+grad_ckpt")
@@ -95,14 +95,59 @@ def test_keeping_only_the_process_peak_gives_memtrackers_own_figures() -> None:
     engine = Driven(built.engine, device_type="cpu", tokens=built.batch_size * built.seq_len, where=spec.id)
     for _ in range(spec.warmup_steps):
         engine.step()
+    return engine
 
-    def profiled(module_peaks: bool) -> dict[str, object]:
-        gc.collect()  # what earlier tests left for the collector would count as other live tensors
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return memory_breakdown(engine, module_peaks=module_peaks)
 
-    full, lean, full_again = (profiled(m) for m in (True, False, True))
+def _profiled(engine: Any, **kwargs: Any) -> dict[str, object]:
+    """One profiled step (perfsuite.worker.measure.memory_breakdown with ``kwargs``)."""
+    from perfsuite.worker.measure import memory_breakdown
+
+    gc.collect()  # what earlier tests left for the collector would count as other live tensors
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return memory_breakdown(engine, **kwargs)
+
+
+@pytest.mark.cpu
+def test_keeping_only_the_process_peak_gives_memtrackers_own_figures(steady_engine: Any) -> None:
+    """The profile skips MemTracker's per-module peaks. Three steps of one run in its steady
+    state, profiled with MemTracker as it comes, without the module peaks, and as it comes
+    again, have the same peak, split and other live tensors to the byte. The run accumulates
+    gradients (the module stats are cleared between micro-batches) and checkpoints activations
+    (modules run again in the backward): where MemTracker's module bookkeeping does most."""
+    full, lean, full_again = (_profiled(steady_engine, module_peaks=m) for m in (True, False, True))
     assert "error" not in full
     assert full == full_again, "not a steady state: the comparison says nothing"
     assert lean == full
+
+
+@pytest.mark.cpu
+def test_flops_counted_in_the_profiles_step_are_flopcountermodes_and_leave_its_peak(steady_engine: Any) -> None:
+    """Three profiled steps in the steady state: without counts, with them, without again. The
+    peak, its split and the other live tensors are the same to the byte (FlopCounterMode as it
+    comes, with its module hooks, kept this run's checkpointed activations alive); the counts
+    equal FlopCounterMode's own, hooks and all, on the next step (a fixed-shape case: every step
+    runs the same ops)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from perfsuite.worker.measure import MatmulDtypes, StepCounts
+
+    counts = StepCounts()
+    plain, counted, plain_again = (_profiled(steady_engine, counts=c) for c in (None, counts, None))
+    assert "error" not in plain
+    assert plain == plain_again, "not a steady state: the comparison says nothing"
+    assert counted == plain
+
+    as_it_comes, dtypes = FlopCounterMode(display=False), MatmulDtypes()
+
+    @contextlib.contextmanager
+    def hooked() -> Iterator[None]:
+        with as_it_comes, dtypes:
+            yield
+
+    steady_engine.step(within=hooked())
+    result = counts.result()
+    assert result["flops_per_step"] == as_it_comes.get_total_flops() > 0
+    assert result["matmul_dtypes"] == dict(dtypes.counts)
+    assert sum(dtypes.counts.values()) > 0
+    assert result["attention_ops"] == dict(dtypes.attention)

@@ -1,8 +1,8 @@
-"""FLOPs counted once per case and stack, then reused: the FLOP step skipped where its answer is known.
+"""FLOPs counted once per case and stack, then reused: the count skipped where its answer is known.
 
-The FLOP step (:func:`perfsuite.worker.measure.count_flops`) is an untimed optimizer step
-under FlopCounterMode: the FLOPs of a step, the dtypes its matmuls ran in and the
-attention kernels that ran. Every one of those follows from what the key below holds,
+The counts (:class:`perfsuite.worker.measure.StepCounts`) are taken in an untimed optimizer step
+under FlopCounterMode, the memory profile's: the FLOPs of a step, the dtypes its matmuls ran
+in and the attention kernels that ran. Every one of those follows from what the key below holds,
 so a second run of the same case on the same stack counts the same numbers
 (``tests/test_flop_cache.py`` recounts and compares):
 
@@ -36,7 +36,6 @@ import functools
 import hashlib
 import json
 import os
-from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -140,16 +139,20 @@ def _path(key: str) -> Path:
     return cache_root() / "flops" / f"{key}.json"
 
 
-def counted_or_cached(key: str | None, count: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """The case's counts from the cache when ``key`` is there, else ``count()``'s, then stored; each
-    with ``source``. ``key`` ``None``: always counted, nothing stored."""
-    if key is not None:
-        try:
-            cached: dict[str, Any] = json.loads(_path(key).read_text())
-            return {**cached, "source": "cache"}
-        except (OSError, ValueError):
-            pass  # not there (or a torn file from a crash): count it
-    counts = count()
+def cached(key: str | None) -> dict[str, Any] | None:
+    """The counts stored under ``key`` (with ``source``: ``cache``), or ``None``: not there, or ``key``
+    ``None`` (a case that always counts)."""
+    if key is None:
+        return None
+    try:
+        counts: dict[str, Any] = json.loads(_path(key).read_text())
+    except (OSError, ValueError):
+        return None  # not there (or a torn file from a crash): count it
+    return {**counts, "source": "cache"}
+
+
+def counted(key: str | None, counts: dict[str, Any]) -> dict[str, Any]:
+    """``counts``, just counted, stored under ``key`` (unless ``None``), with ``source``: ``counted``."""
     if key is not None:
         _store(_path(key), counts)
     return {**counts, "source": "counted"}

@@ -1,7 +1,9 @@
 """Untimed instrumented steps: the memory breakdown, FLOPs, matmul dtypes, DeepSpeed state.
 
 Each runs a real optimizer step after the timed ones: instrumentation intercepts
-every op, so nothing here may overlap a timed step.
+every op, so nothing here may overlap a timed step. The FLOPs, matmul dtypes and attention
+kernels are counted in the memory profile's step (:class:`StepCounts`), or in a step of their
+own where there is no such step.
 """
 
 from __future__ import annotations
@@ -201,7 +203,9 @@ def _process_peak_tracker(mem_tracker: type) -> Any:
     return ProcessPeak() if hasattr(mem_tracker, "_update_peak_stats") else mem_tracker()
 
 
-def memory_breakdown(trainer: Driven, *, module_peaks: bool = False) -> dict[str, Any]:
+def memory_breakdown(
+    trainer: Driven, *, module_peaks: bool = False, counts: StepCounts | None = None
+) -> dict[str, Any]:
     """One step under MemTracker: the peak of live tensor bytes and its split by category.
 
     Every tensor alive in the worker counts, whenever it was allocated and whoever holds
@@ -211,7 +215,9 @@ def memory_breakdown(trainer: Driven, *, module_peaks: bool = False) -> dict[str
     The split is taken at the moment of the peak, so the categories add up to it.
     Returns ``{"error": ...}`` where the tracker cannot follow the step (e.g.
     DeepSpeed's own parameter management). ``module_peaks`` runs MemTracker as it comes,
-    keeping each module's peak too (unread here): the same figures, slower.
+    keeping each module's peak too (unread here): the same figures, slower. ``counts`` counts the
+    same step's FLOPs: they hold no tensor, so the peak and its split are the same to the byte
+    (``tests/test_measure.py``); complete only where no error is returned.
     """
     try:
         from torch.distributed._tools.mem_tracker import MemTracker
@@ -233,7 +239,8 @@ def memory_breakdown(trainer: Driven, *, module_peaks: bool = False) -> dict[str
             with frozen_parameters_take_no_grad_hooks(), tracker, warnings.catch_warnings():
                 # ModTracker warns for every backward hook of a module freed in between; harmless.
                 warnings.filterwarnings("ignore", message="Module is None", category=UserWarning)
-                yield
+                with counts.counting() if counts is not None else contextlib.nullcontext():
+                    yield
 
         # MemTracker follows one forward per module; accumulation runs several, so clear
         # the per-module stats between micro-batches (the global peak is kept).
@@ -256,24 +263,52 @@ def memory_breakdown(trainer: Driven, *, module_peaks: bool = False) -> dict[str
     }
 
 
-def count_flops(trainer: Driven) -> dict[str, Any]:
-    """One step under FlopCounterMode (forward + backward, recomputation included)."""
-    from torch.utils.flop_counter import FlopCounterMode
+class _ProcessTotal:
+    """Stands in for FlopCounterMode's ModuleTracker: every op's FLOPs go to the process total
+    (``Global``, which FlopCounterMode always counts), and no module is hooked. The tracker's
+    hooks on each module's outputs kept a checkpointed step's activations alive (tiny-bert-grad_ckpt's
+    peak 2.4 times); perfsuite reads only the total."""
 
-    dtypes = MatmulDtypes()
-    counter = FlopCounterMode(display=False)
+    parents = frozenset({"Global"})
+
+    def __enter__(self) -> _ProcessTotal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class StepCounts:
+    """A step's FLOPs (``FlopCounterMode``'s own formulas and total, forward and backward,
+    recomputation included), the dtypes its matmuls ran in and the attention kernels that ran.
+    Dispatch modes that keep no tensor: entered in the memory profile's step, they leave its
+    peak as it is."""
+
+    def __init__(self) -> None:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self._flops = FlopCounterMode(display=False)
+        self._flops.mod_tracker = _ProcessTotal()  # type: ignore[assignment]
+        self._dtypes = MatmulDtypes()
 
     @contextlib.contextmanager
-    def counted() -> Iterator[None]:
-        with counter, dtypes:
+    def counting(self) -> Iterator[None]:
+        with self._flops, self._dtypes:
             yield
 
-    trainer.step(within=counted())
-    return {
-        "flops_per_step": int(counter.get_total_flops()),
-        "matmul_dtypes": dict(dtypes.counts),
-        "attention_ops": dict(dtypes.attention),
-    }
+    def result(self) -> dict[str, Any]:
+        return {
+            "flops_per_step": int(self._flops.get_total_flops()),
+            "matmul_dtypes": dict(self._dtypes.counts),
+            "attention_ops": dict(self._dtypes.attention),
+        }
+
+
+def count_flops(trainer: Driven) -> dict[str, Any]:
+    """One step of its own under :class:`StepCounts` (where the memory profile's step did not count)."""
+    counts = StepCounts()
+    trainer.step(within=counts.counting())
+    return counts.result()
 
 
 def _devices(tensors: Any) -> list[str]:

@@ -78,7 +78,7 @@ class CaseRecord(TypedDict, total=False):
     matmul_dtypes: dict[str, int] | None
     flops_source: str | None
     """Where ``flops_per_step``, ``matmul_dtypes`` and ``attention_ops`` come from: ``counted`` in this
-    run's FLOP step, or the ``cache`` of an earlier count of the same case and stack
+    run's profile step, or the ``cache`` of an earlier count of the same case and stack
     (:mod:`perfsuite.worker.flop_cache`); ``None`` without the step."""
     attention_ops: dict[str, int] | None
     loss: list[float]

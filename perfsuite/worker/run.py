@@ -3,10 +3,10 @@
 Order of a case: build (:mod:`perfsuite.worker.build`), warm-up steps (loss kept, time
 dropped), timed steps (the device's step timer only: nothing samples memory while they
 run; on a CPU each is bracketed by the calibration workload, see
-:mod:`perfsuite.worker.calibrate`), then untimed profiling steps: one under MemTracker
-for the memory breakdown (every live tensor of the process counted), one under
-FlopCounterMode for FLOPs and the dtypes the matmuls ran in (skipped where this case was
-counted before on the same stack: :mod:`perfsuite.worker.flop_cache`). The record's shape is
+:mod:`perfsuite.worker.calibrate`), then an untimed profiling step under MemTracker
+for the memory breakdown (every live tensor of the process counted) and FlopCounterMode for
+FLOPs and the dtypes the matmuls ran in (not counted where this case was counted before on
+the same stack: :mod:`perfsuite.worker.flop_cache`). The record's shape is
 :class:`perfsuite.worker.record.CaseRecord`.
 """
 
@@ -129,16 +129,24 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
         raise NonFiniteLoss(f"loss is {losses[bad]} at optimizer step {bad} (of {len(losses)})")
     out.micro_batches = engine.micro_batches(len(losses))
     if spec.profile:
-        # Two steps: under FlopCounterMode, a checkpointed step's activations live longer (its module
-        # hooks; tiny-bert-grad_ckpt's peak 2.4 times), and counting in a warm-up step instead moved
-        # two tiny-llama cases' losses by 1e-6. The FLOP step measures nothing, so it comes last.
-        out.breakdown = measure.memory_breakdown(engine)
+        # The FLOPs are counted in the memory profile's step, whose peak that leaves as it is (no
+        # module hooks: measure.StepCounts); counting in a warm-up step instead moved two
+        # tiny-llama cases' losses by 1e-6. A cached count skips the counting.
+        key = _flop_key(spec, built)
+        known = flop_cache.cached(key)
+        counts = measure.StepCounts()
+        out.breakdown = measure.memory_breakdown(engine, counts=counts if known is None else None)
         phase("memory_profile")
-    # Read before the FLOP step, which a cached count skips: the evidence (batches seen, steps
-    # logged) is then the same whether the FLOPs were counted or read.
+    # Read before a FLOP step of its own: the evidence (batches seen, steps logged) is then the
+    # same whichever step counted the FLOPs.
     out.evidence = engine.evidence()
     if spec.profile:
-        out.flops = flop_cache.counted_or_cached(_flop_key(spec, built), lambda: measure.count_flops(engine))
+        if known is not None:
+            out.flops = known
+        else:
+            # Where MemTracker could not follow the step, its counts are partial: a step of their own.
+            found = measure.count_flops(engine) if "error" in out.breakdown else counts.result()
+            out.flops = flop_cache.counted(key, found)
         phase("flop_count")
     return out
 
