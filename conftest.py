@@ -9,10 +9,9 @@ point) registers the markers, builds the model × strategy matrix and gates it a
   init``), the report (``report.html`` of the every-push matrix replayed from its
   baselines, opened in headless Chromium) and the nightly history (records, verdicts,
   tracking issues), actionlint on every workflow, plugin tests through ``pytester``,
-  worker isolation and CLI tests, a project outside perfsuite declaring its own model
-  and recipe end to end
-  (``tests/test_own_project.py``) and its own model factory and training step
-  (``tests/test_own_code.py``), and the CPU tier (``-m cpu``): every
+  worker isolation and CLI tests, a project outside perfsuite declaring its own models
+  and recipe beside its own model factory and training step, end to end
+  (``tests/test_own_project.py``), and the CPU tier (``-m cpu``): every
   tiny model × every strategy as real training runs, each gated on step time
   (calibrated, against this CPU class's figure), peak memory and its breakdown, and
   the loss curve against ``baselines/cpu/``; the same through the Hugging Face Trainer
@@ -25,7 +24,8 @@ point) registers the markers, builds the model × strategy matrix and gates it a
 - ``pytest -m nightly``: checks too long for every push (deselected by default through
   ``addopts``; the scheduled CI job runs them): the rest of the CPU matrix through both
   engines (``perfsuite.core.matrix.nightly_only``), their claims, regressions injected into
-  real runs (``tests/test_injected_regressions.py``), each failing exactly its case,
+  real runs (``tests/test_injected_regressions.py``), each failing exactly its case, a
+  team's own code changed three ways (``tests/test_own_code.py``),
   that the generated data is learnable (300 steps per tiny model), and the report of
   all 111 tiny-model cases.
 - ``pytest -m gpu --benchmark-compare``: the full-size models on a CUDA GPU against

@@ -182,10 +182,10 @@ def test_selecting_the_gpu_tier_without_a_gpu_fails_unless_skips_are_asked_for(p
             pass
         """
     )
-    refused = pytester.runpytest_subprocess("-m", "gpu", "-p", "no:cacheprovider")
+    refused = pytester.runpytest("-m", "gpu", "-p", "no:cacheprovider")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.fnmatch_lines(["*the GPU tier is selected (-m gpu) but torch sees no CUDA GPU here*"])
-    skipped = pytester.runpytest_subprocess("-m", "gpu", "--perfsuite-no-gpu=skip", "-p", "no:cacheprovider")
+    skipped = pytester.runpytest("-m", "gpu", "--perfsuite-no-gpu=skip", "-p", "no:cacheprovider")
     skipped.assert_outcomes(skipped=1)
-    left_in = pytester.runpytest_subprocess("-p", "no:cacheprovider")  # the tier not asked for: skipped as before
+    left_in = pytester.runpytest("-p", "no:cacheprovider")  # the tier not asked for: skipped as before
     left_in.assert_outcomes(skipped=1)

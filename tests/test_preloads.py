@@ -68,34 +68,26 @@ def fresh_forkserver(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.mark.cpu
 @pytest.mark.usefixtures("fresh_forkserver")
-def test_a_worker_starts_with_what_its_session_preloaded() -> None:
-    from perfsuite.worker.process import renew_forkserver, run_isolated
+def test_a_worker_starts_with_what_its_session_preloaded_from_a_forkserver_booted_ahead() -> None:
+    """A worker has imported what the session named, no more. ``perfsuite ab`` boots both sides'
+    forkservers before a round, so that no run shares the machine with an import: the boot must be
+    over when start_forkserver returns, and the next worker must fork from that forkserver at once."""
+    import multiprocessing.forkserver
+
+    from perfsuite.worker.process import renew_forkserver, run_isolated, start_forkserver
 
     spec = _spec("zero2_offload")
     plain = run_isolated(spec, timeout_s=120, target=fault_cases.imported_at_start)
     assert plain["imported"] == []
     assert preload_for([spec, _spec("adamw_8bit")]) == ("bitsandbytes", "deepspeed")
     renew_forkserver()
-    preloaded = run_isolated(spec, timeout_s=120, target=fault_cases.imported_at_start)
-    assert preloaded["imported"] == ["bitsandbytes", "deepspeed"]
-    assert "Setting accelerator to CPU" in preloaded["output"]  # DeepSpeed's import log: the case's, not the terminal's
-
-
-@pytest.mark.cpu
-@pytest.mark.usefixtures("fresh_forkserver")
-def test_a_forkserver_booted_ahead_has_imported_everything_when_it_returns() -> None:
-    """``perfsuite ab`` boots both sides' forkservers before a round, so that no run shares the
-    machine with an import: the boot must be over when start_forkserver returns, and the next
-    worker must fork from that forkserver at once."""
-    import multiprocessing.forkserver
-
-    from perfsuite.worker.process import run_isolated, start_forkserver
-
     boot_s = start_forkserver()
     server = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
     assert server is not None
     assert boot_s > 0.5  # torch and transformers imported, not merely a process spawned
-    record = run_isolated(_spec("vanilla"), timeout_s=120, target=fault_cases.imported_at_start)
+    preloaded = run_isolated(spec, timeout_s=120, target=fault_cases.imported_at_start)
     assert multiprocessing.forkserver._forkserver._forkserver_pid == server  # type: ignore[attr-defined]
-    assert record["worker_startup_s"] < boot_s / 4, (record["worker_startup_s"], boot_s)
+    assert preloaded["worker_startup_s"] < boot_s / 4, (preloaded["worker_startup_s"], boot_s)
     assert start_forkserver() < boot_s / 4  # already running: nothing to import
+    assert preloaded["imported"] == ["bitsandbytes", "deepspeed"]
+    assert "Setting accelerator to CPU" in preloaded["output"]  # DeepSpeed's import log: the case's, not the terminal's

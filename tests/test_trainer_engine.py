@@ -213,6 +213,7 @@ def test_grad_accum_under_the_trainer_runs_quarter_micro_batches(run: Run) -> No
     assert claims.mem(accum, "activations") / claims.mem(vanilla, "activations") <= 0.5
 
 
+@pytest.mark.nightly  # two runs without dropout for an upstream bug's strict expected failure
 @ACCUMULATION_BUG
 def test_accumulation_under_the_trainer_keeps_the_loss_and_grad_norm(run: Run) -> None:
     # 32 × 1 against 8 × 4 in the suite's terms: batch 16 as 16 × 1 and 4 × 4 (tiny-bert).
