@@ -43,7 +43,7 @@ def test_the_key_holds_the_case_the_weights_the_stack_and_the_device(monkeypatch
     assert key(dataclasses.replace(spec, calibrate=False)) == key()  # perfsuite ab's runs share run's counts
     for other in (
         key(dataclasses.replace(spec, seed=1)),
-        key(dataclasses.replace(spec, steps=3)),  # the FLOP step's batch is another one
+        key(dataclasses.replace(spec, steps=3)),  # the profile step's batch is another one
         key(dataclasses.replace(spec, strategy="bf16")),
         key(weights="xxh3_128:bb"),
         key(device="NVIDIA H200"),

@@ -173,7 +173,7 @@ def test_the_same_case_trains_the_same_through_both_engines(run: Run, model: str
     trainer, loop = run("vanilla", model=model), run("vanilla", "loop", model=model)
     assert trainer["applied"]["engine"] == "trainer"
     # Every optimizer step logged by the Trainer itself when the evidence is read: warm-up, timed, and
-    # the memory profile's (the FLOP step, which a cached count skips, comes after).
+    # the memory profile's, which also counts the FLOPs.
     assert trainer["applied"]["trainer"]["logged_steps"] == len(trainer["loss"]) + 1
     assert trainer["applied"]["optimizer_class"] == loop["applied"]["optimizer_class"] == "torch.optim.adamw.AdamW"
     assert trainer["applied"]["weight_decay"] == [0.0]

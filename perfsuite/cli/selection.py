@@ -68,7 +68,7 @@ def add_selection(parser: Any) -> None:
     parser.add_argument("--dataset", help="a local csv/json/parquet file or a cached datasets name")
     parser.add_argument("--tokenizer", help="local tokenizer directory for --dataset")
     parser.add_argument(
-        "--no-profile", dest="profile", action="store_false", help="skip the memory-breakdown and FLOP steps"
+        "--no-profile", dest="profile", action="store_false", help="skip the profile step (memory breakdown and FLOPs)"
     )
     parser.add_argument(
         "--threads",

@@ -101,7 +101,7 @@ class CaseSpec:
     num_samples: int = 1024
     """Generated dataset size (epochs repeat with a new seeded order)."""
     profile: bool = True
-    """Run the untimed memory-breakdown and FLOP-count steps."""
+    """Run the untimed profile step (memory breakdown and FLOPs)."""
     calibrate: bool = True
     """On a CPU, bracket each timed step with the calibration workload (what stored times are
     gated in); ``perfsuite ab`` turns it off: its two sides share the machine's drift instead."""
