@@ -140,6 +140,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config.option, "benchmark_compare"):
         return
     if config.option.benchmark_compare is True:
+        if _gpu_tier_selected(config) and config.getoption("perfsuite_no_gpu") == "fail":
+            from perfsuite.worker.device import cuda_usable
+
+            if not cuda_usable():  # what is wrong, rather than the missing CPU file it would compare with
+                raise pytest.UsageError(_NO_GPU)
         # A bare --benchmark-compare would take "the latest saved run", letting slowdowns creep in
         # night by night; compare against the file pinned next to this hardware's baselines instead.
         pinned = session.pinned_benchmark(*_local_hardware())
@@ -152,9 +157,16 @@ def pytest_configure(config: pytest.Config) -> None:
     if session.refresh and config.option.benchmark_json is None:
         # pytest-benchmark builds its JSON (machine_info included) only when asked to write one.
         session.benchmark_scratch = Path(tempfile.mkdtemp(prefix="perfsuite-")) / "benchmark.json"
-        from perfsuite.session.benchmark import JsonTarget
+        from perfsuite.session.benchmark import JsonTarget, SavedNothingIsNoWarning
 
         config.option.benchmark_json = JsonTarget(session.benchmark_scratch)
+        config.pluginmanager.register(SavedNothingIsNoWarning(), "perfsuite-refresh-saved-nothing")
+
+
+_NO_GPU = (
+    "the GPU tier is selected (-m gpu) but torch sees no CUDA GPU here, so nothing would be "
+    "measured; run it on a GPU machine, or pass --perfsuite-no-gpu=skip to skip its tests"
+)
 
 
 def _local_hardware() -> tuple[str, str]:
@@ -224,10 +236,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 gpus = cuda_device_count() if has_cuda else 0
             if not has_cuda:
                 if _gpu_tier_selected(config) and config.getoption("perfsuite_no_gpu") == "fail":
-                    raise pytest.UsageError(
-                        "the GPU tier is selected (-m gpu) but torch sees no CUDA GPU here, so nothing would be "
-                        "measured; run it on a GPU machine, or pass --perfsuite-no-gpu=skip to skip its tests"
-                    )
+                    raise pytest.UsageError(_NO_GPU)
                 item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU: run `pytest -m gpu` on a GPU machine"))
                 continue
             spec = _case_of(item)

@@ -11,6 +11,7 @@ import pytest
 
 from perfsuite.cli import main
 from perfsuite.worker import process
+from perfsuite.worker.device import cuda_usable
 
 RUN = [
     (["--steps", "0"], "--steps: must be at least 1, got 0"),
@@ -72,6 +73,8 @@ BASELINES = [
     (["refresh", "--time-limit", "soon"], "--time-limit: expected a number of seconds, got 'soon'"),
     (["prune"], "invalid choice: 'prune'"),
 ]
+if not cuda_usable():
+    BASELINES.append((["refresh", "--device", "cuda", "--tests", "{tmp}/file.txt"], "--device cuda: torch sees no"))
 HISTORY = [
     (["record", "{tmp}/other.json", "--dir", "{tmp}/history"], "other.json: case 0 has no"),
     (["record", "{tmp}/other.json", "--dir", "{tmp}/file.txt"], "--dir: {tmp}/file.txt: is a file"),
@@ -165,13 +168,7 @@ def test_bad_input_is_one_line_and_exit_2(
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
 
 
-def _cuda() -> bool:
-    from perfsuite.worker.device import cuda_usable
-
-    return cuda_usable()
-
-
-@pytest.mark.skipif(_cuda(), reason="on a GPU machine the GPU tier runs")
+@pytest.mark.skipif(cuda_usable(), reason="on a GPU machine the GPU tier runs")
 def test_selecting_the_gpu_tier_without_a_gpu_fails_unless_skips_are_asked_for(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_tier="""
@@ -189,3 +186,69 @@ def test_selecting_the_gpu_tier_without_a_gpu_fails_unless_skips_are_asked_for(p
     skipped.assert_outcomes(skipped=1)
     left_in = pytester.runpytest("-p", "no:cacheprovider")  # the tier not asked for: skipped as before
     left_in.assert_outcomes(skipped=1)
+    compared = pytester.runpytest("-m", "gpu", "--benchmark-compare", "-p", "no:cacheprovider")
+    assert compared.ret == pytest.ExitCode.USAGE_ERROR  # what is wrong, not the CPU's missing pinned file
+    compared.stderr.fnmatch_lines(["*the GPU tier is selected (-m gpu) but torch sees no CUDA GPU here*"])
+
+
+class _Session:
+    """A refresh's pytest session that exits with ``code`` (``subprocess.Popen``'s stand-in)."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def __call__(self, argv: list[str], **kwargs: object) -> _Session:
+        return self
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.code
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "expected"),
+    [
+        (["-k", "nothing"], pytest.ExitCode.NO_TESTS_COLLECTED, "nothing to refresh: -k 'nothing' selects no case"),
+        (["--scope", "weekly"], pytest.ExitCode.NO_TESTS_COLLECTED, "nothing to refresh: --scope weekly selects"),
+        (["--", "--no-such-option"], pytest.ExitCode.USAGE_ERROR, None),  # pytest has said what is wrong
+        (["-k", "bert"], pytest.ExitCode.TESTS_FAILED, None),  # a refused case: the session's own exit code
+    ],
+)
+def test_a_refresh_that_selects_nothing_or_misuses_pytest_is_bad_input(
+    argv: list[str],
+    code: int,
+    expected: str | None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(Path(__file__).parents[1])  # the repository's matrix test
+    monkeypatch.setattr(subprocess, "Popen", _Session(code))
+    exit_code = main(["baselines", "refresh", "--device", "cpu", *argv])
+    err = capsys.readouterr().err
+    if code == pytest.ExitCode.TESTS_FAILED:
+        assert exit_code == code
+        assert not err
+        return
+    assert exit_code == 2
+    if expected is None:
+        assert not err
+    else:
+        assert err.count("\n") == 1, err
+        assert err.startswith(f"perfsuite: error: {expected}"), err
+
+
+def test_a_refresh_session_that_runs_no_case_ends_without_a_traceback(pytester: pytest.Pytester) -> None:
+    """pytest-benchmark says it saved nothing when a session it was asked to write JSON for ran no
+    benchmark; where warnings are errors (this repository's pytest settings) that was a traceback."""
+    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    pytester.makepyfile(
+        test_tier="""
+        import pytest
+
+        @pytest.mark.cpu
+        def test_a_case():
+            pass
+        """
+    )
+    result = pytester.runpytest("--perfsuite-refresh", "-k", "nothing", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()

@@ -59,8 +59,12 @@ def add_parser(sub: Any) -> None:
     refresh.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
 
 
+_USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR: pytest has printed its one line
+_NO_TESTS_COLLECTED = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
+
+
 def run(args: Any) -> int:
-    from perfsuite.worker.device import default_device_type
+    from perfsuite.worker.device import cuda_usable, default_device_type
 
     if args.tests is None:
         args.tests = Path(read_pyproject(Path("pyproject.toml")).get("tests", "tests/test_matrix.py"))
@@ -75,6 +79,12 @@ def run(args: Any) -> int:
         print("perfsuite: error: --repeats must be at least 1", file=sys.stderr)
         return 2
     device = default_device_type() if args.device == "auto" else args.device
+    if device == "cuda" and not cuda_usable():
+        print(
+            "perfsuite: error: --device cuda: torch sees no CUDA GPU here; refresh the GPU tier on a GPU machine",
+            file=sys.stderr,
+        )
+        return 2
     argv = [str(args.tests), "-m", "cpu" if device == "cpu" else "gpu", "--perfsuite-refresh"]
     argv += [f"--perfsuite-repeats={args.repeats}", "-p", "no:cacheprovider"]
     if args.expression:
@@ -92,7 +102,7 @@ def run(args: Any) -> int:
     with terminate_as_interrupt() as interrupt:
         child = subprocess.Popen([sys.executable, "-m", "pytest", *argv, *args.pytest_args])
         try:
-            return child.wait()
+            return _refresh_exit_code(child.wait(), args, device)
         except KeyboardInterrupt:
             # The session stops itself on the signal (the plugin turns it into pytest's interrupt) and
             # says which cases had finished; a signal sent to this process alone reaches it from here.
@@ -103,3 +113,18 @@ def run(args: Any) -> int:
                 child.kill()
                 child.wait()
             return interrupt.exit_code
+
+
+def _refresh_exit_code(code: int, args: Any, device: str) -> int:
+    """The refresh session's exit code, where a selection of nothing (pytest's "no tests ran") and
+    pytest's own usage errors are bad input: one line (pytest prints its own) and exit 2."""
+    if code == _USAGE_ERROR:
+        return 2
+    if code == _NO_TESTS_COLLECTED:
+        asked = [f"-k {args.expression!r}"] if args.expression else []
+        asked += [f"--scope {args.scope}"] if args.scope else []
+        tier = "the CPU tier" if device == "cpu" else "the GPU tier"
+        which = f"{' '.join(asked)} selects no case of {tier}" if asked else f"{args.tests} has no case of {tier}"
+        print(f"perfsuite: error: nothing to refresh: {which}", file=sys.stderr)
+        return 2
+    return code

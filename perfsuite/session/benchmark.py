@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import warnings
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import pytest
 
 from perfsuite.core.observation import Observation
 
@@ -72,3 +76,18 @@ class JsonTarget(os.PathLike[str]):
     def __exit__(self, *exc: object) -> None:
         if self._file is not None:
             self._file.close()
+
+
+class SavedNothingIsNoWarning:
+    """A plugin for a refresh that asked pytest-benchmark for its JSON: a refresh that ran no case
+    says so itself (``perfsuite baselines refresh`` exits 2 saying what selected nothing), where
+    pytest-benchmark's note that it saved nothing is a warning, and a traceback where warnings are
+    errors (a project's ``filterwarnings = error``)."""
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self) -> Generator[None, None, None]:
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message="Not saving anything, no benchmarks have been run", category=pytest.PytestWarning
+            )
+            return (yield)
