@@ -73,8 +73,10 @@ BASELINES = [
     (["refresh", "--time-limit", "soon"], "--time-limit: expected a number of seconds, got 'soon'"),
     (["prune"], "invalid choice: 'prune'"),
 ]
-if not cuda_usable():
+if not cuda_usable():  # the GPU tier asked for on a machine without one
     BASELINES.append((["refresh", "--device", "cuda", "--tests", "{tmp}/file.txt"], "--device cuda: torch sees no"))
+    RUN.append((["--device", "cuda"], "--device cuda: torch sees no CUDA GPU here"))
+    OVERHEAD.append((["--device", "cuda"], "--device cuda: torch sees no CUDA GPU here"))
 HISTORY = [
     (["record", "{tmp}/other.json", "--dir", "{tmp}/history"], "other.json: case 0 has no"),
     (["record", "{tmp}/other.json", "--dir", "{tmp}/file.txt"], "--dir: {tmp}/file.txt: is a file"),

@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
             parse_env(getattr(args, name), name=name)  # bad input: before anything is installed
         if args.threads is None:
             args.threads = 1  # the CPU tier's: the other core absorbs the machine's own work
-        specs, device_type, defaults, note = select(args)
+        specs, device_type, defaults, note = select(args, here=False)
         args.device_type = device_type
         check_mode(specs, device_type, args.mode)
         plan_for(specs, device_type, args.mode, args.jobs)  # more lanes than cores or GPUs: before any set-up

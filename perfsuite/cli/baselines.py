@@ -64,7 +64,7 @@ _NO_TESTS_COLLECTED = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
 
 
 def run(args: Any) -> int:
-    from perfsuite.worker.device import cuda_usable, default_device_type
+    from perfsuite.worker.device import asked_device_type
 
     if args.tests is None:
         args.tests = Path(read_pyproject(Path("pyproject.toml")).get("tests", "tests/test_matrix.py"))
@@ -78,12 +78,10 @@ def run(args: Any) -> int:
     if args.repeats < 1:
         print("perfsuite: error: --repeats must be at least 1", file=sys.stderr)
         return 2
-    device = default_device_type() if args.device == "auto" else args.device
-    if device == "cuda" and not cuda_usable():
-        print(
-            "perfsuite: error: --device cuda: torch sees no CUDA GPU here; refresh the GPU tier on a GPU machine",
-            file=sys.stderr,
-        )
+    try:
+        device = asked_device_type(args.device)
+    except ValueError as exc:
+        print(f"perfsuite: error: {exc}", file=sys.stderr)
         return 2
     argv = [str(args.tests), "-m", "cpu" if device == "cpu" else "gpu", "--perfsuite-refresh"]
     argv += [f"--perfsuite-repeats={args.repeats}", "-p", "no:cacheprovider"]

@@ -74,7 +74,7 @@ def run(args: Any) -> int:
     from perfsuite.core.spec import DEFAULTS, CaseSpec
     from perfsuite.core.strategies import UnknownNameError
     from perfsuite.overhead import measure
-    from perfsuite.worker.device import default_device_type
+    from perfsuite.worker.device import asked_device_type
     from perfsuite.worker.process import run_isolated, stop_workers
 
     def error(message: str) -> int:
@@ -91,7 +91,10 @@ def run(args: Any) -> int:
         return error("--rounds 0 and --pairs 0 measure nothing")
     if args.timeout is not None and args.timeout <= 0:
         return error(f"--timeout must be positive, got {args.timeout:g}")
-    device_type = default_device_type() if args.device == "auto" else args.device
+    try:
+        device_type = asked_device_type(args.device)
+    except ValueError as exc:
+        return error(str(exc))
     defaults = DEFAULTS[device_type]
     try:
         models = args.models or ["tiny-bert" if device_type == "cpu" else "bert-base-uncased"]

@@ -83,10 +83,12 @@ def add_selection(parser: Any) -> None:
     )
 
 
-def select(args: argparse.Namespace) -> tuple[list[Any], str, Any, str | None]:
+def select(args: argparse.Namespace, *, here: bool = True) -> tuple[list[Any], str, Any, str | None]:
     """The cases ``args`` select (checked: a ``ValueError`` says what is wrong), their device type,
-    its defaults, and a note for the reader when the selection is the quick set."""
-    from perfsuite.worker.device import default_device_type
+    its defaults, and a note for the reader when the selection is the quick set. ``here``: the
+    cases run on this interpreter's torch, so ``--device cuda`` needs it to see a GPU (``perfsuite
+    ab``'s sides are interpreters of their own, which each say so)."""
+    from perfsuite.worker.device import asked_device_type
 
     load_project()
     for name in args.models or ():
@@ -95,7 +97,7 @@ def select(args: argparse.Namespace) -> tuple[list[Any], str, Any, str | None]:
         resolve(name)
     for name in args.engine or ():
         check_engine(name)
-    device_type = default_device_type() if args.device == "auto" else args.device
+    device_type = asked_device_type(args.device) if here or args.device == "auto" else args.device
     for flag, chosen in (("--all", args.all), ("--every-push", args.every_push), ("--scope", args.scope)):
         if chosen and (args.models or args.strategies):
             raise ValueError(f"{flag} runs the matrix's cases; it takes no --models or --strategies")

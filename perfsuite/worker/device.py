@@ -212,6 +212,16 @@ def default_device_type() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def asked_device_type(asked: str) -> str:
+    """The device type ``--device`` asks for (``auto``: :func:`default_device_type`); a ``ValueError``
+    where it asks for ``cuda`` and torch sees no CUDA GPU, before any case is started on it."""
+    if asked == "auto":
+        return default_device_type()
+    if asked == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch sees no CUDA GPU here; run the GPU tier on a GPU machine")
+    return asked
+
+
 def cuda_device_count() -> int:
     """GPUs torch sees (through NVML where it can: no CUDA context is created)."""
     return int(torch.cuda.device_count())
