@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +35,9 @@ COLLECTIVE_TIMEOUT_S = 300
 """How long a rank waits in a collective for the others before it fails the case (torch's default is 30 min)."""
 SHUTDOWN_GRACE_S = 5
 """How long the agent waits for the other ranks after SIGTERM, once one has failed, before SIGKILL."""
+PEER_GRACE_S = 1.0
+"""How long a failing rank waits before it ends: a rank killed first is then the failure reported,
+not the broken collective it left in the others."""
 
 
 class RankFailed(RuntimeError):
@@ -168,6 +172,11 @@ def _rank_main(spec: CaseSpec, train: TrainFn) -> dict[str, Any]:
             record: dict[str, Any] = dict(train(spec, rank=rank, world_size=world_size))
         except CaseSkipped as exc:
             return {"skipped": str(exc)}
+        except Exception:
+            # Once one rank has gone (killed, crashed), a collective fails in every other: wait,
+            # so that the agent, which reports the first ended rank it finds, finds that one.
+            time.sleep(PEER_GRACE_S)
+            raise
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
