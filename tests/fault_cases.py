@@ -84,3 +84,29 @@ def start_method(spec: CaseSpec) -> dict[str, Any]:
     next(iter(torch.utils.data.DataLoader(data, batch_size=2, num_workers=1)))
     first_batch_s = time.perf_counter() - start
     return {"status": "ok", "start_method": multiprocessing.get_start_method(), "first_batch_s": first_batch_s}
+
+
+def live_tensors(spec: CaseSpec) -> dict[str, Any]:
+    """What the memory profile's search for live tensors finds in a worker, with the forkserver's
+    objects frozen (as a worker has them) and with them unfrozen and listed like the worker's own."""
+    import gc
+    import sys
+
+    from perfsuite.worker import frozen, measure
+
+    def found() -> list[str]:
+        return sorted(str(measure._storage_key(t)) for t in measure.other_live_tensors([]))
+
+    listed = len(gc.get_objects())
+    forkserver_tensors = len(frozen.tensors())
+    frozen_walk = found()
+    gc.unfreeze()
+    del sys.modules["perfsuite.worker.frozen"]  # the search as it was: every object listed
+    return {
+        "status": "ok",
+        "listed": listed,
+        "all": len(gc.get_objects()),
+        "forkserver_tensors": forkserver_tensors,
+        "frozen_walk": frozen_walk,
+        "full_walk": found(),
+    }

@@ -71,7 +71,8 @@ def fresh_forkserver(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_a_worker_starts_with_what_its_session_preloaded_from_a_forkserver_booted_ahead() -> None:
     """A worker has imported what the session named, no more. ``perfsuite ab`` boots both sides'
     forkservers before a round, so that no run shares the machine with an import: the boot must be
-    over when start_forkserver returns, and the next worker must fork from that forkserver at once."""
+    over when start_forkserver returns, and the next worker must fork from that forkserver at once.
+    The forkserver's objects are frozen, and the memory profile's search finds the same tensors."""
     import multiprocessing.forkserver
 
     from perfsuite.worker.process import renew_forkserver, run_isolated, start_forkserver
@@ -91,3 +92,12 @@ def test_a_worker_starts_with_what_its_session_preloaded_from_a_forkserver_boote
     assert start_forkserver() < boot_s / 4  # already running: nothing to import
     assert preloaded["imported"] == ["bitsandbytes", "deepspeed"]
     assert "Setting accelerator to CPU" in preloaded["output"]  # DeepSpeed's import log: the case's, not the terminal's
+    # What the forkserver made is frozen: a worker's search for live tensors lists only its own
+    # objects and finds what it finds with every object listed, the preloaded bitsandbytes
+    # tables included.
+    walk = run_isolated(spec, timeout_s=120, target=fault_cases.live_tensors)
+    assert walk["status"] == "ok", walk["error"]
+    assert walk["forkserver_tensors"] >= 2
+    assert walk["listed"] < walk["all"] / 100
+    assert walk["frozen_walk"] == walk["full_walk"]
+    assert len(walk["full_walk"]) >= walk["forkserver_tensors"]

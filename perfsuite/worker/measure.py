@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import gc
-import itertools
+import sys
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from perfsuite.worker.tensor_objects import tensors_among
 
 if TYPE_CHECKING:
     from perfsuite.worker.engines.driven import Driven
@@ -99,15 +101,6 @@ def _storage_key(t: torch.Tensor) -> tuple[str, int] | None:
     return str(storage.device), storage.data_ptr()
 
 
-def _subclasses(cls: type) -> set[type]:
-    """``cls`` and every class derived from it, directly or not."""
-    found = {cls}
-    subs: list[type] = type.__subclasses__(cls)
-    for sub in subs:
-        found |= _subclasses(sub)
-    return found
-
-
 def other_live_tensors(known: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     """Every tensor alive in this process whose storage is not one of ``known``'s.
 
@@ -118,12 +111,12 @@ def other_live_tensors(known: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     """
     seen = {key for t in known if (key := _storage_key(t)) is not None}
     found = []
-    objects = gc.get_objects()
-    # By type(), not isinstance(): isinstance reads ``__class__``, which on a deprecated alias
-    # such as ``torch.distributed.reduce_op`` raises a FutureWarning into every record. The
-    # half a million objects are sifted by iterators that run in C; Python sees the tensors.
-    tensor_types = _subclasses(torch.Tensor)
-    for obj in itertools.compress(objects, map(tensor_types.__contains__, map(type, objects))):
+    candidates = tensors_among(gc.get_objects())
+    if "perfsuite.worker.frozen" in sys.modules:  # a worker: the forkserver's objects are frozen, unlisted
+        from perfsuite.worker import frozen
+
+        candidates += frozen.tensors()
+    for obj in candidates:
         key = _storage_key(obj)
         if key is not None and key not in seen:
             seen.add(key)

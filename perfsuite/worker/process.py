@@ -33,7 +33,7 @@ from perfsuite.worker.start_method import platform_start_method
 
 CaseFn = Callable[[CaseSpec], dict[str, Any]]
 
-_PRELOAD = ["perfsuite.worker.forkserver", "perfsuite.worker.preload"]
+_PRELOAD = ["perfsuite.worker.forkserver", "perfsuite.worker.preload", "perfsuite.worker.frozen"]
 _RUNNING: set[multiprocessing.process.BaseProcess] = set()
 """Workers started and not yet reaped, from any thread (the GPU pool's): :func:`stop_workers` kills them."""
 _RUNNING_LOCK = threading.Lock()
