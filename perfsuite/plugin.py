@@ -39,6 +39,10 @@ MARKERS = {
 OPTIONAL = {extra: (module, install_hint([module])) for module, extra in EXTRAS.items()}
 _MARKER_OF_MODULE = {module: marker for marker, (module, _) in OPTIONAL.items()}
 _SESSION = "perfsuite-session"
+_NO_GPU = (
+    "the GPU tier is selected (-m gpu) but torch sees no CUDA GPU here, so nothing would be "
+    "measured; run it on a GPU machine, or pass --perfsuite-no-gpu=skip to skip its tests"
+)
 _REGISTRY = pytest.StashKey[registry.Snapshot]()
 
 
@@ -154,19 +158,14 @@ def pytest_configure(config: pytest.Config) -> None:
                 "record one with `perfsuite baselines refresh`"
             )
         config.option.benchmark_compare = str(pinned)
-    if session.refresh and config.option.benchmark_json is None:
-        # pytest-benchmark builds its JSON (machine_info included) only when asked to write one.
-        session.benchmark_scratch = Path(tempfile.mkdtemp(prefix="perfsuite-")) / "benchmark.json"
+    if session.refresh:
         from perfsuite.session.benchmark import JsonTarget, SavedNothingIsNoWarning
 
-        config.option.benchmark_json = JsonTarget(session.benchmark_scratch)
         config.pluginmanager.register(SavedNothingIsNoWarning(), "perfsuite-refresh-saved-nothing")
-
-
-_NO_GPU = (
-    "the GPU tier is selected (-m gpu) but torch sees no CUDA GPU here, so nothing would be "
-    "measured; run it on a GPU machine, or pass --perfsuite-no-gpu=skip to skip its tests"
-)
+        if config.option.benchmark_json is None:
+            # pytest-benchmark builds its JSON (machine_info included) only when asked to write one.
+            session.benchmark_scratch = Path(tempfile.mkdtemp(prefix="perfsuite-")) / "benchmark.json"
+            config.option.benchmark_json = JsonTarget(session.benchmark_scratch)
 
 
 def _local_hardware() -> tuple[str, str]:

@@ -211,6 +211,7 @@ class _Session:
     [
         (["-k", "nothing"], pytest.ExitCode.NO_TESTS_COLLECTED, "nothing to refresh: -k 'nothing' selects no case"),
         (["--scope", "weekly"], pytest.ExitCode.NO_TESTS_COLLECTED, "nothing to refresh: --scope weekly selects"),
+        (["--", "-k", "nope"], pytest.ExitCode.NO_TESTS_COLLECTED, "nothing to refresh: -- -k nope selects no case"),
         (["--", "--no-such-option"], pytest.ExitCode.USAGE_ERROR, None),  # pytest has said what is wrong
         (["-k", "bert"], pytest.ExitCode.TESTS_FAILED, None),  # a refused case: the session's own exit code
     ],

@@ -59,7 +59,7 @@ def add_parser(sub: Any) -> None:
     refresh.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
 
 
-_USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR: pytest has printed its one line
+_USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR: pytest has said what it refused
 _NO_TESTS_COLLECTED = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
 
 
@@ -115,12 +115,13 @@ def run(args: Any) -> int:
 
 def _refresh_exit_code(code: int, args: Any, device: str) -> int:
     """The refresh session's exit code, where a selection of nothing (pytest's "no tests ran") and
-    pytest's own usage errors are bad input: one line (pytest prints its own) and exit 2."""
+    arguments pytest refuses are bad input: exit 2, with one line of ours or pytest's own message."""
     if code == _USAGE_ERROR:
         return 2
     if code == _NO_TESTS_COLLECTED:
         asked = [f"-k {args.expression!r}"] if args.expression else []
         asked += [f"--scope {args.scope}"] if args.scope else []
+        asked += [f"-- {' '.join(args.pytest_args)}"] if args.pytest_args else []
         tier = "the CPU tier" if device == "cpu" else "the GPU tier"
         which = f"{' '.join(asked)} selects no case of {tier}" if asked else f"{args.tests} has no case of {tier}"
         print(f"perfsuite: error: nothing to refresh: {which}", file=sys.stderr)

@@ -79,10 +79,10 @@ class JsonTarget(os.PathLike[str]):
 
 
 class SavedNothingIsNoWarning:
-    """A plugin for a refresh that asked pytest-benchmark for its JSON: a refresh that ran no case
-    says so itself (``perfsuite baselines refresh`` exits 2 saying what selected nothing), where
-    pytest-benchmark's note that it saved nothing is a warning, and a traceback where warnings are
-    errors (a project's ``filterwarnings = error``)."""
+    """A plugin for a refresh, which always has pytest-benchmark write its JSON: a refresh that ran
+    no case says so itself (``perfsuite baselines refresh`` exits 2 saying what selected nothing),
+    where pytest-benchmark's note that it saved nothing is a warning, and a traceback where
+    warnings are errors (a project's ``filterwarnings = error``)."""
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self) -> Generator[None, None, None]:

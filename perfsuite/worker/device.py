@@ -218,7 +218,7 @@ def asked_device_type(asked: str) -> str:
     if asked == "auto":
         return default_device_type()
     if asked == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: torch sees no CUDA GPU here; run the GPU tier on a GPU machine")
+        raise ValueError("--device cuda: torch sees no CUDA GPU here")
     return asked
 
 

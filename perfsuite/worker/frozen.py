@@ -5,12 +5,12 @@ A case's memory profile looks for every tensor alive in its worker through the g
 collector's list of objects (:func:`perfsuite.worker.measure.other_live_tensors`): about 380,000
 of them, nearly all the forkserver's modules, classes and functions. Listing an object writes its
 reference count, so a fresh worker's first listing copied every page those objects sit on
-(copy-on-write from the forkserver). Frozen objects are left out of the list, and out of every
-collection but none that a worker runs: a worker collects only its young generations while it
-measures. The tensors the forkserver holds (a library's constant tables) are kept here by weak
-reference, so the search finds exactly the tensors it found before.
+(copy-on-write from the forkserver). Frozen objects are left out of that list and of every
+collection; that changes no collection during a worker's timed steps, which collect only the
+young generations (docs/timing.md). The tensors the forkserver holds (a library's constant
+tables) are kept here by weak reference, so the search finds exactly the tensors it found before.
 
-With a CUDA build of torch nothing is frozen (:data:`FROZEN`).
+With a CUDA build of torch nothing is frozen, whatever device a case runs on (:data:`FROZEN`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from perfsuite.worker.device import cuda_built
 from perfsuite.worker.tensor_objects import tensors_among
 
 FROZEN = not cuda_built()
-"""Measured on a CPU, where it changed nothing measured (docs/timing.md); with a CUDA build of
-torch every object stays listed and collectable until the same A/A has run on a GPU."""
+"""Whether the forkserver freezes: measured with a CPU build of torch, where it changed nothing
+measured (docs/timing.md); with a CUDA build every object stays listed and collectable, GPU
+cases' timings not having been compared with and without it."""
 _TENSORS: list[weakref.ref[torch.Tensor]] = []
 if FROZEN:
     gc.collect()
