@@ -69,7 +69,15 @@ def imported_at_start(spec: CaseSpec) -> dict[str, Any]:
     """Which optional packages the worker had before its case imported anything."""
     import sys
 
-    return {"status": "ok", "imported": sorted(n for n in ("bitsandbytes", "peft", "deepspeed") if n in sys.modules)}
+    optional = ("bitsandbytes", "peft", "deepspeed", "transformers.trainer")
+    cpuinfo = sys.modules.get("cpuinfo")
+    asked = getattr(getattr(cpuinfo, "get_cpu_info", None), "cache_info", None)
+    return {
+        "status": "ok",
+        "imported": sorted(n for n in optional if n in sys.modules),
+        "cpu_info_known": asked is not None and asked().currsize == 1,
+        "ops_probed": "__compatible_ops__" in vars(sys.modules.get("deepspeed.ops", sys)),
+    }
 
 
 def start_method(spec: CaseSpec) -> dict[str, Any]:

@@ -80,7 +80,11 @@ def test_a_worker_starts_with_what_its_session_preloaded_from_a_forkserver_boote
     spec = _spec("zero2_offload")
     plain = run_isolated(spec, timeout_s=120, target=fault_cases.imported_at_start)
     assert plain["imported"] == []
-    assert preload_for([spec, _spec("adamw_8bit")]) == ("bitsandbytes", "deepspeed")
+    assert preload_for([spec, _spec("adamw_8bit"), _spec("vanilla", "trainer")]) == (
+        "bitsandbytes",
+        "deepspeed",
+        TRAINER_MODULE,
+    )
     renew_forkserver()
     boot_s = start_forkserver()
     server = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
@@ -90,7 +94,13 @@ def test_a_worker_starts_with_what_its_session_preloaded_from_a_forkserver_boote
     assert multiprocessing.forkserver._forkserver._forkserver_pid == server  # type: ignore[attr-defined]
     assert preloaded["worker_startup_s"] < boot_s / 4, (preloaded["worker_startup_s"], boot_s)
     assert start_forkserver() < boot_s / 4  # already running: nothing to import
-    assert preloaded["imported"] == ["bitsandbytes", "deepspeed"]
+    # The Trainer engine's module brings transformers.trainer with it (and its peft integration).
+    assert preloaded["imported"] == ["bitsandbytes", "deepspeed", "peft", "transformers.trainer"]
+    assert not plain["cpu_info_known"]
+    assert not plain["ops_probed"]
+    # What DeepSpeed asks about the machine was asked in the forkserver, once for every worker.
+    assert preloaded["cpu_info_known"]
+    assert preloaded["ops_probed"]
     assert "Setting accelerator to CPU" in preloaded["output"]  # DeepSpeed's import log: the case's, not the terminal's
     # What the forkserver made is frozen: a worker's search for live tensors lists only its own
     # objects and finds what it finds with every object listed, the preloaded bitsandbytes

@@ -3,6 +3,7 @@ evidence helpers that read what a run really did from the objects it trained wit
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from typing import TYPE_CHECKING, Any
@@ -111,7 +112,25 @@ def single_process_group_env(device_is_accelerator: bool) -> None:
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
     if not device_is_accelerator:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    deepspeed_asks_once()
     skip_shm_comm_build()
+
+
+def deepspeed_asks_once(*, now: bool = False) -> None:
+    """What DeepSpeed asks about this machine, asked once per process (``now``: here, for the
+    workers a forkserver forks). Loading its CPU Adam asks py-cpuinfo for the CPU's flags three
+    times, each a cpuid run in a subprocess (0.15 s on a 2-core CPU), and its first look at its
+    ops' compatibility compiles test programs (0.1 s); neither answer changes while the machine
+    runs."""
+    import cpuinfo
+
+    if not hasattr(cpuinfo.get_cpu_info, "cache_info"):
+        cpuinfo.get_cpu_info = functools.cache(cpuinfo.get_cpu_info)
+    if now:
+        cpuinfo.get_cpu_info()
+        import deepspeed.ops
+
+        deepspeed.ops.__compatible_ops__  # noqa: B018  # probed on first access, kept in the module
 
 
 def skip_shm_comm_build() -> None:

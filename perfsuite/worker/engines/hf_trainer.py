@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+import transformers.trainer  # noqa: F401  # with the engine, so a forkserver that preloads it has the Trainer
 from transformers import TrainerCallback
 
 from perfsuite.core.engines import trainer_unsupported
