@@ -7,7 +7,7 @@ of them, nearly all the forkserver's modules, classes and functions. Listing an 
 reference count, so a fresh worker's first listing copied every page those objects sit on
 (copy-on-write from the forkserver). Frozen objects are left out of that list and of every
 collection; that changes no collection during a worker's timed steps, which collect only the
-young generations (docs/timing.md). The tensors the forkserver holds (a library's constant
+young generations (docs/case-cost.md). The tensors the forkserver holds (a library's constant
 tables) are kept here by weak reference, so the search finds exactly the tensors it found before.
 
 With a CUDA build of torch nothing is frozen, whatever device a case runs on (:data:`FROZEN`).
@@ -25,7 +25,7 @@ from perfsuite.worker.tensor_objects import tensors_among
 
 FROZEN = not cuda_built()
 """Whether the forkserver freezes: measured with a CPU build of torch, where it changed nothing
-measured (docs/timing.md); with a CUDA build every object stays listed and collectable, GPU
+measured (docs/case-cost.md); with a CUDA build every object stays listed and collectable, GPU
 cases' timings not having been compared with and without it."""
 _TENSORS: list[weakref.ref[torch.Tensor]] = []
 if FROZEN:
