@@ -3,6 +3,7 @@ evidence helpers that read what a run really did from the objects it trained wit
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import socket
@@ -121,16 +122,20 @@ def deepspeed_asks_once(*, now: bool = False) -> None:
     workers a forkserver forks). Loading its CPU Adam asks py-cpuinfo for the CPU's flags three
     times, each a cpuid run in a subprocess (0.15 s on a 2-core CPU), and its first look at its
     ops' compatibility compiles test programs (0.1 s); neither answer changes while the machine
-    runs."""
-    import cpuinfo
-
+    runs. Where either is not there to ask (no py-cpuinfo, a DeepSpeed without the lazy probe),
+    DeepSpeed asks as it does."""
+    try:
+        import cpuinfo
+    except ImportError:  # DeepSpeed falls back to lscpu
+        return
     if not hasattr(cpuinfo.get_cpu_info, "cache_info"):
         cpuinfo.get_cpu_info = functools.cache(cpuinfo.get_cpu_info)
     if now:
         cpuinfo.get_cpu_info()
-        import deepspeed.ops
+        with contextlib.suppress(ImportError, AttributeError):
+            import deepspeed.ops
 
-        deepspeed.ops.__compatible_ops__  # noqa: B018  # probed on first access, kept in the module
+            deepspeed.ops.__compatible_ops__  # noqa: B018  # probed on first access, kept in the module
 
 
 def skip_shm_comm_build() -> None:
