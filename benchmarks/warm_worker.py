@@ -49,7 +49,7 @@ def _spec(case_id: str) -> Any:
     from perfsuite.core.spec import parse_case_id, tier_spec
 
     model, strategy, engine, world_size = parse_case_id(case_id)
-    return tier_spec(model, strategy, engine, **({"world_size": world_size} if world_size > 1 else {}))
+    return tier_spec(model, strategy, engine, world_size=world_size)
 
 
 def warm(spec: Any) -> Any:

@@ -70,13 +70,13 @@ def imported_at_start(spec: CaseSpec) -> dict[str, Any]:
     import sys
 
     optional = ("bitsandbytes", "peft", "deepspeed", "transformers.trainer")
-    cpuinfo = sys.modules.get("cpuinfo")
+    cpuinfo, ops = sys.modules.get("cpuinfo"), sys.modules.get("deepspeed.ops")
     asked = getattr(getattr(cpuinfo, "get_cpu_info", None), "cache_info", None)
     return {
         "status": "ok",
         "imported": sorted(n for n in optional if n in sys.modules),
         "cpu_info_known": asked is not None and asked().currsize == 1,
-        "ops_probed": "__compatible_ops__" in vars(sys.modules.get("deepspeed.ops", sys)),
+        "ops_probed": ops is not None and "__compatible_ops__" in vars(ops),
     }
 
 
