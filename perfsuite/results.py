@@ -84,6 +84,20 @@ class Results:
             counts[case.status] = counts.get(case.status, 0) + 1
         return ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
 
+    def time_checks(self) -> list[tuple[bool, str | None, float | None]]:
+        """Per case whose step time was checked: whether it was compared, its time class, and the smallest
+        change its gate catches (what :func:`perfsuite.reports.tables.verdict` counts)."""
+        checks = []
+        for case in self.cases:
+            check = case.check("step time")
+            if check is None or check.get("change") == "not gated":
+                continue
+            compared = bool(check.get("compared", True))
+            limit = check.get("limit") if compared else None
+            time_class = (case.record or {}).get("time_class")
+            checks.append((compared, time_class, float(limit) if isinstance(limit, (int, float)) else None))
+        return checks
+
     def by_table(self) -> dict[str, list[ReportCase]]:
         tables: dict[str, list[ReportCase]] = {}
         for case in self.cases:

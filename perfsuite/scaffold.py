@@ -101,13 +101,22 @@ def _write_files(root: Path, files: Mapping[str, str | None], force: bool) -> li
     return lines
 
 
-def init(root: Path, *, force: bool = False, example: bool = False) -> list[str]:
+def section(*, gpu: bool = False) -> str:
+    """The ``[tool.perfsuite]`` section: settings, the step-time gates of the CPU tier, a GPU's where
+    ``gpu`` (the machine ``init`` runs on has one), and the commented example."""
+    gates = template("tolerance-cpu.toml") + (template("tolerance-gpu.toml") if gpu else "")
+    head, marker, example = template("pyproject-section.toml").partition("\n# An example to adapt.")
+    return head + gates + "\n" + marker.lstrip("\n") + example
+
+
+def init(root: Path, *, force: bool = False, example: bool = False, gpu: bool = False) -> list[str]:
     """Set perfsuite up in the repository at ``root``; one line per path, saying what was done.
-    ``example``: also a model and an engine of the project's own, declared, to start from."""
+    ``example``: also a model and an engine of the project's own, declared, to start from; ``gpu``: the
+    machine has a GPU, whose step-time gates are written too."""
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a directory")
     pyproject = root / "pyproject.toml"
-    lines = [_append_section(pyproject, "[tool.perfsuite]", template("pyproject-section.toml"))]
+    lines = [_append_section(pyproject, "[tool.perfsuite]", section(gpu=gpu))]
     lines += _write_files(root, _FILES, force)
     if example:
         lines += _write_files(root, _EXAMPLE_FILES, force)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from perfsuite.core.baselines import build_baseline
+from perfsuite.core.baselines import build_baseline, robust_spread, set_aside, time_spread
 from perfsuite.core.compare import check_memory, check_time, compare
 from perfsuite.core.loss import check_loss
 from perfsuite.core.observation import Observation, observe
@@ -181,8 +181,73 @@ def test_refusals_name_each_unstable_metric() -> None:
     )
     reasons = refusals(noisy, Tolerance(), CLASS)
     assert len(reasons) == 3
-    assert reasons[0].startswith("step time spread 30.0% over 3 repeats exceeds 15%")
+    assert reasons[0].startswith("step time spread 30.0% over 3 repeats, over max_refresh_spread 15%")
     assert refusals(_baseline(), Tolerance(), CLASS) == []
+
+
+def test_time_tolerance_stops_at_the_ceiling_and_the_check_says_so() -> None:
+    tol = Tolerance(time_floor=0.05, time_k=3, time_ceiling=0.15)
+    assert tol.time_tolerance(0.02) == pytest.approx(0.06)
+    assert tol.time_tolerance(0.134) == 0.15  # 3 x 13.4% = 40.2% asked for: the gate stays at 15%
+    assert Tolerance(time_floor=0.3, time_ceiling=0.15).time_tolerance(0.0) == 0.3  # a floor set higher wins
+    check = check_time("c", _baseline(), _observed(time=4.0 * 1.2), Tolerance(time_floor=0.05, time_k=10), "cpu")
+    assert not check.ok  # +20%: the spread's 10 x 5% = 50% would have passed it
+    assert check.limit == 0.15
+    assert "at most the ceiling 15%" in check.message
+    assert "the baseline's spread asks for ±50.0%: re-record it where it fits" in check.message
+
+
+def _repeats(case_id: str, times: list[float]) -> dict[str, Any]:
+    """A baseline of a refresh whose repeats took ``times`` (seconds), memory and loss identical."""
+    return build_baseline(
+        case_id=case_id,
+        hardware="cpu",
+        time_class=CLASS,
+        time_unit="s",
+        calibration=None,
+        times=times,
+        step_time_s=times,
+        peaks=[MIB] * len(times),
+        breakdowns=[{}] * len(times),
+        losses=[[1.0]] * len(times),
+        spec={},
+        provenance={},
+    )
+
+
+@pytest.mark.parametrize("spread", [0.0, 0.01, 0.04, 0.05, 0.051, 0.1, 0.134, 0.3, 0.9])
+@pytest.mark.parametrize(("floor", "k", "ceiling"), [(0.05, 3.0, 0.15), (0.15, 1.5, 0.15), (0.05, 3.0, 0.05)])
+def test_a_noisy_refresh_never_records_a_gate_wider_than_the_ceiling(
+    spread: float, floor: float, k: float, ceiling: float
+) -> None:
+    """Either the refresh refuses the spread, or the gate it makes is within the ceiling."""
+    tol = Tolerance(time_floor=floor, time_k=k, time_ceiling=ceiling, max_refresh_spread=1.0)
+    new = _repeats("c", [1.0, 1.0 + spread, 1.0 - spread])
+    refused = refusals(new, tol, CLASS)
+    assert bool(refused) is (k * spread > ceiling + 1e-12)
+    if not refused:
+        assert tol.wanted_tolerance(new["time"][CLASS]["spread"]) <= ceiling + 1e-12
+
+
+def test_a_refusal_says_what_to_run_next() -> None:
+    new = _repeats("convnet-vanilla-conv_step", [1.0, 1.134, 0.9])
+    (reason,) = refusals(new, Tolerance(), CLASS)
+    assert reason.startswith(
+        "step time spread 13.4% over 3 repeats, so its gate would be ±40.2% (3 × spread), wider than its ceiling ±15%"
+    )
+    assert "Next: run `perfsuite baselines refresh --missing -k convnet-vanilla-conv_step` again" in reason
+    assert '[tool.perfsuite.overrides."cpu/convnet-vanilla-conv_step"] time_ceiling = 0.41' in reason
+    assert "catches only changes of 41% or more" in reason
+
+
+def test_more_repeats_set_the_farthest_aside() -> None:
+    assert [set_aside(n) for n in (3, 4, 7)] == [0, 1, 2]
+    assert robust_spread([0.01, -0.02, 0.03]) == 0.03  # three repeats: the largest, as always
+    assert robust_spread([0.01, -0.02, 0.03, 0.4, -0.01]) == 0.03  # five: one burst set aside
+    assert robust_spread([0.01, -0.02, 0.03, 0.4, -0.01, 0.02, 0.35]) == 0.03  # seven: two
+    assert robust_spread([0.02]) is None
+    steps = [[1.0, 1.0], [1.02, 1.02], [0.99, 0.99], [1.5, 1.5], [1.01, 1.01]]
+    assert time_spread([1.0, 1.02, 0.99, 1.5, 1.01], steps) == pytest.approx(0.02 / 1.01, rel=1e-6)
 
 
 def test_observe_takes_the_calibrated_or_the_absolute_time() -> None:

@@ -35,7 +35,12 @@ def test_init_writes_what_a_repository_needs_and_says_so(tmp_path: Path) -> None
     assert all((tmp_path / path).is_file() for path in WRITTEN)
     assert [line.split()[1] for line in lines[:-1]] == WRITTEN
     settings = tomllib.loads((tmp_path / "pyproject.toml").read_text())["tool"]["perfsuite"]
-    assert settings == {"baselines": "baselines", "tests": TESTS, "matrix": {"builtin": False}}
+    assert settings == {
+        "baselines": "baselines",
+        "tests": TESTS,
+        "matrix": {"builtin": False},
+        "overrides": {"cpu/*": CPU_TIER},
+    }
     assert "def test_case_matches_baseline(perfsuite_case" in (tmp_path / TESTS).read_text()
     for name in ("perfsuite-cpu", "perfsuite-gpu-nightly", "perfsuite-refresh"):
         workflow = yaml.safe_load((tmp_path / ".github" / "workflows" / f"{name}.yml").read_text())
@@ -48,6 +53,31 @@ def test_init_writes_what_a_repository_needs_and_says_so(tmp_path: Path) -> None
                 assert "permissions" not in job, job_name
                 assert "pull_request" not in workflow[True], job_name
                 assert "persist-credentials': False" in steps
+
+
+# The CPU tier's own step-time gates, as this repository sets them, with their ceiling.
+CPU_TIER = {
+    **tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]["perfsuite"]["overrides"][
+        "cpu/*"
+    ],
+    "time_ceiling": 0.15,
+}
+
+
+def test_init_writes_gates_that_fit_the_machine(tmp_path: Path) -> None:
+    """A team's CPU tier gets this repository's own CPU gates, no wider than 15%; on a machine with a
+    GPU, a GPU's 5% as well. Every gate written is one perfsuite accepts."""
+    from perfsuite.core.tolerance import resolve_tolerance, validate_config
+
+    init(tmp_path, gpu=True)
+    settings = tomllib.loads((tmp_path / "pyproject.toml").read_text())["tool"]["perfsuite"]
+    assert settings["overrides"] == {"cpu/*": CPU_TIER}
+    assert settings["tolerance"] == {"time_floor": 0.05, "time_k": 3.0, "time_ceiling": 0.05}
+    validate_config(settings)
+    cpu = resolve_tolerance(settings, hardware="cpu", case_id="acme-vanilla", precision="fp32")
+    assert (cpu.time_floor, cpu.ceiling, cpu.time_retries) == (0.15, 0.15, 2)
+    gpu = resolve_tolerance(settings, hardware="nvidia-h100-80gb-hbm3", case_id="acme-vanilla", precision="fp32")
+    assert (gpu.time_floor, gpu.ceiling) == (0.05, 0.05)
 
 
 def test_init_never_overwrites_without_force(tmp_path: Path) -> None:

@@ -72,6 +72,15 @@ def run_list(args: Any) -> int:
 def run_init(args: Any) -> int:
     from perfsuite.scaffold import init
 
-    for line in init(args.dir, force=args.force, example=args.example):
+    for line in init(args.dir, force=args.force, example=args.example, gpu=_has_gpu()):
         print(line)
     return 0
+
+
+def _has_gpu() -> bool:
+    """Whether torch sees a CUDA GPU here (then ``init`` writes a GPU's step-time gates too)."""
+    try:
+        from perfsuite.worker.device import cuda_usable
+    except ImportError:  # no torch yet: the CPU tier's gates only
+        return False
+    return cuda_usable()

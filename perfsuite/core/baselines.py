@@ -205,6 +205,42 @@ def relative_spread(values: Sequence[float]) -> float | None:
     return max(abs(v - median) for v in values) / abs(median)
 
 
+def set_aside(n: int) -> int:
+    """How many of ``n`` repeats a time spread sets aside as outliers: a third of the others, rounded
+    down (none of 3, one of 4-6, two of 7-9)."""
+    return (n - 1) // 3
+
+
+def robust_spread(deviations: Sequence[float]) -> float | None:
+    """The spread of N repeats, from each one's relative deviation: the largest ``|deviation|`` once the
+    :func:`set_aside` largest are left out (``None`` for a single repeat).
+
+    Of three repeats (a refresh's default) it is the largest, as it always was. A refresh that takes
+    more repeats does so because one or two landed far off (a neighbour's burst): those are set aside,
+    as the gate's retries let a minority of runs disagree, so that the spread says how far a typical run
+    lands, and is not the worst of more tries.
+    """
+    if len(deviations) < 2:
+        return None
+    ordered = sorted(abs(d) for d in deviations)
+    return ordered[len(ordered) - 1 - set_aside(len(ordered))]
+
+
+def time_spread(times: Sequence[float], time_steps: Sequence[Sequence[float]] = ()) -> float | None:
+    """The step-time spread of a refresh's repeats (:func:`robust_spread`): each repeat's paired change
+    from the per-step medians where steps are given (:func:`perfsuite.core.stats.paired_change`), else
+    each repeat's deviation from the median."""
+    if len(times) < 2:
+        return None
+    steps = [statistics.median(values) for values in zip(*time_steps, strict=True)] if time_steps else []
+    if steps:
+        return robust_spread([paired_change(repeat, steps) for repeat in time_steps])
+    median = statistics.median(times)
+    if median == 0:
+        return 0.0 if all(v == 0 for v in times) else math.inf
+    return robust_spread([(v - median) / median for v in times])
+
+
 def build_baseline(
     *,
     case_id: str,
@@ -226,8 +262,8 @@ def build_baseline(
     ``times`` are the compared values (calibrated or seconds), one per repeat, filed under
     ``time_class``; ``time_steps`` the same per timed step, one list per repeat: the
     baseline keeps each step's median over repeats, which later runs are compared with
-    step by step, and the spread is the largest such paired change of a repeat
-    (:func:`perfsuite.core.stats.paired_change`). ``step_time_s`` the absolute medians, kept
+    step by step, and the spread is :func:`time_spread`'s (the largest paired change of a
+    repeat, once outliers of more than three repeats are set aside). ``step_time_s`` the absolute medians, kept
     for a reader. The loss curve
     stored is the first repeat's (repeats on one stack agree to the last bits;
     :func:`refusals` checks that).
@@ -237,7 +273,6 @@ def build_baseline(
     if not (len(times) == len(step_time_s) == len(peaks) == len(breakdowns) == len(losses) >= 1):
         raise ValueError("every repeat needs a time, a peak, a breakdown and a loss curve")
     steps = [statistics.median(values) for values in zip(*time_steps, strict=True)] if time_steps else []
-    spread = max(abs(paired_change(repeat, steps)) for repeat in time_steps) if steps and len(time_steps) > 1 else None
     categories = sorted(breakdowns[0])
     breakdown = {c: int(statistics.median(b.get(c, 0) for b in breakdowns)) for c in categories}
     memory_values = [float(p) for p in peaks]
@@ -250,7 +285,7 @@ def build_baseline(
             time_class: {
                 "unit": time_unit,
                 "median": statistics.median(times),
-                "spread": spread if steps else relative_spread(times),
+                "spread": time_spread(times, time_steps),
                 "repeats": list(times),
                 "steps": steps,
                 "step_time_s_median": statistics.median(step_time_s),

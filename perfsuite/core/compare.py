@@ -6,7 +6,8 @@ from :mod:`perfsuite.core.refresh`.
 - Step time: two-sided. A run slower than the tolerance is a regression; one faster is
   a failure too ("refresh the baseline"), so improvements are recorded instead of
   leaving slack that a later regression could hide in. Tolerance = max(floor, k × the
-  spread recorded with the baseline): the smallest change the gate detects. Compared
+  spread recorded with the baseline), at most the ceiling: the smallest change the gate
+  catches, which every summary shows per case. Compared
   only against the figure recorded for the same time class (CPU family and ISA, or
   GPU model); without one the time is *not compared*, said so, and not a failure
   unless asked.
@@ -192,12 +193,15 @@ def check_time(
     raw, paired = _raw_change(base_time, observed)
     applied = drift is not None and drift.applies(tol.time_drift_limit)
     rel = drift.gated(raw, tol.time_drift_limit) if drift is not None else raw
-    limit = tol.time_tolerance(base_time.get("spread"))
-    ok = abs(rel) <= limit
     spread = base_time.get("spread")
+    limit = tol.time_tolerance(spread)
+    ok = abs(rel) <= limit
     how = f"±{limit:.1%} = max(floor {tol.time_floor:.1%}, {tol.time_k:g} × spread " + (
         f"{spread:.1%})" if spread is not None else "n/a)"
     )
+    how += f", at most the ceiling {tol.ceiling:.0%}"
+    if tol.wanted_tolerance(spread) > limit:
+        how += f" (the baseline's spread asks for ±{tol.wanted_tolerance(spread):.1%}: re-record it where it fits)"
     message = ""
     if not ok:
         verdict = (

@@ -3,9 +3,11 @@ Pure: no torch, no pytest."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
+from perfsuite.core.baselines import set_aside
 from perfsuite.core.compare import format_bytes, format_time, rel_change
 from perfsuite.core.tolerance import Tolerance
 
@@ -15,13 +17,8 @@ def refusals(new: Mapping[str, Any], tol: Tolerance, time_class: str, *, gate_ti
     spread only when that time will be gated (not under ``--perfsuite-time=off``)."""
     reasons = []
     time = new["time"][time_class]
-    spread = time["spread"]
-    if gate_time and spread is not None and spread > tol.max_refresh_spread:
-        reasons.append(
-            f"step time spread {spread:.1%} over {len(time['repeats'])} repeats exceeds "
-            f"{tol.max_refresh_spread:.0%} (repeats: {', '.join(f'{t:.4g}' for t in time['repeats'])}); "
-            "the machine is too noisy to record a baseline now"
-        )
+    if gate_time and not tol.spread_fits(time["spread"]):
+        reasons.append(too_noisy(new, time_class, tol))
     memory_spread = new["memory"]["spread"]
     if memory_spread is not None and memory_spread * new["memory"]["peak_bytes"] > max(
         tol.memory_rtol * new["memory"]["peak_bytes"], tol.memory_atol_bytes
@@ -31,6 +28,35 @@ def refusals(new: Mapping[str, Any], tol: Tolerance, time_class: str, *, gate_ti
     if loss_diff is not None and loss_diff > tol.loss_atol + tol.loss_rtol * min(abs(v) for v in new["loss"]):
         reasons.append(f"loss curves differ by up to {loss_diff:.3g} between repeats (tolerance {tol.loss_rtol:g} rel)")
     return reasons
+
+
+def too_noisy(new: Mapping[str, Any], time_class: str, tol: Tolerance) -> str:
+    """Why a step time is not recorded (its spread asks for a gate wider than the ceiling, or is over
+    ``max_refresh_spread``), and the two ways on: again when the machine is quieter, or a wider gate
+    asked for knowingly."""
+    time = new["time"][time_class]
+    spread, repeats = time["spread"], time["repeats"]
+    aside = set_aside(len(repeats))
+    wanted = tol.wanted_tolerance(spread)
+    over = (
+        f"over max_refresh_spread {tol.max_refresh_spread:.0%}"
+        if spread > tol.max_refresh_spread
+        else f"so its gate would be ±{wanted:.1%} ({tol.time_k:g} × spread), wider than its ceiling ±{tol.ceiling:.0%}"
+    )
+    # The smallest whole percent that would admit this spread, for a gate widened on purpose.
+    ceiling = math.ceil(max(wanted, spread * tol.time_k) * 100) / 100
+    case, hardware = new["case"], new["hardware"]
+    return (
+        f"step time spread {spread:.1%} over {len(repeats)} repeats"
+        + (f" (the {aside} farthest set aside)" if aside else "")
+        + f", {over} (repeats: {', '.join(f'{t:.4g}' for t in repeats)}): the machine is too noisy to record "
+        f"this case's time now. Next: run `perfsuite baselines refresh --missing -k {case}` again when "
+        "nothing else runs on the machine (the cases that fit are written), or compare side by side with "
+        f'`perfsuite ab`, or accept a wider gate knowingly: [tool.perfsuite.overrides."{hardware}/{case}"] '
+        f"time_ceiling = {ceiling:g}"
+        + (f", max_refresh_spread = {math.ceil(spread * 100) / 100:g}" if spread > tol.max_refresh_spread else "")
+        + f" (its gate then catches only changes of {ceiling:.0%} or more)"
+    )
 
 
 def diff_rows(

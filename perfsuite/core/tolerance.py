@@ -21,7 +21,14 @@ class Tolerance:
     time_floor: float = 0.05
     """Smallest relative step-time tolerance, either way (a GPU's 5%)."""
     time_k: float = 3.0
-    """Multiple of the baseline's recorded relative spread (largest deviation of N repeats from their median)."""
+    """Multiple of the baseline's recorded relative spread (:func:`perfsuite.core.baselines.robust_spread`)."""
+    time_ceiling: float = 0.15
+    """Largest relative step-time tolerance, either way (never below ``time_floor``): no gate is
+    wider, so none is silently blind to a change this large. A refresh whose spread would set a wider
+    one takes more repeats (up to ``refresh_max_repeats``) and refuses, naming what to run next, if it
+    still would. The default is the CPU tier's gate; a GPU's is its floor, 5% (:data:`DEVICE_DEFAULTS`)."""
+    refresh_max_repeats: int = 9
+    """The most repeats a refresh takes of a case whose spread is too wide for the ceiling."""
     memory_rtol: float = 0.01
     """Relative tolerance on peak memory and each breakdown category."""
     memory_atol_bytes: int = 64 * 1024
@@ -49,9 +56,30 @@ class Tolerance:
             value = getattr(self, field.name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
                 raise ConfigError(f"tolerance {field.name} must be a non-negative number, got {value!r}")
+        if isinstance(self.refresh_max_repeats, float) or self.refresh_max_repeats < 1:
+            raise ConfigError(
+                f"tolerance refresh_max_repeats must be a whole number >= 1, got {self.refresh_max_repeats!r}"
+            )
+
+    def wanted_tolerance(self, spread: float | None) -> float:
+        """max(floor, k × spread): the gate a baseline's spread asks for, before the ceiling."""
+        return max(self.time_floor, self.time_k * spread) if spread is not None else self.time_floor
+
+    @property
+    def ceiling(self) -> float:
+        """The widest step-time gate: ``time_ceiling``, or the floor where a project set it higher."""
+        return max(self.time_ceiling, self.time_floor)
 
     def time_tolerance(self, spread: float | None) -> float:
-        return max(self.time_floor, self.time_k * spread) if spread is not None else self.time_floor
+        """The step-time gate of a baseline with ``spread``: max(floor, k × spread), at most the ceiling."""
+        return min(self.ceiling, self.wanted_tolerance(spread))
+
+    def spread_fits(self, spread: float | None) -> bool:
+        """Whether a refresh may record ``spread``: within ``max_refresh_spread``, and asking for no
+        gate wider than the ceiling."""
+        return spread is None or (
+            spread <= self.max_refresh_spread and self.wanted_tolerance(spread) <= self.ceiling + 1e-12
+        )
 
 
 # Per-step loss tolerance by the precision the matmuls run in. Repeats on one stack agree
@@ -64,6 +92,12 @@ LOSS_TOLERANCE = {
 }
 _FIELDS = {f.name for f in dataclasses.fields(Tolerance)}
 
+DEVICE_DEFAULTS: dict[str, dict[str, Any]] = {"gpu": {"time_ceiling": 0.05}}
+"""Defaults that differ by device, applied before ``pyproject.toml``: a GPU's gate is at most its
+floor, 5%, unless a project says otherwise (a host-bound case's measured noise, say)."""
+GATE_SENSITIVE = 0.15
+"""A verdict line counts the cases whose gate catches a change of this size or smaller."""
+
 
 def _apply(values: dict[str, Any], table: Mapping[str, Any], where: str) -> None:
     unknown = sorted(set(table) - _FIELDS)
@@ -72,15 +106,11 @@ def _apply(values: dict[str, Any], table: Mapping[str, Any], where: str) -> None
     values.update(table)
 
 
-def resolve_tolerance(config: Mapping[str, Any], *, hardware: str, case_id: str, precision: str) -> Tolerance:
-    """The tolerance of one case: built-in defaults, the precision's loss tolerance, then ``pyproject.toml``.
-
-    ``[tool.perfsuite.tolerance]`` sets defaults for every case;
-    ``[tool.perfsuite.tolerance.loss.<precision>]`` the loss tolerance of a precision;
-    ``[tool.perfsuite.overrides."<hardware>/<case-id glob>"]`` any field for matching
-    cases, later tables winning (e.g. ``"cpu/*"``, ``"*/tiny-gpt2-fp16"``).
-    """
+def _defaults(config: Mapping[str, Any], *, hardware: str, precision: str) -> dict[str, Any]:
+    """Built-in defaults, the device's, the precision's loss tolerance, then ``[tool.perfsuite.tolerance]``."""
     values: dict[str, Any] = dict(LOSS_TOLERANCE.get(precision, LOSS_TOLERANCE["fp32"]))
+    if hardware not in ("cpu", ""):
+        values.update(DEVICE_DEFAULTS["gpu"])
     table = dict(config.get("tolerance", {}))
     loss_tables = table.pop("loss", {})
     _apply(values, table, "[tool.perfsuite.tolerance]")
@@ -91,6 +121,19 @@ def resolve_tolerance(config: Mapping[str, Any], *, hardware: str, case_id: str,
         if key not in ("rtol", "atol"):
             raise ConfigError(f"[tool.perfsuite.tolerance.loss.{precision}]: unknown key {key}; valid: atol, rtol")
         values[f"loss_{key}"] = value
+    return values
+
+
+def resolve_tolerance(config: Mapping[str, Any], *, hardware: str, case_id: str, precision: str) -> Tolerance:
+    """The tolerance of one case: built-in defaults (a GPU's: :data:`DEVICE_DEFAULTS`), the precision's
+    loss tolerance, then ``pyproject.toml``.
+
+    ``[tool.perfsuite.tolerance]`` sets defaults for every case;
+    ``[tool.perfsuite.tolerance.loss.<precision>]`` the loss tolerance of a precision;
+    ``[tool.perfsuite.overrides."<hardware>/<case-id glob>"]`` any field for matching
+    cases, later tables winning (e.g. ``"cpu/*"``, ``"*/tiny-gpt2-fp16"``).
+    """
+    values = _defaults(config, hardware=hardware, precision=precision)
     for pattern, override in config.get("overrides", {}).items():
         if fnmatch.fnmatchcase(f"{hardware}/{case_id}", pattern):
             _apply(values, override, f'[tool.perfsuite.overrides."{pattern}"]')

@@ -248,29 +248,23 @@ def report_html(
         + ("<a href='#history'>history</a>" if records is not None else "")
         + "</nav>",
     ]
-    time_checks = [
-        (bool(check.get("compared", True)), (c.record or {}).get("time_class"))
-        for c in results.cases
-        if (check := c.check("step time")) is not None
-    ]
     # The verdict first, then the charts; the long tables after them, passing rows folded away.
-    out.append(
-        f"<p class='verdict'><strong>{esc(verdict([c.status for c in results.cases], time_checks))}</strong></p>"
-    )
+    line = verdict([c.status for c in results.cases], results.time_checks())
+    out.append(f"<p class='verdict'><strong>{esc(line)}</strong></p>")
     gated = [c for c in results.cases if c.checks or c.status in ("failed", "missing")]
     if gated:
         ordered = regressions_first(gated)
         failing = [c for c in ordered if c.status in ("failed", "missing", "refused")]
         passing = [c for c in ordered if c not in failing]
-        headers = ["case", "status", "step time", "detects", "peak memory", "loss", "note"]
+        headers = ["case", "status", "step time", "catches ≥", "peak memory", "loss", "note"]
 
         def rows_of(cases: list[ReportCase]) -> list[list[str]]:
             return [[cell for i, cell in enumerate(gate_row(c, "")) if i != 6] for c in cases]  # no sparkline
 
         out += [
             "<h2 id='gate'>Gate</h2>",
-            "<p>Each case against its committed baseline; failures first. 'detects' is the step-time "
-            "tolerance: the smallest change of this case's time the gate sees.</p>",
+            "<p>Each case against its committed baseline; failures first. 'catches ≥' is the step-time "
+            "tolerance: the smallest change of this case's time, either way, that fails it.</p>",
         ]
         if failing:
             out.append(html_table(headers, rows_of(failing), [c.status for c in failing]))

@@ -11,13 +11,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perfsuite.history.records import judge_all
-from perfsuite.reports.tables import verdict
+from perfsuite.reports.tables import catches_cell, verdict
 from perfsuite.results import ReportCase, Results, regressions_first
 
 LIMIT_BYTES = 1024 * 1024
 """GitHub's limit for one step's summary."""
 _BARS = "▁▂▃▄▅▆▇█"
-_COLUMNS = ("case", "status", "step time", "detects", "peak memory", "loss", "nights", "note")
+_COLUMNS = ("case", "status", "step time", "catches ≥", "peak memory", "loss", "nights", "note")
 
 
 def sparkline(values: Sequence[float], tolerance: float) -> str:
@@ -47,7 +47,7 @@ def gate_row(case: ReportCase, trend: str) -> list[str]:
         case.id,
         case.status,
         time["change"] if time else "—",
-        time["tolerance"] if time else "—",
+        catches_cell(time.get("limit") if time is not None and time.get("compared", True) else None),
         memory["change"] if memory else "—",
         "not compared"
         if loss is not None and not loss.get("compared", True)
@@ -107,13 +107,12 @@ def summary_markdown(
     ordered = regressions_first(results.cases)
     first = [c for c in ordered if c.status in ("failed", "missing", "refused") or c.id in flagged_ids]
     rest = [c for c in ordered if c not in first]
-    time_checks = [
-        (bool(check.get("compared", True)), (case.record or {}).get("time_class"))
-        for case in results.cases
-        if (check := case.check("step time")) is not None
-    ]
-    line = verdict([c.status for c in results.cases], time_checks)
-    passed = "Every case passed its gates." if all(c for c, _ in time_checks) else "No case failed a gate it was given."
+    line = verdict([c.status for c in results.cases], results.time_checks())
+    passed = (
+        "Every case passed its gates."
+        if all(c for c, _, _ in results.time_checks())
+        else "No case failed a gate it was given."
+    )
     body = [*head[:2], f"**{line}**", "", *head[2:], "**Needs a look**" if first else passed, ""]
     if first:
         body += _table([gate_row(c, trend(c)) for c in first]) + [""]

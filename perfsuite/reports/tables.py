@@ -11,6 +11,7 @@ from rich.table import Table
 
 from perfsuite.core.check import Check
 from perfsuite.core.stats import percent_of
+from perfsuite.core.tolerance import GATE_SENSITIVE
 
 CONTROL = "vanilla"
 
@@ -163,8 +164,8 @@ def render(cases: Sequence[Mapping[str, Any]], console: Console | None = None) -
 
 # -- the pytest session summary: every matrix case against its baseline ---------------------
 
-# "detects": the step-time tolerance, i.e. the smallest change of this case's step time the gate sees.
-_GATE_COLUMNS = ("case", "status", "step time", "Δ time", "detects", "peak memory", "Δ mem", "loss", "note")
+# "catches ≥": the step-time tolerance, i.e. the smallest change of this case's step time the gate fails on.
+_GATE_COLUMNS = ("case", "status", "step time", "Δ time", "catches ≥", "peak memory", "Δ mem", "loss", "note")
 _REFRESH_COLUMNS = ("case", "status", "metric", "old", "new", "change")
 
 
@@ -192,12 +193,17 @@ def _gate_cells(outcome: Any) -> list[str]:
         outcome.status,
         f"{time.baseline} → {time.measured}" if time else "—",
         time.change if time else "—",
-        time.tolerance if time else "—",
+        catches_cell(time.limit if time is not None and time.compared else None),
         f"{memory.baseline} → {memory.measured}" if memory else "—",
         memory.change if memory else "—",
         _loss_cell(loss),
         note,
     ]
+
+
+def catches_cell(limit: float | None) -> str:
+    """The "catches ≥" cell: the smallest step-time change, either way, that fails the case."""
+    return "—" if limit is None else f"{limit:.1%}"
 
 
 def _loss_cell(loss: Check | None) -> str:
@@ -221,11 +227,14 @@ def _refresh_rows(outcome: Any) -> list[list[str]]:
     return rows
 
 
-def verdict(statuses: Sequence[str], time_checks: Sequence[tuple[bool, str | None]]) -> str:
-    """The first line of every summary: how many cases passed or failed, and, when any case's step
-    time was not compared (no figures for this machine's time class), how many and how to get it gated.
+def verdict(statuses: Sequence[str], time_checks: Sequence[tuple[bool, str | None, float | None]]) -> str:
+    """The first line of every summary: how many cases passed or failed; how many of those whose step time
+    was gated would catch a change of :data:`~perfsuite.core.tolerance.GATE_SENSITIVE` or less (and how
+    wide the others are, so that a gate noise has widened is seen); when any case's step time was not
+    compared (no figures for this machine's time class), how many and how to get it gated.
 
-    ``time_checks``: per gated case, whether its step time was compared, and the time class it ran on.
+    ``time_checks``: per gated case, whether its step time was compared, the time class it ran on, and
+    the smallest change its gate catches (its tolerance; ``None`` when not compared).
     """
     counts: dict[str, int] = {}
     for status in statuses:
@@ -234,14 +243,24 @@ def verdict(statuses: Sequence[str], time_checks: Sequence[tuple[bool, str | Non
     # A gate's cases are "not reached" only when the session was interrupted: never a pass.
     head = "FAILED" if bad else "INTERRUPTED" if "not reached" in counts else "passed"
     line = f"perfsuite: {head}: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    uncompared = [time_class for compared, time_class in time_checks if not compared]
+    uncompared = [time_class for compared, time_class, _ in time_checks if not compared]
+    limits = [limit for compared, _, limit in time_checks if compared and limit is not None]
+    sensitive = sum(1 for limit in limits if limit <= GATE_SENSITIVE + 1e-9)
+    catches = ""
+    if limits:
+        catches = f": {sensitive} of {len(limits)} catch a change of {GATE_SENSITIVE:.0%} or less"
+        wide = sorted(limit for limit in limits if limit > GATE_SENSITIVE + 1e-9)
+        if wide:
+            span = f"{wide[0]:.1%}" if len(wide) == 1 else f"{wide[0]:.1%}-{wide[-1]:.1%}"
+            catches += f", {len(wide)} only a change of {span} or more"
     if not uncompared:
-        return line + (f"; step time gated for all {len(time_checks)}" if time_checks else "")
+        return line + (f"; step time gated for all {len(time_checks)}{catches}" if time_checks else "")
     classes = ", ".join(sorted({c or "unknown" for c in uncompared}))
     return (
         f"{line}; step time NOT gated for {len(uncompared)} of {len(time_checks)} (no baseline figures for "
         f"this machine's time class {classes}; memory and loss were gated): record them here with "
         "`perfsuite baselines refresh`, or compare two stacks side by side on this machine (`perfsuite ab`)"
+        + (f"; of those gated{catches}" if limits else "")
     )
 
 
@@ -253,7 +272,7 @@ def outcomes_verdict(outcomes: Sequence[Any]) -> str:
         check = next((c for c in outcome.checks if c.metric == "step time"), None)
         if check is not None and check.change != "not gated":
             record = outcome.records[0] if outcome.records else {}
-            time_checks.append((bool(check.compared), record.get("time_class")))
+            time_checks.append((bool(check.compared), record.get("time_class"), check.limit))
     line = verdict([o.status for o in outcomes], time_checks)
     other = sum(1 for o in outcomes for c in o.checks if c.metric == "loss" and not c.compared)
     if other:

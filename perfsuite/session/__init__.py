@@ -24,7 +24,14 @@ from typing import Any
 
 import pytest
 
-from perfsuite.core.baselines import BaselineError, MissingBaseline, baseline_path, load_baseline, pinned_benchmark_path
+from perfsuite.core.baselines import (
+    BaselineError,
+    MissingBaseline,
+    baseline_path,
+    load_baseline,
+    pinned_benchmark_path,
+    time_spread,
+)
 from perfsuite.core.compare import Outcome, baseline_figures
 from perfsuite.core.declaration import find_pyproject, project_baselines_dir, read_pyproject
 from perfsuite.core.declaration import load as load_declaration
@@ -32,7 +39,7 @@ from perfsuite.core.drift import MIN_CASES, Drift
 from perfsuite.core.observation import Observation, observe
 from perfsuite.core.registry import DeclarationError
 from perfsuite.core.spec import CaseSpec
-from perfsuite.core.tolerance import ConfigError, resolve_tolerance, validate_config
+from perfsuite.core.tolerance import ConfigError, Tolerance, resolve_tolerance, validate_config
 from perfsuite.interrupt import Interrupt, terminate_as_interrupt
 from perfsuite.session.benchmark import record_benchmark
 from perfsuite.session.drifts import SessionDrift
@@ -230,6 +237,11 @@ class PerfsuiteSession:
         tolerance = resolve_tolerance(self.settings, hardware=hardware, case_id=spec.id, precision=runs[0]["precision"])
         path = baseline_path(self.root, hardware, spec.id)
         if self.refresh:
+            if self.time_mode != "off":
+                self._repeat_while_too_wide(spec, observations, tolerance, started)
+                runs = outcome.records = list(self.runs.records[spec])
+                if self.budget is not None:
+                    self.budget.ran(time.monotonic() - started)
             refused = self.stager.stage(spec, runs, observations, path, hardware, outcome, tolerance)
             if refused is not None:
                 outcome.message = f"{spec.id}: not recorded: {refused}"
@@ -271,6 +283,23 @@ class PerfsuiteSession:
             outcome.message = "\n".join(failures)
             pytest.fail(outcome.message, pytrace=False)
         outcome.status = "passed"
+
+    def _repeat_while_too_wide(
+        self, spec: CaseSpec, observations: list[Observation], tolerance: Tolerance, started: float
+    ) -> None:
+        """A refresh's further repeats of ``spec`` while its step times spread so wide that its gate would
+        be wider than the tolerance's ceiling (:meth:`Tolerance.spread_fits`), up to
+        ``refresh_max_repeats`` and within a time limit; each new observation is appended."""
+        while len(observations) < tolerance.refresh_max_repeats and not tolerance.spread_fits(
+            time_spread([o.time for o in observations], [o.time_steps for o in observations])
+        ):
+            per_run = (time.monotonic() - started) / len(observations)
+            if self.budget is not None and not self.budget.has(2 * per_run):
+                return
+            runs = self.records(spec, len(observations) + 1)
+            if len(runs) == len(observations) or runs[-1]["status"] != "ok":
+                return
+            observations.append(self._observe(runs[-1]))
 
     def _observe(self, record: Mapping[str, Any]) -> Observation:
         return observe(record, time_unit=self.time_unit(record["device"]))

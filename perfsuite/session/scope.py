@@ -181,6 +181,10 @@ class RefreshBudget:
             f"longest case so far ({self.longest:.0f} s); {GO_ON}"
         )
 
+    def has(self, seconds: float) -> bool:
+        """Whether more than ``seconds`` are left (a case's further repeat takes about that)."""
+        return self.deadline - self.clock() > seconds
+
     def ran(self, seconds: float) -> None:
         """One case's repeats took ``seconds``."""
         self.longest = max(self.longest, seconds)

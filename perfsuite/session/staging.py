@@ -80,7 +80,7 @@ class RefreshStager:
                 "attention": observations[0].attention,
                 "initial_weights": observations[0].initial_weights,
             },
-            provenance=self._provenance(first),
+            provenance=self._provenance(first, len(runs)),
         )
         try:
             old: dict[str, Any] | None = load_baseline(path, case_id=spec.id, hardware=hardware)
@@ -95,13 +95,13 @@ class RefreshStager:
         outcome.status = "refreshed"
         return None
 
-    def _provenance(self, record: Mapping[str, Any]) -> dict[str, Any]:
+    def _provenance(self, record: Mapping[str, Any], repeats: int) -> dict[str, Any]:
         facts = run_facts(self.repository)
         return {
             "date": facts["date"],
             "commit": facts["commit"],
             "dirty": facts["dirty"],
-            "repeats": self.repeats,
+            "repeats": repeats,
             "host": platform.node(),
             "device": record["device_name"],
             "python": facts["python"],
