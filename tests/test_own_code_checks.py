@@ -63,6 +63,15 @@ def batch_of_lists(batch_size, seq_len, step, seed):
 
 def takes_no_seed():
     return Tiny()
+
+
+def image_batch(batch_size, step, seed):
+    # An image model: no sequence length to take.
+    return {"x": torch.full((batch_size, 4), float(step)), "y": torch.zeros(batch_size, dtype=torch.long)}
+
+
+def needs_device(batch_size, step, device):
+    return {"x": torch.ones(batch_size, 4, device=device)}
 """
 ENGINE = """
 import torch
@@ -110,6 +119,15 @@ class Raises(BaseEngine):
 
 class Plain(Step):
     applies = ()  # says nothing of what it applies: every strategy but vanilla is refused
+
+
+class TakesBatch(Step):
+    def step(self, batch):
+        return super().step()
+
+
+class InheritsTakesBatch(TakesBatch):
+    pass  # its step is its parent's: only the import shows it
 
 
 def not_a_class(case):
@@ -219,7 +237,11 @@ def _check(tmp_path: Path, team: str, **names: str) -> dict[str, Any]:
         ({}, None),
         ({"factory": "returns_a_dict"}, r"models\.mine\.factory: \S+:returns_a_dict\(seed=0\) returned dict; expected"),
         ({"factory": "raises"}, r"models\.mine\.factory: \S+:raises\(seed=0\) raised ValueError: no weights file;"),
-        ({"factory": "takes_no_seed"}, r"models\.mine\.factory: \S+:takes_no_seed cannot be called as \(seed=0\)"),
+        ({"batch": "image_batch"}, None),
+        (
+            {"engine": "train:InheritsTakesBatch"},
+            r"engines\.mine_step\.class: \S+:InheritsTakesBatch\.step\(self, batch\) cannot be called as step\(\)",
+        ),
         ({"batch": "batch_of_lists"}, r"models\.mine\.batch: \S+:batch_of_lists returned 'x': list; expected"),
         ({"engine": "train:Unversioned"}, r"engines\.mine_step\.class: \S+ declares no api_version; this perfsuite"),
         ({"engine": "train:not_a_class"}, r"engines\.mine_step\.class: \S+ is a function, not a class"),
@@ -236,6 +258,43 @@ def test_code_that_returns_the_wrong_thing_or_raises_is_named_before_anything_ru
     assert record["status"] == "failed"
     assert str(record["error"]).startswith(f"{tmp_path / 'pyproject.toml'}: tool.perfsuite.")
     assert re.search(message, record["error"]), record["error"]
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        (
+            {"engine": "train:TakesBatch"},
+            r"engines\.mine_step\.class: \S+:TakesBatch \(\S+train\.py, line \d+\): TakesBatch\.step\(self, batch\) "
+            r"requires batch; perfsuite calls step\(\) with no argument",
+        ),
+        (
+            {"factory": "takes_no_seed"},
+            r"models\.mine\.factory: \S+:takes_no_seed \(\S+models\.py, line \d+\): takes_no_seed\(\) takes no seed, "
+            "which perfsuite passes",
+        ),
+        (
+            {"batch": "needs_device"},
+            r"models\.mine\.batch: \S+:needs_device .*: needs_device\(batch_size, step, device\) requires device, "
+            r"which perfsuite does not pass \(it passes batch_size=, seq_len=, step=, seed=\)",
+        ),
+    ],
+)
+def test_a_signature_perfsuite_cannot_call_is_named_when_the_declaration_loads(
+    tmp_path: Path, team: str, names: dict[str, str], message: str
+) -> None:
+    """The engine's own step and the factory's and batch maker's parameters are read from their source with
+    the declaration, before any worker starts: one line naming the file and the key."""
+    with pytest.raises(DeclarationError, match=message) as caught:
+        _declare(tmp_path, _declaration(team, **names))
+    assert str(caught.value).startswith(f"{tmp_path / 'pyproject.toml'}: tool.perfsuite.")
+    assert "\n" not in str(caught.value)
+
+
+def test_a_factory_argument_the_factory_does_not_take_is_named(tmp_path: Path, team: str) -> None:
+    text = _declaration(team).replace("seq_len = 8\n", "seq_len = 8\nfactory_args = { depth = 2 }\n")
+    with pytest.raises(DeclarationError, match=r"factory: .*build\(seed, width=4\) takes no depth, which perfsuite"):
+        _declare(tmp_path, text)
 
 
 def _built(tmp_path: Path, team: str, strategy: str, engine: str = "train:Step") -> Any:

@@ -1,51 +1,9 @@
 """A project's own models, strategies and matrix, read from ``[tool.perfsuite]`` of its ``pyproject.toml``.
 
-.. code-block:: toml
-
-    [tool.perfsuite.models.acme-encoder]
-    config = "models/acme-encoder"     # a directory holding config.json, or a hub id in the local cache,
-                                       # or a table: { class = "BertConfig", hidden_size = 256, ... }
-    config_fields = { hidden_dropout_prob = 0.0 }   # changes to a directory's or hub id's config
-    task = "classification"            # classification | seq2seq | causal_lm
-    num_labels = 3
-    batch_size = 32
-    seq_len = 256
-    data = "data/train.jsonl"          # optional: a local file with text (and label/target) columns
-    tokenizer = "models/acme-encoder"  # the tokenizer directory `data` needs
-    pretrained = "models/acme-encoder" # optional: start from these weights (or "hub-cache")
-    tiny = { num_hidden_layers = 2, hidden_size = 64, intermediate_size = 128, batch_size = 8 }
-                                       # the CPU tier's variant `acme-encoder-tiny` (config fields, plus
-                                       # batch_size/seq_len/target_len); `tiny = true`: this model is
-                                       # CPU-sized itself; false (default): no CPU tier
-
-    [tool.perfsuite.models.acme-mlp]     # a model of the project's own code, not a transformers config
-    factory = "acme.models:build"      # factory(seed=0, **factory_args) -> torch.nn.Module
-    batch = "acme.models:make_batch"   # make_batch(batch_size=8, seq_len=32, step=0, seed=0) -> {name: tensor}
-    factory_args = { width = 256 }     # optional
-    batch_size = 32
-    seq_len = 64
-    tiny = { width = 32, batch_size = 8 }   # factory_args and batch_size/seq_len of `acme-mlp-tiny`
-
-    [tool.perfsuite.engines.acme_step]  # a training step of the project's own (trains factory models)
-    class = "acme.train:AcmeEngine"    # implements perfsuite.worker.engines.interface.Engine
-
-    [tool.perfsuite.strategies.acme-recipe]
-    compose = ["bf16", "grad_ckpt"]    # optional: registered strategies, merged field by field
-    grad_accum_steps = 2               # any field of perfsuite.core.strategies.Strategy
-    batch_size = 64
-
-    [tool.perfsuite.matrix]
-    builtin = false                    # only the cases below (default true: perfsuite's matrix too)
-    [[tool.perfsuite.matrix.cases]]
-    models = ["acme-encoder"]
-    strategies = ["vanilla", "acme-recipe"]
-    engines = ["loop", "trainer"]      # default ["loop"]; a factory model's: the project's engines
-    markers = ["nightly"]              # default []: every push
-    scope = "nightly"                  # the smallest run these cases belong to: push, nightly or weekly
-                                       # (perfsuite.core.scopes); default "nightly" with the nightly
-                                       # marker, else "push"
-    # world_sizes = [1, 2]            # default [1]: ranks per case; beyond 1 the strategies must
-                                       # combine ddp, fsdp2, zero2 or zero3 (loop engine only)
+Its tables: ``models`` (a transformers config, or a factory, a batch maker and their arguments),
+``engines`` (a training step of the project's own), ``strategies`` (composed and changed fields) and
+``matrix`` (models × strategies × engines, markers, scope, ranks); docs/your-repository.md shows
+each key with an example, and ``perfsuite list`` what was read.
 
 Paths are relative to the ``pyproject.toml``. Every mistake is a :class:`DeclarationError`
 naming the file and the key, raised before anything runs. Pure: reading a config class
@@ -60,13 +18,21 @@ import dataclasses
 import importlib.util
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from perfsuite.core.engines import EngineSpec
 from perfsuite.core.models import ModelSpec
-from perfsuite.core.project_code import locate
+from perfsuite.core.project_code import (
+    BATCH,
+    FACTORY,
+    Definition,
+    batch_check,
+    engine_step_problem,
+    factory_check,
+    locate,
+)
 from perfsuite.core.registry import (
     DeclarationError,
     register_cases,
@@ -248,37 +214,52 @@ def _hub_cache_config(repo_id: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
-def _reference(path: Path, root: Path, key: str, table: dict[str, Any], expected: str) -> str:
-    """The ``module:attribute`` reference at ``key``, its module found and read (never imported)."""
+def _reference(
+    path: Path,
+    root: Path,
+    key: str,
+    table: dict[str, Any],
+    expected: str,
+    check: Callable[[Definition], str | None] | None = None,
+) -> str:
+    """The ``module:attribute`` reference at ``key``, its module found and read (never imported), and
+    what it names checked by ``check`` where its source shows it."""
     option = key.rpartition(".")[2]
     if option not in table:
         raise DeclarationError(f'{path}: {key} is required: "package.module:name" of {expected}')
-    problem = locate(table[option], str(root))
+    problem = locate(table[option], str(root), check)
     if problem is not None:
         raise DeclarationError(f"{path}: {key}: {problem}; expected {expected}")
     return str(table[option])
 
 
+_SHAPE = ("batch_size", "seq_len")
+"""A factory model's shape keys; its ``tiny`` table's others change its factory's arguments."""
+
+
 def _load_factory_model(path: Path, root: Path, name: str, table: dict[str, Any]) -> None:
     key = f"tool.perfsuite.models.{name}"
     _unknown(path, key, table, _FACTORY_MODEL_KEYS)
+    factory_args = _table(path, f"{key}.factory_args", table.get("factory_args", {}))
+    tiny = table.get("tiny")
+    passed = ["seed", *factory_args, *(k for k in (tiny if isinstance(tiny, dict) else ()) if k not in _SHAPE)]
     fields: dict[str, Any] = {
         "task": "custom",
-        "factory": _reference(path, root, f"{key}.factory", table, "a callable building a torch.nn.Module from a seed"),
-        "batch": _reference(path, root, f"{key}.batch", table, "a callable making one step's batch of tensors"),
-        "factory_args": _table(path, f"{key}.factory_args", table.get("factory_args", {})),
+        "factory": _reference(path, root, f"{key}.factory", table, FACTORY, factory_check(passed)),
+        "batch": _reference(path, root, f"{key}.batch", table, BATCH, batch_check),
+        "factory_args": factory_args,
         "root": str(root),
         "declared_at": f"{path}: {key}",
     }
-    fields.update({option: table[option] for option in ("batch_size", "seq_len") if option in table})
-    _register_model(path, key, name, table, fields, shape_keys=("batch_size", "seq_len"), changes_into="factory_args")
+    fields.update({option: table[option] for option in _SHAPE if option in table})
+    _register_model(path, key, name, table, fields, shape_keys=_SHAPE, changes_into="factory_args")
 
 
 def _load_engine(path: Path, root: Path, name: str, table: dict[str, Any]) -> None:
     key = f"tool.perfsuite.engines.{name}"
     _unknown(path, key, table, ("class",))
     expected = "a class implementing perfsuite's engine interface (perfsuite.worker.engines.interface)"
-    reference = _reference(path, root, f"{key}.class", table, expected)
+    reference = _reference(path, root, f"{key}.class", table, expected, engine_step_problem)
     try:
         spec = EngineSpec(name=name, engine_class=reference, root=str(root), declared_at=f"{path}: {key}")
     except ValueError as exc:

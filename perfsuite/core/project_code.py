@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import importlib.machinery
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -78,8 +78,15 @@ def _binds(body: list[ast.stmt], name: str) -> bool | None:
     return None if unsure else False
 
 
-def locate(value: object, root: str | None) -> str | None:
-    """What is wrong with the reference ``value`` (one phrase), or ``None`` when its module and name were found."""
+Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+"""What a reference names, where its source defines it at the module's top level."""
+
+
+def locate(value: object, root: str | None, check: Callable[[Definition], str | None] | None = None) -> str | None:
+    """What is wrong with the reference ``value`` (one phrase), or ``None`` when its module and name were found.
+
+    ``check`` reads the ``def`` or ``class`` the name is bound by, where the module's top level has one
+    (a signature, say: :func:`engine_step_problem`), and says what is wrong with it."""
     try:
         module, attribute = split_reference(value)
     except ValueError as exc:
@@ -97,4 +104,99 @@ def locate(value: object, root: str | None) -> str | None:
     name = attribute.split(".")[0]
     if _binds(tree.body, name) is False:
         return f"{module} ({source}) defines no {name}"
+    definition = _definition(tree.body, name) if "." not in attribute else None
+    if check is not None and definition is not None:
+        problem = check(definition)
+        if problem is not None:
+            return f"{value} ({source}, line {definition.lineno}): {problem}"
     return None
+
+
+def _definition(body: list[ast.stmt], name: str) -> Definition | None:
+    """The last top-level ``def`` or ``class`` of ``name`` in ``body``, when nothing else binds it there."""
+    found: Definition | None = None
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            found = node
+        elif _binds([node], name):
+            found = None  # rebound by an assignment or an import: the source cannot tell what it is
+    if found is not None and not isinstance(found, ast.ClassDef) and found.decorator_list:
+        return None  # a decorator may change the signature
+    return found
+
+
+def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[str], list[str], bool]:
+    """``(every keyword-passable name, the required ones, whether it takes **kwargs)``; the positional-only
+    and ``self`` parameters are left out of the first two."""
+    args = function.args
+    positional = args.posonlyargs + args.args
+    first_default = len(positional) - len(args.defaults)
+    named = [a.arg for a in args.args]
+    required = [a.arg for i, a in enumerate(positional) if i >= len(args.posonlyargs) and i < first_default]
+    required += [a.arg for a, default in zip(args.kwonlyargs, args.kw_defaults, strict=True) if default is None]
+    return named + [a.arg for a in args.kwonlyargs], required, args.kwarg is not None
+
+
+def call_problem(definition: Definition, given: Sequence[str], *, optional: Sequence[str] = ()) -> str | None:
+    """What stops ``definition`` (a function) being called with keyword arguments ``given``, those of
+    ``optional`` it takes passed too: a required parameter perfsuite does not pass, or one it passes
+    that the function does not take. ``None`` when the call binds, or the source cannot tell."""
+    if isinstance(definition, ast.ClassDef):
+        return None
+    args = definition.args
+    if args.posonlyargs:
+        return None  # positional-only parameters: the import will tell
+    names, required, any_keyword = _parameters(definition)
+    signature = f"{definition.name}({ast.unparse(args)})"
+    missing = [name for name in required if name not in given and name not in optional]
+    if missing:
+        return (
+            f"{signature} requires {', '.join(missing)}, which perfsuite does not pass "
+            f"(it passes {', '.join(f'{n}=' for n in (*given, *optional))})"
+        )
+    unknown = [name for name in given if name not in names]
+    if unknown and not any_keyword:
+        return f"{signature} takes no {', '.join(unknown)}, which perfsuite passes"
+    return None
+
+
+def engine_step_problem(definition: Definition) -> str | None:
+    """What is wrong with an engine class's own ``step`` (interface version 1: ``step()``, optionally
+    ``step(before_micro_batch=None, within=None)``), or ``None`` (a ``step`` it inherits is checked
+    when it is imported)."""
+    if not isinstance(definition, ast.ClassDef):
+        return None
+    for node in definition.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "step":
+            if node.decorator_list:
+                return None
+            args = node.args
+            positional = args.posonlyargs + args.args
+            first_default = len(positional) - len(args.defaults)
+            needed = [a.arg for i, a in enumerate(positional) if 0 < i < first_default]
+            needed += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
+            if needed:
+                return (
+                    f"{definition.name}.step({ast.unparse(args)}) requires {', '.join(needed)}; perfsuite calls "
+                    "step() with no argument (interface version 1: a step takes its batches from "
+                    "self.case.batch(step, batch_size))"
+                )
+    return None
+
+
+BATCH_ARGUMENTS = ("batch_size", "seq_len", "step", "seed")
+"""What perfsuite passes a batch maker, each only where it takes it (an image model's takes no ``seq_len``)."""
+FACTORY = "a callable building a torch.nn.Module from a seed, factory(seed=..., **factory_args)"
+BATCH = "a callable making one step's batch of tensors from what it takes of " + ", ".join(
+    f"{name}=" for name in BATCH_ARGUMENTS
+)
+
+
+def factory_check(passed: Sequence[str]) -> Callable[[Definition], str | None]:
+    """The check of a factory perfsuite calls with keyword arguments ``passed``."""
+    return lambda found: call_problem(found, passed)
+
+
+def batch_check(found: Definition) -> str | None:
+    """The check of a batch maker: each parameter it requires is one perfsuite passes."""
+    return call_problem(found, [], optional=BATCH_ARGUMENTS)

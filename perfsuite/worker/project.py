@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from perfsuite.core.project_code import split_reference
+from perfsuite.core.project_code import BATCH, BATCH_ARGUMENTS, FACTORY, split_reference
 from perfsuite.core.registry import DeclarationError
 from perfsuite.core.spec import CaseSkipped, CaseSpec
 from perfsuite.worker.engines.interface import ENGINE_API_VERSION, EngineCase
@@ -35,10 +35,6 @@ if TYPE_CHECKING:
     from perfsuite.worker.device import Device
     from perfsuite.worker.engines.interface import Engine
 
-FACTORY = "a callable building a torch.nn.Module, factory(seed=..., **factory_args)"
-BATCH = (
-    "a callable making one step's batch, make_batch(batch_size=..., seq_len=..., step=..., seed=...) -> {name: tensor}"
-)
 ENGINE = (
     f"a class implementing perfsuite's engine interface version {ENGINE_API_VERSION} "
     "(perfsuite.worker.engines.interface): EngineClass(case) with model, optimizer, step(), evidence(), close()"
@@ -111,21 +107,34 @@ def build_model(spec: ModelSpec, *, seed: int, meta: bool = False) -> torch.nn.M
 
 
 def batch_maker(spec: ModelSpec, *, batch_size: int, seq_len: int, seed: int) -> Callable[..., dict[str, torch.Tensor]]:
-    """The project's batch maker, its first batch checked; what it returns later is checked for its type."""
+    """The project's batch maker, called with what it takes of ``batch_size``, ``seq_len``, ``step`` and ``seed``
+    (an image model's takes no ``seq_len``), its first batch checked; what it returns later is checked for its type."""
     assert spec.batch is not None
     reference, where = spec.batch, f"{spec.declared_at}.batch"
     make = load(reference, spec.root, where, BATCH)
-    first = _call(
-        make, reference, where, BATCH, {"batch_size": batch_size, "seq_len": seq_len, "step": 0, "seed": seed}
-    )
+    taken = _taken(make, BATCH_ARGUMENTS)
+    offered = {"batch_size": batch_size, "seq_len": seq_len, "step": 0, "seed": seed}
+    first = _call(make, reference, where, BATCH, {k: v for k, v in offered.items() if k in taken})
     _check_batch(first, reference, where)
 
     def checked(**kwargs: Any) -> dict[str, torch.Tensor]:
-        batch = make(**kwargs)
+        batch = make(**{k: v for k, v in kwargs.items() if k in taken})
         _check_batch(batch, reference, where)
         return dict(batch)
 
     return checked
+
+
+def _taken(fn: Any, names: tuple[str, ...]) -> tuple[str, ...]:
+    """Which of ``names`` ``fn`` takes by keyword (all of them where it takes ``**kwargs`` or shows no signature)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return names
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return names
+    keyword = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return tuple(name for name in names if name in keyword)
 
 
 def _check_batch(batch: Any, reference: str, where: str) -> None:
@@ -154,6 +163,16 @@ def engine_class(spec: EngineSpec) -> type:
     missing = [name for name in ("step", "evidence", "close") if not callable(getattr(found, name, None))]
     if missing:
         raise DeclarationError(f"{where}: {spec.engine_class} has no {', '.join(missing)}; expected {ENGINE}")
+    try:
+        inspect.signature(found.step).bind(None)  # an unbound method: ``self`` alone
+    except TypeError as exc:
+        signature = f"step{inspect.signature(found.step)}"
+        raise DeclarationError(
+            f"{where}: {spec.engine_class}.{signature} cannot be called as step(): {exc}; perfsuite calls step() "
+            f"with no argument (a step takes its batches from self.case.batch(step, batch_size)); expected {ENGINE}"
+        ) from None
+    except ValueError:
+        pass
     try:
         inspect.signature(found).bind(None)
     except TypeError as exc:
