@@ -55,9 +55,16 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perfsuite", "perfsuite: step time, memory and loss against stored baselines")
     group.addoption(
+        "--perfsuite-project",
+        metavar="PATH",
+        help="the project's pyproject.toml, or its directory (default: pytest's config file if it is a "
+        "pyproject.toml, else the nearest one at or above the working directory, else above the rootdir)",
+    )
+    group.addoption(
         "--perfsuite-baselines",
         metavar="DIR",
-        help="baseline directory, relative to the rootdir (default: [tool.perfsuite] baselines, else 'baselines')",
+        help="baseline directory, relative to the working directory (default: [tool.perfsuite] baselines, "
+        "relative to the project's pyproject.toml, else 'baselines' beside it)",
     )
     group.addoption(
         "--perfsuite-no-gpu",
@@ -166,6 +173,11 @@ def pytest_configure(config: pytest.Config) -> None:
             # pytest-benchmark builds its JSON (machine_info included) only when asked to write one.
             session.benchmark_scratch = Path(tempfile.mkdtemp(prefix="perfsuite-")) / "benchmark.json"
             config.option.benchmark_json = JsonTarget(session.benchmark_scratch)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which project the session gates (its ``pyproject.toml``), how many cases, and where their baselines are."""
+    return str(_session(config).header())
 
 
 def _local_hardware() -> tuple[str, str]:

@@ -24,7 +24,18 @@ CONFIG = {
 }
 WORDS = "the model trains on short and long sentences about weather sports music food travel code".split()
 
-DECLARED = """
+WIDGET = """
+[tool.perfsuite.models.widget]
+config = { class = "GPT2Config", n_embd = 32, n_layer = 2, n_head = 2, vocab_size = 512, n_positions = 64 }
+task = "causal_lm"
+batch_size = 8
+seq_len = 32
+tiny = true
+"""
+"""A model declared inline, from a transformers config class: nothing to write beside it."""
+
+DECLARED = (
+    """
 [tool.perfsuite.models.acme]
 config = "models/acme"
 task = "classification"
@@ -35,13 +46,9 @@ data = "data/train.jsonl"
 tokenizer = "models/acme"
 tiny = { num_hidden_layers = 1, batch_size = 16 }
 
-[tool.perfsuite.models.widget]
-config = { class = "GPT2Config", n_embd = 32, n_layer = 2, n_head = 2, vocab_size = 512, n_positions = 64 }
-task = "causal_lm"
-batch_size = 8
-seq_len = 32
-tiny = true
-
+"""
+    + WIDGET
+    + """
 [tool.perfsuite.strategies.acme-recipe]
 compose = ["grad_accum"]
 batch_size = 16
@@ -54,6 +61,7 @@ strategies = ["vanilla"]
 models = ["widget"]
 strategies = ["vanilla", "acme-recipe"]
 """
+)
 DECLARED_CASES = ("acme-tiny-vanilla", "widget-vanilla", "widget-acme-recipe")
 RECIPE = 'compose = ["grad_accum"]\nbatch_size = '
 """The recipe's batch size follows (16)."""

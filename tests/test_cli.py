@@ -163,6 +163,20 @@ def test_run_trains_a_multi_rank_case_without_dropout_as_its_baseline_was() -> N
     assert tier_spec("tiny-bert", "ddp", world_size=2).dropout is False
 
 
+def test_run_times_a_cpu_case_on_the_threads_the_gate_times_it_on() -> None:
+    """`perfsuite run`'s table and the CPU tier's gate time a case alike (one thread), unless told otherwise."""
+    from perfsuite.cli import build_parser
+    from perfsuite.cli.selection import select
+    from perfsuite.core.spec import tier_spec
+
+    def threads(*argv: str) -> set[int | None]:
+        specs, *_ = select(build_parser().parse_args(["run", "--device", "cpu", "--models", "tiny-bert", *argv]))
+        return {spec.threads for spec in specs}
+
+    assert threads("--strategies", "vanilla,fp16") == {tier_spec("tiny-bert", "vanilla").threads} == {1}
+    assert threads("--strategies", "vanilla", "--threads", "2") == {2}
+
+
 def test_the_perfsuite_script_is_not_run_again_in_every_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     """multiprocessing re-runs a main script in each process it starts, a package's ``__main__``
     never: the ``perfsuite`` script (a main module whose ``main`` is the command line's) is named

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from team_repo import WIDGET
 
 from perfsuite.worker.calibrate import NAME as CALIBRATION
 
@@ -28,6 +29,7 @@ import os
 import time
 
 import pytest
+from team_repo import WIDGET
 
 from perfsuite.worker.calibrate import NAME as CALIBRATION
 
@@ -642,3 +644,42 @@ def test_a_baseline_from_another_cpu_class_gates_memory_and_loss_but_not_time(
     data = json.loads(_baseline(project, "tiny-bert-vanilla").read_text())
     assert sorted(data["time"]) == ["fake-1.2-avx2", xeon]
     assert data["time"]["fake-1.2-avx2"] == before
+
+
+PROJECT = (
+    '[tool.perfsuite]\nbaselines = "baselines"\n'
+    + WIDGET
+    + '[tool.perfsuite.matrix]\nbuiltin = false\n[[tool.perfsuite.matrix.cases]]\nmodels = ["widget"]\n'
+    + 'strategies = ["vanilla", "grad_accum"]\n'
+)
+
+
+@pytest.mark.parametrize("form", ["--perfsuite-baselines={}", "--perfsuite-baselines {}", "--perfsuite-project {}"])
+def test_a_project_is_found_from_the_working_directory_whatever_the_options_point_at(
+    pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, form: str
+) -> None:
+    """A baselines directory outside the repository, given either way, moves pytest's rootdir (an
+    option's value it cannot tell from a path to test); the project is still the one around the
+    working directory, or the one ``--perfsuite-project`` names, and the session's first line says
+    which, with its case count: never perfsuite's built-in matrix in its place."""
+    project = pytester.mkdir("repo")
+    (project / "pyproject.toml").write_text(PROJECT)
+    (project / "test_matrix.py").write_text(MATRIX_TEST)
+    elsewhere = tmp_path_factory.mktemp("shared-baselines")
+    if form.startswith("--perfsuite-project"):
+        args = ["--perfsuite-project", str(project), str(project / "test_matrix.py")]  # run from outside it
+        expected_root = project / "baselines"
+    else:
+        monkeypatch.chdir(project)  # pytest run in the repository, as its README says
+        args = form.format(elsewhere).split(" ")
+        expected_root = elsewhere
+    result = pytester.runpytest_subprocess(*args, "--collect-only", "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    assert "<Function test_case_matches_baseline[widget-vanilla]>" in result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            f"perfsuite: project {project / 'pyproject.toml'}: 2 matrix cases (1 declared entry); "
+            f"baselines {expected_root}",
+            "*2 tests collected*",
+        ]
+    )

@@ -54,6 +54,20 @@ def test_failed_cases_show_status_and_reason() -> None:
     assert "tiny-bert-zero3_offload: failed: timed out after 5 s" in text
 
 
+def test_a_model_without_tokens_shows_no_token_columns() -> None:
+    """An image model's batches hold no sequences: its table has no tokens/s or padding columns; a
+    sequence model's beside it keeps them."""
+    images: dict[str, Any] = {"tokens_per_s": {"real": 0.0, "padded": 0.0}, "padding_fraction": 0.0, "model": "convnet"}
+    out = io.StringIO()
+    render([_case("vanilla", 0.2, 2**21, **images), _case("vanilla", 0.2, 2**21)], Console(file=out, width=200))
+    convnet, bert = out.getvalue().split("tiny-bert")
+    assert "samples/s" in convnet
+    assert "tokens/s" not in convnet
+    assert "pad %" not in convnet
+    assert "tokens/s" in bert
+    assert "pad %" in bert
+
+
 def test_each_engine_has_its_own_table_against_its_own_vanilla() -> None:
     tables = summary_rows(
         [

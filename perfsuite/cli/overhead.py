@@ -42,7 +42,7 @@ def add_parser(sub: Any) -> None:
         "--rounds", type=at_least(0), default=6, help="rounds of separate workers per case (default 6; 0: pairs only)"
     )
     overhead.add_argument(
-        "--threads", type=at_least(1), help="torch intra-op threads (default: torch's, as perfsuite run)"
+        "--threads", type=at_least(1), help="torch intra-op threads (default: torch's)"
     )
     overhead.add_argument("--steps", type=at_least(1), help="timed steps per run (default 12 on CPU, 20 on GPU)")
     overhead.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")

@@ -187,6 +187,10 @@ def _finish(
             startup += f", later workers median {1e3 * statistics.median(startups[1:]):.0f} ms"
     ok = len(finished) - failed - skipped
     print(f"{len(finished)} cases: {ok} ok, {skipped} skipped, {failed} failed in {wall:.0f} s{startup}")
+    threads = sorted({r["threads"] for r in finished if r.get("threads")})
+    if threads:
+        tier = " (as the CPU tier's gate times them)" if device_type == "cpu" and threads == [1] else ""
+        print(f"timed on {'/'.join(map(str, threads))} torch thread(s) per case{tier}; --threads N for another count")
     spent = wall_time_line(finished)
     if spent is not None:
         print(spent)

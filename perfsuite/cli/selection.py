@@ -73,7 +73,8 @@ def add_selection(parser: Any) -> None:
     parser.add_argument(
         "--threads",
         type=at_least(1),
-        help="torch intra-op threads per case (default: torch's; the CPU test tier uses 1)",
+        help="torch intra-op threads per case (default: on a CPU 1, as the CPU tier's gate times its cases; "
+        "on a GPU torch's)",
     )
     parser.add_argument(
         "--world-size",
@@ -152,8 +153,10 @@ def scope_of(args: argparse.Namespace) -> str | None:
 def _specs(
     args: argparse.Namespace, selection: list[tuple[str, str, str, int]], device_type: str, defaults: Any
 ) -> list[Any]:
-    from perfsuite.core.spec import CaseSpec, dropout_for
+    from perfsuite.core.spec import TIER_THREADS, CaseSpec, dropout_for
 
+    # A CPU case times as the gate times it (one thread), so that the table's figures are the gate's.
+    threads = args.threads if args.threads is not None else TIER_THREADS if device_type == "cpu" else None
     return [
         CaseSpec(
             model=model,
@@ -168,7 +171,7 @@ def _specs(
             dataset=args.dataset,
             tokenizer=args.tokenizer,
             profile=args.profile,
-            threads=args.threads,
+            threads=threads,
             engine=engine,
             world_size=world_size,
             dropout=dropout_for(world_size),

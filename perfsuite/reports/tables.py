@@ -119,30 +119,28 @@ def render(cases: Sequence[Mapping[str, Any]], console: Console | None = None) -
     notes: list[str] = []
     for model, rows in summary_rows(cases).items():
         show_mfu = any(r["mfu"] is not None for r in rows)
+        # A model whose batches hold no sequences (an image model's) has no tokens to count.
+        show_tokens = any(r["tokens_per_s"] for r in rows) or not any(r["status"] == "ok" for r in rows)
         table = Table(title=model, title_justify="left", header_style="bold")
+        token_columns = ("tokens/s", "pad %") if show_tokens else ()
         for column in (
-            "strategy",
-            "status",
-            "step ms",
-            "samples/s",
-            "tokens/s",
-            "pad %",
-            "peak MiB",
-            "optim MiB",
-            "activ MiB",
-            "final loss",
-            "time %",
-            "memory %",
-        ) + (("MFU",) if show_mfu else ()):
+            ("strategy", "status", "step ms", "samples/s")
+            + token_columns
+            + ("peak MiB", "optim MiB", "activ MiB", "final loss", "time %", "memory %")
+            + (("MFU",) if show_mfu else ())
+        ):
             table.add_column(column, justify="left" if column in ("strategy", "status") else "right")
         for r in rows:
+            tokens = [
+                _num(r["tokens_per_s"], ",.0f"),
+                _num(r["padding_fraction"] and 100 * r["padding_fraction"], ".0f"),
+            ]
             cells = [
                 r["strategy"],
                 r["status"],
                 _num(r["step_time_s"] and r["step_time_s"] * 1e3, ",.1f"),
                 _num(r["samples_per_s"], ",.1f"),
-                _num(r["tokens_per_s"], ",.0f"),
-                _num(r["padding_fraction"] and 100 * r["padding_fraction"], ".0f"),
+                *(tokens if show_tokens else []),
                 _mib(r["peak_memory_bytes"]),
                 _mib(r["optimizer_state_bytes"]),
                 _mib(r["activation_bytes"]),

@@ -52,11 +52,21 @@ from perfsuite.session.staging import RefreshStager
 
 
 def project_file(config: pytest.Config) -> Path:
-    """The project's ``pyproject.toml``: pytest's own config file if it is one, else the nearest
-    one at or above the rootdir (a ``pyproject.toml`` without a pytest table is not pytest's)."""
+    """The project's ``pyproject.toml``: ``--perfsuite-project``'s; else pytest's own config file if it is
+    one; else the nearest one at or above the working directory (an option's value such as
+    ``--perfsuite-baselines /elsewhere`` can move pytest's rootdir away from the project), then at or
+    above the rootdir (a ``pyproject.toml`` without a pytest table is not pytest's)."""
+    here = config.invocation_params.dir
+    chosen: str | None = config.getoption("perfsuite_project")
+    if chosen:
+        path: Path = here / chosen
+        path = path / "pyproject.toml" if path.is_dir() else path
+        if not path.is_file():
+            raise pytest.UsageError(f"--perfsuite-project {chosen}: no pyproject.toml there")
+        return path.resolve()
     if config.inipath is not None and config.inipath.name == "pyproject.toml":
         return config.inipath
-    return find_pyproject(config.rootpath) or config.rootpath / "pyproject.toml"
+    return find_pyproject(here) or find_pyproject(config.rootpath) or config.rootpath / "pyproject.toml"
 
 
 def load_settings(path: Path) -> dict[str, Any]:
@@ -82,7 +92,10 @@ class PerfsuiteSession:
             load_declaration(self.pyproject, self.settings)
         except DeclarationError as exc:
             raise pytest.UsageError(str(exc)) from None
-        self.root = project_baselines_dir(self.pyproject.parent, self.settings, config.getoption("perfsuite_baselines"))
+        chosen = config.getoption("perfsuite_baselines")
+        self.root = project_baselines_dir(
+            self.pyproject.parent, self.settings, (config.invocation_params.dir / chosen).resolve() if chosen else None
+        )
         self.missing: str = config.getoption("perfsuite_missing")
         self.time_mode: str = config.getoption("perfsuite_time")
         self.fail_uncompared: bool = config.getoption("perfsuite_uncompared_time") == "fail"
@@ -118,6 +131,22 @@ class PerfsuiteSession:
         """What stopped the session from outside; ``None`` until the cases start, and while nothing did."""
         self._signals = contextlib.ExitStack()
 
+    def header(self) -> str:
+        """The session's first line: which project it gates, with how many cases, against which baselines."""
+        from perfsuite.core import registry
+
+        declared = registry.describe()
+        cases = registry.matrix_cases()
+        own = len(declared["entries"])
+        entries = f"{own} declared entr{'y' if own == 1 else 'ies'}"
+        matrix = f"perfsuite's built-in matrix and {entries}" if declared["builtin_matrix"] else entries
+        where = (
+            self.pyproject
+            if self.pyproject.is_file()
+            else f"none found (no pyproject.toml at or above {self.config.invocation_params.dir})"
+        )
+        return f"perfsuite: project {where}: {len(cases)} matrix cases ({matrix}); baselines {self.root}"
+
     # -- running -------------------------------------------------------------------------
 
     def records(self, spec: CaseSpec, count: int = 1) -> list[dict[str, Any]]:
@@ -146,6 +175,13 @@ class PerfsuiteSession:
         unique = list(dict.fromkeys(specs))
         if self.refresh or len(unique) < MIN_CASES:
             return
+        drifting = [
+            spec
+            for spec in unique
+            if resolve_tolerance(self.settings, hardware="cpu", case_id=spec.id, precision="fp32").time_drift_limit > 0
+        ]
+        if not drifting:
+            return  # no case is gated against the drift (time_drift_limit 0): each runs in its test
         progress(f"perfsuite: running {len(unique)} CPU case(s) first; their median change is the session's drift")
         self.runs.run_each_once(unique, progress)
         self.drifts.measured = [(spec, self.runs.get(spec)[0]) for spec in unique]

@@ -32,6 +32,14 @@ class Built:
     model_config: dict[str, Any]
     initial_weights: str
     """The digest of the weights as built, before any strategy touched them (:mod:`perfsuite.worker.weights`)."""
+    sequences: bool = True
+    """Whether a batch is made of sequences, whose positions a step that returns a bare loss counts as
+    its tokens (a project's batch maker that takes no ``seq_len``, an image model's, makes none)."""
+
+    @property
+    def token_positions(self) -> int:
+        """The token positions of a step's batch (0 where it holds no sequences)."""
+        return self.batch_size * self.seq_len if self.sequences else 0
 
 
 def check_runnable(spec: CaseSpec, device: Device | None = None) -> None:
@@ -208,4 +216,5 @@ def _build_project_case(spec: CaseSpec, device: Device, *, batch_size: int, seq_
         num_parameters=num_parameters,
         model_config={"factory": model_spec.factory, "factory_args": dict(model_spec.factory_args)},
         initial_weights=initial_weights,
+        sequences=project.takes_seq_len(model_spec),
     )

@@ -125,6 +125,13 @@ def batch_maker(spec: ModelSpec, *, batch_size: int, seq_len: int, seed: int) ->
     return checked
 
 
+def takes_seq_len(spec: ModelSpec) -> bool:
+    """Whether the project's batch maker takes a ``seq_len`` (makes sequences, whose positions are tokens)."""
+    assert spec.batch is not None
+    make = load(spec.batch, spec.root, f"{spec.declared_at}.batch", BATCH)
+    return "seq_len" in _taken(make, BATCH_ARGUMENTS)
+
+
 def _taken(fn: Any, names: tuple[str, ...]) -> tuple[str, ...]:
     """Which of ``names`` ``fn`` takes by keyword (all of them where it takes ``**kwargs`` or shows no signature)."""
     try:
@@ -163,10 +170,11 @@ def engine_class(spec: EngineSpec) -> type:
     missing = [name for name in ("step", "evidence", "close") if not callable(getattr(found, name, None))]
     if missing:
         raise DeclarationError(f"{where}: {spec.engine_class} has no {', '.join(missing)}; expected {ENGINE}")
+    step = getattr(found, "step")  # noqa: B009 - any class that has one, not only an Engine
     try:
-        inspect.signature(found.step).bind(None)  # an unbound method: ``self`` alone
+        inspect.signature(step).bind(None)  # an unbound method: ``self`` alone
     except TypeError as exc:
-        signature = f"step{inspect.signature(found.step)}"
+        signature = f"step{inspect.signature(step)}"
         raise DeclarationError(
             f"{where}: {spec.engine_class}.{signature} cannot be called as step(): {exc}; perfsuite calls step() "
             f"with no argument (a step takes its batches from self.case.batch(step, batch_size)); expected {ENGINE}"

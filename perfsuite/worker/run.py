@@ -78,7 +78,7 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
     device = built.device
     where = f"{spec.engine_spec.declared_at}.class" if spec.engine_spec is not None else spec.engine
     # A step that returns a bare loss counts every position of its batch as a real token.
-    engine = Driven(built.engine, device_type=device.type, tokens=built.batch_size * built.seq_len, where=where)
+    engine = Driven(built.engine, device_type=device.type, tokens=built.token_positions, where=where)
     out = Timed()
     # Host seconds per phase, each read after waiting for the device (only ever after the
     # timed steps' timer has been read: nothing of this runs while steps are timed).
