@@ -2,8 +2,9 @@
 
 Writes the ``[tool.perfsuite]`` section of ``pyproject.toml`` (live settings plus a
 commented example of a model, a recipe and the matrix), the matrix test, the
-workflows (CPU tier on every push, GPU tier nightly, baseline refresh as a pull request, and
-the upgrade verdict on a pull request that bumps a pin, with its comment and GPU variant),
+workflows (CPU tier on every push, GPU tier nightly, baseline refresh as a pull request, the
+upgrade verdict on a pull request that bumps a pin, with its comment and GPU variant, and the
+side-by-side verdict on a pull request that changes the project's own code),
 ``baselines/`` and a README section; with ``example``, a model and a training step
 of the project's own to start from (``perfsuite_example/``) and their declarations. Nothing
 that exists is overwritten without ``force``; a section is appended to an existing
@@ -33,6 +34,7 @@ _FILES = {
     ".github/workflows/perfsuite-upgrade.yml": "perfsuite-upgrade.yml",
     ".github/workflows/perfsuite-upgrade-comment.yml": "perfsuite-upgrade-comment.yml",
     ".github/workflows/perfsuite-upgrade-gpu.yml": "perfsuite-upgrade-gpu.yml",
+    ".github/workflows/perfsuite-pr.yml": "perfsuite-pr.yml",
     "baselines/README.md": "baselines-README.md",
 }
 """Files written whole: destination → template."""

@@ -25,6 +25,7 @@ WRITTEN = [
     ".github/workflows/perfsuite-upgrade.yml",
     ".github/workflows/perfsuite-upgrade-comment.yml",
     ".github/workflows/perfsuite-upgrade-gpu.yml",
+    ".github/workflows/perfsuite-pr.yml",
     "baselines/README.md",
     "README.md",
 ]

@@ -95,6 +95,8 @@ class AbRun:
     """Its lanes (``--jobs``; :mod:`perfsuite.ab.lanes`): one by default."""
     lanes: list[Lane] = dataclasses.field(default_factory=list)
     """Each lane's servers, ``sides`` the first's; empty: ``sides`` alone."""
+    code: tuple[str, str] | None = None
+    """Comparing the project's own code at two commits (:mod:`perfsuite.ab.own`): each side's tree."""
 
     @classmethod
     def start(cls, args: argparse.Namespace, specs: list[CaseSpec], say: Callable[[str], None]) -> AbRun:
@@ -102,9 +104,13 @@ class AbRun:
         preload_for(specs)  # both sides' forkservers import what the cases need
         plan = plan_for(specs, args.device_type, args.mode, getattr(args, "jobs", 1))
         try:
-            for name in ("base", "candidate"):
-                say(f"perfsuite: setting up {name} ({getattr(args, name)})")
-                side = Side(name, make_env(getattr(args, name), name=name), cores=plan.slots[0].cores)
+            trees = getattr(args, "trees", None)  # the project's own code at two commits (perfsuite.ab.own)
+            for index, name in enumerate(("base", "candidate")):
+                env = make_env(getattr(args, name), name=name)
+                if trees is not None:
+                    env = trees[index].env(env)
+                say(f"perfsuite: setting up {name} ({env.label})")
+                side = Side(name, env, cores=plan.slots[0].cores)
                 sides.append(side)
                 side.check_pins()
             lanes = open_lanes(plan, (sides[0], sides[1]))
@@ -115,7 +121,10 @@ class AbRun:
                 raise
             raise Failed(str(exc)) from None
         schedule = schedule_for(len(specs), floor=args.floor, alpha=args.alpha, first=args.pairs, cap=args.max_pairs)
-        run = cls((sides[0], sides[1]), specs, schedule, say, args.device_type, args.mode, args.alpha, plan, lanes)
+        code = (trees[0].label, trees[1].label) if trees is not None else None
+        run = cls(
+            (sides[0], sides[1]), specs, schedule, say, args.device_type, args.mode, args.alpha, plan, lanes, code
+        )
         for line in run.version_lines():
             say(line)
         if described := plan.describe():
@@ -133,7 +142,13 @@ class AbRun:
         from perfsuite.reports.ab import differing
 
         a, b = self.sides
+        code = [f"perfsuite: the project's code: {self.code[0]} → {self.code[1]}"] if self.code else []
+        for side in self.sides if self.code else ():
+            files = (side.probe.get("project") or {}).get("code") or {}
+            code.append(f"  {side.name} imports {', '.join(str(f) for f in files.values()) or 'none of it'}")
         differ = differing(a.versions(), b.versions())
+        if code:
+            return [*code, f"perfsuite: base → candidate: {', '.join(differ) or 'the same versions'}"]
         if differ:
             return [f"perfsuite: base → candidate: {', '.join(differ)}"]
         if a.env.label == b.env.label:
@@ -188,8 +203,13 @@ class AbRun:
             "schedule": dataclasses.asdict(self.schedule),
             "alpha": self.alpha,
             "sides": {
-                side.name: {"env": side.env.label, "overlay": list(side.env.moved), "probe": side.probe}
-                for side in self.sides
+                side.name: {
+                    "env": side.env.label,
+                    "overlay": list(side.env.moved),
+                    "probe": side.probe,
+                    "code": self.code[i] if self.code else None,
+                }
+                for i, side in enumerate(self.sides)
             },
             "cases": [r.as_json() for r in results],
             "interrupted": sum(r.interrupted for r in results),

@@ -48,6 +48,9 @@ class Env:
     """The requirements asked for (an overlay), checked against what the side's workers import."""
     moved: tuple[str, ...] = field(default=(), compare=False)
     """``name==version`` of everything the overlay holds (the asked-for pins and what moved with them)."""
+    cwd: str | None = None
+    """Where its server runs: the project whose declarations it reads (a tree of the team's code at a
+    commit, :mod:`perfsuite.ab.own`); ``None``: this process's working directory."""
 
 
 def split_spec(text: str) -> list[str]:

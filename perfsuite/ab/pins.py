@@ -29,6 +29,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from perfsuite.ab import commits
 from perfsuite.ab.envs import NOT_RESOLVED
 from perfsuite.ab.pinfiles import Pin, PinError, file_pins
 
@@ -143,38 +144,17 @@ def is_pin_file(path: str, extra: Iterable[str] = ()) -> bool:
 def split_range(text: str) -> tuple[str, str, bool]:
     """``BASE..HEAD`` → (BASE, HEAD, False); ``BASE...HEAD`` → from their merge base (True);
     ``BASE`` alone → BASE..HEAD."""
-    base, dots, head = re.split(r"(\.\.\.?)", text, maxsplit=1) if ".." in text else (text, "..", "HEAD")
-    base, head = base.strip() or "HEAD", head.strip() or "HEAD"
-    for ref in (base, head):
-        if ref.startswith("-") or any(c.isspace() for c in ref):
-            raise PinError(
-                f"--pins {text!r}: {ref!r} is not a git revision; give BASE..HEAD (main..HEAD, HEAD^1..HEAD)"
-            )
-    return base, head, dots == "..."
+    try:
+        return commits.split_range(text, "--pins")
+    except commits.GitError as exc:
+        raise PinError(str(exc)) from None
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(  # noqa: S603 - git, with refs checked by split_range
-            ["git", "-C", str(repo), *args], capture_output=True, text=True, check=False, timeout=60
-        )
-    except FileNotFoundError:
-        raise PinError("--pins reads the commits with git, which is not installed") from None
-    except subprocess.TimeoutExpired:
-        raise PinError(f"--pins: git {args[0]} did not answer within 60 s") from None
-
-
-def _commit(repo: Path, ref: str, spec: str) -> str:
-    done = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
-    if done.returncode != 0:
-        raise PinError(
-            f"--pins {spec}: {ref!r} is not a commit of this repository (in a shallow clone, fetch more history)"
-        )
-    return done.stdout.strip()
-
-
-def _short(repo: Path, commit: str) -> str:
-    return _git(repo, "rev-parse", "--short", commit).stdout.strip() or commit[:12]
+        return commits.git(repo, *args, what="--pins")
+    except commits.GitError as exc:
+        raise PinError(str(exc)) from None
 
 
 def _show(repo: Path, commit: str, path: str) -> str | None:
@@ -238,18 +218,14 @@ def upgrade(spec: str, repo: Path | None = None, extra_files: Iterable[str] = ()
     """What ``--pins spec`` compares in the git repository around ``repo`` (the working directory)."""
     repo = repo or Path.cwd()
     base_ref, head_ref, from_merge_base = split_range(spec)
-    found = _git(repo, "rev-parse", "--git-dir")
-    if found.returncode != 0:
-        why = found.stderr.strip().splitlines()[:1]
-        if why and "not a git repository" not in why[0]:  # dubious ownership, say
-            raise PinError(f"--pins {spec}: git cannot read {repo}: {why[0]}")
-        raise PinError(f"--pins {spec}: {repo} is not in a git repository")
-    base, head = _commit(repo, base_ref, spec), _commit(repo, head_ref, spec)
-    if from_merge_base:
-        done = _git(repo, "merge-base", base, head)
-        if done.returncode != 0:
-            raise PinError(f"--pins {spec}: no merge base (in a shallow clone, fetch more history)")
-        base = done.stdout.strip()
+    what = f"--pins {spec}"
+    try:
+        commits.check_repository(repo, what)
+        base, head = commits.commit(repo, base_ref, what), commits.commit(repo, head_ref, what)
+        if from_merge_base:
+            base = commits.merge_base(repo, base, head, what)
+    except commits.GitError as exc:
+        raise PinError(str(exc)) from None
     extra = tuple(extra_files)
     diff = _git(repo, "diff", "--name-only", "--no-renames", "-z", base, head, "--")
     if diff.returncode != 0:
@@ -268,6 +244,8 @@ def upgrade(spec: str, repo: Path | None = None, extra_files: Iterable[str] = ()
         try:
             sides.append([pin for path in files for pin in file_pins(path, read)])
         except PinError as exc:
-            raise PinError(f"--pins {spec}: at {_short(repo, commit)}, {exc}") from None
+            raise PinError(f"--pins {spec}: at {commits.short(repo, commit)}, {exc}") from None
     changes, skipped = compare(*sides)
-    return Upgrade(base_ref, head_ref, _short(repo, base), _short(repo, head), files, tuple(changes), tuple(skipped))
+    return Upgrade(
+        base_ref, head_ref, commits.short(repo, base), commits.short(repo, head), files, tuple(changes), tuple(skipped)
+    )

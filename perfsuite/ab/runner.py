@@ -13,7 +13,7 @@ from typing import Any
 
 from perfsuite.ab.bisect import Found, Judgement, Step, search
 from perfsuite.ab.compare import schedule_for
-from perfsuite.ab.envs import EnvError, make_env
+from perfsuite.ab.envs import Env, EnvError, make_env
 from perfsuite.ab.rounds import CaseResult, compare_case
 from perfsuite.ab.sides import Side
 from perfsuite.core.baselines import write_json_atomic
@@ -76,7 +76,20 @@ class Bisection:
     args: argparse.Namespace
     spec: CaseSpec
     versions: list[str]
+    """The points searched, good end first: a package's releases, or the project's commits."""
     say: Callable[[str], None]
+    env_for: Callable[[str, str], Env] | None = None
+    """The environment of a point for a side named so; default: the package at that version, an
+    overlay over this environment. ``perfsuite bisect --own``: this environment in the commit's tree."""
+    what: str = ""
+    """What the points are, for the answer (default: the package's name)."""
+    describe: Callable[[str], str] = str
+    """A point as the answer names it (a commit: its hash, subject and pull request)."""
+
+    def _env(self, version: str, name: str) -> Env:
+        if self.env_for is not None:
+            return self.env_for(version, name)
+        return make_env(f"{self.args.package}=={version}", name=name)
 
     def _compare(self, good: Side, version: str) -> CaseResult:
         if self.args.metric == "time":
@@ -86,7 +99,7 @@ class Bisection:
         else:  # memory and loss are deterministic on one stack: one pair says it
             schedule = schedule_for(1, floor=self.args.floor, alpha=self.args.alpha, first=1, cap=1)
         try:
-            side = Side(version, make_env(f"{self.args.package}=={version}", name="candidate"))
+            side = Side(version, self._env(version, "candidate"))
         except EnvError as exc:
             return CaseResult(case=self.spec.id, error=str(exc))
         try:
@@ -105,10 +118,10 @@ class Bisection:
             side.close()
 
     def run(self) -> int:
-        package, metric = self.args.package, self.args.metric
+        package, metric = self.what or self.args.package, self.args.metric
         preload_for([self.spec])
         try:
-            good = Side("good", make_env(f"{package}=={self.versions[0]}", name="good"))
+            good = Side("good", self._env(self.versions[0], "good"))
             good.check_pins()
         except EnvError as exc:
             self.say(f"perfsuite: cannot test the good end {self.versions[0]}: {exc}")
@@ -140,12 +153,12 @@ class Bisection:
         self._write(found, ends)
         if found.first_bad is not None:
             self.say(
-                f"perfsuite: the first bad {package} is {found.first_bad} (last good {found.last_good}) "
-                f"for {self.spec.id}'s {metric}"
+                f"perfsuite: the first bad {package} is {self.describe(found.first_bad)} "
+                f"(last good {self.describe(found.last_good)}) for {self.spec.id}'s {metric}"
             )
             return 0
         self.say(
-            f"perfsuite: the first bad {package} is one of {', '.join(found.candidates)}; "
+            f"perfsuite: the first bad {package} is one of {', '.join(map(self.describe, found.candidates))}; "
             "the others in between could not be tested"
         )
         return 1
@@ -159,6 +172,8 @@ class Bisection:
             {
                 "kind": "perfsuite-bisect",
                 "package": self.args.package,
+                "what": self.what or self.args.package,
+                "first_bad_described": self.describe(found.first_bad) if found and found.first_bad else None,
                 "case": self.spec.id,
                 "metric": self.args.metric,
                 "versions": self.versions,

@@ -69,6 +69,7 @@ class Side:
                 stderr=subprocess.DEVNULL,
                 text=True,
                 env=environ,
+                cwd=env.cwd,
             )
         names = [Requirement(pin).name for pin in env.pins]
         try:

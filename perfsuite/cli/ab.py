@@ -8,6 +8,7 @@ Exit codes: 0 nothing regressed, 1 a case regressed (slower, more memory, or ano
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import time
 from pathlib import Path
@@ -49,6 +50,20 @@ def add_parser(sub: Any) -> None:
         metavar="GLOBS",
         help="with --pins: more files to read as requirements files, comma-separated globs as GitHub's paths "
         "filters write them (.github/gpu-pinned.txt, 'constraints/**')",
+    )
+    ab.add_argument(
+        "--base-ref",
+        metavar="REF",
+        help="compare the project's own code (its models, batch makers, steps and declarations) at commit REF, "
+        "as the base, with the working tree as it is, as the candidate: each side's server runs in its own copy "
+        "of the project and imports the project's modules from it first (with --base/--candidate: in those "
+        "environments; default: this one)",
+    )
+    ab.add_argument(
+        "--own",
+        metavar="BASE..HEAD",
+        help="the same as --base-ref with both sides commits: BASE's code as the base, HEAD's as the candidate "
+        "(BASE...HEAD: from their merge base)",
     )
     ab.add_argument(
         "--show-sides",
@@ -113,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         upgrade = _sides(args)
+        own = _own_refs(args)  # the project's own code at two commits: revisions checked before anything runs
         for name in ("base", "candidate"):
             parse_env(getattr(args, name), name=name)  # bad input: before anything is installed
         if args.threads is None:
@@ -145,7 +161,16 @@ def run(args: argparse.Namespace) -> int:
         specs = [dataclasses.replace(spec, profile=True) for spec in specs]
         say("perfsuite: --no-profile: a CPU's peak memory comes from the profile step; each case's first pair runs it")
     started = time.monotonic()
-    with terminate_as_interrupt():
+    with terminate_as_interrupt(), contextlib.ExitStack() as stack:
+        args.trees = None
+        if own is not None:
+            from perfsuite.ab.own import trees
+
+            try:
+                args.trees = stack.enter_context(trees(own[1], own[0]))
+            except ValueError as exc:  # GitError: a tree git could not write out
+                say(f"perfsuite: cannot test: {exc}")
+                return EXIT_CANNOT_TEST
         try:
             ab_run = AbRun.start(args, specs, say)
         except Failed as exc:
@@ -166,12 +191,21 @@ def run(args: argparse.Namespace) -> int:
 
 def _sides(args: argparse.Namespace) -> Upgrade | None:
     """With ``--pins``: the :class:`perfsuite.ab.pins.Upgrade` it reads, its sides set as ``--base`` and
-    ``--candidate``; else ``None``, both of those given. A ``ValueError`` or ``PinError`` says what is wrong."""
+    ``--candidate``; else ``None``, both of those given (or, comparing the project's own code with
+    ``--base-ref`` or ``--own``, this environment where not). A ``ValueError`` or ``PinError`` says what is wrong."""
     args.upgrade = None
+    own = [flag for flag, value in (("--base-ref", args.base_ref), ("--own", args.own)) if value]
+    if len(own) > 1 or (own and args.pins):
+        raise ValueError(f"give one of --pins, --base-ref and --own, not {' and '.join([*own, '--pins'][:2])}")
+    if own:
+        args.base = args.base or "current"
+        args.candidate = args.candidate or "current"
     if args.pins is None:
         missing = [f"--{name}" for name in ("base", "candidate") if getattr(args, name) is None]
         if missing:
-            raise ValueError(f"the following arguments are required: {', '.join(missing)} (or --pins BASE..HEAD)")
+            raise ValueError(
+                f"the following arguments are required: {', '.join(missing)} (or --pins BASE..HEAD, --base-ref REF)"
+            )
         if args.pin_files:
             raise ValueError("--pin-files goes with --pins")
         return None
@@ -183,6 +217,27 @@ def _sides(args: argparse.Namespace) -> Upgrade | None:
     found = upgrade(args.pins, extra_files=args.pin_files or ()).installed_only(installed())
     args.upgrade, args.base, args.candidate = found, found.base, found.candidate
     return found
+
+
+def _own_refs(args: argparse.Namespace) -> tuple[str, list[str | None]] | None:
+    """The option and the two revisions of the project's own code a comparison runs, each checked to
+    name a commit (``None``: the working tree), or ``None`` when it compares environments only. A
+    ``ValueError`` (:class:`~perfsuite.ab.commits.GitError`) says what git cannot read."""
+    from perfsuite.ab import commits
+    from perfsuite.ab.own import project_root
+
+    if not (args.base_ref or args.own):
+        return None
+    option = "--base-ref" if args.base_ref else "--own"
+    top = commits.check_repository(project_root(), option)
+    if args.base_ref:
+        commits.commit(top, commits.check_revision(args.base_ref, option), option)
+        return option, [args.base_ref, None]
+    base, head, from_merge_base = commits.split_range(args.own, option)
+    shas = [commits.commit(top, ref, f"{option} {args.own}") for ref in (base, head)]
+    if from_merge_base:
+        base = commits.merge_base(top, shas[0], shas[1], f"{option} {args.own}")
+    return option, [base, head]
 
 
 def _note(args: argparse.Namespace, device_type: str, headline: str) -> Path:

@@ -52,6 +52,13 @@ def _source(module: str, path: Sequence[str]) -> Path | None:
     return Path(found.origin)
 
 
+def module_file(reference: str, root: str | None) -> str | None:
+    """The file the module of ``reference`` is imported from by a worker (``None``: not found), read
+    without importing it."""
+    found = _source(split_reference(reference)[0], import_path(root))
+    return None if found is None or found == Path() else str(found)
+
+
 def _binds(body: list[ast.stmt], name: str) -> bool | None:
     """Whether statements ``body`` bind ``name`` at their level (``None``: the source cannot tell: a
     star import, a module ``__getattr__``, or a binding under a condition that the import decides)."""

@@ -37,8 +37,11 @@ def _memory(case: Mapping[str, Any]) -> tuple[str, str]:
     for name in sorted(set(m["breakdown_a"]) | set(m["breakdown_b"])):
         a, b = m["breakdown_a"].get(name, 0), m["breakdown_b"].get(name, 0)
         if abs(b - a) > max(65536, 0.01 * max(a, 1)):
+            # Against a category of a few bytes a percentage says nothing: its bytes do.
             changes.append(
-                f"{name.replace('_', ' ')} {(b - a) / max(a, 1):+.0%}" if a else f"{name} +{b / 2**20:.1f} MiB"
+                f"{name.replace('_', ' ')} {(b - a) / max(a, 1):+.0%}"
+                if a >= 65536
+                else f"{name.replace('_', ' ')} {(b - a) / 2**20:+.1f} MiB"
             )
     return peak, ", ".join(changes) or "none"
 
@@ -73,8 +76,25 @@ def verdict_line(payload: Mapping[str, Any]) -> str:
     head = "REGRESSED" if counts["regressed"] else "no regression"
     parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     moved = ", ".join(differing(_versions(payload, "base"), _versions(payload, "candidate")))
+    code = [payload["sides"][name].get("code") for name in ("base", "candidate")]
+    changed = f"the project's code {code[0]} → {code[1]}; " if all(code) and code[0] != code[1] else ""
     stopped = f"; INTERRUPTED with {n} case(s) unfinished" if (n := payload.get("interrupted")) else ""
-    return f"{head}: {parts} (base → candidate: {moved or 'the same versions'}){stopped}"
+    return f"{head}: {parts} (base → candidate: {changed}{moved or 'the same versions'}){stopped}"
+
+
+def code_lines(payload: Mapping[str, Any]) -> list[str]:
+    """Where each side imported the project's own code from (comparing the project's code at two commits)."""
+    lines = []
+    for name, side in payload["sides"].items():
+        project = side["probe"].get("project") or {}
+        if side.get("code") and project.get("code"):
+            root = str(Path(project["pyproject"]).parent) if project.get("pyproject") else ""
+            files = ", ".join(
+                f"`{Path(f).relative_to(root) if root and f and f.startswith(root) else f}`"
+                for f in project["code"].values()
+            )
+            lines.append(f"- {name} imported {files} from `{root}`")
+    return lines
 
 
 def render_table(payload: Mapping[str, Any]) -> Any:
@@ -89,10 +109,11 @@ def render_table(payload: Mapping[str, Any]) -> Any:
     return table
 
 
-def marker(device_type: str) -> str:
+def marker(device_type: str, *, own: bool = False) -> str:
     """``summary.md``'s first line, hidden in a pull request's comment: a workflow that posts it finds
-    its own comment by this line and updates it (one per device)."""
-    return f"<!-- perfsuite-ab {device_type} -->"
+    its own comment by this line and updates it (one per device, and one for a comparison of the
+    project's own code beside one of its dependency pins)."""
+    return f"<!-- perfsuite-ab {'own ' if own else ''}{device_type} -->"
 
 
 NOTHING_COMPARED = "<!-- perfsuite-ab: nothing compared -->"
@@ -114,12 +135,14 @@ def _pins_lines(base: str | None, candidate: str | None, pins: Mapping[str, Any]
 def markdown(payload: Mapping[str, Any]) -> str:
     sides = payload["sides"]
     device_type = payload.get("device_type", "cpu")
+    own = any(side.get("code") for side in sides.values())
     lines = [
-        marker(device_type),
-        f"### perfsuite ab on {device_type}",
+        marker(device_type, own=own),
+        f"### perfsuite ab on {device_type}" + (": the project's own code" if own else ""),
         f"**{verdict_line(payload)}**",
         "",
         *_pins_lines(sides["base"]["env"], sides["candidate"]["env"], payload.get("pins")),
+        *code_lines(payload),
         "",
         _markdown_row(HEADERS),
         "|" + "---|" * len(HEADERS),

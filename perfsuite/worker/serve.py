@@ -30,6 +30,7 @@ import json
 import os
 import sys
 from importlib import metadata
+from pathlib import Path
 from typing import IO, Any
 
 from perfsuite.core.declaration import load_project
@@ -69,9 +70,25 @@ def _spec(fields: dict[str, Any]) -> CaseSpec:
     return CaseSpec(**{k: v for k, v in fields.items() if k in known})
 
 
+def project_code() -> dict[str, Any]:
+    """The project this side serves (the ``pyproject.toml`` around its working directory) and, per module
+    of the team's own code it declares, the file its workers import that module from."""
+    from perfsuite.core.declaration import find_pyproject
+    from perfsuite.core.engines import PROJECT_ENGINES
+    from perfsuite.core.models import MODELS
+    from perfsuite.core.project_code import module_file, split_reference
+
+    _load_project_once()
+    references = [(m.factory, m.root) for m in MODELS.values()] + [(m.batch, m.root) for m in MODELS.values()]
+    references += [(e.engine_class, e.root) for e in PROJECT_ENGINES.values()]
+    files = {split_reference(ref)[0]: module_file(ref, root) for ref, root in references if ref}
+    pyproject = find_pyproject(Path.cwd())  # the server's own working directory
+    return {"pyproject": None if pyproject is None else str(pyproject), "code": dict(sorted(files.items()))}
+
+
 def _answer(request: dict[str, Any]) -> dict[str, Any]:
     if request.get("op") == "probe":
-        return {"ok": True, "probe": probe(request.get("names", ()))}
+        return {"ok": True, "probe": {**probe(request.get("names", ())), "project": project_code()}}
     if request.get("op") == "reset":
         from perfsuite.worker.process import renew_forkserver, start_forkserver
 

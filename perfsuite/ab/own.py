@@ -1,0 +1,90 @@
+"""The team's own code at a commit, as a side of ``perfsuite ab --base-ref`` / ``--own`` and of
+``perfsuite bisect --own``.
+
+A project's model, batch maker and training step are its own code (``[tool.perfsuite]`` names
+them). To compare that code at two commits, each side's server runs in a tree of its own: the
+commit's files written out whole (:func:`perfsuite.ab.commits.write_tree`) into a temporary
+directory, or the working tree as it is. The server reads that tree's ``pyproject.toml`` (its
+declarations: a recipe's batch size changes with the commit too) and imports the project's
+modules from it first, ahead of an installed copy of the project, so each side trains its own
+commit's code in the same environment. The side's probe says which file each module imports
+from, so a reader sees that each side ran its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfsuite.ab import commits
+from perfsuite.ab.envs import Env
+from perfsuite.core.declaration import find_pyproject
+
+WORKING_TREE = "the working tree"
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A side's copy of the project: where its server runs and what it imports first."""
+
+    label: str
+    """``main (1a2b3c4 Add the head)`` or ``the working tree``."""
+    project: Path
+    """The directory of the tree's ``pyproject.toml`` (the server's working directory)."""
+    commit: commits.Commit | None = None
+    """The commit it holds (``None``: the working tree, uncommitted changes included)."""
+
+    def env(self, env: Env) -> Env:
+        """``env`` running in this tree: the project's root (and a ``src/`` layout's) first on the path."""
+        first = [str(self.project), *([str(self.project / "src")] if (self.project / "src").is_dir() else [])]
+        return dataclasses.replace(
+            env, label=f"{env.label}, {self.label}", path=(*first, *env.path), cwd=str(self.project)
+        )
+
+
+def project_root(start: Path | None = None) -> Path:
+    """The project around ``start`` (the working directory): its ``pyproject.toml``'s directory."""
+    found = find_pyproject(start or Path.cwd())
+    if found is None:
+        raise commits.GitError(f"no pyproject.toml at or above {start or Path.cwd()}: run this in the project")
+    return found.parent
+
+
+@contextmanager
+def trees(refs: list[str | None], what: str, start: Path | None = None) -> Iterator[list[Tree]]:
+    """One :class:`Tree` per revision in ``refs`` (``None``: the working tree), each commit written
+    into a temporary directory removed on exit."""
+    project = project_root(start)
+    top = commits.check_repository(project, what)
+    inside = project.resolve().relative_to(top.resolve())
+    scratch = Path(tempfile.mkdtemp(prefix="perfsuite-own-"))
+    try:
+        made = []
+        for ref in refs:
+            if ref is None:
+                head = commits.describe(top, commits.commit(top, "HEAD", what))
+                changed = commits.git(top, "status", "--porcelain", "--untracked-files=no", what=what).stdout.strip()
+                label = f"{WORKING_TREE} ({head.describe()}{', with uncommitted changes' if changed else ''})"
+                made.append(Tree(label, project))
+                continue
+            found = commits.describe(top, commits.commit(top, commits.check_revision(ref, what), what))
+            tree = at_commit(top, found, inside, scratch, what)
+            made.append(dataclasses.replace(tree, label=f"{ref} ({tree.label})"))
+        yield made
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def at_commit(top: Path, found: commits.Commit, inside: Path, scratch: Path, what: str) -> Tree:
+    """The tree of ``found`` (a commit of the repository at ``top``) under ``scratch``, its project at ``inside``."""
+    root = scratch / found.sha
+    if not root.is_dir():  # written once, whichever side asks first
+        commits.write_tree(top, found.sha, root, what)
+    if not (root / inside / "pyproject.toml").is_file():
+        raise commits.GitError(f"{what}: {found.short} has no {inside / 'pyproject.toml'}")
+    return Tree(found.describe(), root / inside, found)

@@ -1,0 +1,153 @@
+"""A team's own code compared with itself at another commit, side by side on this machine
+(``perfsuite ab --base-ref`` / ``--own``), and the commit that changed a case found
+(``perfsuite bisect --own``), in a repository of the team's own (tests/own_history.py).
+
+Each side's server runs in its own copy of the project and imports the team's modules from it: the
+probe's file paths show which. Memory changes are decided at the first pair, so the per-push tests
+compare one pair; nightly, a slower step is called *slower* and an unchanged commit *same*."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from own_history import CASE, KEPT, SLOWER, commit, git, repository
+
+from perfsuite.cli import main as cli
+from perfsuite.core import registry
+
+pytestmark = [pytest.mark.cpu, pytest.mark.slow]
+
+
+def main(argv: list[str]) -> int:
+    """``perfsuite`` as a command, the declarations it reads forgotten after it, as a process of its own would."""
+    saved = registry.snapshot()
+    try:
+        return cli(argv)
+    finally:
+        registry.restore(saved)
+
+
+ONE_CASE = ["--models", "convnet", "--strategies", "vanilla", "--engine", "conv_step", "--device", "cpu"]
+
+
+def _ab(tmp_path: Path, *args: str, pairs: int = 1) -> tuple[int, dict[str, Any]]:
+    out = tmp_path / f"ab-{len(list(tmp_path.glob('ab-*.json')))}.json"
+    fast = ["--pairs", str(pairs), "--max-pairs", str(pairs), "--steps", "4"] if pairs == 1 else []
+    code = main(["ab", *args, *ONE_CASE, *fast, "--stop-on-regression", "--json", str(out)])
+    return code, json.loads(out.read_text()) if out.exists() else {}
+
+
+def test_each_side_runs_its_own_commit_of_the_teams_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A commit that keeps a 4 MiB buffer in the step: against the commit before it the case regresses on
+    memory, each side having imported the team's modules from its own tree; the working tree against the
+    commit it is at regresses on nothing."""
+    root = repository(tmp_path / "repo")
+    first = commit(root, "Document the step", readme="The step is cross-entropy, clipped.")
+    kept = commit(root, "Keep a buffer for the probe (#7)", change=KEPT)
+    monkeypatch.chdir(root)
+    # The project installed too (an older copy on the path, as `pip install .` leaves one): each side's
+    # own tree comes first.
+    shutil.copytree(root / "convnet", tmp_path / "installed" / "convnet")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "installed"))
+
+    code, payload = _ab(tmp_path, "--own", f"{first}..{kept}")
+    assert code == 1, capsys.readouterr().err
+    (case,) = payload["cases"]
+    assert case["case"] == CASE
+    assert case["verdict"] == "regressed"
+    assert case["memory"]["b"] - case["memory"]["a"] == pytest.approx(4 * 2**20, rel=0.01)
+    assert case["loss"]["max_abs_diff"] == 0  # the same model, batches and step: only the buffer
+    files = {name: side["probe"]["project"]["code"] for name, side in payload["sides"].items()}
+    assert files["base"]["convnet.train"].endswith(f"{first}/convnet/train.py")
+    assert files["candidate"]["convnet.train"].endswith(f"{kept}/convnet/train.py")
+    assert payload["sides"]["candidate"]["code"].startswith(f"{kept} ({git(root, 'rev-parse', '--short', kept)} Keep")
+    err = capsys.readouterr().err
+    assert f"the project's code: {first} ({git(root, 'rev-parse', '--short', first)} Document the step)" in err
+    assert "Keep a buffer for the probe (#7)" in err
+
+    # The working tree at that commit, against it: nothing moved (its time, after one pair, undecided).
+    code, payload = _ab(tmp_path, "--base-ref", "HEAD")
+    assert code == 0, capsys.readouterr().err
+    (case,) = payload["cases"]
+    assert case["memory"]["a"] == case["memory"]["b"]
+    assert payload["sides"]["candidate"]["probe"]["project"]["code"]["convnet.train"] == str(
+        root / "convnet" / "train.py"
+    )
+    assert payload["sides"]["candidate"]["code"].startswith("the working tree (")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--base-ref", "no-such-branch"], "--base-ref: 'no-such-branch' is not a commit of this repository"),
+        (["--own=--output=x..HEAD"], "is not a git revision"),
+        (["--base-ref", "HEAD", "--own", "HEAD..HEAD"], "give one of --pins, --base-ref and --own"),
+        (["--base-ref", "HEAD", "--pins", "HEAD^1..HEAD"], "give one of --pins, --base-ref and --own"),
+    ],
+)
+def test_a_revision_git_cannot_read_is_one_line_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    root = repository(tmp_path / "repo")
+    monkeypatch.chdir(root)
+    assert main(["ab", *args, *ONE_CASE]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+    assert "setting up" not in err
+
+
+def test_bisect_own_names_the_commit_that_changed_the_case(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three commits after the good one: documentation, the buffer (#7), more documentation."""
+    root = repository(tmp_path / "repo")
+    good = git(root, "rev-parse", "HEAD")
+    commit(root, "Document the step", readme="The step is cross-entropy, clipped.")
+    kept = commit(root, "Keep a buffer for the probe (#7)", change=KEPT)
+    commit(root, "Document the buffer", readme="It keeps a buffer.")
+    monkeypatch.chdir(root)
+    out = tmp_path / "bisect.json"
+    code = main(
+        ["bisect", "--own", "--good", good, "--bad", "HEAD", "--case", CASE, "--metric", "memory"]
+        + ["--steps", "4", "--json", str(out)]
+    )
+    err = capsys.readouterr().err
+    assert code == 0, err
+    short = git(root, "rev-parse", "--short", kept)
+    assert f"perfsuite: the first bad commit is {short} Keep a buffer for the probe (#7)" in err
+    found = json.loads(out.read_text())
+    assert found["first_bad"] == short
+    assert found["first_bad_described"] == f"{short} Keep a buffer for the probe (#7)"
+    assert {step["judgement"] for step in found["steps"]} <= {"good", "bad"}
+
+
+@pytest.mark.nightly
+def test_a_slower_step_is_called_slower_and_an_unchanged_commit_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pull request's verdict: three matmuls a step for a diagnostic make both cases slower (their
+    memory and loss as before); a commit that changes only documentation is the same."""
+    root = repository(tmp_path / "repo")
+    docs = commit(root, "Document the step", readme="The step is cross-entropy, clipped.")
+    slower = commit(root, "Log a probe each step", change=SLOWER)
+    monkeypatch.chdir(root)
+    both = ["--models", "convnet", "--strategies", "vanilla,grad_accum", "--engine", "conv_step", "--device", "cpu"]
+    out = tmp_path / "slower.json"
+    code = main(["ab", "--own", f"{docs}..{slower}", *both, "--json", str(out)])
+    assert code == 1, capsys.readouterr().err
+    cases = json.loads(out.read_text())["cases"]
+    assert {c["case"]: c["time"]["verdict"] for c in cases} == {
+        CASE: "slower",
+        "convnet-grad_accum-conv_step": "slower",
+    }
+    assert all(c["memory"]["a"] == c["memory"]["b"] and c["loss"]["max_abs_diff"] == 0 for c in cases)
+    out = tmp_path / "same.json"
+    assert main(["ab", "--own", f"{docs}~1..{docs}", *both, "--json", str(out)]) == 0
+    assert {c["time"]["verdict"] for c in json.loads(out.read_text())["cases"]} == {"same"}
