@@ -69,7 +69,7 @@ def imported_at_start(spec: CaseSpec) -> dict[str, Any]:
     """Which optional packages the worker had before its case imported anything."""
     import sys
 
-    optional = ("bitsandbytes", "peft", "deepspeed", "transformers.trainer")
+    optional = ("bitsandbytes", "peft", "deepspeed", "transformers.trainer", "transformers.models.bert.modeling_bert")
     cpuinfo, ops = sys.modules.get("cpuinfo"), sys.modules.get("deepspeed.ops")
     asked = getattr(getattr(cpuinfo, "get_cpu_info", None), "cache_info", None)
     return {

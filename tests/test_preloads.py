@@ -79,7 +79,7 @@ def test_a_worker_starts_with_what_its_session_preloaded_from_a_forkserver_boote
 
     spec = _spec("zero2_offload")
     plain = run_isolated(spec, timeout_s=120, target=fault_cases.imported_at_start)
-    assert plain["imported"] == []
+    assert plain["imported"] == ["transformers.models.bert.modeling_bert"]  # every registered class, resolved
     assert preload_for([spec, _spec("adamw_8bit"), _spec("vanilla", "trainer")]) == (
         "bitsandbytes",
         "deepspeed",
@@ -95,7 +95,13 @@ def test_a_worker_starts_with_what_its_session_preloaded_from_a_forkserver_boote
     assert preloaded["worker_startup_s"] < boot_s / 4, (preloaded["worker_startup_s"], boot_s)
     assert start_forkserver() < boot_s / 4  # already running: nothing to import
     # The Trainer engine's module brings transformers.trainer with it (and its peft integration).
-    assert preloaded["imported"] == ["bitsandbytes", "deepspeed", "peft", "transformers.trainer"]
+    assert preloaded["imported"] == [
+        "bitsandbytes",
+        "deepspeed",
+        "peft",
+        "transformers.models.bert.modeling_bert",  # tiny-bert's class, resolved once
+        "transformers.trainer",
+    ]
     assert not plain["cpu_info_known"]
     assert not plain["ops_probed"]
     # What DeepSpeed asks about the machine was asked in the forkserver, once for every worker.
@@ -110,3 +116,38 @@ def test_a_worker_starts_with_what_its_session_preloaded_from_a_forkserver_boote
     assert walk["forkserver_tensors"] >= 2
     assert walk["listed"] < walk["all"] / 100
     assert walk["frozen_walk"] == walk["full_walk"]
+
+
+def test_a_session_of_a_projects_own_models_leaves_transformers_model_classes_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A forkserver boot resolves transformers' model classes (half of it on 2 cores) only where a case
+    of the session builds a transformers model: a project's own models (a factory) need none, and a
+    refresh boots a forkserver per repeat."""
+    import dataclasses
+    import os
+    from typing import Any, cast
+
+    from perfsuite.core.preloads import MODEL_CLASSES_ENV
+    from perfsuite.worker.process import renew_forkserver, run_isolated
+
+    @dataclasses.dataclass
+    class Own:  # a case of a project's own model, as preload_for reads it
+        strategy_spec: Any = dataclasses.field(default_factory=lambda: _spec("vanilla").strategy_spec)
+        engine: str = "acme_step"
+        model_spec: Any = dataclasses.field(default_factory=lambda: type("M", (), {"factory": "acme.models:build"}))
+
+    monkeypatch.setenv(MODEL_CLASSES_ENV, "")
+    preload_for(cast("list[CaseSpec]", [Own()]))
+    assert os.environ[MODEL_CLASSES_ENV] == "0"
+    preload_for(cast("list[CaseSpec]", [Own(), _spec("vanilla")]))
+    assert os.environ[MODEL_CLASSES_ENV] == "1"
+    monkeypatch.setenv(MODEL_CLASSES_ENV, "0")
+    renew_forkserver()
+    try:
+        started = run_isolated(_spec("vanilla"), timeout_s=120, target=fault_cases.imported_at_start)
+    finally:
+        monkeypatch.undo()
+        renew_forkserver()
+    assert started["status"] == "ok"
+    assert "transformers.models.bert.modeling_bert" not in started["imported"]

@@ -44,6 +44,7 @@ from perfsuite.core.baselines import write_json_atomic
 from perfsuite.core.cache import cache_root
 from perfsuite.core.hardware import time_class
 from perfsuite.core.preloads import ENV as PRELOAD_ENV
+from perfsuite.core.preloads import MODEL_CLASSES_ENV
 from perfsuite.core.provenance import LIBRARIES
 from perfsuite.core.spec import CaseSpec
 from perfsuite.worker.duet import CPUS, PEER, READY, STOP
@@ -60,6 +61,7 @@ _ENV_IGNORED = {
     # nothing a step computes.
     ENV,
     PRELOAD_ENV,
+    MODEL_CLASSES_ENV,
     CPUS,
     READY,
     PEER,

@@ -16,7 +16,7 @@ import importlib
 import os
 import warnings
 
-from perfsuite.core.preloads import CUDA_AT_IMPORT, ENV
+from perfsuite.core.preloads import CUDA_AT_IMPORT, ENV, MODEL_CLASSES_ENV
 from perfsuite.worker.capture import captured_output
 
 
@@ -55,8 +55,9 @@ with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
 
     perfsuite.worker.flop_cache.stack()  # the libraries' versions and perfsuite's source, read once
 
-    # transformers imports model code lazily; resolve every registered class now.
-    for _spec in MODELS.values():
+    # transformers imports model code lazily; resolve every registered class now, unless no case
+    # of the session builds a transformers model (perfsuite.core.preloads.MODEL_CLASSES_ENV).
+    for _spec in MODELS.values() if os.environ.get(MODEL_CLASSES_ENV) != "0" else ():
         for _name in (_spec.config_class, _spec.model_class):
             if _name:
                 getattr(transformers, _name)
