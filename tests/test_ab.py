@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,68 @@ def test_an_overlay_resolves_the_whole_installed_set() -> None:
     assert "transformers==4.57.6" in moved
     assert "huggingface-hub" in names
     assert "torch" not in names
+
+
+def test_an_old_deepspeed_that_adds_nvml_bindings_keeps_the_cpu_torch() -> None:
+    """DeepSpeed up to 0.15 requires nvidia-ml-py (NVML's Python bindings): the overlay adds it and
+    moves nothing of torch's, so it is no CUDA torch and the release can be tested."""
+    moved = resolve(parse_env("deepspeed==0.14.4", name="good"))  # type: ignore[arg-type]
+    assert "deepspeed==0.14.4" in moved
+    assert any(m.startswith("nvidia-ml-py==") for m in moved)
+    assert not any(m.startswith("torch==") for m in moved)
+
+
+@pytest.mark.parametrize(
+    ("dry_run", "refused"),
+    [
+        (["deepspeed==0.14.4", "nvidia-ml-py==13.615.71"], None),
+        (["torch==2.9.1+cu128", "nvidia-cublas-cu12==12.8.4.1", "triton==3.5.1"], "torch==2.9.1+cu128, nvidia-cublas"),
+        (["torch==2.12.0"], "would replace the installed torch (torch==2.12.0, ...); hold it with --with"),
+    ],
+)
+def test_a_cuda_torch_is_told_by_what_torch_would_become(
+    monkeypatch: pytest.MonkeyPatch, dry_run: list[str], refused: str | None
+) -> None:
+    import subprocess
+
+    from perfsuite.ab import envs
+
+    lines = "\n".join(f" + {m}" for m in dry_run)
+    done = subprocess.CompletedProcess([], 0, stdout="", stderr=f"Resolved 90 packages\n{lines}\n")
+    monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: done)
+    monkeypatch.setattr(envs, "installed", lambda: {"torch": "2.13.0+cpu", "deepspeed": "0.18.8"})
+    asked = parse_env("deepspeed==0.14.4", name="good")
+    assert isinstance(asked, list)
+    if refused is None:
+        assert resolve(asked) == sorted(dry_run)
+    else:
+        with pytest.raises(EnvError, match=re.escape(refused)):
+            resolve(asked)
+
+
+def test_with_holds_packages_on_every_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--with``: each side's pins resolve with the held requirements (the side's own pin of a package
+    wins over a held one), and a plain ``current`` side becomes an overlay of them alone."""
+    from perfsuite.ab import envs
+
+    asked: list[list[str]] = []
+
+    def overlay(requirements: list[Any], *, label: str) -> Env:
+        asked.append([str(r) for r in requirements])
+        return Env(label, "")
+
+    monkeypatch.setattr(envs, "overlay", overlay)
+    held = envs.parse_held("torch==2.13.0,numpy<2,deepspeed==0.18.8")
+    assert envs.make_env("deepspeed==0.14.4", name="good", held=held).label == (
+        "deepspeed==0.14.4 with torch==2.13.0, numpy<2, deepspeed==0.18.8"
+    )
+    assert envs.make_env("current", name="base", held=held[:2]).label == "current with torch==2.13.0, numpy<2"
+    assert asked == [["deepspeed==0.14.4", "torch==2.13.0", "numpy<2"], ["torch==2.13.0", "numpy<2"]]
+    assert envs.make_env("current", name="base") == Env(label="current", python=sys.executable)
+    with pytest.raises(EnvError, match="--with 'current': give requirements"):
+        envs.parse_held("current")
+    with pytest.raises(EnvError, match="--with 'nothing': neither"):
+        envs.parse_held("nothing")
 
 
 def test_a_spec_that_conflicts_with_the_installed_stack_is_a_clear_error() -> None:
@@ -259,3 +322,26 @@ def test_a_cpu_adam_build_per_deepspeed_and_torch_version_and_install() -> None:
     assert extensions_dir(libraries("venv-b")) != here
     assert extensions_dir(libraries("venv-a", deepspeed="0.18.0")) != here
     assert "deepspeed0.19.8-torch2.13.0+cpu-" in here
+
+
+@pytest.mark.nightly
+def test_bisect_sets_up_deepspeed_from_0_14_to_0_18_on_the_cpu_torch() -> None:
+    """Both ends of `perfsuite bisect deepspeed --good 0.14.4 --bad 0.18.8` start on this CPU torch, each
+    side's workers importing its own DeepSpeed from its overlay (0.14.4's with nvidia-ml-py beside it)."""
+    from perfsuite.ab.envs import make_env
+    from perfsuite.ab.sides import Side
+
+    for version in ("0.14.4", "0.18.8"):
+        side = Side("good", make_env(f"deepspeed=={version}", name="good"))
+        try:
+            side.check_pins()
+            assert side.versions()["deepspeed"] == version
+            assert side.versions()["torch"] == installed_torch()
+        finally:
+            side.close()
+
+
+def installed_torch() -> str:
+    from importlib.metadata import version
+
+    return version("torch")

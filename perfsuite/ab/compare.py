@@ -106,7 +106,7 @@ class AbRun:
         try:
             trees = getattr(args, "trees", None)  # the project's own code at two commits (perfsuite.ab.own)
             for index, name in enumerate(("base", "candidate")):
-                env = make_env(getattr(args, name), name=name)
+                env = make_env(getattr(args, name), name=name, held=getattr(args, "held", ()))
                 if trees is not None:
                     env = trees[index].env(env)
                 say(f"perfsuite: setting up {name} ({env.label})")

@@ -29,8 +29,9 @@ from perfsuite.core.cache import cache_root
 NOT_RESOLVED = frozenset({"perfsuite", "pip", "setuptools", "wheel", "uv"})
 """Never part of an overlay's resolution: perfsuite itself (editable) and the installers."""
 
-_TORCH_ONLY = re.compile(r"^(nvidia-|cuda-|triton$)")
-"""What only torch's CUDA build pulls in: an overlay that would add it would replace the CPU torch."""
+_TORCH_BUILD = re.compile(r"^(nvidia-(?!ml-py)|cuda-|triton==)")
+"""What torch's CUDA build pulls in with it (its CUDA libraries, triton): named in a refusal beside the
+torch it comes with. Not NVML's Python bindings, which DeepSpeed up to 0.15 requires by themselves."""
 
 
 class EnvError(Exception):
@@ -146,11 +147,14 @@ def resolve(requirements: list[Requirement], *, python: str = sys.executable) ->
             name, version = _normal(match.group(1)), match.group(2)
             if _local_free(present.get(name, "")) != _local_free(version):
                 moved.append(f"{name}=={version}")
-    torch_builds = [m for m in moved if _TORCH_ONLY.match(m) or m.startswith("torch==")]
-    if torch_builds and "torch" not in asked:
+    # A CUDA torch is told by what torch itself would become, not by a package beside it: an old
+    # DeepSpeed adds nvidia-ml-py and keeps the CPU torch.
+    torch = [m for m in moved if m.startswith("torch==")]
+    if torch and "torch" not in asked:
+        builds = torch + [m for m in moved if _TORCH_BUILD.match(m)]
         raise EnvError(
-            f"{', '.join(asked.values())} would replace the installed torch ({', '.join(torch_builds[:3])}, ...); "
-            "pin torch in the spec, or compare a virtual environment"
+            f"{', '.join(asked.values())} would replace the installed torch ({', '.join(builds[:3])}, ...); "
+            "hold it with --with 'torch==<installed>', or compare a virtual environment"
         )
     return sorted(moved)
 
@@ -187,9 +191,27 @@ def overlay(requirements: list[Requirement], *, label: str) -> Env:
     )
 
 
-def make_env(text: str, *, name: str) -> Env:
-    """The side ``--name text`` asks for, built (an overlay) where needed."""
+def make_env(text: str, *, name: str, held: list[Requirement] | tuple[Requirement, ...] = ()) -> Env:
+    """The side ``--name text`` asks for, built (an overlay) where needed; ``held`` (``--with``) are laid
+    over this environment on every side too, so that what the side asks for resolves with them
+    (an old release beside the companion it needs)."""
     parsed = parse_env(text, name=name)
+    with_ = f" with {', '.join(map(str, held))}" if held else ""
     if isinstance(parsed, Env):
-        return parsed
-    return overlay(parsed, label=text)
+        if not held:
+            return parsed
+        if parsed.label != "current":
+            raise EnvError(f"--with lays packages over this environment; --{name} {text} is an environment of its own")
+        return overlay(list(held), label=f"current{with_}")
+    asked = {_normal(r.name) for r in parsed}
+    return overlay([*parsed, *(r for r in held if _normal(r.name) not in asked)], label=f"{text}{with_}")
+
+
+def parse_held(text: str | None) -> tuple[Requirement, ...]:
+    """``--with``'s requirements (``'torch==2.13.0,numpy<2'``); an :class:`EnvError` names a bad one."""
+    if not text:
+        return ()
+    parsed = parse_env(text, name="with")
+    if isinstance(parsed, Env):
+        raise EnvError(f"--with {text!r}: give requirements, such as 'torch==2.13.0,numpy<2'")
+    return tuple(parsed)

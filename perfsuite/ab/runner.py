@@ -89,7 +89,7 @@ class Bisection:
     def _env(self, version: str, name: str) -> Env:
         if self.env_for is not None:
             return self.env_for(version, name)
-        return make_env(f"{self.args.package}=={version}", name=name)
+        return make_env(f"{self.args.package}=={version}", name=name, held=getattr(self.args, "held", ()))
 
     def _compare(self, good: Side, version: str) -> CaseResult:
         if self.args.metric == "time":

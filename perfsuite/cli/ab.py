@@ -66,6 +66,13 @@ def add_parser(sub: Any) -> None:
         "(BASE...HEAD: from their merge base)",
     )
     ab.add_argument(
+        "--with",
+        dest="with_",
+        metavar="SPECS",
+        help="requirements laid over this environment on both sides ('torch==2.13.0,numpy<2'): each side's own "
+        "pins resolve with them, so an old release that needs an older companion can be compared",
+    )
+    ab.add_argument(
         "--show-sides",
         action="store_true",
         help="say the two sides (with --pins: what moved) and exit; no case runs, though a "
@@ -115,7 +122,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from perfsuite.ab.compare import AbRun, Failed
-    from perfsuite.ab.envs import EnvError, parse_env
+    from perfsuite.ab.envs import EnvError, parse_env, parse_held
     from perfsuite.ab.lanes import plan_for
     from perfsuite.ab.pairs import check_mode
     from perfsuite.ab.pins import PinError
@@ -131,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         own = _own_refs(args)  # the project's own code at two commits: revisions checked before anything runs
         for name in ("base", "candidate"):
             parse_env(getattr(args, name), name=name)  # bad input: before anything is installed
+        args.held = parse_held(args.with_)
         if args.threads is None:
             args.threads = 1  # the CPU tier's: the other core absorbs the machine's own work
         specs, device_type, defaults, note = select(args, here=False)

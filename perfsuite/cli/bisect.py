@@ -34,6 +34,13 @@ def add_parser(sub: Any) -> None:
     bisect.add_argument("--case", required=True, help="a case id, as `perfsuite run` and the tests name it")
     bisect.add_argument("--metric", choices=METRICS, default="time", help="what changed (default: time)")
     bisect.add_argument("--pre", action="store_true", help="also test pre-releases between the two")
+    bisect.add_argument(
+        "--with",
+        dest="with_",
+        metavar="SPECS",
+        help="requirements held on every side ('torch==2.13.0,numpy<2'): each release resolves with them, so "
+        "an old one that needs an older companion is tested rather than refused",
+    )
     bisect.add_argument("--steps", type=at_least(1), help="timed optimizer steps per run (default: the device's)")
     bisect.add_argument("--threads", type=at_least(1), default=1, help="torch threads per case (default 1)")
     bisect.add_argument("--floor", type=fraction, default=0.03, help="smallest time change called (default 3%%)")
@@ -48,6 +55,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from perfsuite.ab.bisect import BisectError, between, check_order, index_versions
+    from perfsuite.ab.envs import EnvError, parse_held
     from perfsuite.ab.runner import Bisection, case_spec
     from perfsuite.reports.tables import log_console
     from perfsuite.worker.device import default_device_type
@@ -62,11 +70,12 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("name the package to bisect, or give --own to bisect the project's commits, not both")
         spec = case_spec(args.case, steps=args.steps, threads=args.threads)
         args.device_type = default_device_type()
+        args.held = parse_held(args.with_)
         if args.own:
             return _own(args, spec, say)
         check_order(args.good, args.bad)
         versions = between(index_versions(args.package), args.good, args.bad, pre=args.pre)
-    except (BisectError, ValueError) as exc:
+    except (BisectError, ValueError, EnvError) as exc:
         say(f"perfsuite: error: {exc}")
         return 2
     say(f"perfsuite: {args.package}: {len(versions)} releases from {versions[0]} (good) to {versions[-1]} (bad)")
@@ -98,7 +107,7 @@ def _own(args: argparse.Namespace, spec: Any, say: Any) -> int:
             tree = at_commit(top, found[point], inside, scratch, "--own")
         except commits.GitError as exc:  # a commit without the project: untestable, stepped around
             raise EnvError(str(exc)) from None
-        return tree.env(make_env("current", name=name))
+        return tree.env(make_env("current", name=name, held=args.held))
 
     points = list(found)
     say(f"perfsuite: the project's code: {len(points)} commits from {points[0]} (good) to {points[-1]} (bad)")
