@@ -64,7 +64,7 @@ def _verdict(directory: Path, metric: str = "step time") -> str:
 def test_a_record_is_small_and_holds_each_gate_as_a_ratio(tmp_path: Path) -> None:
     results = _night(tmp_path, 1, {CASE: 1.10})
     (path,) = tmp_path.glob("*/*.json")
-    assert path.parent.name == "cpu-amd-25.1-avx2" or path.parent.name.startswith("cpu-")
+    assert path.parent.name == "cpu-amd-25.1-avx2"  # the first case's hardware and time class
     record = json.loads(path.read_text())
     assert path.stat().st_size < 400 * len(record["cases"])  # 38 KB for the 111 tiny cases
     entry = record["cases"][CASE]
@@ -82,6 +82,56 @@ def test_history_is_append_only(tmp_path: Path) -> None:
     with pytest.raises(HistoryError, match="append-only"):
         _night(tmp_path, 1, {CASE: 1.2})
     assert len(list(tmp_path.glob("*/*.json"))) == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "forged", "refusal"),
+    [
+        ("machine", "../../outside", "not a directory name"),
+        ("machine", "..", "not a directory name"),
+        ("machine", "cpu/../../outside", "not a directory name"),
+        ("night", "../2026-10-01", "not a date"),
+        ("night", "2026-13-01", "not a date"),
+        ("night", "2026-10-1", "not a date"),
+        ("commit", "../../x", "not a git commit"),
+        ("commit", "ABCDEF0", "not a git commit"),
+    ],
+)
+def test_a_forged_record_cannot_name_a_path_outside_the_history(
+    tmp_path: Path, field: str, forged: str, refusal: str
+) -> None:
+    history = tmp_path / "history"
+    results = replay({}, date="2026-10-01T02:00:00+00:00", commit="1" * 40)
+    record = night_record(parse_results(results, "forged"))
+    if field == "machine":
+        record["fingerprint"]["machine"] = forged
+    else:
+        record[field] = forged
+    with pytest.raises(HistoryError, match=refusal):
+        write_record(record, history)
+    assert list(tmp_path.rglob("*.json")) == []
+
+
+def test_a_hardware_name_becomes_a_plain_directory_name(tmp_path: Path) -> None:
+    def forge(record: dict[str, Any]) -> None:
+        record["hardware"] = "../../Etc/.. GPU\\x"
+        record["time_class"] = ""
+
+    results = replay({CASE: forge}, date="2026-10-01T02:00:00+00:00", only={CASE})
+    path = write_record(night_record(parse_results(results, "forged")), tmp_path)
+    assert path.parent.name == "etc-gpu-x"
+    assert path.parent.parent == tmp_path
+
+
+def test_a_machine_directory_linked_elsewhere_is_refused(tmp_path: Path) -> None:
+    history, elsewhere = tmp_path / "history", tmp_path / "elsewhere"
+    history.mkdir()
+    elsewhere.mkdir()
+    (history / "cpu-amd-25.1-avx2").symlink_to(elsewhere)
+    record = night_record(parse_results(replay({}, date="2026-10-01T02:00:00+00:00"), "night"))
+    with pytest.raises(HistoryError, match="resolves outside"):
+        write_record(record, history)
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_thirty_clean_nights_raise_no_alarm(tmp_path: Path) -> None:

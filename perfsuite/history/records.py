@@ -38,8 +38,14 @@ class HistoryError(ValueError):
     """A history directory or record perfsuite cannot use; the message names the file."""
 
 
+_MACHINE = re.compile(r"[a-z0-9]+(?:[.-][a-z0-9]+)*")
+"""A machine's directory name: lower-case letters and digits, single dots or dashes between them
+(so never ``..``, a leading dot or a separator)."""
+_COMMIT = re.compile(r"[0-9a-f]{7,40}")
+
+
 def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-") or "unknown"
+    return "-".join(re.findall(r"[a-z0-9]+(?:\.[a-z0-9]+)*", text.lower())) or "unknown"
 
 
 def machine_of(results: Results) -> str:
@@ -109,10 +115,29 @@ def night_record(results: Results, *, night: str | None = None) -> dict[str, Any
     }
 
 
+def record_path(record: Mapping[str, Any], directory: Path) -> Path:
+    """Where ``record`` goes under ``directory``: ``<machine>/<night>_<commit7>.json``, each part checked,
+    since a results file (and so a record) is data anyone can write."""
+    machine, night, commit = str(record["fingerprint"]["machine"]), str(record["night"]), record.get("commit")
+    if not _MACHINE.fullmatch(machine):
+        raise HistoryError(f"machine {machine!r} is not a directory name (letters, digits, single . or - between)")
+    try:
+        valid_night = datetime.date.fromisoformat(night).isoformat() == night
+    except ValueError:
+        valid_night = False
+    if not valid_night:
+        raise HistoryError(f"night {night!r} is not a date (YYYY-MM-DD)")
+    if commit and not _COMMIT.fullmatch(str(commit)):
+        raise HistoryError(f"commit {commit!r} is not a git commit (7 to 40 lower-case hex digits)")
+    path = Path(directory) / machine / f"{night}_{str(commit or 'nocommit')[:7]}.json"
+    if not path.resolve().is_relative_to(Path(directory).resolve()):  # a machine directory linked elsewhere
+        raise HistoryError(f"{path} resolves outside {directory}")
+    return path
+
+
 def write_record(record: Mapping[str, Any], directory: Path) -> Path:
     """Append ``record`` under ``directory``; refuse to overwrite a different record of the same night and commit."""
-    commit = str(record.get("commit") or "nocommit")[:7]
-    path: Path = Path(directory) / str(record["fingerprint"]["machine"]) / f"{record['night']}_{commit}.json"
+    path = record_path(record, directory)
     if path.exists():
         if json.loads(path.read_text()) == json.loads(json.dumps(record)):
             return path
