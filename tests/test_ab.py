@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from perfsuite.ab import envs
 from perfsuite.ab.bisect import BisectError, Judgement, between, search
 from perfsuite.ab.envs import Env, EnvError, parse_env, resolve, split_spec
 from perfsuite.cli import main
@@ -123,6 +124,69 @@ def test_with_holds_packages_on_every_side(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_spec_that_conflicts_with_the_installed_stack_is_a_clear_error() -> None:
     with pytest.raises(EnvError, match="does not resolve with the installed stack"):
         resolve(parse_env("transformers==4.57.6,huggingface-hub==1.0.0", name="candidate"))  # type: ignore[arg-type]
+
+
+FAKE_UV = """#!/bin/sh
+# Installs a made-up package into --target, as uv pip install --target would, and notes the call.
+echo install >> "$(dirname "$0")/calls"
+while [ "$1" != --target ]; do shift; done
+mkdir -p "$2/made_up" && echo "VALUE = 1" > "$2/made_up/__init__.py"
+"""
+
+
+@pytest.fixture
+def fake_overlays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Overlays built by a fake uv into a cache of this test's own; returns the fake's call log."""
+    uv = tmp_path / "bin" / "uv"
+    uv.parent.mkdir()
+    uv.write_text(FAKE_UV)
+    uv.chmod(0o755)
+    monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(envs, "_uv", lambda: str(uv))
+    monkeypatch.setattr(envs, "resolve", lambda requirements: ["made-up==1.0"])
+    return tmp_path / "bin" / "calls"
+
+
+def _built(calls: Path) -> tuple[int, Path]:
+    side = envs.overlay(parse_env("made-up==1.0", name="candidate"), label="made-up==1.0")  # type: ignore[arg-type]
+    return len(calls.read_text().split()), Path(side.path[0])
+
+
+def test_an_intact_overlay_is_reused(fake_overlays: Path) -> None:
+    builds, target = _built(fake_overlays)
+    assert builds == 1
+    (target / "made_up" / "__pycache__").mkdir()  # what a side's import writes
+    (target / "made_up" / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"planted")
+    assert _built(fake_overlays) == (1, target)
+    assert not (target / "made_up" / "__pycache__").exists()  # bytecode is dropped, never trusted
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        pytest.param(lambda t: (t / "made_up" / "__init__.py").write_text("VALUE = 2"), id="a file changed"),
+        pytest.param(lambda t: (t / "sitecustomize.py").write_text("import os"), id="a file added"),
+        pytest.param(lambda t: (t / "made_up" / "__init__.py").unlink(), id="a file removed"),
+        pytest.param(lambda t: (t / envs.MANIFEST).write_text("{"), id="the record spoiled"),
+    ],
+)
+def test_an_overlay_whose_files_differ_from_its_record_is_built_again(fake_overlays: Path, tamper: Any) -> None:
+    _, target = _built(fake_overlays)
+    tamper(target)
+    assert _built(fake_overlays) == (2, target)
+    assert (target / "made_up" / "__init__.py").read_text() == "VALUE = 1\n"
+    assert not (target / "sitecustomize.py").exists()
+
+
+def test_a_marker_alone_makes_no_overlay(fake_overlays: Path) -> None:
+    """A directory someone made under the overlay's key, with the marker earlier versions trusted."""
+    _, target = _built(fake_overlays)
+    for path in sorted(target.rglob("*"), reverse=True):
+        path.rmdir() if path.is_dir() else path.unlink()
+    (target / ".ready").write_text("made-up==1.0\n")
+    (target / "made_up.py").write_text("VALUE = 'planted'")
+    assert _built(fake_overlays) == (2, target)
+    assert not (target / "made_up.py").exists()
 
 
 def test_releases_between_two_skip_pre_releases_and_keep_the_order_asked() -> None:

@@ -7,11 +7,17 @@ pins, which keeps each installed version that still fits and moves only what mus
 install exactly what moved, with no further resolution, into a cache directory keyed by
 that set (``--target``), which the side's workers put first on their path. A set that
 cannot resolve with the installed stack is an :class:`EnvError` naming uv's reason.
+
+An overlay is reused only while every file in it is the one installed: the build records each
+file's SHA-256 (:data:`MANIFEST`), and an overlay whose files differ from the record, or that
+holds one more or one fewer, is built again. Bytecode caches are dropped before the check
+(Python writes them as the side imports; a planted one would run instead of its source).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -32,6 +38,10 @@ NOT_RESOLVED = frozenset({"perfsuite", "pip", "setuptools", "wheel", "uv"})
 _TORCH_BUILD = re.compile(r"^(nvidia-(?!ml-py)|cuda-|triton==)")
 """What torch's CUDA build pulls in with it (its CUDA libraries, triton): named in a refusal beside the
 torch it comes with. Not NVML's Python bindings, which DeepSpeed up to 0.15 requires by themselves."""
+
+
+MANIFEST = ".perfsuite-overlay.json"
+"""In an overlay: the set it holds and every file's SHA-256, written when it is built."""
 
 
 class EnvError(Exception):
@@ -159,14 +169,43 @@ def resolve(requirements: list[Requirement], *, python: str = sys.executable) ->
     return sorted(moved)
 
 
+def _digests(root: Path) -> dict[str, str]:
+    """Every file under ``root`` but the manifest, by relative path: its SHA-256, or where a link points."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        name = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            found[name] = f"link:{path.readlink()}"
+        elif path.is_file() and name != MANIFEST:
+            digest = hashlib.sha256()
+            with path.open("rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    digest.update(chunk)
+            found[name] = digest.hexdigest()
+    return found
+
+
+def _intact(target: Path, moved: list[str]) -> bool:
+    """Whether ``target`` holds exactly the files its build recorded, for ``moved``."""
+    if target.is_symlink():
+        return False
+    try:
+        recorded = json.loads((target / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    for cache in [p for p in target.rglob("__pycache__") if p.is_dir() and not p.is_symlink()]:
+        shutil.rmtree(cache, ignore_errors=True)
+    return bool(recorded == {"moved": moved, "files": _digests(target)})
+
+
 def overlay(requirements: list[Requirement], *, label: str) -> Env:
-    """The overlay for ``requirements`` (built once per resolved set, then reused from the cache)."""
+    """The overlay for ``requirements`` (built once per resolved set, then reused from the cache while intact)."""
     moved = resolve(requirements)
     if not moved:
         return Env(label=label, python=sys.executable, pins=tuple(str(r) for r in requirements))
     key = hashlib.sha256(("\n".join([sys.version, *moved])).encode()).hexdigest()[:16]
     target = cache_root() / "overlays" / key
-    if not (target / ".ready").is_file():
+    if not _intact(target, moved):
         target.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{key}."))
         done = subprocess.run(
@@ -179,7 +218,9 @@ def overlay(requirements: list[Requirement], *, label: str) -> Env:
         if done.returncode != 0:
             shutil.rmtree(scratch, ignore_errors=True)
             raise EnvError(f"{label}: installing {' '.join(moved)} failed: {done.stderr.strip()[-600:]}")
-        (scratch / ".ready").write_text("\n".join(moved) + "\n")
+        (scratch / MANIFEST).write_text(json.dumps({"moved": moved, "files": _digests(scratch)}))
+        if target.is_symlink():
+            target.unlink()
         shutil.rmtree(target, ignore_errors=True)
         scratch.replace(target)
     return Env(
