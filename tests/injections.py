@@ -13,6 +13,9 @@
 - ``noop``: gradient checkpointing is silently not applied;
 - ``disable``: the whole strategy is silently not applied (the case trains as ``vanilla``
   under the strategy's name), for the tests that show each claim fails without it;
+- ``hollow``: the strategy's optimizer is built, its class the claimed one, but every
+  parameter's state also holds AdamW's two fp32 moments: the memory it claims to save is not
+  saved (a wrapper that keeps a full-precision copy, a fallback inside the optimizer);
 - ``drop_grad``: under gradient accumulation, the gradients of every micro-batch but the
   last are dropped (the bug an optimizer-offload path once had), for the interaction claims.
 
@@ -95,6 +98,25 @@ def _patch_optimizer() -> None:
     def patched(name: str, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
         optimizer = build(name, model, lr)
         optimizer.register_step_post_hook(grow)
+        return optimizer
+
+    optimizers.build_optimizer = patched
+
+
+def _patch_hollow() -> None:
+    build = optimizers.build_optimizer
+
+    def pad(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                state = optimizer.state[p]
+                if "hollow_exp_avg" not in state:
+                    state["hollow_exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
+                    state["hollow_exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+
+    def patched(name: str, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
+        optimizer = build(name, model, lr)
+        optimizer.register_step_post_hook(pad)
         return optimizer
 
     optimizers.build_optimizer = patched
@@ -189,6 +211,8 @@ def run_injected(spec: CaseSpec, chosen: frozenset[str]) -> dict[str, Any]:
         _patch_step(slow="slow" in chosen, leak="leak" in chosen)
     if "optimizer_state" in chosen:
         _patch_optimizer()
+    if "hollow" in chosen:
+        _patch_hollow()
     if "noop" in chosen:
         engine_common.enable_checkpointing = lambda model, **kwargs: None
     if "as_ddp" in chosen:
