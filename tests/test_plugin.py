@@ -344,6 +344,32 @@ def test_a_deleted_baseline_fails_with_the_refresh_command(
     skipped.stdout.fnmatch_lines(["SKIPPED*no baseline for tiny-bert-fp16 on cpu: *does not exist; record one with*"])
 
 
+def test_a_gpu_gate_where_every_case_was_skipped_fails_saying_nothing_was_gated(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU machine with no baselines for its GPU, under --perfsuite-missing=skip: every case is
+    skipped before it runs, and the session would pass having measured nothing."""
+    from perfsuite.worker import device
+
+    _write_project(pytester.path)
+    monkeypatch.setattr(device, "cuda_usable", lambda: True)
+    monkeypatch.setattr(device, "cuda_device_count", lambda: 1)
+    monkeypatch.setattr(device, "get_device", lambda kind="auto": device.Device("cuda", "NVIDIA H100 80GB HBM3"))
+    gpu = ("-W", "default", "--import-mode=importlib", "-m", "gpu", "-k", "bert-base-uncased and not trainer")
+    result = pytester.runpytest(*gpu, "--perfsuite-missing=skip", "--perfsuite-markdown", "summary.md")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert result.parseoutcomes()["skipped"] > 1
+    line = "perfsuite: nothing was gated: all * GPU case(s) were skipped (bert-base-uncased-*: no baseline for *)"
+    result.stdout.fnmatch_lines([line])
+    assert len([x for x in result.outlines if "nothing was gated" in x]) == 1
+    assert "nothing was gated" in (pytester.path / "summary.md").read_text()
+    # Without a GPU, --perfsuite-no-gpu=skip asks for the tier to be skipped: that passes, as before.
+    monkeypatch.setattr(device, "cuda_usable", lambda: False)
+    asked = pytester.runpytest(*gpu, "--perfsuite-no-gpu=skip")
+    assert asked.ret == pytest.ExitCode.OK
+    assert "nothing was gated" not in asked.stdout.str()
+
+
 @pytest.mark.parametrize(
     ("content", "problem"),
     [

@@ -129,6 +129,8 @@ class PerfsuiteSession:
         """The matrix cases this session runs, in order (an interrupt reports the rest as not reached)."""
         self.interrupt: Interrupt | None = None
         """What stopped the session from outside; ``None`` until the cases start, and while nothing did."""
+        self.gpu_collected: dict[str, str | None] = {}
+        """On a GPU machine, the GPU cases collected: id → why collection skipped it (``None``: to run)."""
         self._signals = contextlib.ExitStack()
 
     def header(self) -> str:
@@ -341,6 +343,12 @@ class PerfsuiteSession:
         return observe(record, time_unit=self.time_unit(record["device"]))
 
     # -- end of session ------------------------------------------------------------------
+
+    def nothing_gated(self) -> str | None:
+        """The line that fails a gate on a GPU machine whose GPU cases were all skipped (a refresh gates nothing)."""
+        from perfsuite.session.scope import nothing_gated
+
+        return None if self.refresh else nothing_gated(self.gpu_collected, self.outcomes)
 
     @property
     def written(self) -> list[Path]:

@@ -3,9 +3,9 @@ or one shard (``--perfsuite-shard``); from the baselines this machine already ha
 it is given, a refresh of only the cases whose baselines here are incomplete
 (``--perfsuite-refresh-missing``), only as many as fit a time limit
 (``--perfsuite-refresh-time-limit``); a gate that skips the cases without a baseline here
-(``--perfsuite-missing=skip``) before running them.
+(``--perfsuite-missing=skip``) before running them; and a GPU gate that gated nothing.
 
-The last three are for a machine held for a while (a CI job with a time limit, a GPU runner
+The refresh and skip options are for a machine held for a while (a CI job with a time limit, a GPU runner
 shared by several jobs): a refresh cut off from outside writes nothing, so it must stop
 itself, with every case it finished written, and the next one must go on from there.
 """
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from perfsuite.core.baselines import baseline_path, incomplete, missing_message
+from perfsuite.core.compare import Outcome
 from perfsuite.core.spec import CaseSpec
 
 
@@ -149,6 +150,23 @@ def complete_on_this_machine(
         if why is None:
             complete.add(spec)
     return complete
+
+
+def nothing_gated(collected: Mapping[str, str | None], outcomes: Iterable[Outcome]) -> str | None:
+    """The one line a gate on a GPU machine ends with when none of its ``collected`` GPU cases
+    (id → why it was skipped at collection, ``None`` when it was to run) was compared with a
+    baseline: each skipped before or in its run (no baseline for this GPU under
+    ``--perfsuite-missing=skip``, a package missing). Such a run would pass having measured nothing."""
+    if not collected:
+        return None
+    ran = {o.case: o for o in outcomes}
+    if any(ran[case].status in ("passed", "failed") for case in collected if case in ran):
+        return None
+    first = next(iter(collected))
+    why = collected[first] or (ran[first].message if first in ran else "") or "skipped"
+    return (
+        f"perfsuite: nothing was gated: all {len(collected)} GPU case(s) were skipped ({first}: {why.splitlines()[0]})"
+    )
 
 
 GO_ON = "`perfsuite baselines refresh --missing` goes on from here"
