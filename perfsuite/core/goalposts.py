@@ -1,0 +1,191 @@
+"""What a change does to the goalposts: the baselines it rewrites and the tolerances it moves, old → new,
+so that a pull request that makes its own gate easier says so at the top of its summary and comment.
+
+Pure and self-contained: the standard library only (it runs as a file of the base commit, read with
+``git show``, before any of a pull request's code). Every input is text from git or the API, read as
+data; what does not parse is named, never trusted.
+
+    python perfsuite/core/goalposts.py BASE HEAD        # markdown, or nothing when no goalpost moved
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    try:
+        import tomli as tomllib
+    except ImportError:  # a runner's own Python 3.10 without tomli: tolerances cannot be read
+        tomllib = None
+
+Texts = Mapping[str, "tuple[str | None, str | None]"]
+"""Path in the repository → (its text before, its text after); ``None`` where the file does not exist."""
+
+HEADLINE = "**This change moves the goalposts**"
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _figures(text: str | None) -> dict[str, Any] | None:
+    """A baseline file's case, hardware, step time per time class, peak memory and loss curve."""
+    if text is None:
+        return None
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    times, memory = data.get("time"), data.get("memory")
+    times = times if isinstance(times, dict) else {}
+    memory = memory if isinstance(memory, dict) else {}
+    return {
+        "case": str(data.get("case", "?")),
+        "hardware": str(data.get("hardware", "?")),
+        "time": {
+            str(k): (_number(v.get("median")), str(v.get("unit", ""))) for k, v in times.items() if isinstance(v, dict)
+        },
+        "memory": _number(memory.get("peak_bytes")),
+        "loss": data.get("loss"),
+    }
+
+
+def _change(old: float | None, new: float | None, unit: str = "", scale: float = 1.0) -> str:
+    if old is None or new is None:
+        return f"{'—' if old is None else f'{old / scale:.4g}'} → {'—' if new is None else f'{new / scale:.4g}'}{unit}"
+    rel = f" ({new / old - 1:+.1%})" if old else ""
+    return f"{old / scale:.4g} → {new / scale:.4g}{unit}{rel}"
+
+
+def baseline_moves(path: str, old: str | None, new: str | None) -> str | None:
+    """One line for a changed baseline file: what each figure was and is; ``None`` when nothing gated moved."""
+    if path.rsplit("/", 1)[-1].startswith("pytest-benchmark"):
+        how = "added" if old is None else "removed" if new is None else "changed"
+        return f"`{path}`: the pinned pytest-benchmark file {how}"
+    try:
+        before, after = _figures(old), _figures(new)
+    except (ValueError, AttributeError) as exc:
+        return f"`{path}`: unreadable ({type(exc).__name__}), so what it moves cannot be said"
+    named = after or before
+    assert named is not None
+    where = f"`{named['case']}` on {named['hardware']}"
+    if before is None or after is None:
+        return f"{where}: baseline {'added' if before is None else 'removed'} (`{path}`)"
+    moves = []
+    for time_class in sorted(set(before["time"]) | set(after["time"])):
+        (was, unit), (now, _) = before["time"].get(time_class, (None, "")), after["time"].get(time_class, (None, ""))
+        if was != now:
+            moves.append(f"step time [{time_class}] {_change(was, now, f' {unit}' if unit else '')}")
+    if before["memory"] != after["memory"]:
+        moves.append(f"peak memory {_change(before['memory'], after['memory'], ' MiB', 2**20)}")
+    if before["loss"] != after["loss"]:
+        moves.append("loss curve changed")
+    return f"{where}: {'; '.join(moves)}" if moves else None
+
+
+def _flat(table: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(table, dict):
+        return {prefix: table}
+    found: dict[str, Any] = {}
+    for key, value in table.items():
+        found.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return found
+
+
+def _tolerances(text: str | None) -> dict[str, Any]:
+    """``[tool.perfsuite]``'s tolerance settings (``tolerance``, ``overrides``), flattened to dotted keys."""
+    if text is None:
+        return {}
+    settings = tomllib.loads(text).get("tool", {}).get("perfsuite", {})
+    return {k: v for k, v in _flat(settings).items() if k.split(".", 1)[0] in ("tolerance", "overrides")}
+
+
+def tolerance_moves(path: str, old: str | None, new: str | None) -> list[str]:
+    """One line per tolerance setting of ``[tool.perfsuite]`` added, removed or changed."""
+    if tomllib is None:  # pragma: no cover - Python 3.10 without tomli
+        return [f"`{path}` changed; this Python has no TOML reader to say what it does to the tolerances"]
+    try:
+        before, after = _tolerances(old), _tolerances(new)
+    except tomllib.TOMLDecodeError:
+        return [f"`{path}`: not TOML, so what it does to the tolerances cannot be said"]
+    return [
+        f"`{path}` `[tool.perfsuite] {key}`: {before.get(key, '—')} → {after.get(key, '—')}"
+        for key in sorted(set(before) | set(after))
+        if before.get(key) != after.get(key)
+    ]
+
+
+def moves(texts: Texts, *, baselines: str = "baselines") -> list[str]:
+    """Every goalpost ``texts`` moves: changed baseline files under ``baselines``, then tolerances."""
+    lines = [
+        line
+        for path, (old, new) in sorted(texts.items())
+        if path.startswith(f"{baselines.rstrip('/')}/") and path.endswith(".json")
+        if (line := baseline_moves(path, old, new)) is not None
+    ]
+    for path, (old, new) in sorted(texts.items()):
+        if path == "pyproject.toml":
+            lines += tolerance_moves(path, old, new)
+    return lines
+
+
+def markdown(lines: Sequence[str]) -> str:
+    """The block put first in a summary or a comment; empty when no goalpost moved."""
+    if not lines:
+        return ""
+    head = f"> {HEADLINE}: the gate below compares against the new figures. Review these first:"
+    return "\n".join([head, *(f"> - {line}" for line in lines)]) + "\n\n"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def _show(repo: Path, rev: str, path: str) -> str | None:
+    done = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=repo, capture_output=True, text=True, timeout=60)
+    return done.stdout if done.returncode == 0 else None
+
+
+def from_git(repo: Path, base: str, head: str) -> list[str]:
+    """The goalposts ``head`` moves since it left ``base`` (from their merge base, as a pull request's
+    diff reads), from git's objects: nothing is checked out or run."""
+    since = _git(repo, "merge-base", base, head).strip()
+    baselines = "baselines"
+    if tomllib is not None:
+        try:
+            settings = tomllib.loads(_show(repo, head, "pyproject.toml") or "").get("tool", {}).get("perfsuite", {})
+            baselines = str(settings.get("baselines", baselines))
+        except tomllib.TOMLDecodeError:
+            pass
+    changed = _git(repo, "diff", "--name-only", "-z", since, head, "--", baselines, "pyproject.toml").split("\0")
+    texts = {path: (_show(repo, since, path), _show(repo, head, path)) for path in changed if path}
+    return moves(texts, baselines=baselines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``goalposts.py [--repo DIR] BASE HEAD``: the markdown block, or nothing; bad refs: one line, exit 2."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    repo = Path()
+    if len(args) == 4 and args[0] == "--repo":
+        repo, args = Path(args[1]), args[2:]
+    if len(args) != 2:
+        print("usage: goalposts.py [--repo DIR] BASE HEAD", file=sys.stderr)
+        return 2
+    try:
+        lines = from_git(repo, args[0], args[1])
+    except (subprocess.CalledProcessError, OSError) as exc:
+        reason = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()
+        print(f"goalposts: error: {reason[0] if reason else exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(markdown(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

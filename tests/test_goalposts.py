@@ -1,0 +1,139 @@
+"""The goalposts a change moves (perfsuite/core/goalposts.py): each rewritten baseline and each moved
+tolerance, old → new, read from git's objects by the base's own copy of the file, as the GPU
+workflow runs it before any of a pull request's code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tools import ROOT
+
+from perfsuite.core import goalposts
+
+BASELINE = (ROOT / "baselines" / "cpu" / "tiny-bert-vanilla.json").read_text()
+PYPROJECT = '[tool.perfsuite]\nbaselines = "baselines"\n[tool.perfsuite.overrides."cpu/*"]\ntime_floor = 0.15\n'
+
+
+def _moved(change: Any) -> str:
+    data = json.loads(BASELINE)
+    change(data)
+    return json.dumps(data)
+
+
+def _slower(data: dict[str, Any]) -> None:
+    entry = data["time"]["amd-25.1-avx2"]
+    entry["median"] *= 1.25
+
+
+def test_a_rewritten_baseline_says_each_figure_old_to_new() -> None:
+    def everything(data: dict[str, Any]) -> None:
+        _slower(data)
+        data["memory"]["peak_bytes"] = 2 * 2**20 + data["memory"]["peak_bytes"]
+        data["loss"][3] += 0.5
+
+    line = goalposts.baseline_moves("baselines/cpu/tiny-bert-vanilla.json", BASELINE, _moved(everything))
+    assert line is not None
+    assert line.startswith("`tiny-bert-vanilla` on cpu: step time [amd-25.1-avx2] 12.89 → 16.11 calibrated (+25.0%)")
+    assert "; peak memory 92.96 → 94.96 MiB (+2.2%); loss curve changed" in line
+
+
+def test_added_removed_unreadable_and_unmoved_baselines() -> None:
+    path = "baselines/cpu/tiny-bert-vanilla.json"
+    assert goalposts.baseline_moves(path, None, BASELINE) == f"`tiny-bert-vanilla` on cpu: baseline added (`{path}`)"
+    assert goalposts.baseline_moves(path, BASELINE, None) == f"`tiny-bert-vanilla` on cpu: baseline removed (`{path}`)"
+    assert "unreadable" in str(goalposts.baseline_moves(path, BASELINE, "{not json"))
+    assert "unreadable" in str(goalposts.baseline_moves(path, BASELINE, "[1]"))
+    # Provenance alone (a refresh's date) moves no goalpost.
+    assert goalposts.baseline_moves(path, BASELINE, _moved(lambda d: d["provenance"].update(date="x"))) is None
+
+
+def test_moved_tolerances_are_named_by_their_table() -> None:
+    looser = PYPROJECT.replace("0.15", "0.4") + "[tool.perfsuite.tolerance]\nmemory = 0.1\n"
+    assert goalposts.tolerance_moves("pyproject.toml", PYPROJECT, looser) == [
+        "`pyproject.toml` `[tool.perfsuite] overrides.cpu/*.time_floor`: 0.15 → 0.4",
+        "`pyproject.toml` `[tool.perfsuite] tolerance.memory`: — → 0.1",
+    ]
+    unrelated = PYPROJECT + '[project]\nname = "x"\n'
+    assert goalposts.tolerance_moves("pyproject.toml", PYPROJECT, unrelated) == []
+    assert "not TOML" in goalposts.tolerance_moves("pyproject.toml", PYPROJECT, "[tool")[0]
+
+
+def test_only_baselines_and_the_root_pyproject_count_and_nothing_moved_is_no_block() -> None:
+    texts: dict[str, tuple[str | None, str | None]] = {
+        "baselines/cpu/tiny-bert-vanilla.json": (BASELINE, _moved(_slower)),
+        "baselines/cpu/pytest-benchmark.amd-25.1-avx2.json": ("{}", '{"x": 1}'),
+        "docs/data.json": ("{}", '{"x": 1}'),
+        "sub/pyproject.toml": (PYPROJECT, PYPROJECT.replace("0.15", "0.9")),
+    }
+    lines = goalposts.moves(texts)
+    assert [line.split(":")[0] for line in lines] == [
+        "`baselines/cpu/pytest-benchmark.amd-25.1-avx2.json`",
+        "`tiny-bert-vanilla` on cpu",
+    ]
+    block = goalposts.markdown(lines)
+    assert block.startswith(f"> {goalposts.HEADLINE}")
+    assert block.count("\n> - ") == 2
+    assert goalposts.markdown([]) == ""
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def branch(tmp_path: Path) -> Path:
+    """A repository whose branch ``change`` rewrote a baseline and loosened a tolerance, while its
+    base branch ``main`` moved on with a tolerance change of its own (not the branch's)."""
+    repo = tmp_path / "repo"
+    (repo / "baselines" / "cpu").mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "pyproject.toml").write_text(PYPROJECT)
+    (repo / "baselines" / "cpu" / "tiny-bert-vanilla.json").write_text(BASELINE)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "base")
+    _git(repo, "checkout", "-q", "-b", "change")
+    (repo / "baselines" / "cpu" / "tiny-bert-vanilla.json").write_text(_moved(_slower))
+    (repo / "pyproject.toml").write_text(PYPROJECT.replace("0.15", "0.4"))
+    _git(repo, "commit", "-q", "-am", "easier")
+    _git(repo, "checkout", "-q", "main")
+    (repo / "pyproject.toml").write_text(PYPROJECT + "[tool.perfsuite.tolerance]\nmemory = 0.02\n")
+    _git(repo, "commit", "-q", "-am", "main moves on")
+    return repo
+
+
+def test_the_base_copy_run_as_a_file_names_what_the_branch_moved(branch: Path) -> None:
+    """As the GPU workflow runs it: the base commit's file, alone, under ``python -I``."""
+    script = branch.parent / "goalposts.py"
+    script.write_text((ROOT / "perfsuite" / "core" / "goalposts.py").read_text())
+    done = subprocess.run(
+        [sys.executable, "-I", str(script), "main", "change"], cwd=branch, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"> {goalposts.HEADLINE}: the gate below compares against the new figures. Review these first:",
+        "> - `tiny-bert-vanilla` on cpu: step time [amd-25.1-avx2] 12.89 → 16.11 calibrated (+25.0%)",
+        "> - `pyproject.toml` `[tool.perfsuite] overrides.cpu/*.time_floor`: 0.15 → 0.4",
+        "",
+    ]
+
+
+def test_nothing_moved_prints_nothing_and_a_bad_ref_is_one_line(
+    branch: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert goalposts.main(["--repo", str(branch), "main", "main"]) == 0
+    assert capsys.readouterr().out == ""
+    assert goalposts.main(["--repo", str(branch), "main", "no-such-branch"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("goalposts: error: ")
+    assert err.count("\n") == 1
