@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tools import ROOT
+from tools import ROOT, git
 
 from perfsuite.core import goalposts
 
@@ -81,34 +81,24 @@ def test_only_baselines_and_the_root_pyproject_count_and_nothing_moved_is_no_blo
     assert goalposts.markdown([]) == ""
 
 
-def _git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
-
-
 @pytest.fixture
 def branch(tmp_path: Path) -> Path:
     """A repository whose branch ``change`` rewrote a baseline and loosened a tolerance, while its
     base branch ``main`` moved on with a tolerance change of its own (not the branch's)."""
     repo = tmp_path / "repo"
     (repo / "baselines" / "cpu").mkdir(parents=True)
-    _git(repo, "init", "-q", "-b", "main")
+    git(repo, "init", "-q", "-b", "main")
     (repo / "pyproject.toml").write_text(PYPROJECT)
     (repo / "baselines" / "cpu" / "tiny-bert-vanilla.json").write_text(BASELINE)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "base")
-    _git(repo, "checkout", "-q", "-b", "change")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    git(repo, "checkout", "-q", "-b", "change")
     (repo / "baselines" / "cpu" / "tiny-bert-vanilla.json").write_text(_moved(_slower))
     (repo / "pyproject.toml").write_text(PYPROJECT.replace("0.15", "0.4"))
-    _git(repo, "commit", "-q", "-am", "easier")
-    _git(repo, "checkout", "-q", "main")
+    git(repo, "commit", "-q", "-am", "easier")
+    git(repo, "checkout", "-q", "main")
     (repo / "pyproject.toml").write_text(PYPROJECT + "[tool.perfsuite.tolerance]\nmemory = 0.02\n")
-    _git(repo, "commit", "-q", "-am", "main moves on")
+    git(repo, "commit", "-q", "-am", "main moves on")
     return repo
 
 

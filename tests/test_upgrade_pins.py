@@ -5,13 +5,12 @@ Every repository here is a local one, built in the test; nothing is installed or
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from tools import ROOT
+from tools import ROOT, git
 
 from perfsuite.ab import compare
 from perfsuite.ab.envs import Env, EnvError
@@ -22,30 +21,20 @@ from perfsuite.reports.ab import NOTHING_COMPARED, markdown, marker
 from perfsuite.scaffold import init
 
 
-def _git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
-
-
 def _commit(repo: Path, files: dict[str, str], message: str = "change") -> str:
     for name, text in files.items():
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text(text)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", message)
-    return _git(repo, "rev-parse", "HEAD")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     path = tmp_path / "repo"
     path.mkdir()
-    _git(path, "init", "-q")
+    git(path, "init", "-q")
     return path
 
 
@@ -78,7 +67,7 @@ def test_a_requirements_bump_is_the_two_sides(repo: Path) -> None:
     [(name, why)] = found.skipped
     assert name == "accelerate"
     assert why.startswith("not an exact pin: accelerate>=1.0 (requirements.txt) → accelerate>=1.1")
-    assert found.base_commit == _git(repo, "rev-parse", "--short", "HEAD~1")
+    assert found.base_commit == git(repo, "rev-parse", "--short", "HEAD~1")
 
 
 def test_pyproject_lists_and_groups_are_read(repo: Path) -> None:
@@ -200,10 +189,10 @@ def test_unchanged_pins_are_nothing_to_compare(repo: Path) -> None:
 
 def test_three_dots_compare_from_the_merge_base(repo: Path) -> None:
     _commit(repo, {"requirements.txt": "a==1\nb==1\n"}, "base")
-    branch = _git(repo, "rev-parse", "--abbrev-ref", "HEAD")
-    _git(repo, "checkout", "-q", "-b", "bump")
+    branch = git(repo, "rev-parse", "--abbrev-ref", "HEAD")
+    git(repo, "checkout", "-q", "-b", "bump")
     _commit(repo, {"requirements.txt": "a==2\nb==1\n"}, "bump a")
-    _git(repo, "checkout", "-q", branch)
+    git(repo, "checkout", "-q", branch)
     _commit(repo, {"requirements.txt": "a==1\nb==3\n"}, "the base moves on")
     assert upgrade(f"{branch}...bump", repo).changes == (Change("a", "1", "2"),)
     assert {c.name for c in upgrade(f"{branch}..bump", repo).changes} == {"a", "b"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,14 @@ def chromium() -> str | None:
 
 def node() -> str | None:
     return shutil.which("node")
+
+
+def git(repo: Path, *args: str) -> str:
+    """``git args`` in ``repo`` as a throwaway author, its output stripped (fails the test on an error)."""
+    done = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
