@@ -117,8 +117,20 @@ BISECT = [
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "c", "--threads", "0"], "--threads: must be"),
     (["transformers", "--good", "4.57.6"], "the following arguments are required: --bad, --case"),
 ]
+COMMENT = [
+    (["--workflow", "w.yml"], "the following arguments are required: --artifact"),
+    (
+        ["--artifact", "{tmp}", "--workflow", "w.yml", "--event", "{tmp}/not-json.json", "--repo", "o/r"],
+        "not-json.json is",
+    ),
+    (
+        ["--artifact", "{tmp}", "--workflow", "w.yml", "--event", "{tmp}/list.json", "--repo", "o/r"],
+        "not a workflow_run",
+    ),
+]
 CASES = [
     *((["ab", *a], m) for a, m in AB),
+    *((["comment", *a], m) for a, m in COMMENT),
     *((["bisect", *a], m) for a, m in BISECT),
     *((["run", *a], m) for a, m in RUN),
     *((["overhead", *a], m) for a, m in OVERHEAD),

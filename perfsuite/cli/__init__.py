@@ -1,7 +1,8 @@
 """The ``perfsuite`` command, one module per subcommand: ``run`` (read :mod:`perfsuite.cli.run` first),
 ``list`` and ``init``, ``baselines refresh``, ``report`` and ``merge``, ``history``, ``overhead``,
-``ab`` and ``bisect``; :mod:`perfsuite.cli.selection` holds the options that choose the cases, which
-``run`` and ``ab`` share, and :mod:`perfsuite.cli.common` what several subcommands do.
+``ab`` and ``bisect``, ``comment`` (the upgrade verdict comment workflow's step);
+:mod:`perfsuite.cli.selection` holds the options that choose the cases, which ``run`` and ``ab``
+share, and :mod:`perfsuite.cli.common` what several subcommands do.
 
 Every bad input ends in one line (``perfsuite: error: ...``) and exit code 2.
 """
@@ -14,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from perfsuite.cli import ab, baselines, catalog, history, overhead, report
+from perfsuite.cli import ab, baselines, catalog, comment, history, overhead, report
 from perfsuite.cli import bisect as bisect_command
 from perfsuite.cli import run as run_command
 from perfsuite.cli.common import Parser, fail
@@ -31,6 +32,7 @@ _COMMANDS: dict[str, Callable[[Any], int]] = {
     "overhead": overhead.run,
     "ab": ab.run,
     "bisect": bisect_command.run,
+    "comment": comment.run,
 }
 
 
@@ -47,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_merge(sub)
     report.add_report(sub)
     history.add_parser(sub)
+    comment.add_parser(sub)
     return parser
 
 
