@@ -4,7 +4,8 @@ Writes the ``[tool.perfsuite]`` section of ``pyproject.toml`` (live settings plu
 commented example of a model, a recipe and the matrix), the matrix test, the
 workflows (CPU tier on every push, GPU tier nightly, baseline refresh as a pull request, the
 upgrade verdict on a pull request that bumps a pin, with its comment and GPU variant, and the
-side-by-side verdict on a pull request that changes the project's own code),
+side-by-side verdict on a pull request that changes the project's own code; Dependabot keeping the
+actions' commit pins current),
 ``baselines/`` and a README section; with ``example``, a model and a training step
 of the project's own to start from (``perfsuite_example/``) and their declarations. Nothing
 that exists is overwritten without ``force``; a section is appended to an existing
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from importlib.metadata import version
 from importlib.resources import files
 from pathlib import Path
 
@@ -35,6 +37,7 @@ _FILES = {
     ".github/workflows/perfsuite-upgrade-comment.yml": "perfsuite-upgrade-comment.yml",
     ".github/workflows/perfsuite-upgrade-gpu.yml": "perfsuite-upgrade-gpu.yml",
     ".github/workflows/perfsuite-pr.yml": "perfsuite-pr.yml",
+    ".github/dependabot.yml": "dependabot.yml",
     "baselines/README.md": "baselines-README.md",
 }
 """Files written whole: destination → template."""
@@ -50,7 +53,9 @@ _EXAMPLE_TABLE = "[tool.perfsuite.models.example-mlp]"
 
 
 def template(name: str) -> str:
-    return files("perfsuite").joinpath("templates").joinpath(name).read_text().replace("__TESTS__", TESTS)
+    """A template's text, with the matrix test's path and this perfsuite's version filled in."""
+    text = files("perfsuite").joinpath("templates").joinpath(name).read_text()
+    return text.replace("__TESTS__", TESTS).replace("__VERSION__", version("perfsuite"))
 
 
 def _has_tool_table(text: str) -> bool:

@@ -26,6 +26,7 @@ WRITTEN = [
     ".github/workflows/perfsuite-upgrade-comment.yml",
     ".github/workflows/perfsuite-upgrade-gpu.yml",
     ".github/workflows/perfsuite-pr.yml",
+    ".github/dependabot.yml",
     "baselines/README.md",
     "README.md",
 ]
@@ -45,15 +46,21 @@ def test_init_writes_what_a_repository_needs_and_says_so(tmp_path: Path) -> None
     assert "def test_case_matches_baseline(perfsuite_case" in (tmp_path / TESTS).read_text()
     for name in ("perfsuite-cpu", "perfsuite-gpu-nightly", "perfsuite-refresh"):
         workflow = yaml.safe_load((tmp_path / ".github" / "workflows" / f"{name}.yml").read_text())
-        assert workflow["permissions"] == {"contents": "read"}
+        assert workflow["permissions"] == {}  # no token unless a job asks for one
         for job_name, job in workflow["jobs"].items():
             steps = " ".join(str(step) for step in job["steps"])
             assert "__TESTS__" not in steps
             if "self-hosted" in job["runs-on"]:
                 # The GPU box never runs a fork's code and never holds a write token.
-                assert "permissions" not in job, job_name
+                assert job["permissions"] == {"contents": "read"}, job_name
                 assert "pull_request" not in workflow[True], job_name
                 assert "persist-credentials': False" in steps
+    from importlib.metadata import version
+
+    comment = (tmp_path / ".github" / "workflows" / "perfsuite-upgrade-comment.yml").read_text()
+    assert f"'perfsuite=={version('perfsuite')}'" in comment  # the version that wrote it
+    dependabot = yaml.safe_load((tmp_path / ".github" / "dependabot.yml").read_text())
+    assert dependabot["updates"][0]["package-ecosystem"] == "github-actions"
 
 
 # The CPU tier's own step-time gates, as this repository sets them, with their ceiling.

@@ -111,8 +111,9 @@ class Fake:
 
     def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         self.root = root
-        self.artifact = root / "artifact"
+        self.artifact, self.binding = root / "artifact", root / "binding" / "binding.json"
         self.artifact.mkdir()
+        self.binding.parent.mkdir()
         self.state: dict[str, Any] = {
             "pulls": {"7": _pull(7), "8": _pull(8, "e" * 40)},
             "commit_pulls": {HEAD: [7]},
@@ -140,7 +141,7 @@ class Fake:
 
     def artifact_files(self, *, binding: Any = None, summary: str | bytes | None = None) -> None:
         if binding is not None:
-            (self.artifact / "binding.json").write_text(json.dumps(binding))
+            self.binding.write_text(json.dumps(binding))
         if summary is not None:
             data = summary.encode() if isinstance(summary, str) else summary
             (self.artifact / "summary.md").write_bytes(data)
@@ -148,7 +149,8 @@ class Fake:
     def step(self, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (self.root / "state.json").write_text(json.dumps(self.state))
         (self.root / "event.json").write_text(json.dumps({"workflow_run": self.run}))
-        args = ["comment", "--artifact", str(self.artifact), "--event", str(self.root / "event.json")]
+        args = ["comment", "--artifact", str(self.artifact), "--binding", str(self.binding)]
+        args += ["--event", str(self.root / "event.json")]
         args += ["--repo", REPO, "--stale-on", ".github/workflows/ci.yml"]
         args += [x for w in WORKFLOWS for x in ("--workflow", w)]
         code = main(args)
@@ -229,6 +231,14 @@ def test_a_forged_artifact_is_refused_and_posts_nothing(
     assert reason in out
     assert fake.comments() == []
     assert fake.sent() == []
+
+
+def test_a_binding_inside_the_verdict_artifact_is_not_the_one_read(
+    fake: Fake, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The verdict artifact is written after the pull request's code ran; the binding before."""
+    (fake.artifact / "binding.json").write_text(json.dumps({"pull_request": 8, "head_sha": HEAD}))
+    assert fake.step(capsys) == (0, "commented on #7\n")
 
 
 def test_a_run_of_another_workflow_file_is_refused(fake: Fake, capsys: pytest.CaptureFixture[str]) -> None:
@@ -319,7 +329,7 @@ def test_mentions_are_defused_and_nothing_compared_opens_no_comment(
 def test_no_artifact_is_nothing_to_post_and_bad_arguments_are_one_line(
     fake: Fake, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    (fake.artifact / "binding.json").unlink()
+    fake.binding.unlink()
     assert fake.step(capsys) == (0, "that run left no verdict: nothing to post\n")
     assert main(["comment", "--artifact", ".", "--workflow", "x", "--event", str(tmp_path), "--repo", REPO]) == 2
     assert capsys.readouterr().err.count("\n") == 1

@@ -42,7 +42,10 @@ def add_parser(sub: Any) -> None:
         description="Reads the workflow_run event ($GITHUB_EVENT_PATH) and the run's artifact, checks both "
         "against the API through `gh`, and creates, updates or marks stale the verdict comment.",
     )
-    comment.add_argument("--artifact", type=Path, required=True, help="where the run's artifact was downloaded")
+    comment.add_argument("--artifact", type=Path, required=True, help="where the run's verdict artifact was downloaded")
+    comment.add_argument(
+        "--binding", type=Path, help="the run's binding.json, downloaded on its own (default: in --artifact)"
+    )
     comment.add_argument(
         "--workflow",
         action="append",
@@ -175,7 +178,7 @@ def _goalposts(gh: GitHub, pull: dict[str, Any]) -> str:
 
 def post(args: Any, gh: GitHub, run: dict[str, Any]) -> str:
     """Check the artifact against the API and create or update the comment; returns what was done."""
-    binding_file, summary_file = args.artifact / "binding.json", args.artifact / "summary.md"
+    binding_file, summary_file = args.binding or args.artifact / "binding.json", args.artifact / "summary.md"
     if not binding_file.is_file() or not summary_file.is_file():
         return "that run left no verdict: nothing to post"
     binding = read_binding(binding_file)
