@@ -315,6 +315,17 @@ def test_the_gpu_run_needs_an_open_labelled_branch_of_this_repository(
     assert fake.step(capsys)[0] == 1
 
 
+def test_the_verdict_on_the_pull_requests_own_code_is_posted_as_its_own(
+    fake: Fake, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """perfsuite ab --base-ref's summary (marker ``own cpu``) beside an upgrade verdict: one comment each."""
+    assert fake.step(capsys) == (0, "commented on #7\n")
+    own = "<!-- perfsuite-ab own cpu -->"
+    fake.artifact_files(summary=SUMMARY.replace(CPU, own))
+    assert fake.step(capsys) == (0, "commented on #7\n")
+    assert [body.split("\n", 1)[0] for body in fake.comments()] == [CPU, own]
+
+
 def test_mentions_are_defused_and_nothing_compared_opens_no_comment(
     fake: Fake, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -24,7 +24,8 @@ from perfsuite.reports.ab import NOTHING_COMPARED, marker
 MAX_SUMMARY_BYTES = 60_000
 """The largest summary posted (a comment holds 65,536 characters; the frame takes the rest)."""
 MAX_BINDING_BYTES = 1_000
-MARKERS = (marker("cpu"), marker("cuda"))
+MARKERS = (marker("cpu"), marker("cuda"), marker("cpu", own=True))
+"""The first lines perfsuite ab writes: the upgrade verdict per device, and the project's own code's."""
 TITLE = "perfsuite ab verdict for"
 STALE = "> **Stale**:"
 UNVERIFIED = "**Unverified**"
