@@ -253,9 +253,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             spec = _case_of(item)
             if spec is not None and spec.world_size > gpus:
                 item.add_marker(pytest.mark.skip(reason=f"needs {spec.world_size} GPUs; this machine has {gpus}"))
-            if spec is not None:
-                skip = item.get_closest_marker("skip")
-                _session(config).gpu_collected[spec.id] = None if skip is None else str(skip.kwargs.get("reason", ""))
+            _session(config).note_gpu_case(spec, item)
 
 
 def _gpu_tier_selected(config: pytest.Config) -> bool:
@@ -348,8 +346,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         state.write_staged()
     if state.already_complete and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         session.exitstatus = pytest.ExitCode.OK  # --missing found every selected case complete: nothing to do
-    if exitstatus == pytest.ExitCode.OK and state.nothing_gated() is not None:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a GPU gate that measured nothing must not pass
+    session.exitstatus = state.gated_exit(session.exitstatus)  # a GPU gate that measured nothing fails
     scratch = getattr(state, "benchmark_scratch", None)
     if scratch is not None:
         scratch.unlink(missing_ok=True)
@@ -365,14 +362,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             f"perfsuite: {state.already_complete} selected case(s) already have complete baselines here "
             "(--missing left them out)"
         )
-    nothing = state.nothing_gated()
-    if nothing is not None:
-        terminalreporter.write_line(nothing)
-    markdown = config.getoption("perfsuite_markdown")
+    state.report_nothing_gated(terminalreporter, config.getoption("perfsuite_markdown"))
     if not state.outcomes:
-        if nothing is not None and markdown is not None:  # the job summary says it too
-            markdown.parent.mkdir(parents=True, exist_ok=True)
-            markdown.write_text(f"**{nothing}**\n")
         return
     terminalreporter.section("perfsuite")
     terminalreporter.write(gate_text(state.outcomes, refresh=state.refresh, notes=state.summary_notes()))
@@ -385,6 +376,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         left = state.budget.summary() if state.budget is not None else None
         if left is not None:
             terminalreporter.write_line(left)
+    markdown = config.getoption("perfsuite_markdown")
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(gate_markdown(state.outcomes, refresh=state.refresh, notes=state.summary_notes()))

@@ -344,11 +344,33 @@ class PerfsuiteSession:
 
     # -- end of session ------------------------------------------------------------------
 
+    def note_gpu_case(self, spec: CaseSpec | None, item: pytest.Item) -> None:
+        """On a GPU machine, a GPU matrix case collected, with why collection skipped it (``None``: to run)."""
+        if spec is not None:
+            skip = item.get_closest_marker("skip")
+            self.gpu_collected[spec.id] = None if skip is None else str(skip.kwargs.get("reason", ""))
+
     def nothing_gated(self) -> str | None:
         """The line that fails a gate on a GPU machine whose GPU cases were all skipped (a refresh gates nothing)."""
         from perfsuite.session.scope import nothing_gated
 
         return None if self.refresh else nothing_gated(self.gpu_collected, self.outcomes)
+
+    def gated_exit(self, exitstatus: int) -> int:
+        """``exitstatus``, or a failure where it would pass but a GPU gate gated nothing."""
+        if exitstatus == pytest.ExitCode.OK and self.nothing_gated() is not None:
+            return pytest.ExitCode.TESTS_FAILED
+        return exitstatus
+
+    def report_nothing_gated(self, terminalreporter: Any, markdown: Path | None) -> None:
+        """Say that nothing was gated, on the terminal and, when no case ran, in ``--perfsuite-markdown``'s file."""
+        nothing = self.nothing_gated()
+        if nothing is None:
+            return
+        terminalreporter.write_line(nothing)
+        if markdown is not None and not self.outcomes:
+            markdown.parent.mkdir(parents=True, exist_ok=True)
+            markdown.write_text(f"**{nothing}**\n")
 
     @property
     def written(self) -> list[Path]:
