@@ -185,7 +185,7 @@ def _digests(root: Path) -> dict[str, str]:
     return found
 
 
-def _intact(target: Path, moved: list[str]) -> bool:
+def intact(target: Path, moved: list[str]) -> bool:
     """Whether ``target`` holds exactly the files its build recorded, for ``moved``."""
     if target.is_symlink():
         return False
@@ -198,6 +198,32 @@ def _intact(target: Path, moved: list[str]) -> bool:
     return bool(recorded == {"moved": moved, "files": _digests(target)})
 
 
+def install_into(
+    target: Path, record: list[str], install: list[str], *, label: str, environ: dict[str, str] | None = None
+) -> None:
+    """``target`` made to hold what ``uv pip install --no-deps --target`` of ``install`` (requirements, or a
+    source tree to build) puts there, with the manifest that lets it be reused while intact (:func:`intact`
+    against ``record``); whole or not at all."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    done = subprocess.run(
+        [_uv(), "pip", "install", "--no-deps", "--target", str(scratch), "--python", sys.executable, *install],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+        env={**os.environ, **(environ or {})},
+    )
+    if done.returncode != 0:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise EnvError(f"{label}: installing {' '.join(record)} failed: {done.stderr.strip()[-600:]}")
+    (scratch / MANIFEST).write_text(json.dumps({"moved": record, "files": _digests(scratch)}))
+    if target.is_symlink():
+        target.unlink()
+    shutil.rmtree(target, ignore_errors=True)
+    scratch.replace(target)
+
+
 def overlay(requirements: list[Requirement], *, label: str) -> Env:
     """The overlay for ``requirements`` (built once per resolved set, then reused from the cache while intact)."""
     moved = resolve(requirements)
@@ -205,24 +231,8 @@ def overlay(requirements: list[Requirement], *, label: str) -> Env:
         return Env(label=label, python=sys.executable, pins=tuple(str(r) for r in requirements))
     key = hashlib.sha256(("\n".join([sys.version, *moved])).encode()).hexdigest()[:16]
     target = cache_root() / "overlays" / key
-    if not _intact(target, moved):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{key}."))
-        done = subprocess.run(
-            [_uv(), "pip", "install", "--no-deps", "--target", str(scratch), "--python", sys.executable, *moved],
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
-        if done.returncode != 0:
-            shutil.rmtree(scratch, ignore_errors=True)
-            raise EnvError(f"{label}: installing {' '.join(moved)} failed: {done.stderr.strip()[-600:]}")
-        (scratch / MANIFEST).write_text(json.dumps({"moved": moved, "files": _digests(scratch)}))
-        if target.is_symlink():
-            target.unlink()
-        shutil.rmtree(target, ignore_errors=True)
-        scratch.replace(target)
+    if not intact(target, moved):
+        install_into(target, moved, moved, label=label)
     return Env(
         label=label,
         python=sys.executable,

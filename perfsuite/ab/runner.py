@@ -85,6 +85,8 @@ class Bisection:
     """What the points are, for the answer (default: the package's name)."""
     describe: Callable[[str], str] = str
     """A point as the answer names it (a commit: its hash, subject and pull request)."""
+    found: Found | None = None
+    """The answer, once :meth:`run` has searched (``None`` when the ends did not differ or could not be tested)."""
 
     def _env(self, version: str, name: str) -> Env:
         if self.env_for is not None:
@@ -148,6 +150,7 @@ class Bisection:
                 return judgement, evidence(result, metric)
 
             found = search(self.versions, judge)
+            self.found = found
         finally:
             good.close()
         self._write(found, ends)

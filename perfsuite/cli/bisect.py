@@ -8,8 +8,13 @@ a range, 2 bad arguments, 3 an end cannot be tested.
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
+from perfsuite.core.baselines import write_json_atomic
 from perfsuite.options import at_least, fraction, output_file, positive_fraction, positive_seconds
 
 METRICS = ("time", "memory", "loss")
@@ -26,6 +31,20 @@ def add_parser(sub: Any) -> None:
         help="bisect the project's own commits instead: --good and --bad are git revisions, and each commit on "
         "--bad's first-parent history after --good is compared with --good, both in this environment, each "
         "running in its own copy of the project (perfsuite ab --own)",
+    )
+    bisect.add_argument(
+        "--repo",
+        type=Path,
+        metavar="PATH",
+        help="a local clone of the package: once the first bad release is found, go on commit by commit between "
+        "its tag and the last good release's, each commit built from the clone (a pure-Python build where the "
+        "package allows) over the last good release's dependencies; a commit that does not build or import is "
+        "stepped around",
+    )
+    bisect.add_argument(
+        "--commits",
+        action="store_true",
+        help="with --repo: --good and --bad are revisions of the clone (tags, commits): bisect its commits only",
     )
     bisect.add_argument(
         "--good", required=True, metavar="V1", help="a release (with --own: a commit) where the case is as it should be"
@@ -55,7 +74,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from perfsuite.ab.bisect import BisectError, between, check_order, index_versions
-    from perfsuite.ab.envs import EnvError, parse_held
+    from perfsuite.ab.envs import EnvError, make_env, parse_held
     from perfsuite.ab.runner import Bisection, case_spec
     from perfsuite.reports.tables import log_console
     from perfsuite.worker.device import default_device_type
@@ -68,37 +87,59 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.own != (args.package is None):
             raise ValueError("name the package to bisect, or give --own to bisect the project's commits, not both")
+        if args.own and args.repo:
+            raise ValueError("--repo is a package's clone; --own bisects the project's own repository")
+        if args.commits and not args.repo:
+            raise ValueError("--commits bisects a clone's commits: give the clone with --repo")
         spec = case_spec(args.case, steps=args.steps, threads=args.threads)
         args.device_type = default_device_type()
         args.held = parse_held(args.with_)
         if args.own:
-            return _own(args, spec, say)
+            return _commits(args, spec, say, *_project_commits(args))
+        if args.commits:
+            return _commits(
+                args,
+                spec,
+                say,
+                *_clone_commits(args, args.good, args.bad, make_env("current", name="good", held=args.held)),
+            )
         check_order(args.good, args.bad)
         versions = between(index_versions(args.package), args.good, args.bad, pre=args.pre)
     except (BisectError, ValueError, EnvError) as exc:
         say(f"perfsuite: error: {exc}")
         return 2
     say(f"perfsuite: {args.package}: {len(versions)} releases from {versions[0]} (good) to {versions[-1]} (bad)")
-    return Bisection(args, spec, versions, say).run()
+    releases = Bisection(args, spec, versions, say)
+    code = releases.run()
+    found = releases.found
+    if args.repo is None or found is None or found.first_bad is None:
+        return code
+    from perfsuite.ab import commits
+    from perfsuite.ab.builds import release_tag
+
+    try:
+        good, bad = (release_tag(args.repo, args.package, v, "--repo") for v in (found.last_good, found.first_bad))
+        base = make_env(f"{args.package}=={found.last_good}", name="good", held=args.held)
+        released = json.loads(args.json.read_text()) if args.json else None
+        code = _commits(args, spec, say, *_clone_commits(args, good.sha, bad.sha, base))
+    except (commits.GitError, EnvError) as exc:
+        say(f"perfsuite: the commits between {found.last_good} and {found.first_bad} were not bisected: {exc}")
+        return 1
+    if args.json and released is not None:  # the commits' answer, with the releases' it went on from
+        write_json_atomic(args.json, {**json.loads(args.json.read_text()), "releases": released})
+    return code
 
 
-def _own(args: argparse.Namespace, spec: Any, say: Any) -> int:
-    """``--own``: the project's commits from ``--good`` to ``--bad`` (first parents), each written into a
-    tree of its own when it is tested (:mod:`perfsuite.ab.own`), in this environment."""
-    import shutil
-    import tempfile
-    from pathlib import Path
-
+def _project_commits(args: argparse.Namespace) -> tuple[dict[str, Any], Any, str, Any]:
+    """``--own``: the project's commits from ``--good`` to ``--bad``, each written into a tree of its own
+    when it is tested (:mod:`perfsuite.ab.own`), in this environment."""
     from perfsuite.ab import commits
     from perfsuite.ab.envs import EnvError, make_env
     from perfsuite.ab.own import at_commit, project_root
-    from perfsuite.ab.runner import Bisection
 
     project = project_root()
     top = commits.check_repository(project, "--own")
-    good = commits.describe(top, commits.commit(top, commits.check_revision(args.good, "--good"), "--good"))
-    bad = commits.commit(top, commits.check_revision(args.bad, "--bad"), "--bad")
-    found = {c.short: c for c in [good, *commits.first_parent_range(top, good.sha, bad, "--own")]}
+    found = _first_parents(top, args.good, args.bad, "--own")
     inside = project.resolve().relative_to(top.resolve())
     scratch = Path(tempfile.mkdtemp(prefix="perfsuite-bisect-"))
 
@@ -109,11 +150,41 @@ def _own(args: argparse.Namespace, spec: Any, say: Any) -> int:
             raise EnvError(str(exc)) from None
         return tree.env(make_env("current", name=name, held=args.held))
 
+    return found, env_for, "commit", scratch
+
+
+def _clone_commits(args: argparse.Namespace, good: str, bad: str, base: Any) -> tuple[dict[str, Any], Any, str, None]:
+    """``--repo``: the package's commits from ``good`` to ``bad`` in its clone, each built over ``base``."""
+    from perfsuite.ab import commits
+    from perfsuite.ab.builds import commit_env
+
+    top = commits.check_repository(args.repo, "--repo")
+    found = _first_parents(top, good, bad, "--repo")
+    return found, lambda point, name: commit_env(top, args.package, found[point], base), f"{args.package} commit", None
+
+
+def _first_parents(top: Path, good: str, bad: str, what: str) -> dict[str, Any]:
+    """Short hash → :class:`~perfsuite.ab.commits.Commit` of ``good`` and each commit after it on ``bad``'s
+    first parents, in order."""
+    from perfsuite.ab import commits
+
+    first = commits.describe(top, commits.commit(top, commits.check_revision(good, "--good"), what))
+    last = commits.commit(top, commits.check_revision(bad, "--bad"), what)
+    return {c.short: c for c in [first, *commits.first_parent_range(top, first.sha, last, what)]}
+
+
+def _commits(
+    args: argparse.Namespace, spec: Any, say: Any, found: dict[str, Any], env_for: Any, what: str, scratch: Path | None
+) -> int:
+    """Bisect the commits ``found`` (good first), each side's environment from ``env_for``."""
+    from perfsuite.ab.runner import Bisection
+
     points = list(found)
-    say(f"perfsuite: the project's code: {len(points)} commits from {points[0]} (good) to {points[-1]} (bad)")
+    say(f"perfsuite: {what}s: {len(points)} from {points[0]} (good) to {points[-1]} (bad)")
     try:
         return Bisection(
-            args, spec, points, say, env_for=env_for, what="commit", describe=lambda p: found[p].describe()
+            args, spec, points, say, env_for=env_for, what=what, describe=lambda p: found[p].describe()
         ).run()
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
