@@ -2,8 +2,9 @@
 a case, each commit built from the clone, in a package repository the test makes.
 
 The package is ``acmeops``, the loss a team's step trains with (tests/team_repo.py): between its
-tags v1.0 and v1.1 one commit keeps a scratch buffer (memory), one sums the loss instead of
-averaging it (loss), one breaks its build (stepped around) and the next mends it. Memory and loss
+tags v1.0 and v1.1 one commit keeps a scratch buffer (memory), the next breaks its build (stepped
+around: both searches try it first) and the one after mends it, then one sums the loss instead of
+averaging it (loss). Memory and loss
 are decided at a pair's first run, so each search is a few builds and one pair a commit."""
 
 from __future__ import annotations
@@ -59,11 +60,13 @@ def _clone(root: Path) -> dict[str, str]:
     (root / "pyproject.toml").write_text(PYPROJECT)
     git(root, "init", "-q", "-b", "main")
     shas = {"v1.0": _commit(root, "Release 1.0", tag="v1.0")}
-    shas["docs"] = _commit(root, "Document the loss", edit=("README.md", None, "The loss acme trains with.\n"))
     shas["buffer"] = _commit(root, "Keep a scratch buffer (#11)", edit=("acmeops/__init__.py", *BUFFER))
-    shas["sum"] = _commit(root, "Sum the loss over the batch (#12)", edit=("acmeops/__init__.py", *SUM))
     shas["broken"] = _commit(root, "Move to a new build backend", edit=("pyproject.toml", "[project]", "[project"))
-    shas["v1.1"] = _commit(root, "Release 1.1 (#13)", edit=("pyproject.toml", "[project\n", "[project]\n"), tag="v1.1")
+    shas["mended"] = _commit(root, "Mend the build", edit=("pyproject.toml", "[project\n", "[project]\n"))
+    shas["sum"] = _commit(root, "Sum the loss over the batch (#12)", edit=("acmeops/__init__.py", *SUM))
+    shas["v1.1"] = _commit(
+        root, "Release 1.1 (#13)", edit=("README.md", None, "The loss acme trains with.\n"), tag="v1.1"
+    )
     return shas
 
 
@@ -122,6 +125,7 @@ def test_bisect_repo_names_the_commit_that_changed_the_case(
         name = order[step["version"]]
         expected = "cannot" if name == "broken" else "bad" if names.index(name) >= names.index(culprit) else "good"
         assert step["judgement"] == expected, (name, step)
+    assert "broken" in [order[step["version"]] for step in found["steps"]]  # tried, and stepped around
 
 
 def test_a_clone_without_the_tag_is_one_line(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
