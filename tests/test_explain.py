@@ -205,6 +205,10 @@ def test_the_flame_graph_keeps_vanished_frames_and_drops_module_plumbing() -> No
     assert found["aten::mm"].width == pytest.approx(0.2)
     # Children left to right by name: acme's hook, the op, torch's linear.
     assert [found[n].start for n in (HOOK, "aten::mm", LINEAR)] == pytest.approx([0.0, 0.2, 0.4])
+    assert not found["aten::mm"].moved  # one profile a side: no bar, nothing coloured
+    twice = {box.name: box for box in flame.boxes(a * 2, b * 2)}
+    assert twice["aten::mm"].moved
+    assert not twice[LINEAR].moved  # the same on both sides
 
 
 # A GPU's trace and allocator
@@ -412,11 +416,9 @@ def test_the_runs_alternate_and_only_the_first_of_each_side_does_more_than_profi
 
 
 def test_an_explanation_says_each_cause_and_survives_its_json() -> None:
-    a = _run([GRADS])
-    b = _run([{k: v * 1.01 for k, v in GRADS.items()}])
-    profiled_a = [
-        ExplainRecord("w", 3, steps=a.steps, profile=_step(jitter=j), tensors=tuple(PARAMS)) for j in (0.1, 0.2)
-    ]
+    a = _run([GRADS], losses=(2.0,))
+    b = _run([{k: v * 1.01 for k, v in GRADS.items()}], losses=(2.02,))
+    profiled_a = [ExplainRecord("w", 3, steps=a.steps, profile=_step(), tensors=tuple(PARAMS)) for _ in range(2)]
     profiled_b = [
         ExplainRecord(
             "w",
@@ -425,7 +427,7 @@ def test_an_explanation_says_each_cause_and_survives_its_json() -> None:
             profile=_step(mm_calls=3),
             tensors=(*PARAMS, _t("buffer", "cache", (1024,))),
         )
-        for j in (0.3, 0.4)
+        for _ in range(2)
     ]
     found = explanation.explain(
         "tiny-bert-vanilla",
@@ -437,9 +439,14 @@ def test_an_explanation_says_each_cause_and_survives_its_json() -> None:
         loss_tolerance=(1e-3, 1e-4),
     )
     lines = found.lines()
-    assert lines[0].startswith("time: ops: aten::mm 2 → 3 calls/step (profiled step")
-    assert lines[1].startswith("memory: buffers +0.00 MiB = 1,024 elements × 4 B (float32): new buffer cache")
-    assert lines[2].startswith("loss: parts at step 0 (2 → 2.02); every gradient ×1.01 there")
+    assert lines[0] == "time, ops: aten::mm 2 → 3 calls/step"
+    assert lines[1].startswith("time: profiled step 1.9 → 1.9 ms; a time is shown beyond 3 × the largest change")
+    assert lines[1].endswith(": ops 0.01, Python functions 0.01, Python time by package 0.01 ms/step")  # the floor
+    assert lines[2].startswith("memory: buffers +0.00 MiB = 1,024 elements × 4 B (float32): new buffer cache")
+    assert lines[3] == (
+        "loss: parts at step 0 (2 → 2.02); every gradient ×1.01 there (4 tensors): a scale of the loss; "
+        "the same initial weights, data and learning rate"
+    )
     assert found.flame
     again = explanation.Explanation.from_json(json.loads(json.dumps(found.as_json())))
     assert again == found

@@ -3,7 +3,7 @@ loads it at its interpreter's start), for the explanations' tests: each named in
 ``PERFSUITE_SIDE_INJECT`` (comma-separated) changes every training step of every case the side runs.
 
 - ``matmul``: one more 256×256 matmul after each optimizer step (``aten::mm``, one call a step);
-- ``sleep``: the model's forward hook :func:`_slow_hook` sleeps 4 ms (``time.sleep``), once a forward;
+- ``sleep``: the model's forward hook :func:`_slow_hook` sleeps 10 ms (``time.sleep``), once a forward;
 - ``buffer``: a 50 MiB float32 buffer, ``injected_cache``, registered on the model at its first forward;
 - ``loss``: the model's loss multiplied by 1.01 (every gradient too).
 
@@ -31,7 +31,7 @@ if _KINDS:
 
     def _slow_hook(module, args, output):
         if "sleep" in _KINDS and _ROOT and module is _ROOT[0]:
-            time.sleep(0.004)
+            time.sleep(0.01)
         return output
 
     def _scaled_loss(module, args, output):

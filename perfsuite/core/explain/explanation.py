@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from perfsuite.core.explain import gradients, profile, tensors
 from perfsuite.core.explain.flame import Box, boxes
 from perfsuite.core.explain.gradients import LossCause
-from perfsuite.core.explain.profile import LEVEL_NAMES, NOISE_FACTOR, ProfileDiff
+from perfsuite.core.explain.profile import LEVEL_NAMES, ProfileDiff
 from perfsuite.core.explain.records import ExplainAsk, ExplainRecord, load
 from perfsuite.core.explain.tensors import MemoryCause
 
@@ -80,10 +80,11 @@ class Explanation:
         return load(cls, data)
 
     def lines(self) -> list[str]:
-        """The cause, a line per aspect (time, memory, loss), as a person would write it in a bug report."""
-        out = [f"{self.case}: could not explain: {error}" for error in self.errors]
+        """The cause, a line per finding (time per level, memory per category, loss), as a person would
+        write it in a bug report."""
+        out = [f"could not explain: {error}" for error in self.errors]
         if self.time is not None:
-            out.append(f"time: {time_line(self.time)}")
+            out += time_lines(self.time)
         if self.memory is not None:
             out += [f"memory: {tensors.describe(c)}" for c in self.memory.categories]
             out += [
@@ -95,23 +96,24 @@ class Explanation:
         return out
 
 
-def time_line(diff: ProfileDiff) -> str:
-    """The profile's changes, a few per level, then the step and the bar a time change had to clear."""
+def time_lines(diff: ProfileDiff) -> list[str]:
+    """A line per level that changed (a few entries each), then the profiled step and the bar a time
+    change had to clear."""
     said = []
     for level in profile.LEVELS:
         found = diff.level(level)[:SHOWN_PER_LEVEL]
         if found:
-            said.append(f"{LEVEL_NAMES[level]}: " + "; ".join(profile.describe(c) for c in found))
+            said.append(f"time, {LEVEL_NAMES[level]}: " + "; ".join(profile.describe(c) for c in found))
     step = f"profiled step {diff.step_us_a / 1e3:,.1f} → {diff.step_us_b / 1e3:,.1f} ms"
     if diff.thresholds:
         bars = ", ".join(f"{LEVEL_NAMES[k]} {v / 1e3:.2f}" for k, v in diff.thresholds.items())
         largest = "the largest change between two profiles of one side"
-        bar = f"a time is shown beyond {NOISE_FACTOR:g} × {largest}: {bars} ms/step"
+        bar = f"a time is shown beyond {diff.noise_factor:g} × {largest}: {bars} ms/step"
     else:
         bar = "one profile per side: call counts only"
     if not said:
-        return f"no op, Python function or GPU activity differs beyond the profiles' noise ({step}; {bar})"
-    return " · ".join(said) + f" ({step}; {bar})"
+        return [f"time: no op, Python function or GPU activity differs beyond the profiles' noise ({step}; {bar})"]
+    return [*said, f"time: {step}; {bar}"]
 
 
 def explain(

@@ -131,6 +131,8 @@ class ProfileDiff:
     """One Chrome trace per side (its first profile's), where kept."""
     unstable: dict[str, int] = field(default_factory=dict)
     """Per level, entries whose calls differ between one side's profiles (their counts are not evidence)."""
+    noise_factor: float = NOISE_FACTOR
+    """The thresholds' multiple of the A/A's largest change."""
 
     def level(self, name: str) -> list[Change]:
         return [c for c in self.changes if c.level == name]
