@@ -124,6 +124,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=Path,
         help="write report.html (charts; needs perfsuite[report]) and summary.md for the gated cases there",
     )
+    group.addoption(
+        "--perfsuite-explain",
+        action="store_true",
+        help="explain each failure against its baseline in its message: against the baseline's stack rebuilt as "
+        "an overlay where its versions differ from this environment's, else from one instrumented run of this "
+        "stack (docs/explain.md)",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)

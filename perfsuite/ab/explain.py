@@ -16,6 +16,7 @@ from perfsuite.ab.rounds import CaseResult, spec_fields
 from perfsuite.core.explain.explanation import Explanation, asks, aspects, explain
 from perfsuite.core.explain.gradients import first_apart
 from perfsuite.core.explain.records import ExplainRecord
+from perfsuite.core.explain.reference import aspects_failed
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
 
@@ -48,12 +49,12 @@ def wanted(result: CaseResult, choice: str) -> tuple[str, ...]:
     """What to explain of ``result`` (:func:`perfsuite.core.explain.explanation.aspects`)."""
     if result.error is not None or result.interrupted:
         return ()
-    failing = [c.metric for c in result.checks if not c.ok]
+    failed = aspects_failed([c.metric for c in result.checks if not c.ok])
     return aspects(
         choice,
         time_verdict=result.time.verdict if result.time is not None else None,
-        memory_moved=any(m == "peak memory" or m.startswith("memory: ") for m in failing),
-        loss_parted="loss" in failing,
+        memory_moved="memory" in failed,
+        loss_parted="loss" in failed,
     )
 
 

@@ -92,6 +92,9 @@ class PerfsuiteSession:
             raise pytest.UsageError(
                 f"--perfsuite-refresh-time-limit must be a positive number of seconds, not {limit:g}"
             )
+        self.explain: bool = config.getoption("perfsuite_explain")
+        if self.explain and self.refresh:
+            raise pytest.UsageError("--perfsuite-explain explains a gate's failures; a refresh has none")
         self.budget = RefreshBudget(limit) if limit is not None else None
         self.already_complete = 0
         """Selected cases a refresh ``--missing`` left out: their baselines here are complete."""
@@ -267,10 +270,24 @@ class PerfsuiteSession:
             rerun=rerun,
         )
         failures = [c.message for c in outcome.checks if not c.ok]
+        if failures and self.explain:
+            failures += self._explained(spec, baseline, outcome, tolerance)
         if failures:
             outcome.message = "\n".join(failures)
             pytest.fail(outcome.message, pytrace=False)
         outcome.status = "passed"
+
+    def _explained(self, spec: CaseSpec, baseline: Mapping[str, Any], outcome: Outcome, tolerance: Any) -> list[str]:
+        """``--perfsuite-explain``'s lines for a failing case (:mod:`perfsuite.session.explaining`)."""
+        from perfsuite.core.spec import DEFAULTS
+        from perfsuite.session.explaining import Failure, explain_failure
+
+        timeout = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"].timeout
+        failure = Failure(spec, baseline, outcome.records[-1], outcome.checks, tolerance)
+        try:
+            return explain_failure(failure, timeout_s=timeout)
+        except Exception as exc:  # the verdict stands whatever the explanation does
+            return [f"explain: could not explain: {type(exc).__name__}: {exc}"]
 
     def _observe(self, record: Mapping[str, Any]) -> Observation:
         return observe(record, time_unit=self.time_unit(record["device"]))
