@@ -94,7 +94,8 @@ def add_parser(sub: Any) -> None:
         "Default 1, until an A/A and an injected 5%% slowdown show the same false-alarm rate and sensitivity "
         "with one duet as with the most a large machine allows (docs/ab.md)",
     )
-    ab.add_argument(
+    explaining = ab.add_mutually_exclusive_group()
+    explaining.add_argument(
         "--explain",
         dest="explain",
         action="store_const",
@@ -103,7 +104,7 @@ def add_parser(sub: Any) -> None:
         help="explain every case's time, memory and loss (default: a case's time when its verdict is not same, "
         "its memory or loss when they moved; docs/explain.md)",
     )
-    ab.add_argument("--no-explain", dest="explain", action="store_const", const="none", help="explain nothing")
+    explaining.add_argument("--no-explain", dest="explain", action="store_const", const="none", help="explain nothing")
     ab.add_argument("--json", type=output_file, help="write every pair, figure and verdict to this JSON file")
     ab.add_argument("--report", type=not_a_file, metavar="DIR", help="write report.html and summary.md there")
 
