@@ -52,9 +52,15 @@ class Tiny:
         return loss.detach()
 
 
+def _driven(tiny: Tiny) -> Any:
+    from perfsuite.worker.engines.driven import Driven
+
+    return Driven(tiny, device_type="cpu")  # type: ignore[arg-type]
+
+
 def test_the_profile_has_ops_and_python_frames_per_step_and_keeps_a_trace(tmp_path: Path) -> None:
     trace = tmp_path / "side.pt.trace.json.gz"
-    found = profile_steps(Tiny(hook=True, extra=2), get_device("cpu"), 2, str(trace))  # type: ignore[arg-type]
+    found = profile_steps(_driven(Tiny(hook=True, extra=2)), get_device("cpu"), 2, str(trace))
     tables = profile.tables(found)
     assert tables["op"]["aten::mm"].calls == 3 + 2  # three in the backward, and the two extra ones
     hook = next(k for k in tables["python"] if k.endswith("slow_hook → <built-in function sleep>"))
@@ -73,8 +79,8 @@ def test_the_profile_has_ops_and_python_frames_per_step_and_keeps_a_trace(tmp_pa
 
 def test_two_profiles_of_one_step_and_an_extra_call() -> None:
     cpu = get_device("cpu")
-    a = [profile_steps(Tiny(), cpu, 2) for _ in range(2)]  # type: ignore[arg-type]
-    b = [profile_steps(Tiny(extra=1), cpu, 2) for _ in range(2)]  # type: ignore[arg-type]
+    a = [profile_steps(_driven(Tiny()), cpu, 2) for _ in range(2)]
+    b = [profile_steps(_driven(Tiny(extra=1)), cpu, 2) for _ in range(2)]
     counted = [c for c in profile.diff(a, b).changes if c.counted and c.level == "op"]
     assert ("aten::mm", 3.0, 4.0) in [(c.key, c.calls_a, c.calls_b) for c in counted]  # 3: the backward's
 
@@ -145,3 +151,26 @@ def test_an_explanation_run_of_a_real_case() -> None:
     assert found.profile is not None
     assert found.profile.steps == 2
     assert {t.kind for t in found.tensors} >= {"parameter", "gradient", "optimizer_state"}
+
+
+class Threaded(Tiny):
+    """Each step in a thread of its own while the caller waits, as the Trainer engine steps."""
+
+    def step(self, before_micro_batch: Any = None, within: Any = None) -> Any:
+        import threading
+
+        done: list[Any] = []
+        worker = threading.Thread(target=lambda: done.append(Tiny.step(self)))
+        worker.start()
+        worker.join()
+        return done[0]
+
+    def in_training_thread(self, fn: Any) -> Any:
+        return fn()
+
+
+def test_an_engine_stepping_in_its_own_thread_is_profiled_there_without_the_caller_s_wait() -> None:
+    found = profile_steps(_driven(Threaded()), get_device("cpu"), 2)
+    tables = profile.tables(found)
+    assert tables["op"]["aten::mm"].calls == 3  # the step's work, in its thread
+    assert not [k for k in tables["python"] if "join" in k or "acquire" in k]  # not the caller's wait

@@ -36,16 +36,21 @@ def profile_steps(engine: Driven, device: Device, steps: int, trace: str | None 
     Chrome trace is written to ``trace`` (a ``.json.gz``) when given."""
     from torch.profiler import profile, schedule
 
+    # An engine that steps in a thread of its own (the Trainer's) leaves this thread waiting on it:
+    # that wait is the step's time twice over, and noise, not work; its thread's ops are recorded
+    # only when the profiler follows every thread (a private switch, torch >= 2.5).
+    elsewhere = getattr(engine.engine, "in_training_thread", None) is not None
     # The profiler's first active step pays for its own start (the schedule's warm-up takes it).
     with profile(
         activities=device.profiler_activities(),
         with_stack=True,
         schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
+        experimental_config=_all_threads() if elsewhere else None,
     ) as prof:
         for _ in range(steps + 1):
             engine.step()
             prof.step()
-    frames, stacks = host_stacks(prof.events(), cwd=str(Path.cwd()))
+    frames, stacks = host_stacks(prof.events(), cwd=str(Path.cwd()), skip_marking_thread=elsewhere)
     rows: tuple[DeviceRow, ...] = ()
     if trace is not None or device.is_accelerator:
         path = Path(trace) if trace is not None else Path(tempfile.mkdtemp(prefix="perfsuite-trace-")) / "t.json.gz"
@@ -60,18 +65,32 @@ def profile_steps(engine: Driven, device: Device, steps: int, trace: str | None 
     return StepProfile(steps=steps, frames=frames, stacks=stacks, device=rows, trace=trace)
 
 
-def host_stacks(events: Sequence[Any], cwd: str = "") -> tuple[tuple[str, ...], tuple[StackRow, ...]]:
+def _all_threads() -> Any:
+    """The profiler's switch to record every thread's ops, where this torch has it (else ``None``)."""
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        return _ExperimentalConfig(profile_all_threads=True)
+    except (ImportError, TypeError):
+        return None
+
+
+def host_stacks(
+    events: Sequence[Any], cwd: str = "", *, skip_marking_thread: bool = False
+) -> tuple[tuple[str, ...], tuple[StackRow, ...]]:
     """The profiled steps' host events as stacks: ``(frames, rows)``.
 
     An event counts when it lies wholly inside the profiled steps (from the first step's start to
     the last one's end). Its stack runs from just below its step (the main thread) or from its
     outermost ancestor inside the steps (another thread: the Trainer's, a DataLoader's pin thread).
+    ``skip_marking_thread``: leave out the thread that marked the steps (it only waited for another).
     """
     from torch.profiler import DeviceType
 
     marks = [e for e in events if e.name.startswith(_STEP)]
     if not marks:
         return (), ()
+    marking = {e.thread for e in marks} if skip_marking_thread else set()
     low = min(e.time_range.start for e in marks)
     high = max(e.time_range.end for e in marks)
     index: dict[str, int] = {}
@@ -92,6 +111,8 @@ def host_stacks(events: Sequence[Any], cwd: str = "") -> tuple[tuple[str, ...], 
 
     for event in events:
         if event.device_type != DeviceType.CPU or event.name.startswith(_STEP) or not inside(event):
+            continue
+        if event.thread in marking:
             continue
         own = event.time_range.elapsed_us() - sum(c.time_range.elapsed_us() for c in event.cpu_children)
         total = totals.setdefault(path_of(event), [0.0, 0])
