@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import json
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +40,8 @@ def profile_steps(engine: Driven, device: Device, steps: int, trace: str | None 
     # An engine that steps in a thread of its own (the Trainer's) leaves this thread waiting on it:
     # that wait is the step's time twice over, and noise, not work; its thread's ops are recorded
     # only when the profiler follows every thread (a private switch, torch >= 2.5).
-    elsewhere = getattr(engine.engine, "in_training_thread", None) is not None
+    here = float(threading.get_native_id())
+    elsewhere = engine.in_training_thread(lambda: float(threading.get_native_id())) != here
     # The profiler's first active step pays for its own start (the schedule's warm-up takes it).
     with profile(
         activities=device.profiler_activities(),
