@@ -123,3 +123,91 @@ def positive_fraction(text: str) -> float:
     if value == 0:
         raise argparse.ArgumentTypeError("must be above 0")
     return value
+
+
+def add_plugin_options(group: Any) -> None:
+    """The pytest plugin's ``--perfsuite-*`` options, in its group (``pytest --help`` lists them)."""
+    group.addoption(
+        "--perfsuite-project",
+        metavar="PATH",
+        help="the project's pyproject.toml, or its directory (default: pytest's config file if it is a "
+        "pyproject.toml, else the nearest one at or above the working directory, else above the rootdir)",
+    )
+    group.addoption(
+        "--perfsuite-baselines",
+        metavar="DIR",
+        help="baseline directory, relative to the working directory (default: [tool.perfsuite] baselines, "
+        "relative to the project's pyproject.toml, else 'baselines' beside it)",
+    )
+    group.addoption(
+        "--perfsuite-no-gpu",
+        choices=("fail", "skip"),
+        default="fail",
+        help="when the GPU tier is selected (-m gpu) and torch sees no CUDA GPU: fail at once, saying so "
+        "(default), or skip its tests",
+    )
+    group.addoption(
+        "--perfsuite-missing",
+        choices=("fail", "skip"),
+        default="fail",
+        help="what a case without a baseline does: fail after running, naming the refresh command (default), "
+        "or skip without running",
+    )
+    group.addoption(
+        "--perfsuite-time",
+        choices=("auto", "calibrated", "absolute", "off"),
+        default="auto",
+        help="compare step time against the calibration workload run around each step, or in seconds "
+        "(default auto: calibrated on CPU, where shared machines drift by tens of percent; seconds on a GPU); "
+        "off: measure it but gate memory and loss only (another stack against these baselines)",
+    )
+    group.addoption(
+        "--perfsuite-uncompared-time",
+        choices=("note", "fail"),
+        default="note",
+        help="a case whose baseline has no step time for this machine's time class (CPU family and ISA, or GPU "
+        "model): gate memory and loss and note the time as not compared (default), or fail it (a dedicated runner); "
+        "likewise a loss not compared because the run started from other initial weights than its baseline's",
+    )
+    group.addoption(
+        "--perfsuite-refresh",
+        action="store_true",
+        help="record new baselines for the selected cases instead of comparing (written at the end of the run)",
+    )
+    group.addoption("--perfsuite-repeats", **REPEATS)
+    group.addoption(
+        "--perfsuite-refresh-missing",
+        action="store_true",
+        help="with --perfsuite-refresh: only the cases whose baseline here is missing, unreadable or has no step "
+        "time the gate would compare (this machine's time class, unit and calibration)",
+    )
+    group.addoption(
+        "--perfsuite-refresh-time-limit",
+        metavar="SECONDS",
+        type=float,
+        help="with --perfsuite-refresh: start no case once the time left is less than the longest case so far; "
+        "the cases finished are written, the rest reported as not reached",
+    )
+    group.addoption(
+        "--perfsuite-shard",
+        metavar="I/N",
+        help="run shard I of N of the matrix (whole models, balanced by case count; perfsuite.core.shards): "
+        "the nightly workflow's machines each run one",
+    )
+    group.addoption("--perfsuite-gpus", **GPUS)
+    group.addoption("--perfsuite-scope", **SCOPE)
+    group.addoption("--perfsuite-json", metavar="PATH", type=Path, help="write every case's records and checks here")
+    group.addoption("--perfsuite-markdown", metavar="PATH", type=Path, help="write the summary table as markdown")
+    group.addoption(
+        "--perfsuite-report",
+        metavar="DIR",
+        type=Path,
+        help="write report.html (charts; needs perfsuite[report]) and summary.md for the gated cases there",
+    )
+    group.addoption(
+        "--perfsuite-explain",
+        action="store_true",
+        help="explain each failure against its baseline in its message: against the baseline's stack rebuilt as "
+        "an overlay where its versions differ from this environment's, else from one instrumented run of this "
+        "stack (docs/explain.md)",
+    )

@@ -255,7 +255,7 @@ def test_an_a_a_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
     out = tmp_path / "ab.json"
     args = ["ab", "--base", "current", "--candidate", "current", "--models", "tiny-bert", "--strategies", "vanilla"]
     args += ["--pairs", "2", "--max-pairs", "2", "--steps", "4", "--jobs", "1"]  # --jobs 1: the default, one lane
-    args += ["--device", "cpu", "--no-profile"]
+    args += ["--device", "cpu", "--no-profile", "--no-explain"]  # an undecided time would be explained
     code = main([*args, "--json", str(out), "--report", str(tmp_path)])
     assert code == 0
     payload = json.loads(out.read_text())

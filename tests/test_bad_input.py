@@ -105,6 +105,7 @@ AB = [
     (["--base", "current", "--candidate", "current", "--steps", "0"], "--steps: must be at least 1, got 0"),
     (["--base", "current", "--candidate", "current", "--json", "{tmp}"], "--json: {tmp}: is a directory"),
     (["--base", "current", "--candidate", "current", "--report", "{tmp}/file.txt"], "--report: {tmp}/file.txt: is"),
+    (["--base", "current", "--candidate", "current", "--explain", "--no-explain"], "--no-explain: not allowed with"),
 ]
 BISECT = [
     (["transformers", "--good", "5.0.0", "--bad", "4.57.6", "--case", "tiny-gpt2-vanilla"], "wrong order"),

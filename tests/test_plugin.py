@@ -29,7 +29,6 @@ import os
 import time
 
 import pytest
-from team_repo import WIDGET
 
 from perfsuite.worker.calibrate import NAME as CALIBRATION
 
@@ -584,6 +583,7 @@ def test_refresh_missing_takes_only_the_cases_without_a_complete_baseline_here(
         ),
         (["--perfsuite-refresh-time-limit=60"], "*--perfsuite-refresh-time-limit applies to a refresh*"),
         (["--perfsuite-refresh", "--perfsuite-refresh-time-limit=0"], "*must be a positive number of seconds, not 0*"),
+        (["--perfsuite-refresh", "--perfsuite-explain"], "*--perfsuite-explain explains a gate's failures; a refresh*"),
     ],
 )
 def test_a_refresh_scope_without_a_refresh_or_with_no_time_is_a_usage_error(

@@ -20,6 +20,7 @@ from perfsuite.ab.sides import Side
 from perfsuite.core.baselines import build_baseline
 from perfsuite.core.check import Check
 from perfsuite.core.compare import check_memory
+from perfsuite.core.explain.explanation import Explanation
 from perfsuite.core.kernels import check_kernels
 from perfsuite.core.loss import check_loss
 from perfsuite.core.observation import observe
@@ -51,6 +52,8 @@ class CaseResult:
     """Why the case could not be compared (a side's run failed: its error)."""
     interrupted: bool = False
     """The comparison was stopped (Ctrl-C, SIGTERM) before this case's verdict: undecided, its pairs kept."""
+    explanation: Explanation | None = None
+    """Its verdict's cause, where one was explained (:mod:`perfsuite.ab.explain`)."""
 
     @property
     def unjudged(self) -> bool:
@@ -110,6 +113,7 @@ class CaseResult:
             },
             "loss": {"a": self.loss_a, "b": self.loss_b, "max_abs_diff": self.loss_max_abs_diff},
             "checks": [dataclasses.asdict(c) for c in self.checks],
+            "explanation": None if self.explanation is None else self.explanation.as_json(),
         }
 
 
@@ -161,7 +165,8 @@ def _memory_and_loss(result: CaseResult, a: Mapping[str, Any], b: Mapping[str, A
     )
 
 
-def _fields(spec: CaseSpec, *, profile: bool) -> dict[str, Any]:
+def spec_fields(spec: CaseSpec, *, profile: bool) -> dict[str, Any]:
+    """``spec``'s fields as a side runs it: no calibration workload, the memory profile's step only if ``profile``."""
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.init}
     return {**fields, "calibrate": False, "profile": spec.profile and profile}
 
@@ -224,7 +229,7 @@ def compare_cases(
             reset_lanes(running)
 
             def run(lane: Lane, case: str, gpu: str | None, cancel: threading.Event | None, index: int = index) -> Pair:
-                fields = _fields(by_id[case], profile=index == 0)
+                fields = spec_fields(by_id[case], profile=index == 0)
                 return lane.pair(fields, index, timeout_s, mode=results[case].mode, gpu=gpu, cancel=cancel)
 
             def done(case: str, pair: Pair, index: int = index) -> None:

@@ -134,6 +134,12 @@ class Side:
         record: dict[str, Any] = self._ask({"op": "run", "spec": spec, "timeout_s": timeout_s, "env": env})["record"]
         return record
 
+    def explain(self, spec: dict[str, Any], ask: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """An explanation run of a case (:mod:`perfsuite.worker.explain`; ``ask``: an ``ExplainAsk``'s JSON)."""
+        request = {"op": "explain", "spec": spec, "ask": ask, "timeout_s": timeout_s}
+        record: dict[str, Any] = self._ask({**request, "env": {"TORCH_EXTENSIONS_DIR": self.extensions}})["record"]
+        return record
+
     def close(self) -> None:
         try:
             if self.proc.poll() is None and self.proc.stdin is not None:

@@ -116,6 +116,17 @@ def add_parser(sub: Any) -> None:
         "Default 1, until an A/A and an injected 5%% slowdown show the same false-alarm rate and sensitivity "
         "with one duet as with the most a large machine allows (docs/ab.md)",
     )
+    explaining = ab.add_mutually_exclusive_group()
+    explaining.add_argument(
+        "--explain",
+        dest="explain",
+        action="store_const",
+        const="all",
+        default="auto",
+        help="explain every case's time, memory and loss (default: a case's time when its verdict is not same, "
+        "its memory or loss when they moved; docs/explain.md)",
+    )
+    explaining.add_argument("--no-explain", dest="explain", action="store_const", const="none", help="explain nothing")
     ab.add_argument("--json", type=output_file, help="write every pair, figure and verdict to this JSON file")
     ab.add_argument("--report", type=not_a_file, metavar="DIR", help="write report.html and summary.md there")
 
@@ -191,10 +202,21 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_INTERRUPTED
         try:
             results = ab_run.compare_all(args.timeout or defaults.timeout, stop_on_regression=args.stop_on_regression)
+            _explain(ab_run, results, args, args.timeout or defaults.timeout, say)
         finally:
             ab_run.close()
     code = ab_run.finish(results, args, time.monotonic() - started, console)
     return EXIT_INTERRUPTED if any(r.interrupted for r in results) else code
+
+
+def _explain(ab_run: Any, results: Any, args: argparse.Namespace, timeout_s: float, say: Any) -> None:
+    """Each verdict's cause, where it calls for one (:mod:`perfsuite.ab.explain`)."""
+    from perfsuite.ab.explain import explain_results, traces_dir
+
+    traces = traces_dir(args.report, args.json)
+    explain_results(
+        ab_run.sides, ab_run.specs, results, choice=args.explain, timeout_s=timeout_s, traces=traces, say=say
+    )
 
 
 def _sides(args: argparse.Namespace) -> Upgrade | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.core.baselines import write_text_atomic
+from perfsuite.reports.explain import html_causes, markdown_causes, marks, notes
 
 HEADERS = ("case", "verdict", "time B/A [interval]", "pairs", "peak MiB A → B", "breakdown change", "loss max |Δ|")
 
@@ -48,6 +49,7 @@ def _memory(case: Mapping[str, Any]) -> tuple[str, str]:
 
 def rows(payload: Mapping[str, Any]) -> list[list[str]]:
     out = []
+    noted = marks(payload)
     for case in payload["cases"]:
         if case["error"]:
             out.append([case["case"], case["verdict"], case["error"][:80], "—", "—", "—", "—"])
@@ -58,6 +60,8 @@ def rows(payload: Mapping[str, Any]) -> list[list[str]]:
             verdict, pairs = f"{verdict} (interrupted)", f"{len(case['ratios'])} {case.get('mode', '')}".strip()
         peak, breakdown = _memory(case)
         diff = case["loss"]["max_abs_diff"]
+        if case["case"] in noted:  # its cause: the note under the table (summary.md: above it)
+            verdict = f"{verdict} [{noted[case['case']]}]"
         out.append([case["case"], verdict, time_cell, pairs, peak, breakdown, "—" if diff is None else f"{diff:.3g}"])
     return out
 
@@ -100,7 +104,8 @@ def code_lines(payload: Mapping[str, Any]) -> list[str]:
 def render_table(payload: Mapping[str, Any]) -> Any:
     from rich.table import Table
 
-    table = Table(title=verdict_line(payload), title_justify="left")
+    caption = "\n".join(notes(payload)) or None
+    table = Table(title=verdict_line(payload), title_justify="left", caption=caption, caption_justify="left")
     for header in HEADERS:
         # A case id and a verdict are never cut short ("tiny-ber…", "regress…"): folded if need be.
         table.add_column(header, overflow="fold")
@@ -141,6 +146,7 @@ def markdown(payload: Mapping[str, Any]) -> str:
         f"### perfsuite ab on {device_type}" + (": the project's own code" if own else ""),
         f"**{verdict_line(payload)}**",
         "",
+        *markdown_causes(payload),
         *_pins_lines(sides["base"]["env"], sides["candidate"]["env"], payload.get("pins")),
         *code_lines(payload),
         "",
@@ -177,7 +183,7 @@ def write_note(out: Path, text: str) -> Path:
     return out / "summary.md"
 
 
-def report_html(payload: Mapping[str, Any]) -> str:
+def report_html(payload: Mapping[str, Any], out_dir: Path | None = None) -> str:
     """The comparison as a page of the suite's report (:mod:`perfsuite.reports.html`): the verdict,
     the per-pair ratio chart, the table, each side's stack."""
     from perfsuite.reports import charts
@@ -206,6 +212,7 @@ def report_html(payload: Mapping[str, Any]) -> str:
         ),
         "<h2 id='cases'>Cases</h2>",
         html_table(HEADERS, rows(payload)),
+        html_causes(payload, out_dir),
         "<h2 id='sides'>Sides</h2>",
         html_table(["side", "environment", "versions"], stacks),
         "</body></html>",
@@ -222,5 +229,5 @@ def write_report(payload: Mapping[str, Any], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     page, summary = out / "report.html", out / "summary.md"
     write_text_atomic(summary, markdown(payload))  # first: the page needs matplotlib, the summary nothing
-    write_text_atomic(page, report_html(payload))
+    write_text_atomic(page, report_html(payload, out))
     return [page, summary]

@@ -30,7 +30,6 @@ from perfsuite.core.baselines import (
     baseline_path,
     load_baseline,
     pinned_benchmark_path,
-    time_spread,
 )
 from perfsuite.core.compare import Outcome, baseline_figures
 from perfsuite.core.declaration import find_pyproject, project_baselines_dir, read_pyproject
@@ -39,7 +38,7 @@ from perfsuite.core.drift import MIN_CASES, Drift
 from perfsuite.core.observation import Observation, observe
 from perfsuite.core.registry import DeclarationError
 from perfsuite.core.spec import CaseSpec
-from perfsuite.core.tolerance import ConfigError, Tolerance, resolve_tolerance, validate_config
+from perfsuite.core.tolerance import ConfigError, resolve_tolerance, validate_config
 from perfsuite.interrupt import Interrupt, terminate_as_interrupt
 from perfsuite.session.benchmark import record_benchmark
 from perfsuite.session.drifts import SessionDrift
@@ -48,7 +47,7 @@ from perfsuite.session.interrupted import close_outcomes, summary_lines
 from perfsuite.session.results import results_json
 from perfsuite.session.runs import RunCache
 from perfsuite.session.scope import RefreshBudget
-from perfsuite.session.staging import RefreshStager
+from perfsuite.session.staging import RefreshStager, repeat_while_too_wide
 
 
 def project_file(config: pytest.Config) -> Path:
@@ -112,6 +111,9 @@ class PerfsuiteSession:
             raise pytest.UsageError(
                 f"--perfsuite-refresh-time-limit must be a positive number of seconds, not {limit:g}"
             )
+        self.explain: bool = config.getoption("perfsuite_explain")
+        if self.explain and self.refresh:
+            raise pytest.UsageError("--perfsuite-explain explains a gate's failures; a refresh has none")
         self.budget = RefreshBudget(limit) if limit is not None else None
         self.already_complete = 0
         """Selected cases a refresh ``--missing`` left out: their baselines here are complete."""
@@ -276,7 +278,7 @@ class PerfsuiteSession:
         path = baseline_path(self.root, hardware, spec.id)
         if self.refresh:
             if self.time_mode != "off":
-                self._repeat_while_too_wide(spec, observations, tolerance, started)
+                repeat_while_too_wide(observations, tolerance, lambda n: self._repeat(spec, n), self.budget, started)
                 runs = outcome.records = list(self.runs.records[spec])
                 if self.budget is not None:
                     self.budget.ran(time.monotonic() - started)
@@ -317,27 +319,29 @@ class PerfsuiteSession:
             rerun=rerun,
         )
         failures = [c.message for c in outcome.checks if not c.ok]
+        if failures and self.explain:
+            failures += self._explained(spec, baseline, outcome, tolerance)
         if failures:
             outcome.message = "\n".join(failures)
             pytest.fail(outcome.message, pytrace=False)
         outcome.status = "passed"
 
-    def _repeat_while_too_wide(
-        self, spec: CaseSpec, observations: list[Observation], tolerance: Tolerance, started: float
-    ) -> None:
-        """A refresh's further repeats of ``spec`` while its step times spread so wide that its gate would
-        be wider than the tolerance's ceiling (:meth:`Tolerance.spread_fits`), up to
-        ``refresh_max_repeats`` and within a time limit; each new observation is appended."""
-        while len(observations) < tolerance.refresh_max_repeats and not tolerance.spread_fits(
-            time_spread([o.time for o in observations], [o.time_steps for o in observations])
-        ):
-            per_run = (time.monotonic() - started) / len(observations)
-            if self.budget is not None and not self.budget.has(2 * per_run):
-                return
-            runs = self.records(spec, len(observations) + 1)
-            if len(runs) == len(observations) or runs[-1]["status"] != "ok":
-                return
-            observations.append(self._observe(runs[-1]))
+    def _explained(self, spec: CaseSpec, baseline: Mapping[str, Any], outcome: Outcome, tolerance: Any) -> list[str]:
+        """``--perfsuite-explain``'s lines for a failing case (:mod:`perfsuite.session.explaining`)."""
+        from perfsuite.core.spec import DEFAULTS
+        from perfsuite.session.explaining import Failure, explain_failure
+
+        timeout = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"].timeout
+        failure = Failure(spec, baseline, outcome.records[-1], outcome.checks, tolerance)
+        try:
+            return explain_failure(failure, timeout_s=timeout)
+        except Exception as exc:  # the verdict stands whatever the explanation does
+            return [f"explain: could not explain: {type(exc).__name__}: {exc}"]
+
+    def _repeat(self, spec: CaseSpec, count: int) -> Observation | None:
+        """The observation of ``spec``'s ``count``-th run (made now), ``None`` when it did not run or finish."""
+        runs = self.records(spec, count)
+        return self._observe(runs[-1]) if len(runs) == count and runs[-1]["status"] == "ok" else None
 
     def _observe(self, record: Mapping[str, Any]) -> Observation:
         return observe(record, time_unit=self.time_unit(record["device"]))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import platform
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from perfsuite.core.baselines import (
     build_baseline,
     load_baseline,
     pinned_benchmark_path,
+    time_spread,
     with_other_classes,
     write_json_atomic,
 )
@@ -23,6 +25,7 @@ from perfsuite.core.provenance import run_facts
 from perfsuite.core.refresh import diff_rows, refusals
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
+from perfsuite.session.scope import RefreshBudget
 
 
 class RefreshStager:
@@ -139,3 +142,26 @@ def _read_pinned(path: Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise BaselineError(f"{path}: corrupt pinned pytest-benchmark file ({exc}); delete it and refresh") from None
     return data if isinstance(data, dict) else {}
+
+
+def repeat_while_too_wide(
+    observations: list[Observation],
+    tolerance: Tolerance,
+    repeat: Callable[[int], Observation | None],
+    budget: RefreshBudget | None,
+    started: float,
+) -> None:
+    """A refresh's further repeats of a case while its step times spread so wide that its gate would be
+    wider than the tolerance's ceiling (:meth:`Tolerance.spread_fits`): ``repeat(n)`` makes the ``n``-th
+    run, up to ``refresh_max_repeats`` and while a time limit leaves room for two more; each new
+    observation is appended to ``observations``."""
+    while len(observations) < tolerance.refresh_max_repeats and not tolerance.spread_fits(
+        time_spread([o.time for o in observations], [o.time_steps for o in observations])
+    ):
+        per_run = (time.monotonic() - started) / len(observations)
+        if budget is not None and not budget.has(2 * per_run):
+            return
+        observed = repeat(len(observations) + 1)
+        if observed is None:
+            return
+        observations.append(observed)

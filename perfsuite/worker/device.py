@@ -6,8 +6,10 @@ type itself.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,6 +146,36 @@ class Device:
             if fragment in self.name:
                 return rates[key]
         return None
+
+    def profiler_activities(self) -> list[Any]:
+        """What torch's profiler records here: the host always, a GPU's kernels and copies too (CUPTI)."""
+        from torch.profiler import ProfilerActivity
+
+        return [ProfilerActivity.CPU, ProfilerActivity.CUDA] if self.type == "cuda" else [ProfilerActivity.CPU]
+
+    @contextlib.contextmanager
+    def allocation_history(self) -> Iterator[dict[str, Any]]:
+        """On a GPU, the caching allocator's snapshot at the block's end with the stack of every live
+        block's allocation, in the yielded dict under ``segments``; nothing elsewhere. The recording
+        API is private (``torch.cuda.memory._record_memory_history``): where it is missing, the dict
+        says so under ``error``."""
+        found: dict[str, Any] = {}
+        if self.type != "cuda":
+            yield found
+            return
+        memory = torch.cuda.memory
+        record = getattr(memory, "_record_memory_history", None)
+        snapshot = getattr(memory, "_snapshot", None)
+        if record is None or snapshot is None:
+            found["error"] = f"torch {torch.__version__} has no torch.cuda.memory._record_memory_history"
+            yield found
+            return
+        record(enabled="all", context="alloc", stacks="python")
+        try:
+            yield found
+            found["segments"] = snapshot().get("segments", [])
+        finally:
+            record(enabled=None)
 
     def describe(self) -> dict[str, Any]:
         """Device facts for a report's ``env`` block."""

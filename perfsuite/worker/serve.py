@@ -12,6 +12,9 @@ line on its protocol stream (the original stdout; anything else printed goes to 
   (:func:`perfsuite.worker.process.run_isolated`; a crash or hang is a failed record); the names
   resolve against perfsuite's registry and the declarations of the project around the working
   directory (its own models and engines included), read at the first run;
+- ``{"op": "explain", "spec": {...}, "ask": {...ExplainAsk fields}, "timeout_s": T, "env": {...}}``: an
+  explanation run of the case in a fresh worker (:mod:`perfsuite.worker.explain`): its record, whose
+  ``explain`` is an :class:`~perfsuite.core.explain.records.ExplainRecord`'s JSON;
 - ``{"op": "reset"}``: stop this side's forkserver and boot a new one, answering once it has
   imported everything (``boot_s``): a new interpreter, so a new randomised address-space layout,
   which every worker forked from it inherits. Kept, one layout would bias every run of the side by
@@ -99,6 +102,14 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
 
         spec, env = _spec(request["spec"]), dict(request.get("env") or {})
         record = run_isolated(spec, timeout_s=float(request["timeout_s"]), env=env)
+        return {"ok": True, "record": record}
+    if request.get("op") == "explain":
+        from perfsuite.worker.explain import explain_case
+        from perfsuite.worker.process import run_isolated
+
+        spec, env = _spec(request["spec"]), dict(request.get("env") or {})
+        target = functools.partial(explain_case, ask=dict(request["ask"]))
+        record = run_isolated(spec, timeout_s=float(request["timeout_s"]), target=target, env=env)
         return {"ok": True, "record": record}
     return {"ok": False, "error": f"unknown request {request.get('op')!r}"}
 

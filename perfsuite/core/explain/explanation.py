@@ -1,0 +1,164 @@
+"""A case's explanation: what was explained and why, the cause of each, said in a few lines.
+
+``perfsuite ab`` explains a case's **time** when its time verdict is not *same* (slower, faster,
+undecided), its **memory** when the peak or a breakdown category moved, its **loss** when the curves
+part; ``--explain`` explains all three for every case, ``--no-explain`` nothing. What each needs
+from the explanation runs: time, two profiles of each side (A B A B); memory, one inventory of
+each; loss, the gradients of each side's steps up to where the curves part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from perfsuite.core.explain import gradients, profile, tensors
+from perfsuite.core.explain.flame import Box, boxes
+from perfsuite.core.explain.gradients import LossCause
+from perfsuite.core.explain.profile import LEVEL_NAMES, ProfileDiff
+from perfsuite.core.explain.records import ExplainAsk, ExplainRecord, load
+from perfsuite.core.explain.tensors import MemoryCause
+
+ASPECTS = ("time", "memory", "loss")
+EXPLAIN = ("auto", "all", "none")
+"""``perfsuite ab``'s choice: explain what a verdict found (``auto``), everything, or nothing."""
+PROFILED_STEPS = 3
+SHOWN_PER_LEVEL = 3
+"""Changes per level in the summary's lines (the report's tables show them all)."""
+
+
+def aspects(explain: str, *, time_verdict: str | None, memory_moved: bool, loss_parted: bool) -> tuple[str, ...]:
+    """What to explain of one case (see the module's docstring); ``()`` for nothing."""
+    if explain == "none":
+        return ()
+    if explain == "all":
+        return ASPECTS
+    wanted = {"time": time_verdict not in (None, "same"), "memory": memory_moved, "loss": loss_parted}
+    return tuple(a for a in ASPECTS if wanted[a])
+
+
+def asks(
+    wanted: Sequence[str], *, loss_step: int | None, traces: tuple[str | None, str | None]
+) -> list[tuple[int, ExplainAsk]]:
+    """The explanation runs, in order, as ``(side, ask)``: A B A B when the time is explained (the
+    first of each side with everything else asked, and its trace), else A B."""
+    first = [
+        ExplainAsk(
+            profile_steps=PROFILED_STEPS if "time" in wanted else 0,
+            trace=trace if "time" in wanted else None,
+            grads_until=loss_step if "loss" in wanted and loss_step is not None else -1,
+            inventory="memory" in wanted,
+        )
+        for trace in traces
+    ]
+    runs = [(0, first[0]), (1, first[1])]
+    if "time" in wanted:
+        runs += [(0, ExplainAsk(profile_steps=PROFILED_STEPS)), (1, ExplainAsk(profile_steps=PROFILED_STEPS))]
+    return runs
+
+
+@dataclass(frozen=True)
+class Explanation:
+    case: str
+    aspects: tuple[str, ...]
+    """What was explained (of :data:`ASPECTS`)."""
+    time: ProfileDiff | None = None
+    flame: tuple[Box, ...] = ()
+    memory: MemoryCause | None = None
+    loss: LossCause | None = None
+    errors: tuple[str, ...] = ()
+    """Why something asked could not be explained (a side's explanation run failed: its error)."""
+    wall_s: float = 0.0
+
+    def as_json(self) -> dict[str, object]:
+        import dataclasses
+
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> Explanation:
+        return load(cls, data)
+
+    def lines(self) -> list[str]:
+        """The cause, a line per finding (time per level, memory per category, loss), as a person would
+        write it in a bug report."""
+        out = [f"could not explain: {error}" for error in self.errors]
+        if self.time is not None:
+            out += time_lines(self.time)
+        if self.memory is not None:
+            out += [f"memory: {tensors.describe(c)}" for c in self.memory.categories]
+            out += [
+                f"memory: allocated at {f}: {a / 2**20:,.2f} → {b / 2**20:,.2f} MiB"
+                for f, a, b in self.memory.sites[:3]
+            ]
+        if self.loss is not None:
+            out.append(f"loss: {gradients.describe(self.loss)}")
+        return out
+
+
+def time_lines(diff: ProfileDiff) -> list[str]:
+    """A line per level that changed (a few entries each), then the profiled step and the bar a time
+    change had to clear."""
+    said = []
+    for level in profile.LEVELS:
+        found = diff.level(level)[:SHOWN_PER_LEVEL]
+        if found:
+            said.append(f"time, {LEVEL_NAMES[level]}: " + "; ".join(profile.describe(c) for c in found))
+    step = f"profiled step {diff.step_us_a / 1e3:,.1f} → {diff.step_us_b / 1e3:,.1f} ms"
+    if diff.thresholds:
+        bars = ", ".join(f"{LEVEL_NAMES[k]} {v / 1e3:.2f}" for k, v in diff.thresholds.items())
+        largest = "the largest change between two profiles of one side"
+        bar = f"a time is shown beyond {diff.noise_factor:g} × {largest}: {bars} ms/step"
+    else:
+        bar = "one profile per side: call counts only"
+    if not said:
+        return [f"time: no op, Python function or GPU activity differs beyond the profiles' noise ({step}; {bar})"]
+    return [*said, f"time: {step}; {bar}"]
+
+
+def explain(
+    case: str,
+    wanted: Sequence[str],
+    runs: Iterable[tuple[int, ExplainRecord]],
+    *,
+    loss: tuple[Sequence[float], Sequence[float]],
+    breakdowns: tuple[Mapping[str, int], Mapping[str, int]],
+    moved: Iterable[str],
+    loss_tolerance: tuple[float, float],
+    errors: Sequence[str] = (),
+    wall_s: float = 0.0,
+) -> Explanation:
+    """The explanation of ``case`` from its explanation runs (``(side, record)``, in the order they
+    ran), the compared runs' loss curves and memory breakdowns (A's, B's), the categories that moved
+    and the loss tolerance (``rtol``, ``atol``)."""
+    by_side: tuple[list[ExplainRecord], list[ExplainRecord]] = ([], [])
+    for side, record in runs:
+        by_side[side].append(record)
+    a, b = by_side
+    if not a or not b:
+        return Explanation(
+            case, tuple(wanted), errors=tuple(errors) or ("a side has no explanation run",), wall_s=wall_s
+        )
+    diff = flame = None
+    profiles_a = [r.profile for r in a if r.profile is not None]
+    profiles_b = [r.profile for r in b if r.profile is not None]
+    if "time" in wanted and profiles_a and profiles_b:
+        diff = profile.diff(profiles_a, profiles_b)
+        flame = tuple(boxes(profiles_a, profiles_b))
+    memory = None
+    if "memory" in wanted:
+        memory = tensors.memory_cause(
+            breakdowns[0],
+            breakdowns[1],
+            a[0].tensors,
+            b[0].tensors,
+            moved=moved,
+            num_parameters=a[0].num_parameters,
+            sites_a=a[0].allocation_sites,
+            sites_b=b[0].allocation_sites,
+        )
+    cause = None
+    if "loss" in wanted:
+        rtol, atol = loss_tolerance
+        cause = gradients.loss_cause(loss[0], loss[1], a[0], b[0], rtol=rtol, atol=atol)
+    return Explanation(case, tuple(wanted), diff, flame or (), memory, cause, tuple(errors), wall_s)

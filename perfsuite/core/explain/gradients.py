@@ -1,0 +1,193 @@
+"""Where two loss curves part and how: the first step beyond the loss tolerance, the gradients of
+each parameter A against B up to there, and whether the runs started from the same weights, saw
+the same data and stepped with the same learning rate.
+
+At the first step whose gradients differ, the ratio of each parameter's gradient norm (B ÷ A)
+says what kind of change it is: one ratio shared by every tensor is a **scale** (the loss or its
+reduction multiplied: an accumulation factor applied twice, a loss scale), a few tensors apart
+while the rest sit at 1 is a **local** change (a kernel, a dtype, an attention implementation in
+those layers), every tensor at its own ratio means the forward itself differs (other weights,
+other data). Equal gradients up to the step where the losses part point to the optimizer's
+update (the learning rate, its state).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from perfsuite.core.explain.records import ExplainRecord
+
+SAME_RATIO = 1e-3
+"""A gradient whose norm is within this relative distance of another's is the same (the loss
+gate's default relative tolerance): two runs of one stack agree to the last bit."""
+APART_SHOWN = 8
+"""Tensors named when a few are apart."""
+NEGLIGIBLE = 1e-5
+"""A gradient this small beside the largest of its side is rounding, not signal (a key projection's
+bias under softmax, whose gradient is zero in exact arithmetic): its ratio is left out."""
+
+
+@dataclass(frozen=True)
+class Ratio:
+    name: str
+    ratio: float
+    """B's gradient norm ÷ A's (``inf`` where A's is zero and B's is not)."""
+
+
+@dataclass(frozen=True)
+class LossCause:
+    """Why two loss curves part (see the module's docstring)."""
+
+    step: int | None
+    """The first step where B's loss is beyond the tolerance of A's; ``None``: the curves hold."""
+    loss_a: float | None = None
+    loss_b: float | None = None
+    differ: tuple[str, ...] = ()
+    """Which of ``initial weights``, ``data``, ``learning rate`` differ between the sides up to ``step``."""
+    grad_step: int | None = None
+    """The first step whose gradients differ (``None``: none up to ``step``, or none recorded)."""
+    shape: str = "unknown"
+    """``scale``, ``local``, ``everywhere`` (at ``grad_step``), ``optimizer`` (equal gradients up to
+    ``step``, the losses still part) or ``unknown`` (no gradients recorded)."""
+    scale: float | None = None
+    """The one ratio every gradient shares at ``grad_step``, where they share one."""
+    apart: tuple[Ratio, ...] = ()
+    """At ``grad_step``: the tensors off the ratio most of them share, furthest first."""
+    ratios: tuple[Ratio, ...] = ()
+    """At ``grad_step``: every parameter's ratio, in the model's order."""
+    grads_compared: int = 0
+    """Steps whose gradients were compared (0: none were recorded)."""
+    reproduced: bool = True
+    """Whether the explanation runs' losses matched the compared runs' up to ``step``."""
+
+
+def first_apart(a: Sequence[float], b: Sequence[float], *, rtol: float, atol: float) -> int | None:
+    """The first step where ``b`` leaves ``a``'s tolerance (``atol + rtol·|a|``), as the loss gate judges."""
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if not math.isfinite(y) or abs(y - x) > atol + rtol * abs(x):
+            return index
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def ratios(a: dict[str, float], b: dict[str, float]) -> list[Ratio]:
+    """Each parameter's gradient norm ratio B ÷ A, in A's order; a parameter of one side only, and one
+    whose gradient is negligible on both sides (:data:`NEGLIGIBLE`), are left out."""
+    found = []
+    floor_a, floor_b = (NEGLIGIBLE * max(side.values(), default=0.0) for side in (a, b))
+    for name, norm_a in a.items():
+        if name not in b:
+            continue
+        norm_b = b[name]
+        if norm_a <= floor_a and norm_b <= floor_b:
+            continue
+        ratio = 1.0 if norm_a == norm_b else (norm_b / norm_a if norm_a else math.inf)
+        found.append(Ratio(name, ratio))
+    return found
+
+
+def _off(ratio: float, around: float) -> float:
+    """How far ``ratio`` is from ``around``, as a log ratio (``inf`` for a zero or infinite one)."""
+    if ratio <= 0 or around <= 0 or math.isinf(ratio) or math.isinf(around):
+        return math.inf
+    return abs(math.log(ratio / around))
+
+
+def shape_of(found: Sequence[Ratio]) -> tuple[str, float | None, tuple[Ratio, ...]]:
+    """``(kind, scale, apart)`` of differing gradients: ``scale`` when every tensor shares one ratio
+    (returned), ``local`` when most sit at 1 and a few do not (``apart``, furthest first),
+    ``everywhere`` otherwise (``apart``: those off the median ratio)."""
+    finite = [r.ratio for r in found if r.ratio > 0 and math.isfinite(r.ratio)]
+    centre = statistics.median(finite) if finite else math.inf
+    apart = sorted((r for r in found if _off(r.ratio, centre) > SAME_RATIO), key=lambda r: -_off(r.ratio, centre))
+    if finite and not apart:
+        return "scale", centre, ()
+    if finite and _off(centre, 1.0) <= SAME_RATIO:
+        return "local", None, tuple(apart)
+    return "everywhere", None, tuple(apart)
+
+
+def loss_cause(
+    loss_a: Sequence[float],
+    loss_b: Sequence[float],
+    run_a: ExplainRecord,
+    run_b: ExplainRecord,
+    *,
+    rtol: float,
+    atol: float,
+) -> LossCause:
+    """Why ``loss_b`` parts from ``loss_a`` (the compared runs' curves), from each side's explanation run."""
+    step = first_apart(loss_a, loss_b, rtol=rtol, atol=atol)
+    if step is None:
+        return LossCause(step=None)
+    upto = [(x, y) for x, y in zip(run_a.steps, run_b.steps, strict=False)][: step + 1]
+    differ = []
+    if run_a.initial_weights != run_b.initial_weights:
+        differ.append("initial weights")
+    if any(x.data != y.data for x, y in upto):
+        differ.append("data")
+    if any(x.lr != y.lr for x, y in upto):
+        differ.append("learning rate")
+    reproduced = all(
+        math.isclose(s.loss, ref, rel_tol=1e-6, abs_tol=1e-9)
+        for run, curve in ((run_a, loss_a), (run_b, loss_b))
+        for s, ref in zip(run.steps[: step + 1], curve, strict=False)
+    )
+    compared = [(i, x.grads, y.grads) for i, (x, y) in enumerate(upto) if x.grads is not None and y.grads is not None]
+    cause = LossCause(
+        step=step,
+        loss_a=loss_a[step] if step < len(loss_a) else None,
+        loss_b=loss_b[step] if step < len(loss_b) else None,
+        differ=tuple(differ),
+        grads_compared=len(compared),
+        reproduced=reproduced,
+    )
+    for index, grads_a, grads_b in compared:
+        assert grads_a is not None
+        assert grads_b is not None
+        found = ratios(grads_a, grads_b)
+        if any(_off(r.ratio, 1.0) > SAME_RATIO for r in found) or set(grads_a) != set(grads_b):
+            shape, scale, apart = shape_of(found)
+            return dataclasses.replace(
+                cause, grad_step=index, shape=shape, scale=scale, apart=apart, ratios=tuple(found)
+            )
+    return dataclasses.replace(cause, shape="optimizer" if compared else "unknown")
+
+
+def describe(cause: LossCause) -> str:
+    """The cause in one line: ``parts at step 0 (8.3115 → 8.3946): every gradient ×1.010 there; the same
+    initial weights, data and learning rate``."""
+    if cause.step is None:
+        return "the loss curves hold"
+    head = f"parts at step {cause.step}"
+    if cause.loss_a is not None and cause.loss_b is not None:
+        head += f" ({cause.loss_a:.6g} → {cause.loss_b:.6g})"
+    said = _shape_said(cause)
+    inputs = f"{', '.join(cause.differ)} differ" if cause.differ else "the same initial weights, data and learning rate"
+    lines = [head, said, inputs]
+    if not cause.reproduced:
+        lines.append("the explanation's runs did not reproduce the compared losses (a nondeterministic step)")
+    return "; ".join(part for part in lines if part)
+
+
+def _shape_said(cause: LossCause) -> str:
+    where = "there" if cause.grad_step == cause.step else f"from step {cause.grad_step}"
+    if cause.shape == "unknown":
+        return "no gradients recorded"
+    if cause.shape == "optimizer":
+        return f"gradients identical up to step {cause.step}: the update differs (optimizer, learning rate)"
+    if cause.shape == "scale" and cause.scale is not None:
+        return f"every gradient ×{cause.scale:.4g} {where} ({len(cause.ratios)} tensors): a scale of the loss"
+    if cause.shape == "local":
+        named = ", ".join(f"{r.name} ×{r.ratio:.3g}" for r in cause.apart[:APART_SHOWN])
+        more = ", …" if len(cause.apart) > APART_SHOWN else ""
+        return f"{len(cause.apart)} of {len(cause.ratios)} gradients apart {where}: {named}{more}"
+    return f"every gradient at its own ratio {where} ({_range(cause.ratios)}): the forward differs"
+
+
+def _range(found: Sequence[Ratio]) -> str:
+    finite = [r.ratio for r in found if math.isfinite(r.ratio)]
+    return f"×{min(finite):.3g} to ×{max(finite):.3g}" if finite else "no finite ratio"

@@ -1,0 +1,203 @@
+"""Where the bytes went: two sides' tensor inventories diffed by name, for the memory categories
+that moved, with the arithmetic when there is one (``+17.6 MiB = 4.4 M elements × 4 B: one float32
+copy of the parameters``).
+
+Parameters, gradients, optimizer states and buffers are matched by name; a tensor outside the model
+and the optimizer by where a module holds it, else by dtype and shape. Activations and temporaries
+live only inside a step and have no names: a move there is said so, for the profile to explain.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from perfsuite.core.explain.records import AllocationSite, TensorEntry
+
+CATEGORY_KINDS = {
+    "parameters": "parameter",
+    "gradients": "gradient",
+    "optimizer_state": "optimizer_state",
+    "buffers": "buffer",
+    "other": "other",
+}
+"""The memory breakdown's categories that the inventory lists, and the inventory's kind for each."""
+MiB = 2**20
+SHOWN = 12
+"""Tensors named per category (the JSON keeps them all)."""
+
+
+@dataclass(frozen=True)
+class TensorChange:
+    """A tensor of one side only, or of both with another dtype or shape."""
+
+    kind: str
+    name: str
+    a: TensorEntry | None
+    b: TensorEntry | None
+
+    @property
+    def delta(self) -> int:
+        return (self.b.nbytes if self.b else 0) - (self.a.nbytes if self.a else 0)
+
+
+@dataclass(frozen=True)
+class CategoryCause:
+    """One memory category: its bytes on each side (the breakdown's) and the tensors that differ."""
+
+    category: str
+    bytes_a: int | None
+    bytes_b: int | None
+    changes: tuple[TensorChange, ...] = ()
+    arithmetic: str = ""
+    """The change as elements × bytes, where the tensors that differ make it one product."""
+
+
+@dataclass(frozen=True)
+class MemoryCause:
+    categories: tuple[CategoryCause, ...]
+    sites: tuple[tuple[str, int, int], ...] = ()
+    """On a GPU: allocation sites whose live bytes differ, ``(frame, bytes A, bytes B)``, largest change first."""
+
+
+def _keyed(entries: Iterable[TensorEntry], kind: str) -> dict[str, TensorEntry]:
+    """``kind``'s tensors by name; unnamed ones by dtype and shape, numbered within each."""
+    found: dict[str, TensorEntry] = {}
+    seen: Counter[str] = Counter()
+    for entry in entries:
+        if entry.kind != kind:
+            continue
+        key = entry.name
+        if not key:
+            shape = "×".join(map(str, entry.shape)) or "scalar"
+            key = f"(unnamed {entry.dtype} {shape})"
+            seen[key] += 1
+            key = f"{key} #{seen[key]}" if seen[key] > 1 else key
+        found[key] = entry
+    return found
+
+
+def changes(a: Sequence[TensorEntry], b: Sequence[TensorEntry], kind: str) -> list[TensorChange]:
+    """``kind``'s tensors that differ between the sides, largest change first."""
+    side_a, side_b = _keyed(a, kind), _keyed(b, kind)
+    found = []
+    for name in dict.fromkeys([*side_a, *side_b]):
+        x, y = side_a.get(name), side_b.get(name)
+        if x is None or y is None or (x.dtype, x.shape, x.nbytes) != (y.dtype, y.shape, y.nbytes):
+            found.append(TensorChange(kind, name, x, y))
+    return sorted(found, key=lambda c: (-abs(c.delta), c.name))
+
+
+def arithmetic(found: Sequence[TensorChange], num_parameters: int) -> str:
+    """The net change as elements × element size when every tensor that differs has one element
+    size, naming a whole copy (or two) of the parameters when that is what it comes to."""
+    net = sum(c.delta for c in found)
+    if not found or net == 0:
+        return ""
+    sizes = {_element_size(e) for c in found for e in (c.a, c.b) if e is not None}
+    dtypes = {e.dtype for c in found for e in (c.b or c.a,) if e is not None}
+    if len(sizes) != 1 or 0 in sizes:
+        return ""
+    size = sizes.pop()
+    elements, left = divmod(abs(net), size)
+    if left:
+        return ""
+    dtype = dtypes.pop() if len(dtypes) == 1 else "mixed"
+    said = f"{_signed_mib(net)} = {_millions(elements)} elements × {size} B ({dtype})"
+    copies = elements / num_parameters if num_parameters else 0
+    if copies and math.isclose(copies, round(copies)) and 1 <= round(copies) <= 4:
+        k = round(copies)
+        times = "" if k == 1 else f"{k} × "
+        what = f"one {dtype} copy" if k == 1 else f"{k} {dtype} copies"
+        params = _millions(num_parameters)
+        return f"{_signed_mib(net)} = {times}{params} parameters × {size} B: {what} of the parameters"
+    return said
+
+
+def _element_size(entry: TensorEntry) -> int:
+    count = math.prod(entry.shape)
+    return entry.nbytes // count if count else 0
+
+
+def _millions(n: int) -> str:
+    return f"{n / 1e6:.3g} M" if n >= 100_000 else f"{n:,}"
+
+
+def _signed_mib(n: int) -> str:
+    return f"{n / MiB:+,.2f} MiB"
+
+
+def memory_cause(
+    breakdown_a: Mapping[str, int],
+    breakdown_b: Mapping[str, int],
+    tensors_a: Sequence[TensorEntry],
+    tensors_b: Sequence[TensorEntry],
+    *,
+    moved: Iterable[str],
+    num_parameters: int,
+    sites_a: Sequence[AllocationSite] = (),
+    sites_b: Sequence[AllocationSite] = (),
+) -> MemoryCause:
+    """The tensors behind each category in ``moved`` (and any tensor of a listed kind that differs)."""
+    categories = []
+    asked = list(dict.fromkeys(moved))
+    for category, kind in CATEGORY_KINDS.items():
+        found = changes(tensors_a, tensors_b, kind)
+        if category not in asked and not found:
+            continue
+        categories.append(
+            CategoryCause(
+                category,
+                breakdown_a.get(category),
+                breakdown_b.get(category),
+                tuple(found),
+                arithmetic(found, num_parameters),
+            )
+        )
+    categories += [CategoryCause(c, breakdown_a.get(c), breakdown_b.get(c)) for c in asked if c not in CATEGORY_KINDS]
+    by_site_a = {s.frame: s.bytes for s in sites_a}
+    by_site_b = {s.frame: s.bytes for s in sites_b}
+    sites = sorted(
+        ((f, by_site_a.get(f, 0), by_site_b.get(f, 0)) for f in {*by_site_a, *by_site_b}),
+        key=lambda s: -abs(s[2] - s[1]),
+    )
+    return MemoryCause(tuple(categories), tuple(s for s in sites if s[1] != s[2]))
+
+
+def describe_change(change: TensorChange) -> str:
+    """``new buffer injected_cache (float32 (13107200,), 50.00 MiB)``, ``gone ...``, or a change of dtype or shape."""
+    a, b = change.a, change.b
+    label = change.kind.replace("_", " ")
+    if a is None and b is not None:
+        return f"new {label} {change.name} ({b.dtype} {_shape(b)}, {b.nbytes / MiB:,.2f} MiB)"
+    if b is None and a is not None:
+        return f"gone {label} {change.name} ({a.dtype} {_shape(a)}, {a.nbytes / MiB:,.2f} MiB)"
+    assert a is not None
+    assert b is not None
+    return f"{label} {change.name}: {a.dtype} {_shape(a)} → {b.dtype} {_shape(b)} ({_signed_mib(change.delta)})"
+
+
+def describe(category: CategoryCause) -> str:
+    """One category's move in a line: its bytes (with the arithmetic where there is one), then the tensors."""
+    name = category.category.replace("_", " ")
+    moved = None
+    if category.bytes_a is not None and category.bytes_b is not None:
+        moved = category.bytes_b - category.bytes_a
+    head = name if moved is None else f"{name} {_signed_mib(moved)}"
+    if category.category not in CATEGORY_KINDS:
+        return f"{head}: not in the inventory (they live within a step); the step's ops say what allocates them"
+    if not category.changes:
+        return f"{head}: no tensor differs by name, dtype or shape"
+    net = sum(c.delta for c in category.changes)
+    if category.arithmetic:
+        same = moved is not None and abs(net - moved) <= max(64 * 1024, 0.01 * abs(moved))
+        head = f"{name} {category.arithmetic}" if same else f"{head} (the tensors named: {category.arithmetic})"
+    named = "; ".join(describe_change(c) for c in category.changes[:SHOWN])
+    more = f"; and {len(category.changes) - SHOWN} more" if len(category.changes) > SHOWN else ""
+    return f"{head}: {named}{more}"
+
+
+def _shape(entry: TensorEntry) -> str:
+    return "(" + ", ".join(map(str, entry.shape)) + ("," if len(entry.shape) == 1 else "") + ")"

@@ -1,0 +1,124 @@
+"""``pytest --perfsuite-explain``: a case that failed against its stored baseline, explained.
+
+A baseline keeps figures and the versions they were recorded on, not a profile, an inventory or
+gradients (:mod:`perfsuite.core.explain.reference`). Where the recorded versions differ from this
+environment's, the baseline's stack is rebuilt as an overlay of them (``perfsuite ab``'s,
+:mod:`perfsuite.ab.envs`) and both stacks run the case instrumented, A B A B, as ``perfsuite ab
+--explain`` does: the failure gets the profile's diff, the tensors that differ and the gradients'
+ratios. Where they do not (this repository's code changed, or the machine), there is no reference
+to run: one instrumented run of this stack says what it can alone, and a line says how to compare
+against a reference. Explanation runs go straight to a worker: a ``pytest_perfsuite_run_case`` hook
+that changes how a case runs is not applied to them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from perfsuite.core.check import Check
+from perfsuite.core.explain.explanation import PROFILED_STEPS
+from perfsuite.core.explain.records import ExplainAsk, ExplainRecord
+from perfsuite.core.explain.reference import alone_lines, aspects_failed, reference_pins
+from perfsuite.core.provenance import library_versions
+from perfsuite.core.spec import CaseSpec
+from perfsuite.core.tolerance import Tolerance
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A case's failure against its stored baseline, as gated."""
+
+    spec: CaseSpec
+    baseline: Mapping[str, Any]
+    record: Mapping[str, Any]
+    """The run gated (the last, where the time was retried)."""
+    checks: Sequence[Check]
+    tolerance: Tolerance
+
+    @property
+    def what(self) -> tuple[str, ...]:
+        return aspects_failed([c.metric for c in self.checks if not c.ok])
+
+
+def explain_failure(failure: Failure, *, timeout_s: float) -> list[str]:
+    """The lines that explain ``failure``'s failing checks."""
+    if not failure.what:
+        return []
+    pins = reference_pins((failure.baseline.get("provenance") or {}).get("versions") or {}, library_versions())
+    if pins:
+        return _against_reference(failure, pins, timeout_s)
+    spec = failure.spec
+    head = (
+        "explain: the baseline was recorded on this stack's versions, so there is no reference stack to run "
+        "(the change is in this repository's code or the machine); one instrumented run of this stack shows:"
+    )
+    hint = (
+        "explain: to diff against a reference, name its environment: perfsuite ab --base ENV --candidate current "
+        f"--models {spec.model} --strategies {spec.strategy} --explain"
+    )
+    return [head, *_alone(failure, timeout_s), hint]
+
+
+def _moved(failure: Failure) -> dict[str, int]:
+    """Each breakdown category whose check failed, with its change in bytes."""
+    then = (failure.baseline.get("memory") or {}).get("breakdown") or {}
+    now = failure.record.get("memory_breakdown_bytes") or {}
+    failed = [c.metric.removeprefix("memory: ") for c in failure.checks if not c.ok and c.metric.startswith("memory: ")]
+    return {c: int(now.get(c, 0)) - int(then.get(c, 0)) for c in failed}
+
+
+def _alone(failure: Failure, timeout_s: float) -> list[str]:
+    from perfsuite.worker.explain import explain_case
+    from perfsuite.worker.process import run_isolated
+
+    what = failure.what
+    ask = ExplainAsk(profile_steps=PROFILED_STEPS if "time" in what else 0, inventory="memory" in what)
+    target = functools.partial(explain_case, ask=ask.as_json())
+    done = run_isolated(failure.spec, timeout_s=timeout_s, target=target)
+    if done.get("status") != "ok":
+        return [f"explain: the instrumented run failed: {done.get('error') or done.get('status')}"]
+    tolerance = failure.tolerance
+    return alone_lines(
+        ExplainRecord.from_json(done["explain"]),
+        what,
+        moved=_moved(failure),
+        loss_then=list(failure.baseline.get("loss") or []),
+        loss_now=list(failure.record.get("loss") or []),
+        weights_then=(failure.baseline.get("spec") or {}).get("initial_weights"),
+        loss_tolerance=(tolerance.loss_rtol, tolerance.loss_atol),
+    )
+
+
+def _against_reference(failure: Failure, pins: Sequence[str], timeout_s: float) -> list[str]:
+    """The failure explained as ``perfsuite ab --explain`` would: the baseline's versions (an overlay) as A."""
+    from perfsuite.ab.envs import EnvError, make_env
+    from perfsuite.ab.explain import explain_case
+    from perfsuite.ab.rounds import CaseResult
+    from perfsuite.ab.sides import Side
+
+    rebuilt = ", ".join(pins)
+    sides: list[Side] = []
+    try:
+        for name, env in ((f"the baseline's stack ({rebuilt})", rebuilt), ("this stack", "current")):
+            sides.append(Side(name, make_env(env, name="base" if env != "current" else "candidate")))
+        memory = failure.baseline.get("memory") or {}
+        result = CaseResult(
+            case=failure.spec.id,
+            checks=list(failure.checks),
+            loss_a=list(failure.baseline.get("loss") or []),
+            loss_b=list(failure.record.get("loss") or []),
+            breakdown_a=dict(memory.get("breakdown") or {}),
+            breakdown_b=dict(failure.record.get("memory_breakdown_bytes") or {}),
+        )
+        found = explain_case(
+            sides, failure.spec, result, failure.what, timeout_s=timeout_s, tolerance=failure.tolerance
+        )
+    except EnvError as exc:
+        return [f"explain: the baseline's stack ({rebuilt}) cannot be rebuilt here: {exc}"]
+    finally:
+        for side in sides:
+            side.close()
+    return [f"explain: against the baseline's stack rebuilt ({rebuilt}), run beside this one:", *found.lines()]

@@ -1,0 +1,125 @@
+"""A few training steps under torch's profiler, Python frames included, as one side's
+:class:`~perfsuite.core.explain.records.StepProfile` (an explanation run's, never a measurement's:
+the Python tracer pays for every call it records).
+
+Every host event inside the profiled steps becomes one stack (its frames from the step down,
+outermost first) with its self time: its own duration less its children's. The events are read
+once, from the profiler's own tree (``cpu_parent``), before anything aggregates them: torch's
+``key_averages`` rewrites the events' times as it goes (pytorch#43869), and the tables that
+explanations diff are sums of these stacks, so they and the flame graph agree to the microsecond.
+On a GPU the device's kernels, copies and sets come from the Chrome trace the profiler writes,
+the only place their bytes are.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from perfsuite.core.explain.frames import frame_name
+from perfsuite.core.explain.records import DeviceRow, StackRow, StepProfile
+from perfsuite.core.explain.traces import device_rows
+
+if TYPE_CHECKING:
+    from perfsuite.worker.device import Device
+    from perfsuite.worker.engines.driven import Driven
+
+_STEP = "ProfilerStep"
+
+
+def profile_steps(engine: Driven, device: Device, steps: int, trace: str | None = None) -> StepProfile:
+    """``steps`` steps of ``engine`` recorded after one step of the profiler's own warm-up; the
+    Chrome trace is written to ``trace`` (a ``.json.gz``) when given."""
+    from torch.profiler import profile, schedule
+
+    # An engine that steps in a thread of its own (the Trainer's) leaves this thread waiting on it:
+    # that wait is the step's time twice over, and noise, not work; its thread's ops are recorded
+    # only when the profiler follows every thread (a private switch, torch >= 2.5).
+    here = float(threading.get_native_id())
+    elsewhere = engine.in_training_thread(lambda: float(threading.get_native_id())) != here
+    # The profiler's first active step pays for its own start (the schedule's warm-up takes it).
+    with profile(
+        activities=device.profiler_activities(),
+        with_stack=True,
+        schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
+        experimental_config=_all_threads() if elsewhere else None,
+    ) as prof:
+        for _ in range(steps + 1):
+            engine.step()
+            prof.step()
+    frames, stacks = host_stacks(prof.events(), cwd=str(Path.cwd()), skip_marking_thread=elsewhere)
+    rows: tuple[DeviceRow, ...] = ()
+    if trace is not None or device.is_accelerator:
+        path = Path(trace) if trace is not None else Path(tempfile.mkdtemp(prefix="perfsuite-trace-")) / "t.json.gz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(path))  # gzipped by its suffix
+        if device.is_accelerator:
+            with gzip.open(path, "rt") as f:
+                rows = tuple(device_rows(json.load(f)))
+        if trace is None:
+            path.unlink()
+            path.parent.rmdir()
+    return StepProfile(steps=steps, frames=frames, stacks=stacks, device=rows, trace=trace)
+
+
+def _all_threads() -> Any:
+    """The profiler's switch to record every thread's ops, where this torch has it (else ``None``)."""
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        return _ExperimentalConfig(profile_all_threads=True)
+    except (ImportError, TypeError):
+        return None
+
+
+def host_stacks(
+    events: Sequence[Any], cwd: str = "", *, skip_marking_thread: bool = False
+) -> tuple[tuple[str, ...], tuple[StackRow, ...]]:
+    """The profiled steps' host events as stacks: ``(frames, rows)``.
+
+    An event counts when it lies wholly inside the profiled steps (from the first step's start to
+    the last one's end). Its stack runs from just below its step (the main thread) or from its
+    outermost ancestor inside the steps (another thread: the Trainer's, a DataLoader's pin thread).
+    ``skip_marking_thread``: leave out the thread that marked the steps (it only waited for another).
+    """
+    from torch.profiler import DeviceType
+
+    marks = [e for e in events if e.name.startswith(_STEP)]
+    if not marks:
+        return (), ()
+    marking = {e.thread for e in marks} if skip_marking_thread else set()
+    low = min(e.time_range.start for e in marks)
+    high = max(e.time_range.end for e in marks)
+    index: dict[str, int] = {}
+    paths: dict[int, tuple[int, ...]] = {}
+    totals: dict[tuple[int, ...], list[float]] = {}
+
+    def inside(event: Any) -> bool:
+        return bool(low <= event.time_range.start and event.time_range.end <= high)
+
+    def path_of(event: Any) -> tuple[int, ...]:
+        key = id(event)
+        if key not in paths:
+            parent = event.cpu_parent
+            above = () if parent is None or parent.name.startswith(_STEP) or not inside(parent) else path_of(parent)
+            name = frame_name(event.name, cwd)
+            paths[key] = (*above, index.setdefault(name, len(index)))
+        return paths[key]
+
+    for event in events:
+        if event.device_type != DeviceType.CPU or event.name.startswith(_STEP) or not inside(event):
+            continue
+        if event.thread in marking:
+            continue
+        own = event.time_range.elapsed_us() - sum(c.time_range.elapsed_us() for c in event.cpu_children)
+        total = totals.setdefault(path_of(event), [0.0, 0])
+        total[0] += max(own, 0.0)
+        total[1] += 1
+    frames = tuple(sorted(index, key=index.__getitem__))
+    rows = tuple(StackRow(path, round(us, 3), int(calls)) for path, (us, calls) in totals.items())
+    return frames, rows

@@ -1,0 +1,454 @@
+"""The pure core of explanations (perfsuite.core.explain): frame names, the profile diff and its
+noise bar, the flame graph's boxes, a GPU trace's activities, the tensor inventory diff with its
+arithmetic, where loss curves part and the gradients' ratios there, and the words that say it."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+
+import pytest
+
+from perfsuite.core.explain import explanation, flame, gradients, profile, tensors, traces
+from perfsuite.core.explain.frames import frame_name, package, short
+from perfsuite.core.explain.records import ExplainAsk, ExplainRecord, StackRow, StepFacts, StepProfile, TensorEntry
+
+STEP = "perfsuite/worker/engines/loop.py(170): _step"
+LINEAR = "torch/nn/modules/linear.py(130): forward"
+HOOK = "acme/hooks.py(3): slow_hook"
+SLEEP = "<built-in function sleep>"
+
+
+def _profile(stacks: dict[tuple[str, ...], tuple[float, int]], steps: int = 1, trace: str | None = None) -> StepProfile:
+    """A profile of ``steps`` steps from ``{frames outermost first: (self µs, calls)}`` (totals, not per step)."""
+    frames: dict[str, int] = {}
+    rows = []
+    for path, (us, calls) in stacks.items():
+        rows.append(StackRow(tuple(frames.setdefault(f, len(frames)) for f in path), us, calls))
+    return StepProfile(steps, tuple(frames), tuple(rows), trace=trace)
+
+
+def _step(
+    mm_calls: int = 2, mm_us: float = 500.0, sleep_us: float | None = None, jitter: float = 0.0, seed: int = 0
+) -> StepProfile:
+    """One profile of a step; ``jitter``: each entry's time within ± half that share, drawn from ``seed``."""
+    noisy = random.Random(seed)
+
+    def t(us: float) -> float:
+        return us * (1 + jitter * (noisy.random() - 0.5))
+
+    stacks = {
+        (STEP,): (t(300.0), 1),
+        (STEP, LINEAR, "aten::linear", "aten::addmm"): (t(1000.0), 4),
+        (STEP, "aten::mm"): (t(mm_us), mm_calls),
+        (STEP, "aten::add_"): (t(50.0), 10),
+    }
+    if sleep_us is not None:
+        stacks[(STEP, HOOK)] = (t(20.0), 1)
+        stacks[(STEP, HOOK, SLEEP)] = (t(sleep_us), 1)
+    return _profile(stacks)
+
+
+# Frame names
+
+
+@pytest.mark.parametrize(
+    ("raw", "name"),
+    [
+        ("<built-in method add_ of Tensor object at 0x7fc2beebfc50>", "<built-in method add_ of Tensor>"),
+        (
+            "<built-in method _record_function_enter_new of pybind11_builtins.pybind11_detail_function_record_v1_"
+            "system_libstdcpp_gxx_abi_1xxx_use_cxx11_abi_1 object at 0x7fc2c346a770>",
+            "<built-in method _record_function_enter_new>",
+        ),
+        ("/venv-b/lib/python3.11/site-packages/transformers/a.py(12): f", "transformers/a.py(12): f"),
+        ("/repo/acme/model.py(3): g", "acme/model.py(3): g"),
+        ("/elsewhere/script.py(3): g", "script.py(3): g"),
+        ("torch/nn/modules/module.py(1782): _call_impl", "torch/nn/modules/module.py(1782): _call_impl"),
+        ("aten::addmm", "aten::addmm"),
+    ],
+)
+def test_a_frame_is_named_the_same_in_two_environments(raw: str, name: str) -> None:
+    assert frame_name(raw, cwd="/repo") == name
+
+
+def test_a_frame_belongs_to_its_package() -> None:
+    assert package("transformers/models/bert/modeling_bert.py(1): forward") == "transformers"
+    assert package("logging/__init__.py(1720): getEffectiveLevel") == "python"
+    assert package("<frozen os>(674): __getitem__") == "python"
+    assert package("nn.Module: Linear_0") == "torch"
+    assert package(SLEEP) is None
+    assert package("aten::mm") is None
+    assert short(HOOK) == "acme/hooks.py:slow_hook"
+    assert short(SLEEP) == "sleep"
+
+
+# The profile diff
+
+
+def test_tables_sum_each_frame_per_step_and_give_a_builtin_to_its_caller() -> None:
+    tables = profile.tables(_profile({(STEP, HOOK, SLEEP): (8000.0, 2), (STEP, "aten::mm"): (600.0, 6)}, steps=2))
+    assert tables["op"]["aten::mm"] == profile.Row(3.0, 300.0)
+    assert tables["python"][f"{HOOK} → {SLEEP}"] == profile.Row(1.0, 4000.0)
+    assert tables["package"]["acme"].us == 4000.0  # the sleep is acme's time
+    assert profile.step_us(_profile({(STEP,): (100.0, 1), (STEP, "aten::mm"): (300.0, 1)}, steps=2)) == 200.0
+
+
+def test_an_extra_call_is_evidence_whatever_its_time() -> None:
+    a = [_step(jitter=0.2), _step(jitter=0.3)]
+    b = [_step(mm_calls=3, mm_us=500.0, jitter=0.4), _step(mm_calls=3, jitter=0.5)]
+    diff = profile.diff(a, b)
+    (mm,) = diff.level("op")
+    assert (mm.key, mm.calls_a, mm.calls_b, mm.counted, mm.status) == ("aten::mm", 2, 3, True, "changed")
+    assert profile.describe(mm).startswith("aten::mm 2 → 3 calls/step")
+
+
+def test_a_time_change_is_shown_only_beyond_the_profiles_own_noise() -> None:
+    a = [_step(jitter=0.1, seed=1), _step(jitter=0.1, seed=2)]
+    slow = profile.diff(a, [_step(mm_us=5000.0, jitter=0.1, seed=3), _step(mm_us=5000.0, jitter=0.1, seed=4)])
+    (mm,) = slow.level("op")
+    assert mm.timed
+    assert not mm.counted
+    assert mm.delta_us == pytest.approx(4500, rel=0.2)
+    assert "+4.50 ms/step" in profile.describe(mm) or "ms/step" in profile.describe(mm)
+    bar = slow.thresholds["op"]
+    assert profile.MIN_THRESHOLD_US <= bar < 4000
+    # A change below the bar is not shown.
+    small = profile.diff(a, [_step(mm_us=520.0, jitter=0.1, seed=3), _step(mm_us=520.0, jitter=0.1, seed=4)])
+    assert 20 < small.thresholds["op"]
+    assert not small.level("op")
+
+
+def test_an_a_a_of_the_explanation_rarely_shows_anything() -> None:
+    """Four profiles of one stack, each entry ±5% at random: no count changes, and a time beyond the bar
+    in about one A/A in twenty (a factor of 1 would show one in three)."""
+    shown = 0
+    for seed in range(200):
+        profiles = [_step(sleep_us=4000.0, jitter=0.1, seed=seed * 4 + i) for i in range(4)]
+        diff = profile.diff(profiles[0::2], profiles[1::2])
+        assert not [c for c in diff.changes if c.counted]
+        shown += bool(diff.changes)
+    assert shown <= 14  # 10 of 200 at the factor of 3; 23 at 2, 77 at 1
+
+
+def test_new_and_vanished_functions_are_named() -> None:
+    a = [_step(jitter=0.1, seed=1), _step(jitter=0.1, seed=2)]
+    b = [_step(sleep_us=4000.0, jitter=0.1, seed=3), _step(sleep_us=4000.0, jitter=0.1, seed=4)]
+    python = profile.diff(a, b).level("python")
+    assert python[0].key == f"{HOOK} → {SLEEP}"
+    assert python[0].status == "new"
+    assert re.fullmatch(
+        r"new: acme/hooks.py:slow_hook → sleep 0 → 1 calls/step, \+[34]\.\d\d ms/step", profile.describe(python[0])
+    )
+    assert profile.diff(b, a).level("python")[0].status == "vanished"
+    assert profile.diff(a, b).level("package")[0].key == "acme"
+
+
+def test_a_count_that_varies_within_one_side_is_no_evidence() -> None:
+    a = [_step(mm_calls=2), _step(mm_calls=3)]
+    diff = profile.diff(a, [_step(mm_calls=4), _step(mm_calls=4)])
+    assert not [c for c in diff.level("op") if c.counted]
+    assert diff.unstable["op"] == 1
+
+
+def test_one_profile_per_side_shows_counts_only() -> None:
+    diff = profile.diff([_step()], [_step(mm_calls=3, mm_us=90000.0)])
+    assert diff.thresholds == {}
+    (mm,) = diff.level("op")
+    assert mm.counted
+    assert not mm.timed
+
+
+def test_a_function_that_moved_lines_is_still_the_same_function() -> None:
+    moved = "acme/hooks.py(9): slow_hook"
+    a = [_profile({(STEP, HOOK): (10.0, 1)}), _profile({(STEP, HOOK): (10.0, 1)})]
+    b = [_profile({(STEP, moved): (10.0, 2)}), _profile({(STEP, moved): (10.0, 2)})]
+    (change,) = profile.diff(a, b).level("python")
+    assert change.key == "acme/hooks.py(3 → 9): slow_hook"
+    assert change.status == "changed"
+
+
+def test_changes_rank_by_time_then_by_what_their_calls_cost() -> None:
+    a = [_step(), _step()]
+    b = [
+        _profile(
+            {
+                **{k: v for k, v in _rows(_step()).items()},
+                (STEP, "aten::mm"): (750.0, 3),
+                (STEP, "aten::add_"): (55.0, 11),
+            }
+        )
+        for _ in range(2)
+    ]
+    ops = profile.diff(a, b).level("op")
+    assert [c.key for c in ops] == ["aten::mm", "aten::add_"]  # one 250 µs call before one 5 µs call
+
+
+def _rows(p: StepProfile) -> dict[tuple[str, ...], tuple[float, int]]:
+    return {tuple(p.frames[i] for i in r.path): (r.self_us, r.calls) for r in p.stacks}
+
+
+# The flame graph
+
+
+def test_the_flame_graph_keeps_vanished_frames_and_drops_module_plumbing() -> None:
+    call = "torch/nn/modules/module.py(1782): _call_impl"
+    a = [_profile({(STEP, call, LINEAR): (600.0, 1), (STEP, "aten::mm"): (400.0, 1)})]
+    b = [_profile({(STEP, call, LINEAR): (600.0, 1), (STEP, HOOK): (400.0, 1)})]
+    found = {box.name: box for box in flame.boxes(a, b)}
+    assert call not in found
+    assert found[STEP].width == pytest.approx(1.0)
+    assert found[LINEAR].depth == 1
+    assert (found["aten::mm"].us_a, found["aten::mm"].us_b) == (400.0, 0.0)  # vanished, still drawn
+    assert found["aten::mm"].width == pytest.approx(0.2)
+    # Children left to right by name: acme's hook, the op, torch's linear.
+    assert [found[n].start for n in (HOOK, "aten::mm", LINEAR)] == pytest.approx([0.0, 0.2, 0.4])
+    assert not found["aten::mm"].moved  # one profile a side: no bar, nothing coloured
+    twice = {box.name: box for box in flame.boxes(a * 2, b * 2)}
+    assert twice["aten::mm"].moved
+    assert not twice[LINEAR].moved  # the same on both sides
+
+
+# A GPU's trace and allocator
+
+
+def test_a_gpu_trace_gives_kernels_copies_and_collectives_with_bytes() -> None:
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_tn", "dur": 10.0},
+        {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_tn", "dur": 12.0},
+        {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": "Memcpy HtoD (Pageable -> Device)",
+            "dur": 5.0,
+            "args": {"bytes": 4096},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            "dur": 30.0,
+            "args": {"In msg nelems": 1000, "dtype": "Float"},
+        },  # fmt: skip
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 3.0},
+    ]
+    rows = {(r.kind, r.name): r for r in traces.device_rows({"traceEvents": events})}
+    assert rows[("kernel", "ampere_sgemm_128x64_tn")].calls == 2
+    assert rows[("kernel", "ampere_sgemm_128x64_tn")].us == 22.0
+    assert rows[("memcpy", "Memcpy HtoD (Pageable -> Device)")].bytes == 4096
+    assert rows[("collective", "ncclDevKernel_AllReduce_Sum_f32_RING_LL")].bytes == 4000
+    assert len(rows) == 3
+    diff = profile.diff(
+        [StepProfile(1, (), (), device=tuple(traces.device_rows({"traceEvents": events})))],
+        [StepProfile(1, (), (), device=tuple(traces.device_rows({"traceEvents": events + events[2:3]})))],
+    )
+    (copy,) = diff.level("device")
+    assert "memcpy: Memcpy HtoD (Pageable -> Device) 1 → 2 calls/step, 0.00 → 0.01 MiB/step" in profile.describe(copy)
+
+
+def test_allocation_sites_are_the_first_frames_outside_torch() -> None:
+    frames = [
+        {"filename": "/v/site-packages/torch/nn/modules/module.py", "line": 1, "name": "_call_impl"},
+        {"filename": "/v/site-packages/transformers/cache_utils.py", "line": 80, "name": "update"},
+    ]
+    segments = [
+        {
+            "blocks": [
+                {"size": 1024, "state": "active_allocated", "frames": frames},
+                {"size": 512, "state": "inactive", "frames": frames},
+                {"size": 256, "state": "active_allocated", "frames": frames[:1]},
+            ]
+        },  # fmt: skip
+    ]
+    sites = traces.allocation_sites(segments)
+    assert [(s.frame, s.bytes, s.blocks) for s in sites] == [
+        ("transformers/cache_utils.py:80 update", 1024, 1),
+        ("(no Python frame outside torch)", 256, 1),
+    ]
+
+
+# Tensors
+
+
+def _t(kind: str, name: str, shape: tuple[int, ...], dtype: str = "float32", size: int = 4) -> TensorEntry:
+    return TensorEntry(kind, name, dtype, shape, math.prod(shape) * size)
+
+
+PARAMS = [_t("parameter", "w", (1000, 1100)), _t("parameter", "b", (1000,))]
+
+
+def test_a_new_buffer_is_named_with_its_size() -> None:
+    b = [*PARAMS, _t("buffer", "injected_cache", (13_107_200,))]
+    cause = tensors.memory_cause(
+        {"buffers": 0}, {"buffers": 50 * 2**20}, PARAMS, b, moved=["buffers"], num_parameters=1_101_000
+    )
+    (buffers,) = cause.categories
+    assert buffers.arithmetic == "+50.00 MiB = 13.1 M elements × 4 B (float32)"
+    assert tensors.describe(buffers) == (
+        "buffers +50.00 MiB = 13.1 M elements × 4 B (float32): "
+        "new buffer injected_cache (float32 (13107200,), 50.00 MiB)"
+    )
+
+
+def test_one_fp32_copy_of_the_parameters_is_said_so() -> None:
+    masters = [_t("optimizer_state", f"{p.name}:master", p.shape) for p in PARAMS]
+    cause = tensors.memory_cause(
+        {}, {}, PARAMS, [*PARAMS, *masters], moved=["optimizer_state"], num_parameters=1_101_000
+    )
+    (state,) = cause.categories
+    assert state.arithmetic == "+4.20 MiB = 1.1 M parameters × 4 B: one float32 copy of the parameters"
+    assert tensors.arithmetic([tensors.TensorChange("x", "x", None, _t("x", "x", (2_202_000,)))], 1_101_000).startswith(
+        "+8.40 MiB = 2 × 1.1 M parameters × 4 B: 2 float32 copies"
+    )
+
+
+def test_a_dtype_change_and_unnamed_tensors_matched_by_shape() -> None:
+    a = [_t("parameter", "w", (10, 10)), _t("other", "", (64,)), _t("other", "", (64,))]
+    b = [_t("parameter", "w", (10, 10), "bfloat16", 2), *[_t("other", "", (64,))] * 3, _t("other", "", (8,))]
+    (w,) = tensors.changes(a, b, "parameter")
+    assert tensors.describe_change(w) == "parameter w: float32 (10, 10) → bfloat16 (10, 10) (-0.00 MiB)"
+    assert [c.name for c in tensors.changes(a, b, "other")] == ["(unnamed float32 64) #3", "(unnamed float32 8)"]
+
+
+def test_activations_are_not_in_the_inventory_and_said_so() -> None:
+    cause = tensors.memory_cause(
+        {"activations": 10}, {"activations": 2**20}, [], [], moved=["activations"], num_parameters=1
+    )
+    assert "not in the inventory" in tensors.describe(cause.categories[0])
+
+
+# Loss and gradients
+
+
+def _run(
+    grads: list[dict[str, float]],
+    *,
+    weights: str = "w",
+    data: str = "d",
+    lr: float = 1e-3,
+    losses: tuple[float, ...] = (),
+) -> ExplainRecord:
+    losses = losses or (2.0, 1.9)
+    return ExplainRecord(
+        weights, 3, steps=tuple(StepFacts(x, data, (lr,), g) for x, g in zip(losses, grads, strict=False))
+    )
+
+
+GRADS = {"embed.weight": 0.5, "layer.0.weight": 0.2, "layer.1.weight": 0.3, "head.weight": 0.1, "key.bias": 1e-12}
+
+
+def _cause(grads_b: dict[str, float], **kw: object) -> gradients.LossCause:
+    return gradients.loss_cause(
+        [2.0, 1.9],
+        [2.02, 1.95],
+        _run([GRADS]),
+        _run([grads_b], losses=(2.02, 1.95), **kw),  # type: ignore[arg-type]
+        rtol=1e-3,
+        atol=1e-4,
+    )
+
+
+def test_a_loss_scaled_is_one_ratio_shared_by_every_gradient() -> None:
+    cause = _cause({k: v * 1.01 if k != "key.bias" else 3e-12 for k, v in GRADS.items()})
+    assert (cause.step, cause.grad_step, cause.shape) == (0, 0, "scale")
+    assert cause.scale == pytest.approx(1.01)
+    assert len(cause.ratios) == 4  # the key bias's rounding-level gradient is left out
+    assert gradients.describe(cause) == (
+        "parts at step 0 (2 → 2.02); every gradient ×1.01 there (4 tensors): a scale of the loss; "
+        "the same initial weights, data and learning rate"
+    )
+
+
+def test_a_few_layers_apart_are_named() -> None:
+    cause = _cause({**GRADS, "layer.1.weight": 0.6})
+    assert cause.shape == "local"
+    assert [r.name for r in cause.apart] == ["layer.1.weight"]
+    assert "1 of 4 gradients apart there: layer.1.weight ×2" in gradients.describe(cause)
+
+
+def test_other_weights_or_data_differ_and_are_said() -> None:
+    cause = _cause(
+        {"embed.weight": 0.7, "layer.0.weight": 0.1, "layer.1.weight": 0.33, "head.weight": 0.2}, weights="v"
+    )
+    assert cause.shape == "everywhere"
+    assert cause.differ == ("initial weights",)
+    assert _cause(GRADS, data="e", lr=1e-2).differ == ("data", "learning rate")
+
+
+def test_equal_gradients_point_to_the_update() -> None:
+    cause = gradients.loss_cause(
+        [2.0, 1.9], [2.0, 1.95], _run([GRADS, GRADS]), _run([GRADS, GRADS]), rtol=1e-3, atol=1e-4
+    )
+    assert (cause.step, cause.grad_step, cause.shape) == (1, None, "optimizer")
+    assert "gradients identical up to step 1" in gradients.describe(cause)
+
+
+def test_curves_that_hold_need_no_cause() -> None:
+    assert gradients.first_apart([2.0, 1.9], [2.0001, 1.9], rtol=1e-3, atol=1e-4) is None
+    assert gradients.first_apart([2.0, 1.9], [2.0, math.nan], rtol=1e-3, atol=1e-4) == 1
+    assert gradients.loss_cause([1.0], [1.0], _run([]), _run([]), rtol=0, atol=0).step is None
+
+
+# The explanation
+
+
+def test_what_is_explained_follows_the_verdict() -> None:
+    assert explanation.aspects("auto", time_verdict="same", memory_moved=False, loss_parted=False) == ()
+    assert explanation.aspects("auto", time_verdict="slower", memory_moved=False, loss_parted=True) == ("time", "loss")
+    assert explanation.aspects("auto", time_verdict="undecided", memory_moved=True, loss_parted=False) == (
+        "time",
+        "memory",
+    )
+    assert explanation.aspects("all", time_verdict="same", memory_moved=False, loss_parted=False) == explanation.ASPECTS
+    assert explanation.aspects("none", time_verdict="slower", memory_moved=True, loss_parted=True) == ()
+
+
+def test_the_runs_alternate_and_only_the_first_of_each_side_does_more_than_profile() -> None:
+    runs = explanation.asks(explanation.ASPECTS, loss_step=3, traces=("a.json.gz", "b.json.gz"))
+    assert [side for side, _ in runs] == [0, 1, 0, 1]
+    assert runs[0][1] == ExplainAsk(profile_steps=3, trace="a.json.gz", grads_until=3, inventory=True)
+    assert runs[3][1] == ExplainAsk(profile_steps=3)
+    assert [side for side, _ in explanation.asks(["memory"], loss_step=None, traces=(None, None))] == [0, 1]
+    with pytest.raises(ValueError, match="not an explanation"):
+        ExplainAsk(profile_steps=-1)
+
+
+def test_an_explanation_says_each_cause_and_survives_its_json() -> None:
+    a = _run([GRADS], losses=(2.0,))
+    b = _run([{k: v * 1.01 for k, v in GRADS.items()}], losses=(2.02,))
+    profiled_a = [ExplainRecord("w", 3, steps=a.steps, profile=_step(), tensors=tuple(PARAMS)) for _ in range(2)]
+    profiled_b = [
+        ExplainRecord(
+            "w",
+            3,
+            steps=b.steps,
+            profile=_step(mm_calls=3),
+            tensors=(*PARAMS, _t("buffer", "cache", (1024,))),
+        )
+        for _ in range(2)
+    ]
+    found = explanation.explain(
+        "tiny-bert-vanilla",
+        explanation.ASPECTS,
+        [(0, profiled_a[0]), (1, profiled_b[0]), (0, profiled_a[1]), (1, profiled_b[1])],
+        loss=([2.0], [2.02]),
+        breakdowns=({"buffers": 0}, {"buffers": 4096}),
+        moved=["buffers"],
+        loss_tolerance=(1e-3, 1e-4),
+    )
+    lines = found.lines()
+    assert lines[0] == "time, ops: aten::mm 2 → 3 calls/step"
+    assert lines[1].startswith("time: profiled step 1.9 → 1.9 ms; a time is shown beyond 3 × the largest change")
+    assert lines[1].endswith(": ops 0.01, Python functions 0.01, Python time by package 0.01 ms/step")  # the floor
+    assert lines[2].startswith("memory: buffers +0.00 MiB = 1,024 elements × 4 B (float32): new buffer cache")
+    assert lines[3] == (
+        "loss: parts at step 0 (2 → 2.02); every gradient ×1.01 there (4 tensors): a scale of the loss; "
+        "the same initial weights, data and learning rate"
+    )
+    assert found.flame
+    again = explanation.Explanation.from_json(json.loads(json.dumps(found.as_json())))
+    assert again == found
+    assert explanation.explain("c", ["time"], [(0, a)], loss=([], []), breakdowns=({}, {}), moved=[],
+                               loss_tolerance=(0, 0)).errors  # fmt: skip

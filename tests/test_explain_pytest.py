@@ -1,0 +1,139 @@
+"""``pytest --perfsuite-explain``: a failure against a stored baseline explained against the baseline's
+stack rebuilt (where its versions differ), else from one instrumented run of this stack, saying what
+that cannot tell; nightly, end to end on tiny-bert with a buffer and a scaled loss injected."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfsuite.core.check import Check
+from perfsuite.core.explain.records import ExplainRecord, StackRow, StepFacts, StepProfile, TensorEntry
+from perfsuite.core.explain.reference import alone_lines, aspects_failed, reference_pins
+from perfsuite.core.spec import CaseSpec
+from perfsuite.core.tolerance import Tolerance
+from perfsuite.session import explaining
+
+HERE = Path(__file__).parent
+CACHE = TensorEntry("buffer", "injected_cache", "float32", (13_107_200,), 50 * 2**20)
+SPEC = CaseSpec(model="tiny-bert", strategy="vanilla", steps=2, warmup_steps=1)
+BASELINE = {
+    "provenance": {"versions": {"torch": "2.13.0+cpu", "accelerate": "1.10.0", "perfsuite": "0.0.1", "peft": None}},
+    "memory": {"breakdown": {"buffers": 8192, "activations": 100}},
+    "loss": [2.0, 1.9, 1.8],
+    "spec": {"initial_weights": "xxh3_128:aa"},
+}
+RECORD = {"memory_breakdown_bytes": {"buffers": 8192 + 50 * 2**20, "activations": 100}, "loss": [2.02, 1.92, 1.81]}
+CHECKS = [Check("memory: buffers", False, "", "", "", "", "moved"), Check("loss", False, "", "", "", "", "parts")]
+
+
+def test_the_reference_is_the_baseline_s_versions_where_they_differ() -> None:
+    now = {"torch": "2.13.0+cpu", "accelerate": "1.15.0", "perfsuite": "0.1.0", "peft": "0.13.2"}
+    assert reference_pins(BASELINE["provenance"]["versions"], now) == ["accelerate==1.10.0"]  # type: ignore[index]
+    assert reference_pins(now, now) == []
+    assert aspects_failed(["step time", "memory: buffers"]) == ("time", "memory")
+    assert aspects_failed(["peak memory", "loss"]) == ("memory", "loss")
+
+
+def _alone_record() -> ExplainRecord:
+    profiled = StepProfile(1, ("step", "aten::addmm"), (StackRow((0, 1), 3000.0, 48),))
+    return ExplainRecord(
+        "xxh3_128:aa", 10, profile=profiled, tensors=(CACHE, TensorEntry("buffer", "ids", "int64", (512,), 4096))
+    )
+
+
+def test_alone_it_names_the_tensor_the_size_of_the_change_and_says_what_it_cannot() -> None:
+    lines = alone_lines(
+        _alone_record(), ("time", "memory", "loss"), moved={"buffers": 50 * 2**20, "activations": 2**20},
+        loss_then=BASELINE["loss"], loss_now=RECORD["loss"], weights_then="xxh3_128:aa", loss_tolerance=(1e-3, 1e-4),  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert lines == [
+        "time: this stack's heaviest ops: aten::addmm 3.00 ms/step (48 calls) (a baseline keeps no profile to diff)",
+        "memory: buffers +50.00 MiB, the size of buffer injected_cache float32 (13107200,) 50.00 MiB",
+        "memory: activations +1.00 MiB: not in the inventory (they live within a step)",
+        "loss: parts from the baseline's at step 0, from the same initial weights; "
+        "gradients need a reference run to compare with",
+    ]
+    other = alone_lines(_alone_record(), ("memory",), moved={"buffers": 3 * 2**20}, loss_then=[], loss_now=[],
+                        weights_then=None, loss_tolerance=(0, 0))  # fmt: skip
+    assert other == ["memory: buffers +3.00 MiB; its largest tensors now: buffer injected_cache float32 (13107200,) "
+                     "50.00 MiB; buffer ids int64 (512,) 0.00 MiB"]  # fmt: skip
+
+
+def test_the_same_versions_explain_from_one_run_of_this_stack(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[dict[str, Any]] = []
+
+    def run_isolated(spec: CaseSpec, *, timeout_s: float, target: Any) -> dict[str, Any]:
+        asked.append(target.keywords["ask"])
+        return {"status": "ok", "explain": _alone_record().as_json()}
+
+    monkeypatch.setattr("perfsuite.worker.process.run_isolated", run_isolated)
+    monkeypatch.setattr(explaining, "library_versions", lambda: BASELINE["provenance"]["versions"])  # type: ignore[index]
+    lines = explaining.explain_failure(explaining.Failure(SPEC, BASELINE, RECORD, CHECKS, Tolerance()), timeout_s=60)
+    assert asked == [{"profile_steps": 0, "trace": None, "grads_until": -1, "inventory": True}]
+    assert lines[0].startswith("explain: the baseline was recorded on this stack's versions, so there is no reference")
+    assert "memory: buffers +50.00 MiB, the size of buffer injected_cache" in lines[1]
+    assert lines[2].startswith("loss: parts from the baseline's at step 0")
+    assert lines[-1].endswith("--models tiny-bert --strategies vanilla --explain")
+
+
+def test_other_versions_rebuild_the_baseline_s_stack_beside_this_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[str] = []
+    closed: list[str] = []
+
+    class FakeSide:
+        def __init__(self, name: str, env: str) -> None:
+            self.name, self.env = name, env
+
+        def explain(self, spec: dict[str, Any], ask: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+            tensors = (CACHE,) if self.env == "current" else ()
+            first = 2.02 if self.env == "current" else 2.0
+            steps = (StepFacts(first, "d", (1e-3,), {"w": 1.0}),)
+            record = ExplainRecord("xxh3_128:aa", 10, steps=steps, tensors=tensors)
+            return {"status": "ok", "explain": record.as_json()}
+
+        def close(self) -> None:
+            closed.append(self.env)
+
+    def make_env(text: str, name: str) -> str:
+        made.append(text)
+        return text
+
+    monkeypatch.setattr("perfsuite.ab.envs.make_env", make_env)
+    monkeypatch.setattr("perfsuite.ab.sides.Side", FakeSide)
+    monkeypatch.setattr(explaining, "library_versions", lambda: {"accelerate": "1.15.0", "torch": "2.13.0+cpu"})
+    lines = explaining.explain_failure(explaining.Failure(SPEC, BASELINE, RECORD, CHECKS, Tolerance()), timeout_s=60)
+    assert made == ["accelerate==1.10.0", "current"]
+    assert closed == ["accelerate==1.10.0", "current"]
+    assert lines[0] == "explain: against the baseline's stack rebuilt (accelerate==1.10.0), run beside this one:"
+    assert any(
+        line.startswith("memory: buffers +50.00 MiB = 13.1 M elements × 4 B (float32): new buffer injected_cache")
+        for line in lines
+    )
+
+
+@pytest.mark.nightly
+def test_a_gate_failure_explained_end_to_end(pytester: pytest.Pytester) -> None:
+    """A baseline recorded for tiny-bert vanilla; then a buffer of 50 MiB and a loss ×1.01 injected into
+    every run (tests/side_injections): the failure's message names the buffer and where the loss parts."""
+    pytester.makepyfile(test_matrix=(HERE / "test_matrix.py").read_text())
+    pytester.makepyprojecttoml("[tool.perfsuite]\nbaselines = 'baselines'\n")
+    args = ("-m", "cpu and not trainer", "-k", "tiny-bert-vanilla", "-p", "no:cacheprovider")
+    pytester.runpytest_subprocess(*args, "--perfsuite-refresh").assert_outcomes(passed=1)
+    injections = pytester.path / "side_injections"
+    shutil.copytree(HERE / "side_injections", injections)
+    pytester._monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(injections), os.environ.get("PYTHONPATH")]))
+    )
+    pytester._monkeypatch.setenv("PERFSUITE_SIDE_INJECT", "buffer,loss")
+    result = pytester.runpytest_subprocess(*args, "--perfsuite-explain")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "explain: the baseline was recorded on this stack's versions" in text
+    assert re.search(r"memory: buffers \+50\.\d\d MiB, the size of buffer injected_cache float32 \(13107200,\)", text)
+    assert "loss: parts from the baseline's at step 0, from the same initial weights" in text

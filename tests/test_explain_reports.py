@@ -1,0 +1,116 @@
+"""An explanation where a verdict is shown: the note under the terminal's table, the causes at the top
+of summary.md, and report.html's section (the profile's table, the flame graph, the tensors, the loss
+with the gradients' ratios, links to the kept traces), rebuilt from --json's file alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfsuite.core.explain import explanation
+from perfsuite.core.explain.records import ExplainRecord, StackRow, StepFacts, StepProfile, TensorEntry
+from perfsuite.reports.ab import markdown, render_table, report_html, rows
+
+pytest.importorskip("matplotlib")
+
+
+def _record(side: int, trace: str) -> ExplainRecord:
+    mm = 2 + side
+    rows_ = (StackRow((0,), 100.0, 1), StackRow((0, 1), 50.0 * mm, mm), StackRow((0, 2, 3), 900.0 * side, side))
+    frames = ("acme/train.py(3): step", "aten::mm", "acme/hooks.py(9): slow_hook", "<built-in function sleep>")
+    tensors = [TensorEntry("parameter", "w", "float32", (4,), 16)]
+    if side:
+        tensors.append(TensorEntry("buffer", "cache", "float32", (1024,), 4096))
+    grads = {"w": 1.0 + 0.01 * side, "v": 2.0 * (1 + 0.01 * side)}
+    return ExplainRecord(
+        "weights",
+        4,
+        steps=(StepFacts(2.0 + 0.02 * side, "data", (1e-3,), grads),),
+        profile=StepProfile(1, frames, rows_, trace=trace),
+        tensors=tuple(tensors),
+    )
+
+
+def _payload(tmp_path: Path) -> dict[str, Any]:
+    traces = [str(tmp_path / "traces" / f"case-{side}.pt.trace.json.gz") for side in ("base", "candidate")]
+    runs = [(side, _record(side, traces[side])) for side in (0, 1, 0, 1)]
+    found = explanation.explain(
+        "tiny-bert-vanilla",
+        explanation.ASPECTS,
+        runs,
+        loss=([2.0, 1.9], [2.02, 1.95]),
+        breakdowns=({"buffers": 0}, {"buffers": 4096}),
+        moved=["buffers"],
+        loss_tolerance=(1e-3, 1e-4),
+    )
+    case = {
+        "case": "tiny-bert-vanilla",
+        "verdict": "regressed",
+        "error": None,
+        "time": None,
+        "ratios": [1.2],
+        "mode": "duet",
+        "memory": {"a": 100, "b": 4196, "breakdown_a": {"buffers": 0}, "breakdown_b": {"buffers": 4096}},
+        "loss": {"a": [2.0, 1.9], "b": [2.02, 1.95], "max_abs_diff": 0.05},
+        "explanation": found.as_json(),
+    }
+    same = {**case, "case": "tiny-bert-adafactor", "verdict": "same", "explanation": None}
+    probe = {"libraries": {"torch": {"version": "2.13.0"}}}
+    payload: dict[str, Any] = json.loads(json.dumps({
+        "kind": "perfsuite-ab", "date": "2026-11-27", "device_type": "cpu", "wall_s": 10.0, "interrupted": 0,
+        "schedule": {"first": 1, "cap": 1, "floor": 0.03, "confidence": 0.95, "alarms": [1]},
+        "sides": {s: {"env": "current", "overlay": [], "probe": probe} for s in ("base", "candidate")},
+        "cases": [same, case], "verdicts": {"regressed": 1, "same": 1},
+    }))  # fmt: skip
+    return payload
+
+
+def test_the_cause_is_in_summary_md_s_first_screen(tmp_path: Path) -> None:
+    text = markdown(_payload(tmp_path))
+    head = text[: text.index("| case |")]  # above the table
+    assert "**Why** (instrumented runs of each side, diffed):" in head
+    assert "- `tiny-bert-vanilla` (regressed):" in head
+    assert "  - time, ops: aten::mm 2 → 3 calls/step" in head
+    assert "  - time, Python functions: new: acme/hooks.py:slow_hook → sleep 0 → 1 calls/step, +0.90 ms/step" in head
+    assert "  - memory: buffers +0.00 MiB = 1,024 elements × 4 B (float32): new buffer cache" in head
+    assert "  - loss: parts at step 0 (2 → 2.02); every gradient ×1.01 there (2 tensors)" in head
+    assert "tiny-bert-adafactor" not in head  # nothing to explain
+    assert "| tiny-bert-vanilla | regressed [1] |" in text
+
+
+def test_the_terminal_table_notes_each_cause(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    payload = _payload(tmp_path)
+    assert [r[1] for r in rows(payload)] == ["same", "regressed [1]"]
+    console = Console(width=200, record=True)
+    console.print(render_table(payload))
+    shown = console.export_text()
+    assert "[1] tiny-bert-vanilla: time, ops: aten::mm 2 → 3 calls/step" in shown
+    assert "    loss: parts at step 0" in shown
+
+
+def test_report_html_draws_the_flame_graph_tensors_and_gradients(tmp_path: Path) -> None:
+    page = report_html(_payload(tmp_path), tmp_path)
+    causes = page[page.index("<h2 id='causes'>") :]
+    assert 'data-chart="flame"' in causes
+    assert 'data-chart="gradient-ratios"' in causes
+    assert "<td>aten::mm</td>" in causes  # the profile's table
+    assert "<td>cache</td>" in causes  # the tensor table
+    assert "href='traces/case-base.pt.trace.json.gz'" in causes  # relative: the report moves with its traces
+    assert "<svg" in causes
+
+
+def test_the_flame_graph_colours_only_frames_beyond_their_bar() -> None:
+    from perfsuite.core.explain.flame import Box
+    from perfsuite.reports.explain_charts import NEUTRAL, _colour
+
+    slower, faster = Box(0, 0, 1, "f", 100, 600, 50), Box(0, 0, 1, "g", 600, 100, 50)
+    assert _colour(Box(0, 0, 1, "f", 100, 140, 50), 500) == NEUTRAL  # within its own bar
+    assert _colour(Box(0, 0, 1, "f", 100, 600, None), 500) == NEUTRAL  # one profile a side: no bar
+    red, blue = _colour(slower, 500), _colour(faster, 500)
+    assert red[0] == 1.0 > red[2]
+    assert blue[2] == 1.0 > blue[0]

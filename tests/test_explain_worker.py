@@ -1,0 +1,185 @@
+"""An explanation run's instruments inside a worker (perfsuite.worker.step_profile, inventory), on a
+tiny model in this process: the profiler's stacks with Python frames, the Chrome trace kept, every
+tensor by name, and per step the gradients before clipping, the data's digest, the learning rate."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from perfsuite.core.explain import profile
+from perfsuite.worker.device import get_device
+from perfsuite.worker.inventory import StepRecorder, gradients_before_step, inventory
+from perfsuite.worker.step_profile import profile_steps
+
+HELD = [torch.zeros(1 << 17)]
+"""A module-level cache outside any model (512 KiB): the inventory names where it is held."""
+
+
+def slow_hook(module: torch.nn.Module, args: Any, output: Any) -> Any:
+    time.sleep(0.002)
+    return output
+
+
+class Tiny:
+    """A step of a two-layer model with Adam, clipped to ``clip``; ``extra`` more matmuls after it."""
+
+    def __init__(self, *, hook: bool = False, extra: int = 0, clip: float = 1e9, fixed: bool = False) -> None:
+        torch.manual_seed(0)
+        self.model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+        self.model.register_buffer("scale", torch.ones(4))
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.01)
+        self.extra, self.clip, self.batch, self.fixed = extra, clip, 0, fixed
+        if hook:
+            self.model[0].register_forward_hook(slow_hook)
+
+    def in_training_thread(self, fn: Any) -> Any:
+        return fn()  # as perfsuite's loop engine: the caller's thread steps
+
+    def step(self, before_micro_batch: Any = None, within: Any = None) -> Any:
+        self.batch += 0 if self.fixed else 1
+        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(self.batch))
+        loss = self.model(x).pow(2).mean()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        for _ in range(self.extra):
+            torch.mm(torch.ones(8, 8), torch.ones(8, 8))
+        return loss.detach()
+
+
+def _driven(tiny: Tiny) -> Any:
+    from perfsuite.worker.engines.driven import Driven
+
+    return Driven(tiny, device_type="cpu")  # type: ignore[arg-type]
+
+
+def test_the_profile_has_ops_and_python_frames_per_step_and_keeps_a_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "side.pt.trace.json.gz"
+    found = profile_steps(_driven(Tiny(hook=True, extra=2)), get_device("cpu"), 2, str(trace))
+    tables = profile.tables(found)
+    assert tables["op"]["aten::mm"].calls == 3 + 2  # three in the backward, and the two extra ones
+    hook = next(k for k in tables["python"] if k.endswith("slow_hook → <built-in function sleep>"))
+    assert tables["python"][hook].calls == 1
+    assert tables["python"][hook].us > 1500  # 2 ms asked; at least most of it
+    own = next(k for k in tables["python"] if k.endswith("slow_hook"))
+    assert tables["python"][own].us < 1000  # the hook's own time, without the sleep it calls
+    assert "test_explain_worker" in tables["package"]
+    assert not any("0x" in f for f in found.frames)  # no object addresses: two processes' names join
+    assert found.trace == str(trace)
+    with gzip.open(trace, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    assert any(e.get("name", "").startswith("ProfilerStep#") for e in events)  # what Perfetto and HTA look for
+    assert any(e.get("cat") == "python_function" for e in events)
+
+
+def test_two_profiles_of_one_step_and_an_extra_call() -> None:
+    cpu = get_device("cpu")
+    a = [profile_steps(_driven(Tiny()), cpu, 2) for _ in range(2)]
+    b = [profile_steps(_driven(Tiny(extra=1)), cpu, 2) for _ in range(2)]
+    counted = [c for c in profile.diff(a, b).changes if c.counted and c.level == "op"]
+    assert ("aten::mm", 3.0, 4.0) in [(c.key, c.calls_a, c.calls_b) for c in counted]  # 3: the backward's
+
+
+def test_the_inventory_names_every_tensor_after_a_step() -> None:
+    tiny = Tiny()
+    tiny.step()
+    with gradients_before_step(tiny.model) as grads:
+        tiny.step()
+    found = {(t.kind, t.name): t for t in inventory(tiny.model, tiny.optimizer, grads)}
+    assert found[("parameter", "0.weight")].shape == (32, 16)
+    assert found[("gradient", "0.weight")].nbytes == 32 * 16 * 4  # read before the step, when they all exist
+    assert found[("buffer", "scale")].dtype == "float32"
+    assert found[("optimizer_state", "2.bias:exp_avg_sq")].shape == (1,)
+    held = [t for t in found.values() if t.kind == "other" and t.name.endswith("test_explain_worker.HELD[0]")]
+    assert [t.nbytes for t in held] == [HELD[0].numel() * 4]
+
+
+def test_each_step_records_its_data_its_learning_rate_and_its_gradients_before_clipping() -> None:
+    tiny = Tiny(clip=1e-6)  # clipping scales every gradient down: the recorded norms are before it
+    recorder = StepRecorder(tiny.model, tiny.optimizer)
+    steps = []
+    for index in range(3):
+        recorder.begin(grads=index < 2)
+        steps.append(recorder.end(tiny.step()))
+    recorder.close()
+    assert steps[0].data != steps[1].data  # another batch each step
+    assert steps[0].lr == (0.01,)
+    assert steps[2].grads is None
+    assert steps[0].grads is not None
+    assert set(steps[0].grads) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    assert min(steps[0].grads.values()) > 1e-3  # not the clipped 1e-6
+    again = Tiny(clip=1e-6)
+    recorder = StepRecorder(again.model, again.optimizer)
+    recorder.begin(grads=True)
+    assert recorder.end(again.step()) == steps[0]  # the same first step, to the bit
+    recorder.close()
+    fixed = Tiny(fixed=True)
+    recorder = StepRecorder(fixed.model, fixed.optimizer)
+    digests = []
+    for _ in range(2):
+        recorder.begin(grads=False)
+        digests.append(recorder.end(fixed.step()).data)
+    assert digests[0] == digests[1]  # the same batch twice: each step's digest is its own
+
+
+def test_a_cpu_has_no_allocator_history() -> None:
+    with get_device("cpu").allocation_history() as history:
+        pass
+    assert history == {}
+
+
+@pytest.mark.nightly
+def test_an_explanation_run_of_a_real_case() -> None:
+    """The worker's target on tiny-bert, in this process: its steps reproduce a timed run's losses."""
+    from perfsuite.core.explain.records import ExplainRecord
+    from perfsuite.core.spec import CaseSpec
+    from perfsuite.worker.explain import explain_case
+    from perfsuite.worker.run import run_case
+
+    spec = CaseSpec(model="tiny-bert", strategy="vanilla", steps=3, warmup_steps=2, threads=1, profile=False)
+    record = explain_case(spec, {"profile_steps": 2, "grads_until": 3, "inventory": True})
+    found = ExplainRecord.from_json(record["explain"])
+    timed = run_case(spec)
+    assert [s.loss for s in found.steps] == timed["loss"][:4]
+    assert found.initial_weights == timed["initial_weights"]
+    assert all(s.grads for s in found.steps)
+    assert found.profile is not None
+    assert found.profile.steps == 2
+    assert {t.kind for t in found.tensors} >= {"parameter", "gradient", "optimizer_state"}
+
+
+class Threaded(Tiny):
+    """Each step in a thread of its own while the caller waits, as the Trainer engine steps."""
+
+    def step(self, before_micro_batch: Any = None, within: Any = None) -> Any:
+        import threading
+
+        done: list[Any] = []
+        worker = threading.Thread(target=lambda: done.append(Tiny.step(self)))
+        worker.start()
+        worker.join()
+        return done[0]
+
+    def in_training_thread(self, fn: Any) -> Any:
+        import threading
+
+        done: list[Any] = []
+        worker = threading.Thread(target=lambda: done.append(fn()))
+        worker.start()
+        worker.join()
+        return done[0]
+
+
+def test_an_engine_stepping_in_its_own_thread_is_profiled_there_without_the_caller_s_wait() -> None:
+    found = profile_steps(_driven(Threaded()), get_device("cpu"), 2)
+    tables = profile.tables(found)
+    assert tables["op"]["aten::mm"].calls == 3  # the step's work, in its thread
+    assert not [k for k in tables["python"] if "join" in k or "acquire" in k]  # not the caller's wait
