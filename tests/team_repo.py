@@ -209,6 +209,20 @@ def write_pyproject(root: Path) -> None:
     (root / "pyproject.toml").write_text('[project]\nname = "acme-training"\nversion = "0.1"\n')
 
 
+CPU_GATES = '[tool.perfsuite.overrides."cpu/*"]'
+
+
+def with_cpu_gates(text: str, gates: str) -> str:
+    """``pyproject.toml``'s ``text`` with its ``"cpu/*"`` step-time gates (the table ``perfsuite init``
+    writes) replaced by the table in ``gates``."""
+    lines = text.splitlines(keepends=True)
+    if CPU_GATES + "\n" in lines:
+        start = lines.index(CPU_GATES + "\n")
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), len(lines))
+        lines[start:end] = []
+    return "".join(lines).rstrip("\n") + "\n" + gates
+
+
 def time_class() -> str:
     from perfsuite.core.hardware import local_cpu_class
 

@@ -34,6 +34,7 @@ from team_repo import (
     gate,
     perfsuite_cli,
     time_class,
+    with_cpu_gates,
     write_own_code,
     write_pyproject,
 )
@@ -93,7 +94,7 @@ def test_a_team_guards_its_own_model_and_step(project: pytest.Pytester) -> None:
         ["wrote     perfsuite_example/engine.py", "appended  pyproject.toml ([[]tool.perfsuite.models.example-mlp[]]*"]
     )
     pyproject = project.path / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text() + OWN_CODE + TIME_GATE)
+    pyproject.write_text(with_cpu_gates(pyproject.read_text() + OWN_CODE, TIME_GATE))
 
     refresh = perfsuite_cli(project, "baselines", "refresh", "--repeats", "1", "--device", "cpu")
     assert refresh.ret == 0, refresh.stdout.str()
@@ -123,7 +124,7 @@ def test_a_factory_that_returns_something_else_stops_the_session_before_any_case
 ) -> None:
     perfsuite_cli(project, "init")
     pyproject = project.path / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text() + OWN_CODE + TIME_GATE)
+    pyproject.write_text(with_cpu_gates(pyproject.read_text() + OWN_CODE, TIME_GATE))
     models = project.path / "acme" / "models.py"
     models.write_text(models.read_text().replace("return ProjectedHead(width)", "return {'width': width}"))
     broken = gate(project)
@@ -139,7 +140,9 @@ def test_ab_compares_the_teams_case_between_two_versions_of_its_dependency(proje
     """This environment has acmeops 1.0; the candidate, an interpreter whose path puts 2.0 first (as a
     virtual environment with the upgrade would). Its loss differs from the first pair on; memory does not."""
     pyproject = project.path / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text() + "\n[tool.perfsuite.matrix]\nbuiltin = false\n" + OWN_CODE + TIME_GATE)
+    pyproject.write_text(
+        with_cpu_gates(pyproject.read_text() + "\n[tool.perfsuite.matrix]\nbuiltin = false\n" + OWN_CODE, TIME_GATE)
+    )
     upgraded = project.path / "python-acmeops-2"
     v2 = project.path / "deps" / "v2"
     upgraded.write_text(f'#!/bin/sh\nPYTHONPATH="{v2}:$PYTHONPATH" exec "{sys.executable}" "$@"\n')

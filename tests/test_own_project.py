@@ -38,6 +38,7 @@ from team_repo import (
     gate,
     perfsuite_cli,
     time_class,
+    with_cpu_gates,
     write_declared_models,
     write_own_code,
     write_pyproject,
@@ -77,7 +78,7 @@ def _refreshed(project: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> 
     assert "appended  pyproject.toml ([tool.perfsuite]" in out
     assert "wrote     tests/test_perfsuite.py" in out
     pyproject = project.path / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text() + DECLARED + OWN_CODE + NO_TIME_GATE)
+    pyproject.write_text(with_cpu_gates(pyproject.read_text() + DECLARED + OWN_CODE, NO_TIME_GATE))
 
     refresh = perfsuite_cli(project, "baselines", "refresh", "--repeats", "1", "--device", "cpu")
     assert refresh.ret == 0, refresh.stdout.str()
