@@ -19,7 +19,9 @@ from tools import git
 from perfsuite.cli import main as cli
 from perfsuite.core import registry
 
-pytestmark = [pytest.mark.cpu, pytest.mark.slow]
+# Nightly: a build a commit and a pair each, 25 s a search on 2 cores; per push, `bisect --own`
+# (tests/test_own_ab.py) walks commits through the same search.
+pytestmark = [pytest.mark.cpu, pytest.mark.slow, pytest.mark.nightly]
 
 LOSS = '''"""acmeops: the loss acme trains with."""
 
@@ -96,9 +98,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize(
-    ("metric", "culprit"), [("memory", "buffer"), pytest.param("loss", "sum", marks=pytest.mark.nightly)]
-)
+@pytest.mark.parametrize(("metric", "culprit"), [("memory", "buffer"), ("loss", "sum")])
 def test_bisect_repo_names_the_commit_that_changed_the_case(
     project: Path, capsys: pytest.CaptureFixture[str], metric: str, culprit: str
 ) -> None:
