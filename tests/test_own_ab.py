@@ -63,6 +63,10 @@ def test_each_side_runs_its_own_commit_of_the_teams_code(
     assert case["verdict"] == "regressed"
     assert case["memory"]["b"] - case["memory"]["a"] == pytest.approx(4 * 2**20, rel=0.01)
     assert case["loss"]["max_abs_diff"] == 0  # the same model, batches and step: only the buffer
+    # Explained: the tensor the team's engine keeps, named, with its size.
+    (moved,) = case["explanation"]["memory"]["categories"]
+    (change,) = moved["changes"]
+    assert (change["name"], change["b"]["nbytes"]) == ("engine.kept", 4 * 2**20)
     files = {name: side["probe"]["project"]["code"] for name, side in payload["sides"].items()}
     assert files["base"]["convnet.train"].endswith(f"{first}/convnet/train.py")
     assert files["candidate"]["convnet.train"].endswith(f"{kept}/convnet/train.py")

@@ -266,8 +266,10 @@ def check_memory(case_id: str, baseline: Mapping[str, Any], observed: Observatio
                 if now > base
                 else "less than the baseline: refresh it if expected"
             )
+            # Against a category of a few bytes a percentage says nothing: its bytes do.
+            change = f"{rel:+.2%}, " if abs(base) >= tol.memory_atol_bytes else ""
             message = (
-                f"{case_id}: {metric} {format_bytes(now)} vs baseline {format_bytes(base)} ({rel:+.2%}, "
+                f"{case_id}: {metric} {format_bytes(now)} vs baseline {format_bytes(base)} ({change}"
                 f"{now - base:+,.0f} bytes), tolerance ±{format_bytes(limit)} "
                 f"(max({tol.memory_rtol:.1%}, {tol.memory_atol_bytes:,} bytes)): {verdict}"
             )

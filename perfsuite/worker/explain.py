@@ -11,7 +11,7 @@ record of that step). Nothing here is timed for a verdict.
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -47,7 +47,12 @@ def explain_case(spec: CaseSpec, ask: Mapping[str, Any]) -> dict[str, Any]:
     # The Trainer stops after the steps it was built for: enough for the explanation's. The data
     # and the constant learning rate do not depend on the step count.
     extra = steps_needed(spec, wanted) - spec.warmup_steps
-    built = build(dataclasses.replace(spec, steps=max(spec.steps, extra), profile=False))
+    # A copy that keeps the spec's resolved model: dataclasses.replace would resolve its name again, in a
+    # worker whose registry never read the project's declarations (a team's own model is not there).
+    longer = copy.copy(spec)
+    object.__setattr__(longer, "steps", max(spec.steps, extra))
+    object.__setattr__(longer, "profile", False)
+    built = build(longer)
     engine = Driven(built.engine, device_type=built.device.type, tokens=built.batch_size * built.seq_len)
     notes: list[str] = []
     steps: list[StepFacts] = []
@@ -69,7 +74,7 @@ def explain_case(spec: CaseSpec, ask: Mapping[str, Any]) -> dict[str, Any]:
     if wanted.inventory:
         with built.device.allocation_history() as history, gradients_before_step(engine.model) as gradients:
             engine.step()
-        tensors = inventory(engine.model, engine.inner_optimizer, gradients)
+        tensors = inventory(engine.model, engine.inner_optimizer, gradients, holders={"engine": built.engine})
         if history.get("error"):
             notes.append(history["error"])
         sites = allocation_sites(history.get("segments") or ())

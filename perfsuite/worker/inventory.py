@@ -12,7 +12,7 @@ where a module holds it (``somemodule.CACHE[0]``) when one does. Bytes are each 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -59,8 +59,14 @@ def gradients_before_step(model: torch.nn.Module) -> Iterator[list[TensorEntry]]
         handle.remove()
 
 
-def inventory(model: torch.nn.Module, optimizer: Any, gradients: Iterable[TensorEntry] = ()) -> list[TensorEntry]:
-    """Every tensor of the process after a step, by kind and name (see the module's docstring)."""
+def inventory(
+    model: torch.nn.Module,
+    optimizer: Any,
+    gradients: Iterable[TensorEntry] = (),
+    holders: Mapping[str, Any] | None = None,
+) -> list[TensorEntry]:
+    """Every tensor of the process after a step, by kind and name (see the module's docstring); one held in
+    an attribute of one of ``holders`` (the engine: ``{"engine": ...}``) is named ``engine.ATTR``."""
     names = _parameter_names(model)
     entries = [_entry("parameter", name, p) for name, p in model.named_parameters()]
     entries += list(gradients)
@@ -74,9 +80,21 @@ def inventory(model: torch.nn.Module, optimizer: Any, gradients: Iterable[Tensor
                 entries.append(_entry("optimizer_state", f"{owner}:{key}", value))
                 known.append(value)
     others = [t for t in other_live_tensors(known) if t.device.type != "meta"]
-    held = _held_by_modules([t for t in others if t.numel() * t.element_size() >= HELD_FROM])
+    large = [t for t in others if t.numel() * t.element_size() >= HELD_FROM]
+    held = {**_held_by_modules(large), **_held_by_attributes(large, holders or {})}
     entries += [_entry("other", held.get(id(t), ""), t) for t in others]
     return entries
+
+
+def _held_by_attributes(tensors: list[torch.Tensor], holders: Mapping[str, Any]) -> dict[int, str]:
+    """Where an attribute of one of ``holders`` holds each of ``tensors`` directly: ``holder.NAME``."""
+    wanted = {id(t) for t in tensors}
+    found: dict[int, str] = {}
+    for holder, value in holders.items():
+        for attr, held in list(getattr(value, "__dict__", {}).items()):
+            if id(held) in wanted:
+                found.setdefault(id(held), f"{holder}.{attr}")
+    return found
 
 
 def _held_by_modules(tensors: list[torch.Tensor]) -> dict[int, str]:
