@@ -69,7 +69,8 @@ def commit_env(repo: Path, package: str, commit: commits.Commit, base: Env, what
     version = built_version(target, package)
     if version is None:
         raise EnvError(f"{label}: its build installed no {package}")
-    pin = f"{canonicalize_name(package)}=={version}"
+    # The public version: a build from a tree without git metadata labels it (0.16.9+unknown).
+    pin = f"{canonicalize_name(package)}=={version.split('+')[0]}"
     return dataclasses.replace(
         base,
         label=label,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,23 +125,59 @@ def first_parent_range(repo: Path, good: str, bad: str, what: str) -> list[Commi
 
 
 def write_tree(repo: Path, sha: str, into: Path, what: str) -> Path:
-    """The files of commit ``sha`` written under ``into`` (``git archive``: tracked files only, no
-    ``.git``, so nothing there runs a hook), whole or not at all; returns ``into``."""
+    """The files of commit ``sha`` written under ``into``, whole or not at all; returns ``into``.
+
+    Read from git's objects (``ls-tree`` and ``cat-file --batch``): tracked files only, no ``.git``,
+    so nothing there runs a hook. A blob the clone lacks (a mirror that leaves out its largest
+    files) is left out, not a failure: what a build or an import needs is code. A path that would
+    leave ``into`` is refused."""
     partial = into.with_name(f"{into.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    with subprocess.Popen(  # noqa: S603 - git, with a checked commit hash
-        ["git", "-C", str(repo), "archive", "--format=tar", sha], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    ) as archive:
-        assert archive.stdout is not None
-        try:
-            with tarfile.open(fileobj=archive.stdout, mode="r|") as tar:
-                tar.extractall(partial, filter="data")  # a tree's own paths: nothing outside it, no devices
-        except tarfile.TarError:
-            pass  # git's own message says why
-        error = archive.stderr.read().decode(errors="replace").strip() if archive.stderr else ""
-    if archive.returncode != 0:
+    listed = git(repo, "ls-tree", "-r", "-z", "--full-tree", sha, what=what)
+    if listed.returncode != 0:
         shutil.rmtree(partial, ignore_errors=True)
-        raise GitError(f"{what}: git archive {sha[:12]} failed: {(error.splitlines() or ['no reason given'])[0]}")
+        raise GitError(f"{what}: git cannot list {sha[:12]}: {(listed.stderr.strip().splitlines() or ['?'])[0]}")
+    entries = []
+    for item in filter(None, listed.stdout.split("\0")):
+        meta, _, name = item.partition("\t")
+        mode, kind, blob = meta.split()
+        if kind != "blob":
+            continue  # a submodule's commit: not in this clone
+        if name.startswith("/") or ".." in Path(name).parts:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise GitError(f"{what}: {sha[:12]} names a path outside its tree: {name!r}")
+        entries.append((mode, blob, name))
+    try:
+        _write_blobs(repo, entries, partial)
+    except (OSError, subprocess.SubprocessError) as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise GitError(f"{what}: writing {sha[:12]}'s files failed: {exc}") from None
     partial.replace(into)
     return into
+
+
+def _write_blobs(repo: Path, entries: list[tuple[str, str, str]], root: Path) -> None:
+    """Each ``(mode, blob, path)`` written under ``root`` from ``git cat-file --batch`` (one process)."""
+    with subprocess.Popen(  # noqa: S603 - git, fed object names it listed itself
+        ["git", "-C", str(repo), "cat-file", "--batch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as batch:
+        assert batch.stdin is not None
+        assert batch.stdout is not None
+        for mode, blob, name in entries:
+            batch.stdin.write(f"{blob}\n".encode())
+            batch.stdin.flush()
+            header = batch.stdout.readline().decode().split()
+            if len(header) < 3 or header[1] != "blob":  # "<sha> missing": left out of a partial clone
+                continue
+            content = batch.stdout.read(int(header[2]))
+            batch.stdout.read(1)  # the newline after each object
+            path = root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if mode == "120000":
+                path.symlink_to(content.decode())
+            else:
+                path.write_bytes(content)
+                if mode == "100755":
+                    path.chmod(0o755)
+        batch.stdin.close()
