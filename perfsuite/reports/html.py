@@ -16,7 +16,7 @@ from typing import Any
 from perfsuite.history.judge import judge
 from perfsuite.history.records import rules_for, series
 from perfsuite.reports import charts
-from perfsuite.reports.published import ARITHMETIC_002, PUBLISHED
+from perfsuite.reports.published import ADAM_ARITHMETIC, PUBLISHED
 from perfsuite.reports.summary import gate_row
 from perfsuite.reports.tables import summary_rows, verdict
 from perfsuite.results import ReportCase, Results, regressions_first
@@ -151,7 +151,7 @@ def _published_section(results: Results) -> str:
                     f"{ratio:.2f}",
                 ]
             )
-    parts.append(f"<p class='theirs'>{esc(ARITHMETIC_002)}</p>")
+    parts.append(f"<p class='theirs'>{esc(ADAM_ARITHMETIC)}</p>")
     if arithmetic:
         parts.append(
             html_table(
