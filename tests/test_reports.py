@@ -194,17 +194,17 @@ def _overlapping_labels(cases: list[ReportCase], title: str) -> list[tuple[str, 
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     ax = fig.axes[0]
     half = charts.PARETO_MARKER_PT * fig.dpi / 72 / 2
-    points = [ax.transData.transform(p) for p in charts.pareto_points(cases)[1]]
+    shown, points, _ = charts.pareto_points(cases)
     things = [
         (f"point {c.strategy}", (x - half, y - half, x + half, y + half))
-        for c, (x, y) in zip(cases, points, strict=True)
+        for c, (x, y) in zip(shown, ax.transData.transform(points), strict=True)
     ]
     legend = ax.get_legend()
     if legend is not None:
         box = legend.get_window_extent(renderer)
         things.append(("legend", (box.x0, box.y0, box.x1, box.y1)))
     named = [(label.get_text(), box) for label, box in zip(labels, label_boxes(labels, renderer), strict=True)]
-    assert [name for name, _ in named] == [c.strategy for c in cases]
+    assert [name for name, _ in named] == [c.strategy for c in shown]
     frame = ax.get_window_extent(renderer)
     found = [
         (name, "outside the axes")
@@ -329,7 +329,8 @@ def test_a_bad_results_file_is_named(
 
 @pytest.mark.nightly
 def test_the_whole_tiny_matrix_renders(tmp_path: Path) -> None:
-    """All 111 tiny-model cases (loop and Trainer), every table's three charts, under 2 MB."""
+    """All 111 tiny-model cases (loop and Trainer), every table's three charts, under 2 MB, no
+    time-against-memory label over another, a point or the legend."""
     rendered = _render(tmp_path, None)
     text = rendered["html"].read_text()
     tables = _tables(rendered["results"])
@@ -337,3 +338,5 @@ def test_the_whole_tiny_matrix_renders(tmp_path: Path) -> None:
     for kind in ("loss", "memory", "pareto"):
         assert text.count(f'data-chart="{kind}"') == len(tables), kind
     assert rendered["html"].stat().st_size < 2 * 2**20
+    for table, cases in load_results(rendered["results"]).by_table().items():
+        assert _overlapping_labels(cases, table) == [], table
