@@ -39,6 +39,13 @@ def test_gpt2_init_in_transformers_5_changes_the_loss(tmp_path: Path) -> None:
     assert [c["metric"] for c in case["checks"] if not c["ok"]] == ["loss"]
     assert case["memory"]["a"] == pytest.approx(case["memory"]["b"], abs=64)  # the same model, other weights
     assert case["loss"]["max_abs_diff"] > 0.01
+    # Explained: the residual projections started at 0.02 instead of 0.02 / sqrt(2 * n_layer), nothing else.
+    loss = case["explanation"]["loss"]
+    assert "initial weights" in loss["differ"]
+    moved = {m["name"].rsplit(".", 3)[-3] + "." + m["name"].rsplit(".", 1)[-1] for m in loss["started_otherwise"]}
+    assert moved <= {"attn.c_proj.weight", "mlp.c_proj.weight", "attn.c_proj.bias", "mlp.c_proj.bias"}
+    top = loss["started_otherwise"][0]
+    assert top["b"]["std"] / top["a"]["std"] == pytest.approx(8**0.5, rel=0.05)  # tiny-gpt2: 4 layers
 
 
 def test_bisect_names_5_0_0_for_the_gpt2_init(tmp_path: Path) -> None:
@@ -54,6 +61,10 @@ def test_trainer_loss_under_accumulation_in_4_47_0(tmp_path: Path) -> None:
     # About gradient_accumulation_steps = 4 times the loss (measured: 33.19 against 8.09 at step 0; not
     # exactly 4: each micro-batch's mean replaces the mean over the accumulated tokens).
     assert 3.5 < case["loss"]["b"][0] / case["loss"]["a"][0] < 4.5
+    # Explained: every gradient about 4 times as large at step 0, the inputs alike.
+    loss = case["explanation"]["loss"]
+    assert (loss["step"], loss["shape"], loss["differ"]) == (0, "near_scale", [])
+    assert 3.5 < loss["scale"] < 4.5
 
 
 def test_bisect_names_4_47_0_for_the_accumulated_loss(tmp_path: Path) -> None:

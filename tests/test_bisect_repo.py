@@ -103,11 +103,23 @@ def test_bisect_repo_names_the_commit_that_changed_the_case(
     project: Path, capsys: pytest.CaptureFixture[str], metric: str, culprit: str
 ) -> None:
     shas = _clone(project / "acmeops")
+    # A bare clone, as a mirror is: nothing is checked out, every commit is read from git.
+    git(project, "clone", "-q", "--bare", str(project / "acmeops"), str(project / "acmeops.git"))
     out = project / f"{metric}.json"
     saved = registry.snapshot()
     try:
         code = cli(
-            ["bisect", "acmeops", "--repo", str(project / "acmeops"), "--commits", "--good", "v1.0", "--bad", "v1.1"]
+            [
+                "bisect",
+                "acmeops",
+                "--repo",
+                str(project / "acmeops.git"),
+                "--commits",
+                "--good",
+                "v1.0",
+                "--bad",
+                "v1.1",
+            ]
             + ["--case", ACME["vanilla"], "--metric", metric, "--steps", "4", "--json", str(out)]
         )
     finally:

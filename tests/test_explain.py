@@ -4,6 +4,7 @@ arithmetic, where loss curves part and the gradients' ratios there, and the word
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -375,6 +376,34 @@ def test_other_weights_or_data_differ_and_are_said() -> None:
     assert cause.shape == "everywhere"
     assert cause.differ == ("initial weights",)
     assert _cause(GRADS, data="e", lr=1e-2).differ == ("data", "learning rate")
+
+
+def test_an_uneven_scale_is_about_one_factor() -> None:
+    """The Trainer's loss summed over micro-batches of different token counts: every gradient about 4
+    times, each its own (the mean over each micro-batch's tokens), none near 1."""
+    uneven = {"embed.weight": 0.5 * 3.82, "layer.0.weight": 0.2 * 4.1, "layer.1.weight": 0.3 * 4.27, "head.weight": 0.4}
+    cause = _cause(uneven)
+    assert cause.shape == "near_scale"
+    assert cause.scale == pytest.approx(4.0, rel=0.05)
+    assert "every gradient about ×4.05 there (×3.82 to ×4.27, 4 tensors): a scale of the loss, applied unevenly" in (
+        gradients.describe(cause)
+    )
+    assert _cause({**uneven, "head.weight": 0.1 * 2.0}).shape == "everywhere"  # one far off: no scale
+
+
+def test_other_initial_weights_name_the_tensors_that_started_otherwise() -> None:
+    """GPT-2's residual projections drawn at 0.02 instead of 0.02 / sqrt(2 n_layer), the rest alike."""
+    from perfsuite.core.explain.initial import ParamStat
+
+    a = (ParamStat("wte", 1000, 0.0, 0.02), ParamStat("h.0.c_proj", 64, 0.0, 0.00707), ParamStat("ln.bias", 8, 0, 0))
+    b = (ParamStat("wte", 1000, 0.0001, 0.02), ParamStat("h.0.c_proj", 64, 0.0, 0.02), ParamStat("ln.bias", 8, 0, 0))
+    run_a = dataclasses.replace(_run([GRADS]), initial=a)
+    run_b = dataclasses.replace(_run([{**GRADS, "head.weight": 0.3}], weights="v", losses=(2.02, 1.95)), initial=b)
+    cause = gradients.loss_cause([2.0, 1.9], [2.02, 1.95], run_a, run_b, rtol=1e-3, atol=1e-4)
+    assert [m.name for m in cause.started_otherwise] == ["h.0.c_proj"]
+    assert "initial weights differ; 1 of 3 tensors started otherwise: h.0.c_proj std 0.00707 → 0.02 ×2.83" in (
+        gradients.describe(cause)
+    )
 
 
 def test_equal_gradients_point_to_the_update() -> None:

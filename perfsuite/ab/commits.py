@@ -42,6 +42,15 @@ def check_repository(repo: Path, what: str) -> Path:
     return Path(found.stdout.strip())
 
 
+def check_clone(repo: Path, what: str) -> Path:
+    """``repo``, where git reads a repository there (a bare clone included); a :class:`GitError` where not."""
+    found = git(repo, "rev-parse", "--git-dir", what=what)
+    if found.returncode != 0:
+        why = (found.stderr.strip().splitlines() or ["not a git repository"])[0]
+        raise GitError(f"{what}: git cannot read {repo}: {why}")
+    return repo
+
+
 def split_range(text: str, what: str) -> tuple[str, str, bool]:
     """``BASE..HEAD`` → (BASE, HEAD, False); ``BASE...HEAD`` → from their merge base (True);
     ``BASE`` alone → BASE..HEAD."""

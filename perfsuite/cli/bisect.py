@@ -158,7 +158,7 @@ def _clone_commits(args: argparse.Namespace, good: str, bad: str, base: Any) -> 
     from perfsuite.ab import commits
     from perfsuite.ab.builds import commit_env
 
-    top = commits.check_repository(args.repo, "--repo")
+    top = commits.check_clone(args.repo, "--repo")  # a bare clone will do: nothing is checked out
     found = _first_parents(top, good, bad, "--repo")
     return found, lambda point, name: commit_env(top, args.package, found[point], base), f"{args.package} commit", None
 

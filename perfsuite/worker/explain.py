@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from perfsuite.core.explain.initial import ParamStat
 from perfsuite.core.explain.records import ExplainAsk, ExplainRecord, StepFacts
 from perfsuite.core.explain.traces import allocation_sites
 from perfsuite.core.spec import CaseSkipped, CaseSpec
@@ -54,6 +55,7 @@ def explain_case(spec: CaseSpec, ask: Mapping[str, Any]) -> dict[str, Any]:
     object.__setattr__(longer, "profile", False)
     built = build(longer)
     engine = Driven(built.engine, device_type=built.device.type, tokens=built.batch_size * built.seq_len)
+    initial = initial_stats(engine.model)
     notes: list[str] = []
     steps: list[StepFacts] = []
     recorder = StepRecorder(engine.model, engine.inner_optimizer)
@@ -82,6 +84,7 @@ def explain_case(spec: CaseSpec, ask: Mapping[str, Any]) -> dict[str, Any]:
         initial_weights=built.initial_weights,
         num_parameters=built.num_parameters,
         steps=tuple(steps),
+        initial=initial,
         profile=profile,
         tensors=tuple(tensors),
         allocation_sites=tuple(sites),
@@ -103,3 +106,16 @@ def explain_case(spec: CaseSpec, ask: Mapping[str, Any]) -> dict[str, Any]:
         "error": None,
         "explain": record.as_json(),
     }
+
+
+def initial_stats(model: Any) -> tuple[ParamStat, ...]:
+    """Each parameter's size, mean and standard deviation before the first step (what a model started from)."""
+    import torch
+
+    stats = []
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            values = param.detach().float()
+            std = float(values.std()) if values.numel() > 1 else 0.0
+            stats.append(ParamStat(name, values.numel(), float(values.mean()) if values.numel() else 0.0, std))
+    return tuple(stats)

@@ -144,8 +144,10 @@ class StepRecorder:
         ]
 
     def _inputs(self, module: Any, args: Any, kwargs: Any) -> None:
+        # The batch's tensors; a 0-dim one is a count the caller passes beside them (the Trainer's
+        # num_items_in_batch), not data.
         for value in [*args, *(kwargs[k] for k in sorted(kwargs))]:
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
                 flat = value.detach().to("cpu").contiguous()
                 self._digest.update(f"{flat.dtype}|{tuple(flat.shape)}|".encode())
                 if flat.numel():

@@ -19,6 +19,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from perfsuite.core.explain.initial import Moved, moved
+from perfsuite.core.explain.initial import describe as describe_initial
 from perfsuite.core.explain.records import ExplainRecord
 
 SAME_RATIO = 1e-3
@@ -26,6 +28,10 @@ SAME_RATIO = 1e-3
 gate's default relative tolerance): two runs of one stack agree to the last bit."""
 APART_SHOWN = 8
 """Tensors named when a few are apart."""
+NEAR_SCALE = 0.15
+"""Ratios all within 15% of their median, itself more than 15% off 1, are one scale of the loss applied
+unevenly (a mean over each micro-batch's tokens instead of over the step's: about the accumulation
+count, not exactly)."""
 NEGLIGIBLE = 1e-5
 """A gradient this small beside the largest of its side is rounding, not signal (a key projection's
 bias under softmax, whose gradient is zero in exact arithmetic): its ratio is left out."""
@@ -51,10 +57,11 @@ class LossCause:
     grad_step: int | None = None
     """The first step whose gradients differ (``None``: none up to ``step``, or none recorded)."""
     shape: str = "unknown"
-    """``scale``, ``local``, ``everywhere`` (at ``grad_step``), ``optimizer`` (equal gradients up to
-    ``step``, the losses still part) or ``unknown`` (no gradients recorded)."""
+    """``scale``, ``near_scale`` (every ratio within :data:`NEAR_SCALE` of one), ``local``, ``everywhere``
+    (at ``grad_step``), ``optimizer`` (equal gradients up to ``step``, the losses still part) or ``unknown``
+    (no gradients recorded)."""
     scale: float | None = None
-    """The one ratio every gradient shares at ``grad_step``, where they share one."""
+    """The one ratio every gradient shares at ``grad_step`` (``near_scale``: their median), where they share one."""
     apart: tuple[Ratio, ...] = ()
     """At ``grad_step``: the tensors off the ratio most of them share, furthest first."""
     ratios: tuple[Ratio, ...] = ()
@@ -63,6 +70,10 @@ class LossCause:
     """Steps whose gradients were compared (0: none were recorded)."""
     reproduced: bool = True
     """Whether the explanation runs' losses matched the compared runs' up to ``step``."""
+    started_otherwise: tuple[Moved, ...] = ()
+    """Where the initial weights differ: the parameters whose initial statistics moved, furthest first."""
+    parameters: int = 0
+    """How many parameters the initial statistics compared."""
 
 
 def first_apart(a: Sequence[float], b: Sequence[float], *, rtol: float, atol: float) -> int | None:
@@ -107,6 +118,9 @@ def shape_of(found: Sequence[Ratio]) -> tuple[str, float | None, tuple[Ratio, ..
         return "scale", centre, ()
     if finite and _off(centre, 1.0) <= SAME_RATIO:
         return "local", None, tuple(apart)
+    near = math.log1p(NEAR_SCALE)
+    if finite and _off(centre, 1.0) > near and all(_off(r.ratio, centre) <= near for r in found):
+        return "near_scale", centre, tuple(apart)
     return "everywhere", None, tuple(apart)
 
 
@@ -125,8 +139,10 @@ def loss_cause(
         return LossCause(step=None)
     upto = [(x, y) for x, y in zip(run_a.steps, run_b.steps, strict=False)][: step + 1]
     differ = []
+    started: tuple[Moved, ...] = ()
     if run_a.initial_weights != run_b.initial_weights:
         differ.append("initial weights")
+        started = moved(run_a.initial, run_b.initial)
     if any(x.data != y.data for x, y in upto):
         differ.append("data")
     if any(x.lr != y.lr for x, y in upto):
@@ -144,6 +160,8 @@ def loss_cause(
         differ=tuple(differ),
         grads_compared=len(compared),
         reproduced=reproduced,
+        started_otherwise=started,
+        parameters=max(len(run_a.initial), len(run_b.initial)),
     )
     for index, grads_a, grads_b in compared:
         assert grads_a is not None
@@ -168,6 +186,8 @@ def describe(cause: LossCause) -> str:
     said = _shape_said(cause)
     inputs = f"{', '.join(cause.differ)} differ" if cause.differ else "the same initial weights, data and learning rate"
     lines = [head, said, inputs]
+    if "initial weights" in cause.differ and cause.parameters:
+        lines.append(describe_initial(cause.started_otherwise, cause.parameters))
     if not cause.reproduced:
         lines.append("the explanation's runs did not reproduce the compared losses (a nondeterministic step)")
     return "; ".join(part for part in lines if part)
@@ -181,6 +201,11 @@ def _shape_said(cause: LossCause) -> str:
         return f"gradients identical up to step {cause.step}: the update differs (optimizer, learning rate)"
     if cause.shape == "scale" and cause.scale is not None:
         return f"every gradient ×{cause.scale:.4g} {where} ({len(cause.ratios)} tensors): a scale of the loss"
+    if cause.shape == "near_scale" and cause.scale is not None:
+        return (
+            f"every gradient about ×{cause.scale:.3g} {where} ({_range(cause.ratios)}, {len(cause.ratios)} tensors): "
+            "a scale of the loss, applied unevenly (as a count of micro-batches or tokens)"
+        )
     if cause.shape == "local":
         named = ", ".join(f"{r.name} ×{r.ratio:.3g}" for r in cause.apart[:APART_SHOWN])
         more = ", …" if len(cause.apart) > APART_SHOWN else ""

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
+from perfsuite.core.explain.initial import ParamStat
+
 T = TypeVar("T")
 
 KINDS = ("parameter", "gradient", "optimizer_state", "buffer", "other")
@@ -128,6 +130,8 @@ class ExplainRecord:
     initial_weights: str
     num_parameters: int
     steps: tuple[StepFacts, ...] = ()
+    initial: tuple[ParamStat, ...] = ()
+    """Each parameter's statistics as the model was built, before the first step."""
     profile: StepProfile | None = None
     tensors: tuple[TensorEntry, ...] = ()
     allocation_sites: tuple[AllocationSite, ...] = ()
