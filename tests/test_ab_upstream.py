@@ -9,7 +9,7 @@ located by ``perfsuite bisect`` (nightly: each installs overlays of transformers
   times too large and clipping changes the training (fixed in 4.47.1 by #35113 and #35121;
   back in 4.48.0, huggingface/transformers#35663).
 
-The commands and their output are in docs/ab.md.
+The commands and their output are in docs/bisect.md.
 """
 
 from __future__ import annotations

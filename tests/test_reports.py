@@ -7,6 +7,7 @@ renders all 111 tiny-model cases."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import re
@@ -23,7 +24,7 @@ from perfsuite.cli import main
 from perfsuite.history.records import night_record, write_record
 from perfsuite.reports import write_report
 from perfsuite.reports.summary import LIMIT_BYTES, summary_markdown
-from perfsuite.results import load_results, parse_results
+from perfsuite.results import ReportCase, load_results, parse_results
 
 pytest.importorskip("matplotlib", reason="the report extra: pip install 'perfsuite[report]'")
 
@@ -106,13 +107,13 @@ def test_report_html_is_one_self_contained_file_under_2_mb(report: dict[str, Any
 def test_report_stands_beside_the_published_figures(report: dict[str, Any]) -> None:
     text = report["html"].read_text()
     section = text[text.index("id='published'") :]
-    assert "reference 000" in section
-    assert "reference 004" in section
-    assert "reference 002" in section
+    assert "Efficient Training" in section  # each write-up by its title
+    assert "Training large model with your GPU" in section
+    assert "Model Training Strategies" in section
     assert "Gradient Checkpointing" in section
     assert "137%" in section  # theirs, labelled
     assert "tiny-bert: " in section  # ours beside it
-    # the 002 arithmetic checked against our AdamW breakdown: two moments per parameter
+    # the write-up's memory arithmetic checked against our AdamW breakdown: two moments per parameter
     assert re.search(r"<td>tiny-bert</td><td>[\d.,]+</td><td>[\d.,]+</td><td>2\.00</td>", section)
 
 
@@ -147,6 +148,20 @@ def test_every_chart_renders_in_headless_chromium(report: dict[str, Any]) -> Non
                         drawn: svg ? svg.querySelectorAll('path, use, rect, image').length : 0};
             })""",
         )
+        # What a person sees: each time-against-memory plot's labels, as the browser set them.
+        labels = page.eval_on_selector_all(
+            'figure.chart[data-chart="pareto"]',
+            """figures => figures.map(f => ({
+                id: f.id,
+                boxes: [...f.querySelectorAll('g[id*="-label-"], g[id$="-legend"]')].map(g => {
+                    const r = g.getBoundingClientRect();
+                    return {name: g.id.endsWith('-legend') ? 'legend' : g.textContent.trim(),
+                            x0: r.left, y0: r.top, x1: r.right, y1: r.bottom};
+                }),
+            }))""",
+        )
+        for figure in page.query_selector_all('figure.chart[data-chart="pareto"]'):
+            figure.screenshot(path=str(report["root"] / f"{figure.get_attribute('id')}.png"))
         page.screenshot(path=str(report["root"] / "report.png"), full_page=True)
         browser.close()
     counts: dict[str, int] = {}
@@ -157,6 +172,85 @@ def test_every_chart_renders_in_headless_chromium(report: dict[str, Any]) -> Non
         assert box["drawn"] > 10, box  # and it drew something
     assert counts == expected
     assert requests == [report["html"].as_uri()], "the report asked for more than itself"
+    for figure in labels:
+        names = [b["name"] for b in figure["boxes"] if b["name"] != "legend"]
+        assert len(names) > 1, figure  # every strategy labelled
+        crossing = [
+            (a["name"], b["name"])
+            for a, b in itertools.combinations(figure["boxes"], 2)
+            if a["x0"] < b["x1"] and b["x0"] < a["x1"] and a["y0"] < b["y1"] and b["y0"] < a["y1"]
+        ]
+        shot = report["root"] / f"{figure['id']}.png"
+        assert not crossing, f"{figure['id']}: labels drawn over each other in the browser ({shot}): {crossing}"
+
+
+def _overlapping_labels(cases: list[ReportCase], title: str) -> list[tuple[str, str]]:
+    """What :func:`charts.pareto_figure`'s labels cover, measured with matplotlib's renderer: each
+    pair of a label and another label, a point's marker, the legend or the axes' outside."""
+    from perfsuite.reports import charts
+    from perfsuite.reports.labels import label_boxes, overlaps
+
+    fig, labels = charts.pareto_figure(cases, title)
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    ax = fig.axes[0]
+    half = charts.PARETO_MARKER_PT * fig.dpi / 72 / 2
+    shown, points, _ = charts.pareto_points(cases)
+    things = [
+        (f"point {c.strategy}", (x - half, y - half, x + half, y + half))
+        for c, (x, y) in zip(shown, ax.transData.transform(points), strict=True)
+    ]
+    legend = ax.get_legend()
+    if legend is not None:
+        box = legend.get_window_extent(renderer)
+        things.append(("legend", (box.x0, box.y0, box.x1, box.y1)))
+    named = [(label.get_text(), box) for label, box in zip(labels, label_boxes(labels, renderer), strict=True)]
+    assert [name for name, _ in named] == [c.strategy for c in shown]
+    frame = ax.get_window_extent(renderer)
+    found = [
+        (name, "outside the axes")
+        for name, b in named
+        if not frame.contains(b[0], b[1]) or not frame.contains(b[2], b[3])
+    ]
+    found += [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(named, 2) if overlaps(box_a, box_b)]
+    found += [(a, b) for a, box_a in named for b, box_b in things if overlaps(box_a, box_b)]
+    return found
+
+
+def _case(strategy: str, peak_mib: float, step_s: float) -> ReportCase:
+    record = {"status": "ok", "peak_memory_bytes": peak_mib * 2**20, "step_time_s": {"median": step_s}}
+    return ReportCase(id=strategy, model="m", strategy=strategy, engine="loop", status="ok", record=record)
+
+
+def test_the_time_against_memory_labels_cover_nothing(report: dict[str, Any]) -> None:
+    """Every table of the every-push matrix (tiny-bert's 13 strategies crowd around vanilla, two
+    of them on one spot), and 16 strategies on one point: no label over another label, a point,
+    the legend, or outside the plot."""
+    for table, cases in load_results(report["results"]).by_table().items():
+        assert _overlapping_labels(cases, table) == [], table
+    crowd = ["vanilla", "fp16", "bf16", "grad_accum", "grad_ckpt", "adafactor", "adamw_8bit", "zero2_offload"]
+    crowd += ["dataloader", "dynamic_padding", "smart_batching", "lora", "all", "fused_adamw", "lion", "galore"]
+    assert _overlapping_labels([_case(s, 90.0, 0.1) for s in crowd], "one spot") == []
+
+
+def test_a_run_without_baselines_draws_only_what_it_has(report: dict[str, Any], tmp_path: Path) -> None:
+    """No baseline: no (run − baseline) ÷ tolerance panel, nor a word of one; a table of one
+    strategy: its loss and memory, and no time-against-memory plot of one point."""
+    gated = _results(SMALL | {DIVERGED_CASE})
+    run = {"schema_version": 1, "env": gated["env"], "cases": [c["records"][0] for c in gated["cases"]]}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    write_report(path, tmp_path / "out")
+    text = (tmp_path / "out" / "report.html").read_text()
+    assert "baseline) ÷ tolerance" not in text
+    assert "dashed: baseline" not in text
+    assert "the baseline's peak" not in text
+    assert text.count('data-chart="loss"') == text.count('data-chart="memory"') == 2  # tiny-bert, tiny-gpt2
+    assert 'id="pareto-tiny-bert"' in text
+    assert 'id="pareto-tiny-gpt2"' not in text  # tiny-gpt2 ran vanilla alone
+    # Gated, every table has its lower panel, and says so.
+    gated_text = report["html"].read_text()
+    assert gated_text.count("(run − baseline) ÷ tolerance") == gated_text.count('data-chart="loss"')
+    assert gated_text.count("below, the difference from the baseline") == gated_text.count('data-chart="loss"')
 
 
 def test_summary_md_leads_with_the_failures_and_fits_a_job_summary(report: dict[str, Any]) -> None:
@@ -235,7 +329,8 @@ def test_a_bad_results_file_is_named(
 
 @pytest.mark.nightly
 def test_the_whole_tiny_matrix_renders(tmp_path: Path) -> None:
-    """All 111 tiny-model cases (loop and Trainer), every table's three charts, under 2 MB."""
+    """All 111 tiny-model cases (loop and Trainer), every table's three charts, under 2 MB, no
+    time-against-memory label over another, a point or the legend."""
     rendered = _render(tmp_path, None)
     text = rendered["html"].read_text()
     tables = _tables(rendered["results"])
@@ -243,3 +338,5 @@ def test_the_whole_tiny_matrix_renders(tmp_path: Path) -> None:
     for kind in ("loss", "memory", "pareto"):
         assert text.count(f'data-chart="{kind}"') == len(tables), kind
     assert rendered["html"].stat().st_size < 2 * 2**20
+    for table, cases in load_results(rendered["results"]).by_table().items():
+        assert _overlapping_labels(cases, table) == [], table

@@ -22,7 +22,7 @@
 #   ab [PAIRS [MAX]]  an A/A perfsuite ab of bert-base-uncased vanilla, fp16 and grad_ckpt
 #   inject [PAIRS [MAX]]  perfsuite ab of bert-base-uncased vanilla and grad_ckpt with a 5% slowdown injected
 #                     into the candidate (benchmarks/ab/slow-python against control-python)
-#   xlmr [SEQ]        reference 004's XLM-R base/large table: vanilla, fp16, fp16+grad_ckpt at batch 8, SEQ tokens
+#   xlmr [SEQ]        the XLM-R base/large table of "Training large model with your GPU": vanilla, fp16, fp16+grad_ckpt at batch 8, SEQ tokens
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT to a folder for the logs, JSON and baselines.tgz}"
@@ -113,7 +113,7 @@ case "$stage" in
             tee "$OUT/inject.log" || rc=$?
         ;;
     xlmr)
-        # Reference 004's columns: batch 8 with fp16 off and on, large with fp16 and checkpointing; base fp16 at 16.
+        # The columns of "Training large model with your GPU": batch 8 with fp16 off and on, large with fp16 and checkpointing; base fp16 at 16.
         seq=${1:-128}
         timed xlmr perfsuite run --device cuda --models xlm-roberta-base,xlm-roberta-large --seq-len "$seq" \
             --strategies vanilla,fp16,fp16+grad_ckpt --batch-size 8 --json "$OUT/xlmr-$seq.json" 2>&1 |

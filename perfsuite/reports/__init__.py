@@ -1,7 +1,7 @@
 """What a person reads: the terminal tables (:mod:`.tables`), and from a results file the
 self-contained ``report.html`` (:mod:`.html`, charts in :mod:`.charts`) and the job
 summary ``summary.md`` (:mod:`.summary`). Only :mod:`.charts` needs matplotlib (the
-``report`` extra); nothing here needs torch.
+``report`` extra; :mod:`.labels` places a scatter's labels for it); nothing here needs torch.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from perfsuite.results import ReportCase
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from matplotlib.text import Annotation
 
 CATEGORY_COLOURS = {
     "parameters": "darkgreen",
@@ -42,6 +43,8 @@ _STYLE: dict[str, Any] = {
     "legend.frameon": False,
 }
 MIB = 2**20
+PARETO_MARKER_PT = 5.0
+"""The time-against-memory plot's marker size (points)."""
 
 
 class ReportExtraMissing(ImportError):
@@ -96,14 +99,36 @@ def _allowed(baseline: Sequence[float], tolerance: Mapping[str, Any] | None) -> 
     return [float(tolerance["loss_atol"]) + float(tolerance["loss_rtol"]) * abs(b) for b in baseline]
 
 
+def _deviation(case: ReportCase) -> list[float] | None:
+    """Each step's (run − baseline) ÷ tolerance, what the loss gate checks; ``None`` without a
+    baseline curve of the run's length and a tolerance to divide by."""
+    base = (case.baseline or {}).get("loss")
+    allowed = _allowed(base, case.tolerance) if base else None
+    losses = [float(v) for v in (case.record or {}).get("loss") or []]
+    if not base or not allowed or len(base) != len(losses):
+        return None
+    return [(v - b) / a if math.isfinite(v) and a else math.nan for v, b, a in zip(losses, base, allowed, strict=True)]
+
+
+def compared(cases: Sequence[ReportCase]) -> bool:
+    """Whether any case that ran has a deviation from its baseline to draw (the loss chart's lower panel)."""
+    return any(_deviation(c) is not None for c in cases if c.ran)
+
+
 def loss_chart(cases: Sequence[ReportCase], title: str) -> str:
-    """Top: each strategy's loss per optimizer step, its baseline dashed inside the per-step
-    tolerance band. Bottom: the difference from the baseline in units of that tolerance
-    (what the gate checks; outside ±1 fails), which shows a deviation the top cannot."""
+    """Each strategy's loss per optimizer step, its baseline dashed inside the per-step
+    tolerance band. Where a case has a baseline, a lower panel shows the difference from it in
+    units of that tolerance (what the gate checks; outside ±1 fails), which shows a deviation
+    the curves cannot; without one there is nothing to draw there, and no panel."""
     ran = [c for c in cases if c.ran]
     colours = strategy_colours([c.strategy for c in ran])
-    with _figure(7.5, 5.2) as fig:
-        top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[3, 2])
+    lower = compared(ran)
+    baselines = any((c.baseline or {}).get("loss") for c in ran)
+    with _figure(7.5, 5.2 if lower else 3.6) as fig:
+        if lower:
+            top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[3, 2])
+        else:
+            top, bottom = fig.subplots(), None
         for case in ran:
             assert case.record is not None
             losses = [float(v) for v in case.record.get("loss") or []]
@@ -121,22 +146,21 @@ def loss_chart(cases: Sequence[ReportCase], title: str) -> str:
             allowed = _allowed(base, case.tolerance)
             top.plot(range(len(base)), base, color=colour, lw=1, ls="--", alpha=0.8)
             if allowed:
-                lower = [b - a for b, a in zip(base, allowed, strict=True)]
-                upper = [b + a for b, a in zip(base, allowed, strict=True)]
-                top.fill_between(range(len(base)), lower, upper, color=colour, alpha=0.15, lw=0)
-            if allowed and len(base) == len(losses):
-                ratio = [
-                    (v - b) / a if math.isfinite(v) and a else math.nan
-                    for v, b, a in zip(losses, base, allowed, strict=True)
-                ]
+                low = [b - a for b, a in zip(base, allowed, strict=True)]
+                high = [b + a for b, a in zip(base, allowed, strict=True)]
+                top.fill_between(range(len(base)), low, high, color=colour, alpha=0.15, lw=0)
+            ratio = _deviation(case)
+            if bottom is not None and ratio is not None:
                 bottom.plot(steps, ratio, color=colour, lw=1.2)
-        bottom.axhspan(-1, 1, color="0.85", lw=0, label="tolerance")
-        bottom.axhline(0, color="0.4", lw=0.6)
-        top.set_title(f"{title}: loss per optimizer step (dashed: baseline, band: tolerance)")
+        what = " (dashed: baseline, band: tolerance)" if baselines else ""
+        top.set_title(f"{title}: loss per optimizer step{what}")
         top.set_ylabel("loss")
-        bottom.set_ylabel("(run − baseline) ÷ tolerance")
-        bottom.set_xlabel("optimizer step")
-        top.legend(ncols=4, loc="upper right")
+        if bottom is not None:
+            bottom.axhspan(-1, 1, color="0.85", lw=0, label="tolerance")
+            bottom.axhline(0, color="0.4", lw=0.6)
+            bottom.set_ylabel("(run − baseline) ÷ tolerance")
+        (bottom or top).set_xlabel("optimizer step")
+        fig.legend(ncols=min(len(ran), 7) or 1, loc="outside lower center")  # beside the curves, not over them
         return to_svg(fig)
 
 
@@ -186,7 +210,7 @@ def memory_chart(cases: Sequence[ReportCase], title: str) -> str:
             )
         ax.set_yticks(range(len(ran)), [c.strategy for c in ran])
         ax.invert_yaxis()
-        ax.set_xlabel("MiB at the peak (black line: peak; ◇: the baseline's peak)")
+        ax.set_xlabel("MiB at the peak (black line: peak" + ("; ◇: the baseline's peak)" if known else ")"))
         ax.set_title(f"{title}: memory breakdown at the peak")
         right = max((c.record.get("peak_memory_bytes") or 0) / MIB for c in ran if c.record) if ran else 1.0
         ax.set_xlim(0, right * 1.45 or 1)
@@ -210,9 +234,9 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return front
 
 
-def pareto_chart(cases: Sequence[ReportCase], title: str) -> str:
-    """Step time against peak memory, one point per strategy, the Pareto front joined:
-    the strategies worth choosing between. Time is % of vanilla's when vanilla ran."""
+def pareto_points(cases: Sequence[ReportCase]) -> tuple[list[ReportCase], list[tuple[float, float]], bool]:
+    """The cases the time-against-memory plot shows, each one's (peak MiB, time), and whether
+    time is % of vanilla's (when vanilla ran) rather than milliseconds."""
     ran = [c for c in cases if c.ran and c.record and c.record.get("peak_memory_bytes") is not None]
     control = next((c for c in ran if c.strategy == "vanilla"), None)
     base_time = control.record["step_time_s"]["median"] if control and control.record else None
@@ -221,25 +245,53 @@ def pareto_chart(cases: Sequence[ReportCase], title: str) -> str:
         assert case.record is not None
         median = float(case.record["step_time_s"]["median"])
         points.append((case.record["peak_memory_bytes"] / MIB, 100 * median / base_time if base_time else 1e3 * median))
+    return ran, points, bool(base_time)
+
+
+def pareto_figure(cases: Sequence[ReportCase], title: str) -> tuple[Figure, list[Annotation]]:
+    """:func:`pareto_chart`'s figure, laid out, and its strategy labels (for checking their boxes)."""
+    from perfsuite.reports.labels import place_labels, renderer_of
+
+    ran, points, relative = pareto_points(cases)
     colours = strategy_colours([c.strategy for c in ran])
     with _figure(6.0, 4.2) as fig:
         ax = fig.subplots()
         for case, (x, y) in zip(ran, points, strict=True):
-            ax.plot(x, y, "o", color=colours[case.strategy], ms=5)
-            ax.annotate(case.strategy, (x, y), xytext=(4, 3), textcoords="offset points", fontsize=7)
+            ax.plot(x, y, "o", color=colours[case.strategy], ms=PARETO_MARKER_PT)
         front = pareto_front(points)
+        legend = None
         if len(front) > 1:
             xs, ys = zip(*(points[i] for i in front), strict=True)
             ax.step(xs, ys, where="post", color="0.3", lw=1, ls=":", label="Pareto front")
-            ax.legend(loc="upper right")
+            legend = ax.legend(loc="best")
+        control = next((c for c in ran if c.strategy == "vanilla"), None)
         if control is not None:
             cx, cy = points[ran.index(control)]
             ax.axvline(cx, color="0.7", lw=0.6)
             ax.axhline(cy, color="0.7", lw=0.6)
         ax.set_xlabel("peak memory (MiB)")
-        ax.set_ylabel("median step time (% of vanilla)" if base_time else "median step time (ms)")
+        ax.set_ylabel("median step time (% of vanilla)" if relative else "median step time (ms)")
         ax.set_title(f"{title}: time against memory")
-        return to_svg(fig)
+        ax.margins(0.12)
+        renderer = renderer_of(fig)
+        box = legend.get_window_extent(renderer) if legend is not None else None
+        avoid = [(box.x0, box.y0, box.x1, box.y1)] if box is not None else []
+        labels = place_labels(ax, renderer, points, [c.strategy for c in ran], PARETO_MARKER_PT, avoid)
+        key = re.sub(r"[^A-Za-z0-9]+", "-", title).strip("-")
+        for i, label in enumerate(labels):  # for the browser test to find them
+            label.set_gid(f"pareto-{key}-label-{i}")
+        if legend is not None:
+            legend.set_gid(f"pareto-{key}-legend")
+        fig.set_layout_engine("none")  # laid out once: the labels were placed on this layout
+        return fig, labels
+
+
+def pareto_chart(cases: Sequence[ReportCase], title: str) -> str:
+    """Step time against peak memory, one point per strategy, the Pareto front joined:
+    the strategies worth choosing between. Time is % of vanilla's when vanilla ran. Each
+    label is placed apart from the others, the points and the legend
+    (:mod:`perfsuite.reports.labels`)."""
+    return to_svg(pareto_figure(cases, title)[0])
 
 
 def trend_chart(series: Sequence[Mapping[str, Any]], columns: int = 4) -> str:

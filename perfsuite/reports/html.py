@@ -16,7 +16,7 @@ from typing import Any
 from perfsuite.history.judge import judge
 from perfsuite.history.records import rules_for, series
 from perfsuite.reports import charts
-from perfsuite.reports.published import ARITHMETIC_002, PUBLISHED
+from perfsuite.reports.published import ADAM_ARITHMETIC, PUBLISHED
 from perfsuite.reports.summary import gate_row
 from perfsuite.reports.tables import summary_rows, verdict
 from perfsuite.results import ReportCase, Results, regressions_first
@@ -151,7 +151,7 @@ def _published_section(results: Results) -> str:
                     f"{ratio:.2f}",
                 ]
             )
-    parts.append(f"<p class='theirs'>{esc(ARITHMETIC_002)}</p>")
+    parts.append(f"<p class='theirs'>{esc(ADAM_ARITHMETIC)}</p>")
     if arithmetic:
         parts.append(
             html_table(
@@ -279,26 +279,27 @@ def report_html(
         slug = _slug(table)
         out.append(f"<h2 id='model-{slug}'>{esc(table)}</h2>")
         if any(c.ran for c in cases):
+            below = (
+                "; below, the difference from the baseline in units of its tolerance" if charts.compared(cases) else ""
+            )
             out += [
-                html_figure(
-                    "loss",
-                    slug,
-                    charts.loss_chart(cases, table),
-                    "loss per optimizer step; below, the difference from the baseline in units of its tolerance",
-                ),
+                html_figure("loss", slug, charts.loss_chart(cases, table), f"loss per optimizer step{below}"),
                 html_figure(
                     "memory",
                     slug,
                     charts.memory_chart(cases, table),
                     "memory at the peak by category (PyTorch's colours)",
                 ),
+            ]
+        if len(charts.pareto_points(cases)[1]) > 1:  # one point is no trade-off to show
+            out.append(
                 html_figure(
                     "pareto",
                     slug,
                     charts.pareto_chart(cases, table),
                     "median step time against peak memory; the dotted line is the Pareto front",
-                ),
-            ]
+                )
+            )
         out += [
             "<details><summary>the table: every strategy's figures</summary>",
             html_table(
