@@ -5,7 +5,7 @@ ones (Megatron-LM's and NeMo's merge-request, nightly and weekly suites work the
 
 - ``push``: what a pull request can afford. On a CPU, the cases ``python -m pytest`` runs on
   every push; on a GPU, bert-base-uncased's :data:`SEED_STRATEGIES` and its Trainer vanilla
-  (the table of the practitioners' first write-up), 14 cases;
+  (the table of the write-up "Efficient Training"), 14 cases;
 - ``nightly``: on a CPU, the nightly tier's cases too (``pytest -m nightly``); on a GPU, every
   full-size model's seed strategies and its Trainer vanilla;
 - ``weekly``: the whole matrix.
@@ -38,7 +38,7 @@ SEED_STRATEGIES = (
     "smart_batching",
     "all",
 )
-"""The strategies of the first write-up's table (reference 000), each alone, and ``all`` of them."""
+"""The strategies of the table in the write-up "Efficient Training", each alone, and ``all`` of them."""
 
 PUSH_MODEL = "bert-base-uncased"
 """The full-size model of the GPU push scope: the write-up's own."""
