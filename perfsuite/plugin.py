@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from perfsuite.cli.options import add_plugin_options
 from perfsuite.core import registry
 from perfsuite.core.spec import CaseSpec, tier_spec
 from perfsuite.core.strategies import EXTRAS, install_hint
-from perfsuite.options import add_plugin_options
 
 MARKERS = {
     "cpu": "CPU tier: real training runs of the tiny models",
@@ -312,9 +312,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
         write_json_atomic(results, payload)
     if report is not None and not state.refresh:
+        from perfsuite.core.results import parse_results
         from perfsuite.reports import write_report
         from perfsuite.reports.charts import ReportExtraMissing
-        from perfsuite.results import parse_results
 
         try:
             written = write_report(parse_results(payload, "this pytest session"), report)

@@ -1,6 +1,6 @@
 """Bare training loops: what a case's step costs without perfsuite around it. Runs in a worker.
 
-``perfsuite overhead`` (:mod:`perfsuite.overhead`) runs a case and the loop here on
+``perfsuite overhead`` (:mod:`perfsuite.cli.overhead_rounds`) runs a case and the loop here on
 exactly the same model, data, batch order, optimizer, clipping and thread count, and
 compares their median step times. The loop here is what a person would write by hand
 (forward, backward, clip, step, in the order nanoGPT does them), timed with nothing
