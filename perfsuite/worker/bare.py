@@ -187,7 +187,7 @@ def _zero_offload(model: Any, spec: CaseSpec, lr: float, batches: Iterator[Any],
     import deepspeed
     import torch
 
-    from perfsuite.worker.engines.common import deepspeed_setup
+    from perfsuite.worker.engines.deepspeed import deepspeed_setup
 
     strategy = spec.strategy_spec
     batch_size = spec.batch_size or strategy.batch_size or spec.model_spec.batch_size

@@ -115,7 +115,7 @@ def build(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> Built:
 
         dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
         model = quantize_4bit(model, compute_dtype=dtypes[strategy.precision], placement=device.placement())
-    from perfsuite.worker.engines.common import deepspeed_setup
+    from perfsuite.worker.engines.deepspeed import deepspeed_setup
 
     # One DeepSpeed config for whichever engine runs the case (None unless the strategy is ZeRO).
     deepspeed = deepspeed_setup(

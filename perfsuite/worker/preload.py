@@ -70,7 +70,7 @@ with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
     with captured_output() as _printed:
         PRELOADED = import_extras(os.environ.get(ENV, "").split(","), gpu=perfsuite.worker.device.cuda_built())
         if "deepspeed" in PRELOADED:
-            from perfsuite.worker.engines.common import deepspeed_asks_once
+            from perfsuite.worker.engines.deepspeed import deepspeed_asks_once
 
             deepspeed_asks_once(now=True)
     IMPORT_OUTPUT = _printed["output"]

@@ -4,6 +4,6 @@
 - :mod:`~perfsuite.worker.engines.loop`: perfsuite's explicit loop on accelerate (read this first).
 - :mod:`~perfsuite.worker.engines.driven`: any engine as the run and the instruments drive it.
 - :mod:`~perfsuite.worker.engines.hf_trainer`: the Hugging Face ``Trainer``, driven one step at a time.
-- :mod:`~perfsuite.worker.engines.common`: what both set up alike (DeepSpeed's config, checkpointing,
-  evidence helpers).
+- :mod:`~perfsuite.worker.engines.deepspeed`: DeepSpeed's configuration, setup and state, for both.
+- :mod:`~perfsuite.worker.engines.common`: what both set up alike (checkpointing, evidence helpers).
 """

@@ -40,6 +40,7 @@ from perfsuite.worker.engines.common import (
     galore_evidence,
     group_flag,
 )
+from perfsuite.worker.engines.deepspeed import deepspeed_state, end_process_group
 from perfsuite.worker.engines.interface import ENGINE_API_VERSION, StepOutput
 from perfsuite.worker.engines.trainer_setup import trainer_inputs, training_arguments
 from perfsuite.worker.optimizers import state_bytes
@@ -148,7 +149,7 @@ class HFTrainerEngine:
 
             raise CaseSkipped(f"{strategy.name} through the Trainer: {reason}")
         if strategy.uses_deepspeed and deepspeed is None:
-            raise ValueError(f"{strategy.name} needs its DeepSpeed config (engines.common.deepspeed_setup)")
+            raise ValueError(f"{strategy.name} needs its DeepSpeed config (engines.deepspeed.deepspeed_setup)")
         self.strategy = strategy
         self.accum_steps = strategy.grad_accum_steps
         self.micro_batch_size = batch_size // strategy.grad_accum_steps
@@ -361,8 +362,6 @@ class HFTrainerEngine:
             },
         }
         if self.strategy.uses_deepspeed:
-            from perfsuite.worker.measure import deepspeed_state
-
             info["deepspeed"] = deepspeed_state(self.hf.model_wrapped, self.hf.optimizer)
         if self.strategy.lora_rank:
             from perfsuite.worker.adapters import lora_evidence
@@ -383,9 +382,7 @@ class HFTrainerEngine:
         self._hook.remove()
         self.hf.accelerator.free_memory()
         if self.strategy.uses_deepspeed:
-            import deepspeed.comm
-
-            deepspeed.comm.destroy_process_group()
+            end_process_group()
         self._output_dir.cleanup()
 
     def discard(self) -> None:

@@ -19,11 +19,11 @@ from perfsuite.worker.data import IGNORE_INDEX, TOKENS_KEY, WORKER_KEY
 from perfsuite.worker.engines import common
 from perfsuite.worker.engines.common import (
     checkpointing_enabled,
-    deepspeed_builds_optimizer,
     dynamo_evidence,
     galore_evidence,
     group_flag,
 )
+from perfsuite.worker.engines.deepspeed import deepspeed_builds_optimizer, deepspeed_state, end_process_group
 from perfsuite.worker.engines.interface import ENGINE_API_VERSION, StepOutput
 from perfsuite.worker.optimizers import state_bytes
 
@@ -61,7 +61,7 @@ class LoopEngine:
         from accelerate.utils import DeepSpeedPlugin, DummyOptim
 
         if strategy.uses_deepspeed and deepspeed is None:
-            raise ValueError(f"{strategy.name} needs its DeepSpeed config (engines.common.deepspeed_setup)")
+            raise ValueError(f"{strategy.name} needs its DeepSpeed config (engines.deepspeed.deepspeed_setup)")
         self.strategy = strategy
         self.loader = loader
         self.max_grad_norm = max_grad_norm
@@ -237,7 +237,7 @@ class LoopEngine:
             "batches_seen": self.batches_seen,
             "padding": self.strategy.padding,
             "length_grouped": self.strategy.length_grouped,
-            "deepspeed": self._deepspeed_evidence() if self.strategy.uses_deepspeed else None,
+            "deepspeed": deepspeed_state(self.model, self.optimizer) if self.strategy.uses_deepspeed else None,
             "optimizer_state_bytes": None if self.strategy.uses_deepspeed else state_bytes(opt),
             "fused": group_flag(opt, "fused"),
             "attention_implementation": getattr(self.base_model.config, "_attn_implementation", None),
@@ -260,11 +260,6 @@ class LoopEngine:
             info["distributed"] = rank_evidence(self)
         return info
 
-    def _deepspeed_evidence(self) -> dict[str, Any]:
-        from perfsuite.worker.measure import deepspeed_state
-
-        return deepspeed_state(self.model, self.optimizer)
-
     def in_training_thread(self, fn: Callable[[], float]) -> float:
         return fn()  # the case's own thread runs the steps
 
@@ -274,7 +269,4 @@ class LoopEngine:
         del self.loader
         self.accelerator.free_memory()  # DeepSpeed's teardown still needs the process group
         if self.strategy.uses_deepspeed:
-            import deepspeed.comm
-
-            # DeepSpeed's destroy also drops its cached groups (torch's alone leaves them stale).
-            deepspeed.comm.destroy_process_group()
+            end_process_group()
