@@ -19,7 +19,7 @@ import pytest
 from perfsuite.cli.options import add_plugin_options
 from perfsuite.core import registry
 from perfsuite.core.spec import CaseSpec, tier_spec
-from perfsuite.core.strategies import EXTRAS, install_hint
+from perfsuite.core.strategies import OPTIONAL_PACKAGES, install_hint
 
 MARKERS = {
     "cpu": "CPU tier: real training runs of the tiny models",
@@ -29,14 +29,11 @@ MARKERS = {
     "trainer": "the case runs through the Hugging Face Trainer engine (ids end in -trainer)",
     "distributed": "the case launches its ranks as processes (ids end in -ws<N> beyond one rank)",
     "scope": "scope(name): the smallest perfsuite scope the test belongs to (push, nightly, weekly; default push)",
-    "deepspeed": "needs deepspeed installed",
-    "bnb": "needs bitsandbytes installed",
-    "lora": "needs peft installed",
-    "lion": "needs lion-pytorch installed",
-    "galore": "needs galore-torch installed",
+    # One per optional package, named for its extra.
+    **{p.extra: f"needs {p.distribution} installed" for p in OPTIONAL_PACKAGES},
 }
-# Marker → (module it needs, the install that brings it): a marker is named for its extra.
-OPTIONAL = {extra: (module, install_hint([module])) for module, extra in EXTRAS.items()}
+# Marker → (module it needs, the install that brings it).
+OPTIONAL = {p.extra: (p.module, install_hint([p.module])) for p in OPTIONAL_PACKAGES}
 _MARKER_OF_MODULE = {module: marker for marker, (module, _) in OPTIONAL.items()}
 _SESSION = "perfsuite-session"
 _NO_GPU = (

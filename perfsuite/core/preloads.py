@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterable
 
 from perfsuite.core.spec import CaseSpec
+from perfsuite.core.strategies import OPTIONAL_PACKAGES
 
 ENV = "PERFSUITE_PRELOAD"
 """The variable that carries the module names to the forkserver (comma-separated)."""
@@ -27,12 +28,13 @@ TRAINER_MODULE = "perfsuite.worker.engines.hf_trainer"
 """The Trainer engine: transformers' Trainer, with its peft and bitsandbytes integrations."""
 
 CUDA_AT_IMPORT = frozenset(
-    {"bitsandbytes", "peft", "galore_torch", "transformers.optimization", TRAINER_MODULE, "deepspeed"}
+    {"transformers.optimization", TRAINER_MODULE, *(p.module for p in OPTIONAL_PACKAGES if p.cuda_at_import)}
 )
 """Modules whose import asks CUDA about the GPUs: bitsandbytes reads every GPU's compute
 capability (so do peft, galore and transformers' integrations, which import it), DeepSpeed
-detects its accelerator. Either initialises CUDA in the forkserver, and a worker forked from it
-cannot use CUDA. Where torch is a CUDA build the forkserver leaves them to the workers."""
+detects its accelerator (:attr:`perfsuite.core.strategies.OptionalPackage.cuda_at_import`).
+Either initialises CUDA in the forkserver, and a worker forked from it cannot use CUDA. Where
+torch is a CUDA build the forkserver leaves them to the workers."""
 
 
 def preload_modules(specs: Iterable[CaseSpec]) -> tuple[str, ...]:
