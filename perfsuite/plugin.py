@@ -18,6 +18,7 @@ import pytest
 
 from perfsuite.cli.options import add_plugin_options
 from perfsuite.core import registry
+from perfsuite.core.engines import ENGINES, OWN_ENGINES
 from perfsuite.core.spec import CaseSpec, tier_spec
 from perfsuite.core.strategies import OPTIONAL_PACKAGES, install_hint
 
@@ -26,7 +27,8 @@ MARKERS = {
     "gpu": "full-size models on a CUDA GPU (skipped without one)",
     "slow": "takes more than a few seconds",
     "nightly": "too long for every push: deselected by default, run with `pytest -m nightly`",
-    "trainer": "the case runs through the Hugging Face Trainer engine (ids end in -trainer)",
+    # One per engine of perfsuite's own beyond the default, named for it.
+    **{n: f"the case runs through {e.title} (ids end in -{n})" for n, e in OWN_ENGINES.items() if n != ENGINES[0]},
     "distributed": "the case launches its ranks as processes (ids end in -ws<N> beyond one rank)",
     "scope": "scope(name): the smallest perfsuite scope the test belongs to (push, nightly, weekly; default push)",
     # One per optional package, named for its extra.
@@ -134,7 +136,7 @@ def _param(case: registry.MatrixCase) -> Any:
     marks = [pytest.mark.cpu if spec.device == "cpu" else pytest.mark.gpu, pytest.mark.scope(case.scope)]
     if spec.launches_ranks:
         marks.append(pytest.mark.distributed)
-    if case.engine != "loop":
+    if case.engine != ENGINES[0]:
         marks.append(getattr(pytest.mark, case.engine))
     marks += [getattr(pytest.mark, marker) for marker in case.markers]
     requires = spec.strategy_spec.requires

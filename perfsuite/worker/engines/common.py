@@ -1,11 +1,50 @@
-"""What both engines share: checkpointing, and the evidence helpers that read what a run really did
-from the objects it trained with (DeepSpeed's setup and state: :mod:`~perfsuite.worker.engines.deepspeed`)."""
+"""What perfsuite's own engines share: the case they are built from (:class:`OwnCase`), checkpointing,
+and the evidence helpers that read what a run really did from the objects it trained with
+(DeepSpeed's setup and state: :mod:`~perfsuite.worker.engines.deepspeed`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+from perfsuite.worker.engines.interface import EngineCase
+
+if TYPE_CHECKING:
+    from perfsuite.core.models import ModelSpec
+    from perfsuite.worker.data import TokenDataset
+    from perfsuite.worker.device import Device
+
+
+def _batched_by_the_engine(**kwargs: Any) -> Mapping[str, torch.Tensor]:
+    raise NotImplementedError("perfsuite's own engines batch OwnCase.dataset themselves (a DataLoader, the Trainer's)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OwnCase(EngineCase):
+    """What perfsuite's own engines are built from, as ``Class(case)``: the :class:`EngineCase` a
+    project's engine gets, and what training a registered (transformers) model on perfsuite's data
+    takes beyond it. :func:`perfsuite.worker.build.build` makes one for every case of its engines."""
+
+    hardware: Device
+    """perfsuite's interface to :attr:`device`: its precisions, timers and pinned memory."""
+    dataset: TokenDataset
+    """The case's samples; each engine batches them its own way (the loop's DataLoader, the Trainer's)."""
+    model_spec: ModelSpec
+    """The registered model: its task and target length."""
+    tokenizer: str | None
+    """The tokenizer's directory for a case on real text, else ``None`` (generated tokens)."""
+    deepspeed: dict[str, Any] | None
+    """The DeepSpeed config of a ZeRO strategy (:func:`~perfsuite.worker.engines.deepspeed.deepspeed_setup`)."""
+    pin_memory: bool
+    """Whether batches are pinned (the strategy asks, and the device can)."""
+    rank: int = 0
+    """This process's rank, which takes its share of every batch."""
+    world_size: int = 1
+    """How many ranks train the case."""
+    make_batch: Callable[..., Mapping[str, torch.Tensor]] = field(default=_batched_by_the_engine, repr=False)
 
 
 def enable_checkpointing(model: Any, *, offload: bool = False) -> None:
