@@ -267,3 +267,44 @@ def test_no_package_imports_another_in_a_circle() -> None:
     results, nothing reads back (a package-level circle hides behind lazy imports that never meet)."""
     assert _cycles(_packages(GRAPH)) == []
     assert "perfsuite.reports" not in _packages(GRAPH).get("perfsuite.history", set())
+
+
+def test_the_templates_import_only_the_public_surface() -> None:
+    """What ``perfsuite init`` writes into a team's repository imports what a team imports: ``perfsuite``."""
+    found = {t for m, targets in GRAPH.items() if m.startswith(TEMPLATES) for t in targets}
+    raw = {
+        node.module
+        for m in MODULES
+        if m.startswith(TEMPLATES)
+        for node in ast.walk(ast.parse(MODULES[m].read_text()))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("perfsuite")
+    }
+    assert found == set()
+    assert raw == {"perfsuite"}
+
+
+def test_the_public_surface_needs_no_torch_until_the_engine_interface_is_asked_for() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None\n"
+        "import perfsuite\n"
+        "from perfsuite import STRATEGIES, ModelSpec, Strategy, register_model\n"
+        "try:\n"
+        "    perfsuite.BaseEngine\n"
+        "except ImportError:\n"
+        "    print('interface needs torch')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "interface needs torch\n"
+
+
+def test_the_engine_interface_is_public_and_its_old_path_still_works() -> None:
+    from perfsuite.worker.engines import interface
+
+    for name in ("ENGINE_API_VERSION", "BaseEngine", "Engine", "EngineCase", "StepOutput", "Unsupported"):
+        assert getattr(perfsuite, name) is getattr(interface, name)
+        assert name in perfsuite.__all__
+    assert perfsuite.refuse_unless is interface.refuse_unless
+    with pytest.raises(AttributeError, match="no attribute 'Engines'"):
+        perfsuite.Engines  # noqa: B018

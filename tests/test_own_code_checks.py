@@ -76,7 +76,7 @@ def needs_device(batch_size, step, device):
 ENGINE = """
 import torch
 
-from perfsuite.worker.engines.interface import BaseEngine
+from perfsuite import BaseEngine
 
 
 class Step(BaseEngine):
@@ -367,7 +367,7 @@ def test_perfsuite_run_stops_before_anything_runs(
 
 
 def test_refuse_unless_names_every_field_a_strategy_sets() -> None:
-    from perfsuite.worker.engines.interface import Unsupported, refuse_unless
+    from perfsuite import Unsupported, refuse_unless
 
     refuse_unless(STRATEGIES["vanilla"], (), "mine")
     refuse_unless(STRATEGIES["grad_accum"], {"grad_accum_steps"}, "mine")
