@@ -16,27 +16,26 @@ from typing import Any
 
 import pytest
 
+from perfsuite.cli.options import add_plugin_options
 from perfsuite.core import registry
+from perfsuite.core.engines import ENGINES, OWN_ENGINES
 from perfsuite.core.spec import CaseSpec, tier_spec
-from perfsuite.core.strategies import EXTRAS, install_hint
-from perfsuite.options import add_plugin_options
+from perfsuite.core.strategies import OPTIONAL_PACKAGES, install_hint
 
 MARKERS = {
     "cpu": "CPU tier: real training runs of the tiny models",
     "gpu": "full-size models on a CUDA GPU (skipped without one)",
     "slow": "takes more than a few seconds",
     "nightly": "too long for every push: deselected by default, run with `pytest -m nightly`",
-    "trainer": "the case runs through the Hugging Face Trainer engine (ids end in -trainer)",
+    # One per engine of perfsuite's own beyond the default, named for it.
+    **{n: f"the case runs through {e.title} (ids end in -{n})" for n, e in OWN_ENGINES.items() if n != ENGINES[0]},
     "distributed": "the case launches its ranks as processes (ids end in -ws<N> beyond one rank)",
     "scope": "scope(name): the smallest perfsuite scope the test belongs to (push, nightly, weekly; default push)",
-    "deepspeed": "needs deepspeed installed",
-    "bnb": "needs bitsandbytes installed",
-    "lora": "needs peft installed",
-    "lion": "needs lion-pytorch installed",
-    "galore": "needs galore-torch installed",
+    # One per optional package, named for its extra.
+    **{p.extra: f"needs {p.distribution} installed" for p in OPTIONAL_PACKAGES},
 }
-# Marker → (module it needs, the install that brings it): a marker is named for its extra.
-OPTIONAL = {extra: (module, install_hint([module])) for module, extra in EXTRAS.items()}
+# Marker → (module it needs, the install that brings it).
+OPTIONAL = {p.extra: (p.module, install_hint([p.module])) for p in OPTIONAL_PACKAGES}
 _MARKER_OF_MODULE = {module: marker for marker, (module, _) in OPTIONAL.items()}
 _SESSION = "perfsuite-session"
 _NO_GPU = (
@@ -137,7 +136,7 @@ def _param(case: registry.MatrixCase) -> Any:
     marks = [pytest.mark.cpu if spec.device == "cpu" else pytest.mark.gpu, pytest.mark.scope(case.scope)]
     if spec.launches_ranks:
         marks.append(pytest.mark.distributed)
-    if case.engine != "loop":
+    if case.engine != ENGINES[0]:
         marks.append(getattr(pytest.mark, case.engine))
     marks += [getattr(pytest.mark, marker) for marker in case.markers]
     requires = spec.strategy_spec.requires
@@ -312,9 +311,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
         write_json_atomic(results, payload)
     if report is not None and not state.refresh:
+        from perfsuite.core.results import parse_results
         from perfsuite.reports import write_report
         from perfsuite.reports.charts import ReportExtraMissing
-        from perfsuite.results import parse_results
 
         try:
             written = write_report(parse_results(payload, "this pytest session"), report)

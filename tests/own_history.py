@@ -42,7 +42,7 @@ TRAIN = '''"""The team's own step: cross-entropy, clipped, AdamW."""
 import torch
 from torch.nn import functional
 
-from perfsuite.worker.engines.interface import BaseEngine
+from perfsuite import BaseEngine
 
 
 class ConvEngine(BaseEngine):

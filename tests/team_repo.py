@@ -6,6 +6,7 @@ maker and an engine whose loss comes from its dependency ``acmeops``)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sys
@@ -112,7 +113,7 @@ TRAIN = '''"""acme's training step: its own loop, its own loss, AdamW on what is
 import torch
 from acmeops import classification_loss
 
-from perfsuite.worker.engines.interface import BaseEngine
+from perfsuite import BaseEngine
 
 
 class AcmeEngine(BaseEngine):
@@ -202,7 +203,10 @@ def write_own_code(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (root / "acme" / "train.py").write_text(TRAIN)
     _acmeops(root / "deps" / "v1", "1.0", "mean")
     _acmeops(root / "deps" / "v2", "2.0", "sum")
-    monkeypatch.setenv("PYTHONPATH", str(root / "deps" / "v1"))
+    # Ahead of the caller's path, which may be where this perfsuite is imported from.
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(root / "deps" / "v1"), os.environ.get("PYTHONPATH")]))
+    )
 
 
 def write_pyproject(root: Path) -> None:

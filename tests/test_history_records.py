@@ -15,6 +15,7 @@ import pytest
 from replay import replay, slower
 
 from perfsuite.cli import main
+from perfsuite.core.results import parse_results
 from perfsuite.history.records import (
     HistoryError,
     commits_by_night,
@@ -25,7 +26,6 @@ from perfsuite.history.records import (
     write_record,
 )
 from perfsuite.history.tracking import LABEL, Action, apply, plan
-from perfsuite.results import parse_results
 
 CASE = "tiny-bert-grad_ckpt"
 

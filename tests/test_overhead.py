@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from perfsuite.cli.overhead_rounds import DEFAULT_SELECTION, measure
 from perfsuite.core.spec import CaseSpec, tier_spec
-from perfsuite.overhead import DEFAULT_SELECTION, measure
 from perfsuite.worker.bare import FAMILIES, TRAINER_FAMILY, family, run_interleaved
 
 

@@ -9,6 +9,7 @@ compare one pair; nightly, a slower step is called *slower* and an unchanged com
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,9 @@ def test_each_side_runs_its_own_commit_of_the_teams_code(
     # The project installed too (an older copy on the path, as `pip install .` leaves one): each side's
     # own tree comes first.
     shutil.copytree(root / "convnet", tmp_path / "installed" / "convnet")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "installed"))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path / "installed"), os.environ.get("PYTHONPATH")]))
+    )
 
     code, payload = _ab(tmp_path, "--own", f"{first}..{kept}")
     assert code == 1, capsys.readouterr().err

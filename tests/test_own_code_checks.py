@@ -76,7 +76,7 @@ def needs_device(batch_size, step, device):
 ENGINE = """
 import torch
 
-from perfsuite.worker.engines.interface import BaseEngine
+from perfsuite import BaseEngine
 
 
 class Step(BaseEngine):
@@ -367,7 +367,7 @@ def test_perfsuite_run_stops_before_anything_runs(
 
 
 def test_refuse_unless_names_every_field_a_strategy_sets() -> None:
-    from perfsuite.worker.engines.interface import Unsupported, refuse_unless
+    from perfsuite import Unsupported, refuse_unless
 
     refuse_unless(STRATEGIES["vanilla"], (), "mine")
     refuse_unless(STRATEGIES["grad_accum"], {"grad_accum_steps"}, "mine")
@@ -378,7 +378,7 @@ def test_refuse_unless_names_every_field_a_strategy_sets() -> None:
 
 
 def test_init_example_writes_a_model_an_engine_and_their_declaration_once(tmp_path: Path) -> None:
-    from perfsuite.scaffold import init
+    from perfsuite.cli.scaffold import init
 
     lines = init(tmp_path, example=True)
     assert "wrote     perfsuite_example/model.py" in lines
@@ -395,7 +395,7 @@ def test_init_example_writes_a_model_an_engine_and_their_declaration_once(tmp_pa
 
 
 def test_init_example_leaves_a_section_it_cannot_extend_alone(tmp_path: Path) -> None:
-    from perfsuite.scaffold import init
+    from perfsuite.cli.scaffold import init
 
     own = "[tool.perfsuite]\nmatrix = { builtin = false }\n"
     (tmp_path / "pyproject.toml").write_text(own)

@@ -1,4 +1,4 @@
-"""The GPU pool (perfsuite.pool) on a CPU machine with a faked GPU count.
+"""The GPU pool (perfsuite.worker.pool) on a CPU machine with a faked GPU count.
 
 Cases are real workers (perfsuite.worker.run_isolated) whose case function reports the
 ``CUDA_VISIBLE_DEVICES`` it was started with and when it ran; the pool must give a case
@@ -16,7 +16,7 @@ import fault_cases
 import pytest
 
 from perfsuite.core.spec import CaseSpec
-from perfsuite.pool import GPUPool, PoolRunner, parse_gpus, submit_cases, visible_gpus
+from perfsuite.worker.pool import GPUPool, PoolRunner, parse_gpus, submit_cases, visible_gpus
 from perfsuite.worker.process import run_isolated
 
 

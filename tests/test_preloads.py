@@ -7,8 +7,11 @@ from collections.abc import Iterator
 import fault_cases
 import pytest
 
-from perfsuite.core.preloads import CUDA_AT_IMPORT, ENV, TRAINER_MODULE, preload_for, preload_modules
+from perfsuite.core.engines import OWN_ENGINES
+from perfsuite.core.preloads import CUDA_AT_IMPORT, ENV, preload_for, preload_modules
 from perfsuite.core.spec import CaseSpec
+
+TRAINER_MODULE = OWN_ENGINES["trainer"].module
 
 
 def _spec(strategy: str, engine: str = "loop") -> CaseSpec:

@@ -21,10 +21,10 @@ from replay import every_push_cases, replay, slower
 from tools import chromium, require
 
 from perfsuite.cli import main
+from perfsuite.core.results import ReportCase, load_results, parse_results
 from perfsuite.history.records import night_record, write_record
 from perfsuite.reports import write_report
 from perfsuite.reports.summary import LIMIT_BYTES, summary_markdown
-from perfsuite.results import ReportCase, load_results, parse_results
 
 pytest.importorskip("matplotlib", reason="the report extra: pip install 'perfsuite[report]'")
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from perfsuite.cli import main
-from perfsuite.scaffold import TESTS, init
+from perfsuite.cli.scaffold import TESTS, init
 
 if sys.version_info >= (3, 11):
     import tomllib

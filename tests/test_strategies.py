@@ -3,10 +3,27 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+from pathlib import Path
 
 import pytest
 
-from perfsuite.core.strategies import STRATEGIES, Strategy, UnknownNameError, compose, resolve
+from perfsuite.core.strategies import (
+    EXTRAS,
+    OPTIMIZERS,
+    OPTIONAL_PACKAGES,
+    STRATEGIES,
+    Strategy,
+    UnknownNameError,
+    compose,
+    install_hint,
+    resolve,
+)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 ISSUE_NAMES = (
     "vanilla fp16 bf16 grad_accum grad_ckpt adafactor adamw_8bit zero2_offload zero3_offload "
@@ -96,6 +113,36 @@ def test_requirements_name_the_optional_packages() -> None:
     assert STRATEGIES["zero3_offload"].requires == ("deepspeed",)
     assert STRATEGIES["adamw_8bit"].requires == ("bitsandbytes",)
     assert STRATEGIES["vanilla"].requires == ()
+    needs = {name: s.requires for name, s in STRATEGIES.items() if s.requires}
+    assert needs == {
+        "adamw_8bit": ("bitsandbytes",),
+        "zero2_offload": ("deepspeed",),
+        "zero3_offload": ("deepspeed",),
+        "lion": ("lion_pytorch",),
+        "lion_8bit": ("bitsandbytes",),
+        "galore": ("galore_torch",),
+        "lora": ("peft",),
+        "zero2": ("deepspeed",),
+        "zero3": ("deepspeed",),
+        "paged_adamw_8bit": ("bitsandbytes",),
+        "qlora": ("bitsandbytes", "peft"),
+    }
+    assert install_hint(["bitsandbytes", "peft"]) == "pip install 'perfsuite[bnb,lora]'"
+
+
+def test_each_optional_package_is_the_extra_of_its_name_and_names_what_exists() -> None:
+    """The one table of optional packages against pyproject.toml's extras and the strategy's fields:
+    ``perfsuite[<extra>]`` installs the package, and ``perfsuite[strategies]`` every one of them."""
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    fields = {f.name for f in dataclasses.fields(Strategy)}
+    for package in OPTIONAL_PACKAGES:
+        assert any(req.startswith(package.distribution) for req in extras[package.extra]), package
+        assert f"perfsuite[{','.join(EXTRAS.values())}]" in extras["strategies"]
+        assert set(package.optimizers) <= set(OPTIMIZERS), package
+        assert set(package.fields) <= fields, package
+        assert package.optimizers or package.fields, f"{package.module}: no strategy would need it"
+    assert len({p.extra for p in OPTIONAL_PACKAGES}) == len({p.module for p in OPTIONAL_PACKAGES}) == len(EXTRAS)
 
 
 def test_compose_keeps_identical_settings() -> None:

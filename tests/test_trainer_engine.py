@@ -306,27 +306,35 @@ def test_all_under_the_trainer_applies_every_published_technique(run: Run) -> No
 
 
 def _small_engine(strategy: str = "vanilla") -> Any:
+    import torch
+
     from perfsuite.core.models import get_model_spec
     from perfsuite.worker.data import generate_dataset
     from perfsuite.worker.device import get_device
+    from perfsuite.worker.engines.common import OwnCase
     from perfsuite.worker.engines.hf_trainer import HFTrainerEngine
     from perfsuite.worker.modeling import build_model
 
     spec = get_model_spec("tiny-bert")
-    return HFTrainerEngine(
-        build_model(spec, seed=0),
-        resolve(strategy),
-        generate_dataset(spec, num_samples=64, seq_len=32, seed=0),
-        get_device("cpu"),
-        lr=1e-3,
-        max_grad_norm=1.0,
+    case = OwnCase(
+        case_id=f"tiny-bert-{strategy}-trainer",
+        model=build_model(spec, seed=0),
+        strategy=resolve(strategy),
+        device=torch.device("cpu"),
         batch_size=8,
         seq_len=32,
-        target_len=spec.target_len,
+        lr=1e-3,
+        max_grad_norm=1.0,
         seed=0,
         max_steps=4,
+        hardware=get_device("cpu"),
+        dataset=generate_dataset(spec, num_samples=64, seq_len=32, seed=0),
+        model_spec=spec,
+        tokenizer=None,
+        deepspeed=None,
         pin_memory=False,
     )
+    return HFTrainerEngine(case)
 
 
 def test_without_a_sequential_option_a_trainer_subclass_keeps_the_order(monkeypatch: pytest.MonkeyPatch) -> None:

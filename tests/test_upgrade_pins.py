@@ -16,8 +16,8 @@ from perfsuite.ab.envs import Env, EnvError
 from perfsuite.ab.pins import PIN_FILES, Change, PinError, Upgrade, is_pin_file, split_range, upgrade
 from perfsuite.ab.sides import Side
 from perfsuite.cli import main
+from perfsuite.cli.scaffold import init, template
 from perfsuite.reports.ab import NOTHING_COMPARED, markdown, marker
-from perfsuite.scaffold import init, template
 
 
 def _commit(repo: Path, files: dict[str, str], message: str = "change") -> str:

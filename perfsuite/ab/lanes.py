@@ -27,7 +27,7 @@ from typing import Any, Literal
 from perfsuite.ab.pairs import Choice, Mode, Pair, duet_fits, run_pair
 from perfsuite.ab.sides import Side
 from perfsuite.core.spec import CaseSpec
-from perfsuite.pool import gpu_env
+from perfsuite.worker.pool import gpu_env
 
 Need = Literal["duet", "alternate", "whole"]
 """What a case's pair needs: a duet lane, an alternating lane, or the whole machine (after the others)."""
@@ -130,7 +130,7 @@ def plan_for(
     modes: list[Mode] = ["duet" if mode != "alternate" and duet_fits(s, device_type) else "alternate" for s in specs]
     if device_type == "cuda":
         if gpus is None and jobs > 1:
-            from perfsuite.pool import machine_gpus
+            from perfsuite.worker.pool import machine_gpus
 
             # NVML answers: no CUDA context here, and this process forks no worker anyway (the sides exec theirs).
             gpus = machine_gpus("all")

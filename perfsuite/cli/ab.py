@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from perfsuite.ab.pairs import MODES
 from perfsuite.cli.common import names
+from perfsuite.cli.interrupt import terminate_as_interrupt
+from perfsuite.cli.options import at_least, fraction, not_a_file, output_file, positive_fraction
 from perfsuite.cli.selection import add_selection, select
-from perfsuite.interrupt import terminate_as_interrupt
-from perfsuite.options import at_least, fraction, not_a_file, output_file, positive_fraction
 
 if TYPE_CHECKING:
     from perfsuite.ab.pins import Upgrade

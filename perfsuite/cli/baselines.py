@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perfsuite.cli.interrupt import terminate_as_interrupt
+from perfsuite.cli.options import REPEATS, SCOPE, output_file, positive_seconds
 from perfsuite.core.declaration import read_pyproject
-from perfsuite.interrupt import terminate_as_interrupt
-from perfsuite.options import REPEATS, SCOPE, output_file, positive_seconds
 
 STOP_S = 30
 """Seconds an interrupted refresh's session has to stop its worker and say what had finished."""

@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from perfsuite.cli.options import at_least, fraction, output_file, positive_fraction, positive_seconds
 from perfsuite.core.baselines import write_json_atomic
-from perfsuite.options import at_least, fraction, output_file, positive_fraction, positive_seconds
 
 METRICS = ("time", "memory", "loss")
 

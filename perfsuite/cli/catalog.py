@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.cli.common import load_project
+from perfsuite.cli.options import existing_dir
 from perfsuite.core import registry
 from perfsuite.core.engines import PROJECT_ENGINES
 from perfsuite.core.matrix import BUILTIN
 from perfsuite.core.models import MODELS
 from perfsuite.core.strategies import STRATEGIES
-from perfsuite.options import existing_dir
 
 
 def add_list(sub: Any) -> None:
@@ -70,7 +70,7 @@ def run_list(args: Any) -> int:
 
 
 def run_init(args: Any) -> int:
-    from perfsuite.scaffold import init
+    from perfsuite.cli.scaffold import init
 
     for line in init(args.dir, force=args.force, example=args.example, gpu=_has_gpu()):
         print(line)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfsuite.options import existing_dir, night, not_a_file, output_file
+from perfsuite.cli.options import existing_dir, night, not_a_file, output_file
 
 
 def add_parser(sub: Any) -> None:

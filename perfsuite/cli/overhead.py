@@ -1,4 +1,4 @@
-"""``perfsuite overhead``: each case against a bare loop of the same config (:mod:`perfsuite.overhead`)."""
+"""``perfsuite overhead``: each case against a bare loop of the same config (:mod:`perfsuite.cli.overhead_rounds`)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from perfsuite.cli.common import names
-from perfsuite.interrupt import Interrupt, terminate_as_interrupt
-from perfsuite.options import at_least, output_file, positive_seconds
-from perfsuite.overhead import DEFAULT_SELECTION, HEADERS, Overhead, table_rows
+from perfsuite.cli.interrupt import Interrupt, terminate_as_interrupt
+from perfsuite.cli.options import at_least, output_file, positive_seconds
+from perfsuite.cli.overhead_rounds import DEFAULT_SELECTION, HEADERS, Overhead, table_rows
 from perfsuite.worker.bare import family
 
 
@@ -70,10 +70,10 @@ def run(args: Any) -> int:
     """``perfsuite overhead``: the table, and ``--json``; exit 1 when a side failed, 2 for bad arguments."""
     import sys
 
+    from perfsuite.cli.overhead_rounds import measure
     from perfsuite.core.models import get_model_spec
     from perfsuite.core.spec import DEFAULTS, CaseSpec
     from perfsuite.core.strategies import UnknownNameError
-    from perfsuite.overhead import measure
     from perfsuite.worker.device import asked_device_type
     from perfsuite.worker.process import run_isolated, stop_workers
 

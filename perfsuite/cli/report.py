@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.cli.common import project_baselines
+from perfsuite.cli.options import at_least, existing_dir, not_a_file, output_file
 from perfsuite.core.baselines import write_json_atomic
-from perfsuite.options import at_least, existing_dir, not_a_file, output_file
 
 
 def add_report(sub: Any) -> None:
@@ -46,9 +46,9 @@ def add_merge(sub: Any) -> None:
 
 
 def run_report(args: Any) -> int:
+    from perfsuite.core.results import ResultsError
     from perfsuite.reports import write_report
     from perfsuite.reports.charts import ReportExtraMissing
-    from perfsuite.results import ResultsError
 
     settings, found = project_baselines()
     baselines = args.baselines or found
@@ -63,7 +63,7 @@ def run_report(args: Any) -> int:
 
 
 def run_merge(args: Any) -> int:
-    from perfsuite.results import ResultsError, merge_results
+    from perfsuite.core.results import ResultsError, merge_results
 
     try:
         merged = merge_results(args.results, expect=args.expect)

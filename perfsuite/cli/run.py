@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.cli.common import project_baselines
+from perfsuite.cli.interrupt import Interrupt, terminate_as_interrupt
+from perfsuite.cli.options import GPUS, not_a_file, output_file
 from perfsuite.cli.selection import add_selection, select
 from perfsuite.core.baselines import write_json_atomic
 from perfsuite.core.preloads import preload_for
-from perfsuite.interrupt import Interrupt, terminate_as_interrupt
-from perfsuite.options import GPUS, not_a_file, output_file
 from perfsuite.reports.walltime import wall_time_line
 
 
@@ -50,7 +50,7 @@ def _gpu_pool(args: argparse.Namespace, device_type: str) -> Any:
     """The GPUs cases share, or ``None`` where they run one after another (a CPU, one GPU)."""
     if device_type != "cuda":
         return None
-    from perfsuite.pool import GPUPool, machine_gpus
+    from perfsuite.worker.pool import GPUPool, machine_gpus
 
     gpus = machine_gpus(args.gpus)
     return GPUPool(gpus) if len(gpus) > 1 else None
@@ -63,7 +63,7 @@ def _run_on_pool(
     ``records`` gets each as it finishes (what an interrupt keeps), and ``None`` for each case as it starts."""
     from concurrent.futures import as_completed
 
-    from perfsuite.pool import PoolRunner, submit_cases
+    from perfsuite.worker.pool import PoolRunner, submit_cases
     from perfsuite.worker.process import run_isolated
 
     runner = PoolRunner(pool)
@@ -198,7 +198,7 @@ def _finish(
         print(f"perfsuite run: interrupted by {interrupt.name} after {len(finished)} of {len(results)} cases")
     if args.json or args.report:
         from perfsuite.core.provenance import run_facts
-        from perfsuite.results import RUN_RESULTS_SCHEMA_VERSION
+        from perfsuite.core.results import RUN_RESULTS_SCHEMA_VERSION
         from perfsuite.worker.env import environment
 
         env = {**environment(device_type), **run_facts(Path.cwd())}
@@ -215,9 +215,9 @@ def _finish(
 
 def _write_run_report(payload: dict[str, Any], out: Path) -> None:
     """``perfsuite run --report``: the report of this run, each case compared with its baseline when one exists."""
+    from perfsuite.core.results import parse_results
     from perfsuite.reports import write_report
     from perfsuite.reports.charts import ReportExtraMissing
-    from perfsuite.results import parse_results
 
     settings, baselines = project_baselines()
     try:

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from perfsuite.cli.common import check_project_code, load_project, names
+from perfsuite.cli.options import at_least, positive_seconds
 from perfsuite.core.engines import ENGINES, check_engine
 from perfsuite.core.matrix import BUILTIN, first_run
 from perfsuite.core.models import get_model_spec
@@ -14,7 +15,6 @@ from perfsuite.core.registry import matrix_cases
 from perfsuite.core.scopes import SCOPES, in_scope
 from perfsuite.core.spec import DEFAULTS
 from perfsuite.core.strategies import STRATEGIES, resolve
-from perfsuite.options import at_least, positive_seconds
 
 
 def add_selection(parser: Any) -> None:

@@ -258,7 +258,7 @@ def _load_factory_model(path: Path, root: Path, name: str, table: dict[str, Any]
 def _load_engine(path: Path, root: Path, name: str, table: dict[str, Any]) -> None:
     key = f"tool.perfsuite.engines.{name}"
     _unknown(path, key, table, ("class",))
-    expected = "a class implementing perfsuite's engine interface (perfsuite.worker.engines.interface)"
+    expected = "a class implementing perfsuite's engine interface (perfsuite.Engine)"
     reference = _reference(path, root, f"{key}.class", table, expected, engine_step_problem)
     try:
         spec = EngineSpec(name=name, engine_class=reference, root=str(root), declared_at=f"{path}: {key}")

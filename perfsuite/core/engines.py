@@ -1,14 +1,17 @@
 """The engines a case can train through, by name, and what the Trainer can express. Pure.
 
-- ``loop`` (:mod:`perfsuite.worker.engines.loop`): perfsuite's explicit loop on accelerate.
-- ``trainer`` (:mod:`perfsuite.worker.engines.hf_trainer`): the Hugging Face ``Trainer``,
-  which is what most users run; every default it would pick for itself is pinned, so a
-  case means the same training in both engines.
+- perfsuite's own (:data:`OWN_ENGINES`, a name → class table): ``loop``
+  (:mod:`perfsuite.worker.engines.loop`), its explicit loop on accelerate, and ``trainer``
+  (:mod:`perfsuite.worker.engines.hf_trainer`), the Hugging Face ``Trainer``, which is what most
+  users run; every default it would pick for itself is pinned, so a case means the same training
+  in both engines.
 - a project's own engines (:class:`EngineSpec`, declared under ``[tool.perfsuite.engines]``):
   a class of the project's that implements the engine interface and trains the models
   the project builds with a factory (:attr:`perfsuite.core.models.ModelSpec.factory`).
 
-The interface every engine implements is :mod:`perfsuite.worker.engines.interface`.
+Every engine implements the public interface (:mod:`perfsuite.worker.engines.interface`) and is
+built the same way, ``Class(case)``: a project's from an ``EngineCase``, perfsuite's own from the
+``OwnCase`` that extends it (:mod:`perfsuite.worker.engines.common`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,36 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from perfsuite.core.strategies import Strategy
 
-ENGINES = ("loop", "trainer")
+
+@dataclass(frozen=True, kw_only=True)
+class OwnEngine:
+    """One of perfsuite's own engines, named as a project names its own (``module:Class``)."""
+
+    engine_class: str
+    """``module:Class`` of a class built as ``Class(case)`` from an ``OwnCase``, imported in the worker."""
+    title: str
+    """What its cases run through, in words (its pytest marker's description)."""
+    cuda_at_import: bool = False
+    """Whether its module's import asks CUDA about the GPUs (:data:`perfsuite.core.preloads.CUDA_AT_IMPORT`)."""
+
+    @property
+    def module(self) -> str:
+        return self.engine_class.partition(":")[0]
+
+
+OWN_ENGINES: dict[str, OwnEngine] = {
+    "loop": OwnEngine(engine_class="perfsuite.worker.engines.loop:LoopEngine", title="perfsuite's explicit loop"),
+    # transformers' Trainer module imports its bitsandbytes and peft integrations.
+    "trainer": OwnEngine(
+        engine_class="perfsuite.worker.engines.hf_trainer:HFTrainerEngine",
+        title="the Hugging Face Trainer engine",
+        cuda_at_import=True,
+    ),
+}
+"""perfsuite's own engines by name. Adding one is a module of ``perfsuite/worker/engines/`` and its
+row here; the forkserver's preloads, the pytest markers and the names a case may take follow."""
+
+ENGINES = tuple(OWN_ENGINES)
 """perfsuite's own engine names; ``loop`` is the default, and its case ids carry no suffix."""
 
 
@@ -94,9 +126,11 @@ def trainer_unsupported(strategy: Strategy) -> str | None:
 
 __all__ = [
     "ENGINES",
+    "OWN_ENGINES",
     "PROJECT_ENGINES",
     "TRAINER_OPTIMIZERS",
     "EngineSpec",
+    "OwnEngine",
     "check_engine",
     "engine_names",
     "project_engine",

@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from perfsuite.core.engines import ENGINES, OWN_ENGINES
 from perfsuite.core.spec import CaseSpec
+from perfsuite.core.strategies import OPTIONAL_PACKAGES
 
 ENV = "PERFSUITE_PRELOAD"
 """The variable that carries the module names to the forkserver (comma-separated)."""
@@ -23,16 +25,19 @@ MODEL_CLASSES_ENV = "PERFSUITE_PRELOAD_MODEL_CLASSES"
 only): its forkserver then leaves transformers' model classes unresolved, 1.4 s of its 2.8 s boot
 on a 2-core CPU, which a refresh pays once per repeat."""
 
-TRAINER_MODULE = "perfsuite.worker.engines.hf_trainer"
-"""The Trainer engine: transformers' Trainer, with its peft and bitsandbytes integrations."""
-
 CUDA_AT_IMPORT = frozenset(
-    {"bitsandbytes", "peft", "galore_torch", "transformers.optimization", TRAINER_MODULE, "deepspeed"}
+    {
+        "transformers.optimization",
+        *(e.module for e in OWN_ENGINES.values() if e.cuda_at_import),
+        *(p.module for p in OPTIONAL_PACKAGES if p.cuda_at_import),
+    }
 )
 """Modules whose import asks CUDA about the GPUs: bitsandbytes reads every GPU's compute
 capability (so do peft, galore and transformers' integrations, which import it), DeepSpeed
-detects its accelerator. Either initialises CUDA in the forkserver, and a worker forked from it
-cannot use CUDA. Where torch is a CUDA build the forkserver leaves them to the workers."""
+detects its accelerator (:attr:`perfsuite.core.strategies.OptionalPackage.cuda_at_import`), and so
+does the Trainer engine's module, which imports transformers' Trainer.
+Either initialises CUDA in the forkserver, and a worker forked from it cannot use CUDA. Where
+torch is a CUDA build the forkserver leaves them to the workers."""
 
 
 def preload_modules(specs: Iterable[CaseSpec]) -> tuple[str, ...]:
@@ -43,8 +48,8 @@ def preload_modules(specs: Iterable[CaseSpec]) -> tuple[str, ...]:
         names += strategy.requires
         if strategy.optimizer == "adafactor":
             names.append("transformers.optimization")
-        if spec.engine == "trainer":
-            names.append(TRAINER_MODULE)
+        if spec.engine in OWN_ENGINES and spec.engine != ENGINES[0]:  # the default's is in the base set
+            names.append(OWN_ENGINES[spec.engine].module)
     # The Trainer engine's module imports transformers.trainer, and with it datasets, pandas and
     # pyarrow (0.37 s a worker on a 2-core CPU). pyarrow's import starts jemalloc's background
     # thread; jemalloc takes its own locks around a fork (pthread_atfork), so the forkserver

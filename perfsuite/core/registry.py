@@ -25,7 +25,7 @@ from typing import Any
 from perfsuite.core.engines import ENGINES, PROJECT_ENGINES, EngineSpec, engine_names, trainer_unsupported
 from perfsuite.core.matrix import BUILTIN, MatrixEntry, builtin_matrix
 from perfsuite.core.models import MODELS, ModelSpec
-from perfsuite.core.strategies import STRATEGIES, Strategy, UnknownNameError, resolve
+from perfsuite.core.strategies import EXTRAS, STRATEGIES, Strategy, UnknownNameError, resolve
 
 TIER_MARKERS = ("cpu", "gpu")
 """Markers the device decides (a tiny model runs on the CPU tier, a full-size one on a GPU)."""
@@ -141,9 +141,10 @@ def register_strategy(strategy: Strategy, *, source: str = "register_strategy()"
 
 _TAKEN_MARKERS = frozenset(
     ("skip", "skipif", "xfail", "usefixtures", "filterwarnings", "parametrize", "slow", "nightly", "scope")
-    + ("trainer", "distributed", "deepspeed", "bnb", "lora", "lion", "galore", "loop")
+    + ("distributed", *ENGINES, *EXTRAS.values())
 )
-"""Markers with a meaning already: pytest's own, and perfsuite's (:data:`perfsuite.plugin.MARKERS`)."""
+"""Markers with a meaning already: pytest's own, and perfsuite's (:data:`perfsuite.plugin.MARKERS`: its engines'
+and its optional packages' among them)."""
 
 
 def register_engine(spec: EngineSpec, *, source: str = "register_engine()") -> None:

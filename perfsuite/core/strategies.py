@@ -36,14 +36,6 @@ PADDINGS: tuple[str, ...] = ("max_length", "longest")
 ATTENTIONS: tuple[str, ...] = ("sdpa", "eager")
 DATA_PARALLEL: tuple[str, ...] = ("none", "ddp", "fsdp2")
 
-# The package each optimizer comes from, by import name (torch and transformers are always there).
-_OPTIMIZER_PACKAGES = {
-    "adamw_8bit": "bitsandbytes",
-    "paged_adamw_8bit": "bitsandbytes",
-    "lion": "lion_pytorch",
-    "lion_8bit": "bitsandbytes",
-    "galore_adamw": "galore_torch",
-}
 # What cannot run without a GPU, and why (a CPU run reports the case skipped with this).
 _GPU_ONLY_OPTIMIZERS = {
     "paged_adamw_8bit": "paged optimizer state lives in CUDA unified memory; on a CPU bitsandbytes "
@@ -167,17 +159,11 @@ class Strategy:
 
     @property
     def requires(self) -> tuple[str, ...]:
-        """Import names of the optional packages this strategy needs."""
-        needs = []
-        if self.uses_deepspeed:
-            needs.append("deepspeed")
-        if self.optimizer in _OPTIMIZER_PACKAGES:
-            needs.append(_OPTIMIZER_PACKAGES[self.optimizer])
-        if self.quantize_4bit:
-            needs.append("bitsandbytes")
-        if self.lora_rank:
-            needs.append("peft")
-        return tuple(dict.fromkeys(needs))
+        """Import names of the optional packages this strategy needs: its optimizer's, then those of the
+        fields it sets (:data:`OPTIONAL_PACKAGES`' order)."""
+        by_optimizer = [p.module for p in OPTIONAL_PACKAGES if self.optimizer in p.optimizers]
+        by_field = [p.module for p in OPTIONAL_PACKAGES if any(getattr(self, f) for f in p.fields)]
+        return tuple(dict.fromkeys(by_optimizer + by_field))
 
     @property
     def gpu_only(self) -> str | None:
@@ -205,13 +191,56 @@ class Strategy:
         return f"{self.name} needs {', '.join(missing)}: {install_hint(missing)}"
 
 
-EXTRAS = {
-    "deepspeed": "deepspeed",
-    "bitsandbytes": "bnb",
-    "peft": "lora",
-    "lion_pytorch": "lion",
-    "galore_torch": "galore",
-}
+@dataclass(frozen=True, kw_only=True)
+class OptionalPackage:
+    """A package some strategies need and perfsuite does not install by default. The pytest markers,
+    the skip reasons, the forkserver's preloads, the FLOP cache's stack key and ``perfsuite ab``'s
+    probe of a side are all read from :data:`OPTIONAL_PACKAGES`; pyproject.toml's extra of the same
+    name installs it (``tests/test_strategies.py`` holds the two together)."""
+
+    module: str
+    """Its import name (``lion_pytorch``): what is looked for, imported and preloaded."""
+    distribution: str
+    """Its name on PyPI (``lion-pytorch``): whose version the FLOP cache's key and a side's probe read."""
+    extra: str
+    """The perfsuite extra that installs it (``pip install 'perfsuite[lion]'``), also the pytest
+    marker of a case or test that needs it."""
+    optimizers: tuple[str, ...] = ()
+    """The optimizers (:data:`OPTIMIZERS`) it brings."""
+    fields: tuple[str, ...] = ()
+    """The :class:`Strategy` fields that need it when set (``zero_stage`` above 0)."""
+    cuda_at_import: bool = False
+    """Whether its import asks CUDA about the GPUs, which a forkserver must not
+    (:data:`perfsuite.core.preloads.CUDA_AT_IMPORT`)."""
+
+
+OPTIONAL_PACKAGES: tuple[OptionalPackage, ...] = (
+    # DeepSpeed detects its accelerator at import.
+    OptionalPackage(
+        module="deepspeed", distribution="deepspeed", extra="deepspeed", fields=("zero_stage",), cuda_at_import=True
+    ),
+    # bitsandbytes reads every GPU's compute capability at import; peft and galore import it.
+    OptionalPackage(
+        module="bitsandbytes",
+        distribution="bitsandbytes",
+        extra="bnb",
+        optimizers=("adamw_8bit", "paged_adamw_8bit", "lion_8bit"),
+        fields=("quantize_4bit",),
+        cuda_at_import=True,
+    ),
+    OptionalPackage(module="peft", distribution="peft", extra="lora", fields=("lora_rank",), cuda_at_import=True),
+    OptionalPackage(module="lion_pytorch", distribution="lion-pytorch", extra="lion", optimizers=("lion",)),
+    OptionalPackage(
+        module="galore_torch",
+        distribution="galore-torch",
+        extra="galore",
+        optimizers=("galore_adamw",),
+        cuda_at_import=True,
+    ),
+)
+"""perfsuite's optional packages, one row each (what a strategy needs beyond the base install)."""
+
+EXTRAS = {p.module: p.extra for p in OPTIONAL_PACKAGES}
 """An optional package (its import name) → the perfsuite extra that installs it (pyproject.toml)."""
 
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from perfsuite.core.baselines import write_text_atomic
+from perfsuite.core.results import Results, ResultsError, load_results
 from perfsuite.history.judge import FAILING
 from perfsuite.history.records import (
     HistoryError,
@@ -16,7 +17,6 @@ from perfsuite.history.records import (
     write_record,
 )
 from perfsuite.history.tracking import apply, open_tracking_issues, plan
-from perfsuite.results import Results, ResultsError, load_results
 
 
 def verdicts_markdown(records: list[dict[str, object]]) -> str:

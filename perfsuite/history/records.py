@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.core.baselines import write_text_atomic
+from perfsuite.core.results import Results
 from perfsuite.history.judge import Judgement, Night, Rules, judge
-from perfsuite.results import Results
 
 RECORD_VERSION = 1
 METRICS = ("step time", "peak memory", "loss")

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.core.baselines import write_text_atomic
+from perfsuite.core.results import Results, ResultsError, gate_runs, parse_results, read_results_json
 from perfsuite.reports.ab import is_ab
 from perfsuite.reports.ab import write_report as write_ab_report
-from perfsuite.results import Results, ResultsError, gate_runs, parse_results, read_results_json
 
 
 def write_report(

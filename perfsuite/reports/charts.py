@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from perfsuite.results import ReportCase
+from perfsuite.core.results import ReportCase
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -13,13 +13,13 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from perfsuite.core.results import ReportCase, Results, regressions_first
 from perfsuite.history.judge import judge
 from perfsuite.history.records import rules_for, series
 from perfsuite.reports import charts
 from perfsuite.reports.published import ADAM_ARITHMETIC, PUBLISHED
 from perfsuite.reports.summary import gate_row
 from perfsuite.reports.tables import summary_rows, verdict
-from perfsuite.results import ReportCase, Results, regressions_first
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:1100px;padding:0 1em;color:#222}

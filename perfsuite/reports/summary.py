@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from perfsuite.core.results import ReportCase, Results, regressions_first
 from perfsuite.history.records import judge_all
 from perfsuite.reports.tables import catches_cell, verdict
-from perfsuite.results import ReportCase, Results, regressions_first
 
 LIMIT_BYTES = 1024 * 1024
 """GitHub's limit for one step's summary."""

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from perfsuite.cli.interrupt import Interrupt, terminate_as_interrupt
 from perfsuite.core.baselines import (
     BaselineError,
     MissingBaseline,
@@ -39,7 +40,6 @@ from perfsuite.core.observation import Observation, observe
 from perfsuite.core.registry import DeclarationError
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import ConfigError, resolve_tolerance, validate_config
-from perfsuite.interrupt import Interrupt, terminate_as_interrupt
 from perfsuite.session.benchmark import record_benchmark
 from perfsuite.session.drifts import SessionDrift
 from perfsuite.session.gating import gate
@@ -207,7 +207,7 @@ class PerfsuiteSession:
 
     def catch_signals(self, specs: list[CaseSpec]) -> None:
         """From here to the session's end, SIGTERM (a CI job's time limit) stops it as Ctrl-C does
-        (:mod:`perfsuite.interrupt`): the run in flight is dropped and what finished is reported."""
+        (:mod:`perfsuite.cli.interrupt`): the run in flight is dropped and what finished is reported."""
         self.selected = list(dict.fromkeys(specs))
         if threading.current_thread() is threading.main_thread():  # where Python lets a handler be set
             self.interrupt = self._signals.enter_context(terminate_as_interrupt())

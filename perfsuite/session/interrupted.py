@@ -1,4 +1,4 @@
-"""An interrupted session (SIGTERM or SIGINT, :mod:`perfsuite.interrupt`): every selected case gets an
+"""An interrupted session (SIGTERM or SIGINT, :mod:`perfsuite.cli.interrupt`): every selected case gets an
 outcome, the runs made before the interrupt kept in it, and the summary says what had finished.
 
 A gate's ``--perfsuite-json`` then holds what was measured, the up-front runs included; a refresh

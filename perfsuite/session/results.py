@@ -1,5 +1,5 @@
 """What ``pytest --perfsuite-json`` writes: the session's env and drift, every matrix case's status,
-checks and run records (read back by :mod:`perfsuite.results`)."""
+checks and run records (read back by :mod:`perfsuite.core.results`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from perfsuite.core.compare import Outcome
 from perfsuite.core.provenance import run_facts
-from perfsuite.results import PYTEST_RESULTS_SCHEMA_VERSION
+from perfsuite.core.results import PYTEST_RESULTS_SCHEMA_VERSION
 
 
 def results_json(

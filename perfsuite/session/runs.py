@@ -55,9 +55,9 @@ class RunCache:
 
     def prefetch(self, specs: list[CaseSpec]) -> None:
         """Start the first run of each GPU case on the GPU pool, when it has more than one GPU
-        (:mod:`perfsuite.pool`); a case's test then waits for its run. Repeats and
+        (:mod:`perfsuite.worker.pool`); a case's test then waits for its run. Repeats and
         retries run one at a time, on all the GPUs."""
-        from perfsuite.pool import GPUPool, PoolRunner, machine_gpus, submit_cases
+        from perfsuite.worker.pool import GPUPool, PoolRunner, machine_gpus, submit_cases
 
         try:
             gpus = machine_gpus(self.config.getoption("perfsuite_gpus"))

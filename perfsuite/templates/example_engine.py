@@ -1,8 +1,8 @@
 """A training step of this project's own for perfsuite to time, measure and gate: its own loop, loss
 and optimizer. pyproject.toml's [tool.perfsuite.engines.example_step] names it (`perfsuite init
---example` wrote it; make it yours). The interface it implements is perfsuite's
-(perfsuite.worker.engines.interface, version 1): built from the case, one optimizer step returning
-the loss, evidence of what it applied, close.
+--example` wrote it; make it yours). The interface it implements is perfsuite's (version 1, imported
+from the package: BaseEngine, EngineCase, StepOutput, Unsupported): built from the case, one
+optimizer step returning the loss, evidence of what it applied, close.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.nn import functional
 
-from perfsuite.worker.engines.interface import BaseEngine, EngineCase
+from perfsuite import BaseEngine, EngineCase
 
 
 class ExampleEngine(BaseEngine):

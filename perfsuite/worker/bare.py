@@ -1,6 +1,6 @@
 """Bare training loops: what a case's step costs without perfsuite around it. Runs in a worker.
 
-``perfsuite overhead`` (:mod:`perfsuite.overhead`) runs a case and the loop here on
+``perfsuite overhead`` (:mod:`perfsuite.cli.overhead_rounds`) runs a case and the loop here on
 exactly the same model, data, batch order, optimizer, clipping and thread count, and
 compares their median step times. The loop here is what a person would write by hand
 (forward, backward, clip, step, in the order nanoGPT does them), timed with nothing
@@ -187,7 +187,7 @@ def _zero_offload(model: Any, spec: CaseSpec, lr: float, batches: Iterator[Any],
     import deepspeed
     import torch
 
-    from perfsuite.worker.engines.common import deepspeed_setup
+    from perfsuite.worker.engines.deepspeed import deepspeed_setup
 
     strategy = spec.strategy_spec
     batch_size = spec.batch_size or strategy.batch_size or spec.model_spec.batch_size

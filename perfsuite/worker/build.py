@@ -6,9 +6,11 @@ what the record (:mod:`perfsuite.worker.record`) reports of the setup.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from perfsuite.core.engines import OWN_ENGINES
 from perfsuite.core.spec import CaseSkipped, CaseSpec
 
 if TYPE_CHECKING:
@@ -56,6 +58,12 @@ def check_runnable(spec: CaseSpec, device: Device | None = None) -> None:
         raise CaseSkipped(reason)
     if strategy.gpu_only and not device.is_accelerator:
         raise CaseSkipped(f"{strategy.name} needs a GPU: {strategy.gpu_only}")
+
+
+def own_engine_class(name: str) -> type:
+    """perfsuite's own engine ``name``, imported from its row of :data:`~perfsuite.core.engines.OWN_ENGINES`."""
+    module, _, attribute = OWN_ENGINES[name].engine_class.partition(":")
+    return getattr(importlib.import_module(module), attribute)  # type: ignore[no-any-return]
 
 
 def build(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> Built:
@@ -115,7 +123,8 @@ def build(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> Built:
 
         dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
         model = quantize_4bit(model, compute_dtype=dtypes[strategy.precision], placement=device.placement())
-    from perfsuite.worker.engines.common import deepspeed_setup
+    from perfsuite.worker.engines.common import OwnCase
+    from perfsuite.worker.engines.deepspeed import deepspeed_setup
 
     # One DeepSpeed config for whichever engine runs the case (None unless the strategy is ZeRO).
     deepspeed = deepspeed_setup(
@@ -126,60 +135,28 @@ def build(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> Built:
         lr=lr,
         max_grad_norm=spec.max_grad_norm,
     )
-    pin_memory = strategy.pin_memory and device.pins_memory
-    engine: Engine
-    if spec.engine == "trainer":
-        from perfsuite.worker.engines.hf_trainer import HFTrainerEngine
-
-        tokenizer = None
-        if tokenizer_dir is not None:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
-        engine = HFTrainerEngine(
-            model,
-            strategy,
-            dataset,
-            device,
-            seq_len=seq_len,
-            target_len=model_spec.target_len,
-            max_steps=spec.warmup_steps + spec.steps + (2 if spec.profile else 0),
-            pin_memory=pin_memory,
-            tokenizer=tokenizer,
-            lr=lr,
-            max_grad_norm=spec.max_grad_norm,
-            batch_size=batch_size,
-            seed=spec.seed,
-            deepspeed=deepspeed,
-        )
-    else:
-        from perfsuite.worker.data import RankShare, build_loader
-        from perfsuite.worker.engines.loop import LoopEngine
-
-        loader: Any = build_loader(
-            dataset,
-            strategy,
-            batch_size=batch_size,
-            seq_len=seq_len,
-            target_len=model_spec.target_len,
-            seed=spec.seed,
-            pin_memory=pin_memory,
-        )
-        if world_size > 1:
-            loader = RankShare(loader, rank, world_size)
-        engine = LoopEngine(
-            model,
-            strategy,
-            loader,
-            device,
-            lr=lr,
-            max_grad_norm=spec.max_grad_norm,
-            batch_size=batch_size,
-            seed=spec.seed,
-            world_size=world_size,
-            causal_lm=model_spec.task == "causal_lm",
-            deepspeed=deepspeed,
-        )
+    case = OwnCase(
+        case_id=spec.id,
+        model=model,
+        strategy=strategy,
+        device=torch.device(device.placement()),
+        batch_size=batch_size,
+        seq_len=seq_len,
+        lr=lr,
+        max_grad_norm=spec.max_grad_norm,
+        seed=spec.seed,
+        max_steps=spec.warmup_steps + spec.steps + (2 if spec.profile else 0),
+        hardware=device,
+        dataset=dataset,
+        model_spec=model_spec,
+        tokenizer=tokenizer_dir,
+        deepspeed=deepspeed,
+        pin_memory=strategy.pin_memory and device.pins_memory,
+        rank=rank,
+        world_size=world_size,
+    )
+    # perfsuite's own engines are built as a project's is, Class(case), from their row of OWN_ENGINES.
+    engine: Engine = own_engine_class(spec.engine)(case)
     return Built(
         engine=engine,
         device=device,

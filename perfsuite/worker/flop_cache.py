@@ -47,6 +47,7 @@ from perfsuite.core.preloads import ENV as PRELOAD_ENV
 from perfsuite.core.preloads import MODEL_CLASSES_ENV
 from perfsuite.core.provenance import LIBRARIES
 from perfsuite.core.spec import CaseSpec
+from perfsuite.core.strategies import OPTIONAL_PACKAGES
 from perfsuite.worker.duet import CPUS, PEER, READY, STOP
 
 ENV = "PERFSUITE_FLOP_CACHE"
@@ -54,7 +55,8 @@ ENV = "PERFSUITE_FLOP_CACHE"
 VERSION = 1
 """Bumped when what a count holds changes shape."""
 EDITABLE = "editable"
-_STACK = (*LIBRARIES, "peft", "lion-pytorch", "galore-torch", "tokenizers")
+# The libraries a step goes through: those every written file names, and every optional package.
+_STACK = tuple(dict.fromkeys((*LIBRARIES, *(p.distribution for p in OPTIONAL_PACKAGES), "tokenizers")))
 _ENV_PREFIXES = ("PERFSUITE_", "TORCH", "CUBLAS", "NVIDIA_TF32", "ACCELERATE_", "TRANSFORMERS_", "DS_", "HF_")
 _ENV_IGNORED = {
     # Where things are kept, what is preloaded, how a duet meets, which pids a test collects:

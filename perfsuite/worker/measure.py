@@ -1,4 +1,4 @@
-"""Untimed instrumented steps: the memory breakdown, FLOPs, matmul dtypes, DeepSpeed state.
+"""Untimed instrumented steps: the memory breakdown, FLOPs, matmul dtypes.
 
 Each runs a real optimizer step after the timed ones: instrumentation intercepts
 every op, so nothing here may overlap a timed step. The FLOPs, matmul dtypes and attention
@@ -302,43 +302,3 @@ def count_flops(trainer: Driven) -> dict[str, Any]:
     counts = StepCounts()
     trainer.step(within=counts.counting())
     return counts.result()
-
-
-def _devices(tensors: Any) -> list[str]:
-    return sorted({str(t.device) for t in tensors if isinstance(t, torch.Tensor)})
-
-
-def deepspeed_state(engine: Any, optimizer: Any) -> dict[str, Any]:
-    """Where a DeepSpeed engine keeps parameters and optimizer state, read off the live objects.
-
-    ZeRO-3 partitions parameters: outside a forward each one is an empty placeholder
-    (``numel() == 0``) whose shard (``ds_tensor``) lives on the offload device. The
-    ZeRO optimizer wraps the optimizer doing the update (DeepSpeedCPUAdam when
-    offloading) and keeps the fp32 master partitions it updates.
-    """
-    zero_opt = optimizer.optimizer  # accelerate's wrapper -> DeepSpeed's ZeRO optimizer
-    basic = getattr(zero_opt, "optimizer", None)
-    params = list(engine.parameters())
-    managed = [p for p in params if hasattr(p, "ds_numel")]
-    # ZeRO-3 keeps parameters under stage3_param_persistence_threshold whole; the rest are
-    # empty placeholders outside a forward, their shards (ds_tensor) on the offload device.
-    partitioned = [p for p in managed if p.numel() == 0]
-    masters = getattr(zero_opt, "single_partition_of_fp32_groups", None)  # ZeRO-1/2
-    if masters is None:
-        masters = getattr(zero_opt, "fp32_partitioned_groups_flat", None) or []  # ZeRO-3
-    states = [v for st in getattr(basic, "state", {}).values() for v in st.values() if isinstance(v, torch.Tensor)]
-    total = sum(int(p.ds_numel) for p in managed)
-    return {
-        "engine_class": type(engine).__name__,
-        "zero_stage": int(engine.zero_optimization_stage()),
-        "data_parallel_world_size": int(getattr(engine, "dp_world_size", 1)),
-        "zero_optimizer_class": type(zero_opt).__name__,
-        "optimizer_class": type(basic).__name__ if basic is not None else None,
-        "partitioned_parameters": len(partitioned),
-        "partitioned_fraction": sum(int(p.ds_numel) for p in partitioned) / total if total else 0.0,
-        "parameter_shard_devices": _devices(p.ds_tensor for p in managed if getattr(p, "ds_tensor", None) is not None),
-        "parameter_devices": _devices(p for p in params if p.numel() > 0),
-        "master_weight_devices": _devices(masters),
-        "optimizer_state_devices": _devices(states),
-        "optimizer_state_bytes": sum(t.numel() * t.element_size() for t in states),
-    }

@@ -47,7 +47,9 @@ with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
     import perfsuite.worker.calibrate  # noqa: F401
     import perfsuite.worker.data  # noqa: F401
     import perfsuite.worker.device  # noqa: F401
-    import perfsuite.worker.engines.loop  # noqa: F401
+    from perfsuite.core.engines import ENGINES, OWN_ENGINES
+
+    importlib.import_module(OWN_ENGINES[ENGINES[0]].module)  # the default engine's (the others': preloads)
     import perfsuite.worker.flop_cache
     import perfsuite.worker.measure  # noqa: F401
     import perfsuite.worker.run  # noqa: F401
@@ -70,7 +72,7 @@ with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
     with captured_output() as _printed:
         PRELOADED = import_extras(os.environ.get(ENV, "").split(","), gpu=perfsuite.worker.device.cuda_built())
         if "deepspeed" in PRELOADED:
-            from perfsuite.worker.engines.common import deepspeed_asks_once
+            from perfsuite.worker.engines.deepspeed import deepspeed_asks_once
 
             deepspeed_asks_once(now=True)
     IMPORT_OUTPUT = _printed["output"]

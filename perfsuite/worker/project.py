@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 ENGINE = (
     f"a class implementing perfsuite's engine interface version {ENGINE_API_VERSION} "
-    "(perfsuite.worker.engines.interface): EngineClass(case) with model, optimizer, step(), evidence(), close()"
+    "(perfsuite.Engine): EngineClass(case) with model, optimizer, step(), evidence(), close()"
 )
 
 
@@ -165,7 +165,7 @@ def engine_class(spec: EngineSpec) -> type:
         said = "declares no api_version" if version is None else f"implements interface version {version!r}"
         raise DeclarationError(
             f"{where}: {spec.engine_class} {said}; this perfsuite implements version {ENGINE_API_VERSION} "
-            "(set api_version, or subclass perfsuite.worker.engines.interface.BaseEngine)"
+            "(set api_version, or subclass perfsuite.BaseEngine)"
         )
     missing = [name for name in ("step", "evidence", "close") if not callable(getattr(found, name, None))]
     if missing:

@@ -39,15 +39,16 @@ from typing import IO, Any
 from perfsuite.core.declaration import load_project
 from perfsuite.core.provenance import LIBRARIES
 from perfsuite.core.spec import CaseSpec
+from perfsuite.core.strategies import OPTIONAL_PACKAGES
 
-_IMPORT_NAMES = {"lion-pytorch": "lion_pytorch", "galore-torch": "galore_torch"}
+_IMPORT_NAMES = {p.distribution: p.module for p in OPTIONAL_PACKAGES}
 
 
 def probe(names: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """The interpreter and, per library (perfsuite's and ``names``), ``{"version", "file"}``
     (``None`` when absent); nothing is imported."""
     libraries: dict[str, dict[str, str | None] | None] = {}
-    for name in dict.fromkeys((*LIBRARIES, "huggingface_hub", "tokenizers", "peft", *names)):
+    for name in dict.fromkeys((*LIBRARIES, "huggingface_hub", "tokenizers", *_IMPORT_NAMES, *names)):
         try:
             version: str | None = metadata.version(name)
         except metadata.PackageNotFoundError:

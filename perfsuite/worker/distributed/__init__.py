@@ -12,5 +12,5 @@ their records aggregated into one.
 - :mod:`~perfsuite.worker.distributed.evidence`: what a rank really held and did (process group,
   wrapper, DTensor shards, a digest of its parameters), for the claims.
 
-The GPUs cases share are handed out by :mod:`perfsuite.pool`, in the parent.
+The GPUs cases share are handed out by :mod:`perfsuite.worker.pool`, in the parent.
 """

@@ -155,7 +155,7 @@ def _rank_main(spec: CaseSpec, train: TrainFn) -> dict[str, Any]:
     import torch.distributed as dist
 
     from perfsuite.worker.capture import warning_list
-    from perfsuite.worker.engines.common import skip_shm_comm_build
+    from perfsuite.worker.engines.deepspeed import skip_shm_comm_build
     from perfsuite.worker.start_method import platform_start_method
 
     _die_with_parent()

@@ -1,64 +1,50 @@
-"""What both engines share: the step's report, DeepSpeed's single-process setup, and the
-evidence helpers that read what a run really did from the objects it trained with."""
+"""What perfsuite's own engines share: the case they are built from (:class:`OwnCase`), checkpointing,
+and the evidence helpers that read what a run really did from the objects it trained with
+(DeepSpeed's setup and state: :mod:`~perfsuite.worker.engines.deepspeed`)."""
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import os
-import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from perfsuite.worker.engines.interface import EngineCase
+
 if TYPE_CHECKING:
-    from perfsuite.core.strategies import Strategy
+    from perfsuite.core.models import ModelSpec
+    from perfsuite.worker.data import TokenDataset
+    from perfsuite.worker.device import Device
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _batched_by_the_engine(**kwargs: Any) -> Mapping[str, torch.Tensor]:
+    raise NotImplementedError("perfsuite's own engines batch OwnCase.dataset themselves (a DataLoader, the Trainer's)")
 
 
-def deepspeed_config(
-    strategy: Strategy, *, micro_batch_size: int, lr: float, max_grad_norm: float, hidden_size: int
-) -> dict[str, Any]:
-    """The DeepSpeed config of a ZeRO strategy (CPU Adam when offloading, else torch AdamW, see
-    :func:`deepspeed_builds_optimizer`).
+@dataclass(frozen=True, kw_only=True)
+class OwnCase(EngineCase):
+    """What perfsuite's own engines are built from, as ``Class(case)``: the :class:`EngineCase` a
+    project's engine gets, and what training a registered (transformers) model on perfsuite's data
+    takes beyond it. :func:`perfsuite.worker.build.build` makes one for every case of its engines."""
 
-    Bucket sizes follow the HF Trainer's ``"auto"`` values, which scale with the model:
-    DeepSpeed's bare defaults allocate a 500M-element (2 GB) gradient bucket and keep
-    every parameter under 100k elements whole, i.e. all of a small model.
-    """
-    zero: dict[str, Any] = {"stage": strategy.zero_stage, "reduce_bucket_size": hidden_size * hidden_size}
-    if strategy.zero_stage == 3:
-        zero["stage3_prefetch_bucket_size"] = int(0.9 * hidden_size * hidden_size)
-        zero["stage3_param_persistence_threshold"] = 10 * hidden_size
-    if strategy.offload_optimizer:
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": False}
-    if strategy.offload_params:
-        zero["offload_param"] = {"device": "cpu", "pin_memory": False}
-    config: dict[str, Any] = {
-        "train_micro_batch_size_per_gpu": micro_batch_size,
-        "gradient_accumulation_steps": strategy.grad_accum_steps,
-        "gradient_clipping": max_grad_norm,
-        "zero_optimization": zero,
-        "fp16": {"enabled": strategy.precision == "fp16"},
-        "bf16": {"enabled": strategy.precision == "bf16"},
-        "steps_per_print": 10**9,
-        "wall_clock_breakdown": False,
-    }
-    if deepspeed_builds_optimizer(strategy):
-        config["optimizer"] = {"type": "AdamW", "params": {"lr": lr, "weight_decay": 0.0}}
-    return config
-
-
-def deepspeed_builds_optimizer(strategy: Strategy) -> bool:
-    """Whether DeepSpeed builds the optimizer itself (its CPU Adam, when offloading) rather than
-    wrapping the torch AdamW the engine built (ZeRO without offload: the same update as
-    ``vanilla``, and no fused-Adam op to JIT-compile on a CPU)."""
-    return strategy.offload_optimizer
+    hardware: Device
+    """perfsuite's interface to :attr:`device`: its precisions, timers and pinned memory."""
+    dataset: TokenDataset
+    """The case's samples; each engine batches them its own way (the loop's DataLoader, the Trainer's)."""
+    model_spec: ModelSpec
+    """The registered model: its task and target length."""
+    tokenizer: str | None
+    """The tokenizer's directory for a case on real text, else ``None`` (generated tokens)."""
+    deepspeed: dict[str, Any] | None
+    """The DeepSpeed config of a ZeRO strategy (:func:`~perfsuite.worker.engines.deepspeed.deepspeed_setup`)."""
+    pin_memory: bool
+    """Whether batches are pinned (the strategy asks, and the device can)."""
+    rank: int = 0
+    """This process's rank, which takes its share of every batch."""
+    world_size: int = 1
+    """How many ranks train the case."""
+    make_batch: Callable[..., Mapping[str, torch.Tensor]] = field(default=_batched_by_the_engine, repr=False)
 
 
 def enable_checkpointing(model: Any, *, offload: bool = False) -> None:
@@ -88,66 +74,6 @@ def checkpointing_enabled(model: Any) -> bool:
         if hasattr(type(model), name):
             return bool(getattr(model, name))
     return False
-
-
-def deepspeed_setup(
-    strategy: Strategy, model: Any, *, on_accelerator: bool, micro_batch_size: int, lr: float, max_grad_norm: float
-) -> dict[str, Any] | None:
-    """For a ZeRO strategy, a world of one's environment and the DeepSpeed config; else ``None``."""
-    if not strategy.uses_deepspeed:
-        return None
-    single_process_group_env(on_accelerator)
-    return deepspeed_config(
-        strategy,
-        micro_batch_size=micro_batch_size,
-        lr=lr,
-        max_grad_norm=max_grad_norm,
-        hidden_size=int(model.config.hidden_size),
-    )
-
-
-def single_process_group_env(device_is_accelerator: bool) -> None:
-    """The environment of a world of one, which DeepSpeed still wants (gloo on CPU)."""
-    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
-        os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
-    if not device_is_accelerator:
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    deepspeed_asks_once()
-    skip_shm_comm_build()
-
-
-def deepspeed_asks_once(*, now: bool = False) -> None:
-    """What DeepSpeed asks about this machine, asked once per process (``now``: here, for the
-    workers a forkserver forks). Loading its CPU Adam asks py-cpuinfo for the CPU's flags three
-    times, each a cpuid run in a subprocess (0.15 s on a 2-core CPU), and its first look at its
-    ops' compatibility compiles test programs (0.1 s); neither answer changes while the machine
-    runs. Where either is not there to ask (no py-cpuinfo, a DeepSpeed without the lazy probe),
-    DeepSpeed asks as it does."""
-    try:
-        import cpuinfo
-    except ImportError:  # DeepSpeed falls back to lscpu
-        return
-    if not hasattr(cpuinfo.get_cpu_info, "cache_info"):
-        cpuinfo.get_cpu_info = functools.cache(cpuinfo.get_cpu_info)
-    if now:
-        cpuinfo.get_cpu_info()
-        with contextlib.suppress(ImportError, AttributeError):
-            import deepspeed.ops
-
-            deepspeed.ops.__compatible_ops__  # noqa: B018  # probed on first access, kept in the module
-
-
-def skip_shm_comm_build() -> None:
-    # On CPU, deepspeed.comm JIT-compiles a shared-memory allreduce op at init (~1 min on
-    # two cores) that a world of one process never uses. The switch is internal, hence
-    # the guard: without it the op is merely built.
-    try:
-        import deepspeed.ops
-
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    except (ImportError, AttributeError, TypeError):
-        pass
 
 
 def group_flag(optimizer: torch.optim.Optimizer, key: str) -> Any:

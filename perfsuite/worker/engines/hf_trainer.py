@@ -40,18 +40,15 @@ from perfsuite.worker.engines.common import (
     galore_evidence,
     group_flag,
 )
-from perfsuite.worker.engines.interface import ENGINE_API_VERSION, StepOutput
+from perfsuite.worker.engines.deepspeed import deepspeed_state, end_process_group
+from perfsuite.worker.engines.interface import ENGINE_API_VERSION, StepOutput, Unsupported
 from perfsuite.worker.engines.trainer_setup import trainer_inputs, training_arguments
 from perfsuite.worker.optimizers import state_bytes
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
-    from transformers import PreTrainedModel
-
-    from perfsuite.core.strategies import Strategy
-    from perfsuite.worker.data import TokenDataset
-    from perfsuite.worker.device import Device
+    from perfsuite.worker.engines.common import OwnCase
 
 
 class _CountingCollator:
@@ -122,63 +119,48 @@ class HFTrainerEngine:
 
     api_version = ENGINE_API_VERSION
 
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        strategy: Strategy,
-        dataset: TokenDataset,
-        device: Device,
-        *,
-        lr: float,
-        max_grad_norm: float,
-        batch_size: int,
-        seq_len: int,
-        target_len: int,
-        seed: int,
-        max_steps: int,
-        pin_memory: bool,
-        tokenizer: Any = None,
-        deepspeed: dict[str, Any] | None = None,
-    ) -> None:
-        from transformers import TrainingArguments
+    def __init__(self, case: OwnCase) -> None:
+        from transformers import AutoTokenizer, TrainingArguments
 
+        strategy, deepspeed, batch_size, seed = case.strategy, case.deepspeed, case.batch_size, case.seed
         reason = trainer_unsupported(strategy)
         if reason:
-            from perfsuite.core.spec import CaseSkipped
-
-            raise CaseSkipped(f"{strategy.name} through the Trainer: {reason}")
+            raise Unsupported(f"{strategy.name} through the Trainer: {reason}")
         if strategy.uses_deepspeed and deepspeed is None:
-            raise ValueError(f"{strategy.name} needs its DeepSpeed config (engines.common.deepspeed_setup)")
+            raise ValueError(f"{strategy.name} needs its DeepSpeed config (engines.deepspeed.deepspeed_setup)")
+        tokenizer = None
+        if case.tokenizer is not None:  # a case on real text: the Trainer's collators pad with it
+            tokenizer = AutoTokenizer.from_pretrained(case.tokenizer, local_files_only=True)
         self.strategy = strategy
         self.accum_steps = strategy.grad_accum_steps
         self.micro_batch_size = batch_size // strategy.grad_accum_steps
-        self.device = device
+        self.device = case.hardware
         self._output_dir = tempfile.TemporaryDirectory(prefix="perfsuite-trainer-")
         kwargs = training_arguments(
             strategy,
             output_dir=self._output_dir.name,
             micro_batch_size=self.micro_batch_size,
-            lr=lr,
-            max_grad_norm=max_grad_norm,
+            lr=case.lr,
+            max_grad_norm=case.max_grad_norm,
             seed=seed,
-            max_steps=max_steps,
-            on_accelerator=device.is_accelerator,
-            pin_memory=pin_memory,
+            max_steps=case.max_steps,
+            on_accelerator=self.device.is_accelerator,
+            pin_memory=case.pin_memory,
             deepspeed=deepspeed,
         )
         self.args = TrainingArguments(**kwargs)
         train_dataset, collator, trainer_cls = trainer_inputs(
             strategy,
-            dataset,
+            case.dataset,
             batch_size=batch_size,
-            seq_len=seq_len,
-            target_len=target_len,
+            seq_len=case.seq_len,
+            target_len=case.model_spec.target_len,
             seed=seed,
             tokenizer=tokenizer,
         )
         # No lock: each slot has one writer, its process.
         self.worker_batches = multiprocessing.Array("l", 1 + max(strategy.num_workers, 0), lock=False)
-        self.base_model = model
+        self.base_model = model = case.model
         if strategy.lora_rank:
             from perfsuite.worker.adapters import apply_lora
 
@@ -361,8 +343,6 @@ class HFTrainerEngine:
             },
         }
         if self.strategy.uses_deepspeed:
-            from perfsuite.worker.measure import deepspeed_state
-
             info["deepspeed"] = deepspeed_state(self.hf.model_wrapped, self.hf.optimizer)
         if self.strategy.lora_rank:
             from perfsuite.worker.adapters import lora_evidence
@@ -383,9 +363,7 @@ class HFTrainerEngine:
         self._hook.remove()
         self.hf.accelerator.free_memory()
         if self.strategy.uses_deepspeed:
-            import deepspeed.comm
-
-            deepspeed.comm.destroy_process_group()
+            end_process_group()
         self._output_dir.cleanup()
 
     def discard(self) -> None:

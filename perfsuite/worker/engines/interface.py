@@ -1,5 +1,8 @@
 """perfsuite's engine interface, version 1: what every engine implements and what perfsuite hands it.
 
+A team imports it from the package, ``from perfsuite import BaseEngine, EngineCase, Unsupported``
+(this module's path keeps working too).
+
 An *engine* trains one case: perfsuite times its :meth:`Engine.step` calls, measures one
 more step under MemTracker and one under FlopCounterMode, records the loss each step
 returns, and reads :meth:`Engine.evidence` and the ``model`` and ``optimizer`` it trains
@@ -107,11 +110,11 @@ class Engine(Protocol):
     """:data:`ENGINE_API_VERSION` of the interface the engine implements."""
 
     @property
-    def model(self) -> Any:
+    def model(self) -> torch.nn.Module:
         """The module the steps train (perhaps wrapped): its parameters, buffers and gradients."""
 
     @property
-    def optimizer(self) -> Any:
+    def optimizer(self) -> torch.optim.Optimizer:
         """The optimizer that updates it (``zero_grad(set_to_none=True)``; its state is counted as such)."""
 
     def step(self) -> StepOutput | torch.Tensor:
@@ -130,6 +133,10 @@ class BaseEngine:
     ``__init__`` (after ``super().__init__(case)``) and write :meth:`step`."""
 
     api_version = ENGINE_API_VERSION
+    model: torch.nn.Module
+    """The module the steps train, set by the subclass's ``__init__``."""
+    optimizer: torch.optim.Optimizer
+    """The optimizer that updates it, set by the subclass's ``__init__``."""
     applies: Collection[str] = ()
     """The :class:`~perfsuite.core.strategies.Strategy` fields the engine reads and applies
     (``{"grad_accum_steps"}``): a strategy that sets any other is refused here, before the

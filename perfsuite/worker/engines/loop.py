@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -19,57 +19,56 @@ from perfsuite.worker.data import IGNORE_INDEX, TOKENS_KEY, WORKER_KEY
 from perfsuite.worker.engines import common
 from perfsuite.worker.engines.common import (
     checkpointing_enabled,
-    deepspeed_builds_optimizer,
     dynamo_evidence,
     galore_evidence,
     group_flag,
 )
+from perfsuite.worker.engines.deepspeed import deepspeed_builds_optimizer, deepspeed_state, end_process_group
 from perfsuite.worker.engines.interface import ENGINE_API_VERSION, StepOutput
 from perfsuite.worker.optimizers import state_bytes
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
-    from torch.utils.data import DataLoader
     from transformers import PreTrainedModel
 
-    from perfsuite.core.strategies import Strategy
-    from perfsuite.worker.device import Device
+    from perfsuite.worker.engines.common import OwnCase
 
 
 class LoopEngine:
-    """A model, an optimizer and a batch stream, set up the way ``strategy`` says."""
+    """A model, an optimizer and a batch stream, set up the way the case's strategy says."""
 
     api_version = ENGINE_API_VERSION
 
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        strategy: Strategy,
-        loader: DataLoader[Any],
-        device: Device,
-        *,
-        lr: float,
-        max_grad_norm: float,
-        batch_size: int,
-        seed: int = 0,
-        world_size: int = 1,
-        causal_lm: bool = False,
-        deepspeed: dict[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, case: OwnCase) -> None:
         from accelerate import Accelerator
         from accelerate.utils import DeepSpeedPlugin, DummyOptim
 
+        from perfsuite.worker.data import RankShare, build_loader
+
+        model = cast("PreTrainedModel", case.model)
+        strategy, device, deepspeed, lr = case.strategy, case.hardware, case.deepspeed, case.lr
+        loader: Any = build_loader(
+            case.dataset,
+            strategy,
+            batch_size=case.batch_size,
+            seq_len=case.seq_len,
+            target_len=case.model_spec.target_len,
+            seed=case.seed,
+            pin_memory=case.pin_memory,
+        )
+        if case.world_size > 1:
+            loader = RankShare(loader, case.rank, case.world_size)
         if strategy.uses_deepspeed and deepspeed is None:
-            raise ValueError(f"{strategy.name} needs its DeepSpeed config (engines.common.deepspeed_setup)")
+            raise ValueError(f"{strategy.name} needs its DeepSpeed config (engines.deepspeed.deepspeed_setup)")
         self.strategy = strategy
         self.loader = loader
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm = case.max_grad_norm
         self.accum_steps = strategy.grad_accum_steps
-        self.micro_batch_size = batch_size // strategy.grad_accum_steps // world_size  # per rank
-        self.world_size = world_size
+        self.micro_batch_size = case.batch_size // strategy.grad_accum_steps // case.world_size  # per rank
+        self.world_size = case.world_size
         self.sharded = strategy.data_parallel == "fsdp2"
-        self.causal_lm = causal_lm
+        self.causal_lm = case.model_spec.task == "causal_lm"
         self._micro: list[list[tuple[torch.Tensor, int]]] = []
         """Per step, each micro-batch's loss and target count (kept beyond one rank: their global mean)."""
         self.workers_seen: set[int] = set()
@@ -123,7 +122,7 @@ class LoopEngine:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         # Seeded again once everything is built, as the HF Trainer does (set_seed in its
         # __init__): both engines then draw the same dropout masks and train identically.
-        torch.manual_seed(seed)
+        torch.manual_seed(case.seed)
         self.batches: Iterator[dict[str, torch.Tensor]] = iter(loader)
 
     def _enable_cpu_fp16(self) -> None:
@@ -237,7 +236,7 @@ class LoopEngine:
             "batches_seen": self.batches_seen,
             "padding": self.strategy.padding,
             "length_grouped": self.strategy.length_grouped,
-            "deepspeed": self._deepspeed_evidence() if self.strategy.uses_deepspeed else None,
+            "deepspeed": deepspeed_state(self.model, self.optimizer) if self.strategy.uses_deepspeed else None,
             "optimizer_state_bytes": None if self.strategy.uses_deepspeed else state_bytes(opt),
             "fused": group_flag(opt, "fused"),
             "attention_implementation": getattr(self.base_model.config, "_attn_implementation", None),
@@ -260,11 +259,6 @@ class LoopEngine:
             info["distributed"] = rank_evidence(self)
         return info
 
-    def _deepspeed_evidence(self) -> dict[str, Any]:
-        from perfsuite.worker.measure import deepspeed_state
-
-        return deepspeed_state(self.model, self.optimizer)
-
     def in_training_thread(self, fn: Callable[[], float]) -> float:
         return fn()  # the case's own thread runs the steps
 
@@ -274,7 +268,4 @@ class LoopEngine:
         del self.loader
         self.accelerator.free_memory()  # DeepSpeed's teardown still needs the process group
         if self.strategy.uses_deepspeed:
-            import deepspeed.comm
-
-            # DeepSpeed's destroy also drops its cached groups (torch's alone leaves them stale).
-            deepspeed.comm.destroy_process_group()
+            end_process_group()

@@ -90,7 +90,7 @@ GPUS: dict[str, Any] = {
     "default": "all",
     "metavar": "GPUS",
     "help": "GPUs the cases share: all (default), a count, or ids (0,2); with more than one, single-GPU cases run "
-    "side by side, one per GPU, and a case on N ranks gets N (perfsuite.pool)",
+    "side by side, one per GPU, and a case on N ranks gets N (perfsuite.worker.pool)",
 }
 SCOPE: dict[str, Any] = {
     "choices": SCOPES,
