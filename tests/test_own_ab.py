@@ -83,9 +83,12 @@ def test_each_side_runs_its_own_commit_of_the_teams_code(
     assert code == 0, capsys.readouterr().err
     (case,) = payload["cases"]
     assert case["memory"]["a"] == case["memory"]["b"]
-    assert payload["sides"]["candidate"]["probe"]["project"]["code"]["convnet.train"] == str(
-        root / "convnet" / "train.py"
-    )
+    # The working tree is copied beside the commit's tree, to a path of the same length.
+    candidate = payload["sides"]["candidate"]["probe"]["project"]["code"]["convnet.train"]
+    base = payload["sides"]["base"]["probe"]["project"]["code"]["convnet.train"]
+    assert "/working-tree-" in candidate
+    assert candidate.endswith("/convnet/train.py")
+    assert len(candidate) == len(base)
     assert payload["sides"]["candidate"]["code"].startswith("the working tree (")
 
 

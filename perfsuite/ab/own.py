@@ -4,7 +4,7 @@
 A project's model, batch maker and training step are its own code (``[tool.perfsuite]`` names
 them). To compare that code at two commits, each side's server runs in a tree of its own: the
 commit's files written out whole (:func:`perfsuite.ab.commits.write_tree`) into a temporary
-directory, or the working tree as it is. The server reads that tree's ``pyproject.toml`` (its
+directory, or a copy of the working tree as it is. The server reads that tree's ``pyproject.toml`` (its
 declarations: a recipe's batch size changes with the commit too) and imports the project's
 modules from it first, ahead of an installed copy of the project, so each side trains its own
 commit's code in the same environment. The side's probe says which file each module imports
@@ -57,8 +57,8 @@ def project_root(start: Path | None = None) -> Path:
 
 @contextmanager
 def trees(refs: list[str | None], what: str, start: Path | None = None) -> Iterator[list[Tree]]:
-    """One :class:`Tree` per revision in ``refs`` (``None``: the working tree), each commit written
-    into a temporary directory removed on exit."""
+    """One :class:`Tree` per revision in ``refs`` (``None``: the working tree, copied as it is), each
+    written into a temporary directory removed on exit."""
     project = project_root(start)
     top = commits.check_repository(project, what)
     inside = project.resolve().relative_to(top.resolve())
@@ -70,7 +70,8 @@ def trees(refs: list[str | None], what: str, start: Path | None = None) -> Itera
                 head = commits.describe(top, commits.commit(top, "HEAD", what))
                 changed = commits.git(top, "status", "--porcelain", "--untracked-files=no", what=what).stdout.strip()
                 label = f"{WORKING_TREE} ({head.describe()}{', with uncommitted changes' if changed else ''})"
-                made.append(Tree(label, project))
+                root = _copy_working_tree(top, scratch / f"working-tree-{head.sha[:27]}", what)
+                made.append(Tree(label, root / inside))
                 continue
             found = commits.describe(top, commits.commit(top, commits.check_revision(ref, what), what))
             tree = at_commit(top, found, inside, scratch, what)
@@ -78,6 +79,30 @@ def trees(refs: list[str | None], what: str, start: Path | None = None) -> Itera
         yield made
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _copy_working_tree(top: Path, into: Path, what: str) -> Path:
+    """The working tree's files as they are (tracked ones, changed or not, and untracked ones git does
+    not ignore) copied under ``into``: a directory of the same length as a commit's beside it.
+
+    Each side's server runs in, and imports from, a directory of one length: the length of a
+    process's paths moves where its allocations land and so a step's time, by a few percent the same
+    way in every run (an A/A of a team's convnet, the working tree in place against a commit's copy,
+    called a case 4-6% faster at 120 pairs)."""
+    listed = commits.git(top, "ls-files", "-z", "--cached", "--others", "--exclude-standard", what=what)
+    if listed.returncode != 0:
+        raise commits.GitError(f"{what}: git cannot list the working tree's files")
+    for name in filter(None, listed.stdout.split("\0")):
+        source = top / name
+        if not source.is_file() and not source.is_symlink():
+            continue  # deleted in the working tree
+        target = into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            target.symlink_to(source.readlink())
+        else:
+            shutil.copy2(source, target)
+    return into
 
 
 def at_commit(top: Path, found: commits.Commit, inside: Path, scratch: Path, what: str) -> Tree:
