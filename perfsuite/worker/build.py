@@ -125,6 +125,7 @@ def build(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> Built:
         model = quantize_4bit(model, compute_dtype=dtypes[strategy.precision], placement=device.placement())
     from perfsuite.worker.engines.common import OwnCase
     from perfsuite.worker.engines.deepspeed import deepspeed_setup
+    from perfsuite.worker.engines.interface import case_fields
 
     # One DeepSpeed config for whichever engine runs the case (None unless the strategy is ZeRO).
     deepspeed = deepspeed_setup(
@@ -136,16 +137,8 @@ def build(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> Built:
         max_grad_norm=spec.max_grad_norm,
     )
     case = OwnCase(
-        case_id=spec.id,
-        model=model,
+        **case_fields(spec, model, torch.device(device.placement()), batch_size=batch_size, seq_len=seq_len, lr=lr),
         strategy=strategy,
-        device=torch.device(device.placement()),
-        batch_size=batch_size,
-        seq_len=seq_len,
-        lr=lr,
-        max_grad_norm=spec.max_grad_norm,
-        seed=spec.seed,
-        max_steps=spec.warmup_steps + spec.steps + (2 if spec.profile else 0),
         hardware=device,
         dataset=dataset,
         model_spec=model_spec,

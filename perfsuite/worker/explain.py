@@ -54,7 +54,7 @@ def explain_case(spec: CaseSpec, ask: Mapping[str, Any]) -> dict[str, Any]:
     object.__setattr__(longer, "steps", max(spec.steps, extra))
     object.__setattr__(longer, "profile", False)
     built = build(longer)
-    engine = Driven(built.engine, device_type=built.device.type, tokens=built.batch_size * built.seq_len)
+    engine = Driven(built.engine, device_type=built.device.type, tokens=built.token_positions)
     initial = initial_stats(engine.model)
     notes: list[str] = []
     steps: list[StepFacts] = []

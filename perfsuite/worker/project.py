@@ -27,7 +27,7 @@ import torch
 from perfsuite.core.project_code import BATCH, BATCH_ARGUMENTS, FACTORY, split_reference
 from perfsuite.core.registry import DeclarationError
 from perfsuite.core.spec import CaseSkipped, CaseSpec
-from perfsuite.worker.engines.interface import ENGINE_API_VERSION, EngineCase
+from perfsuite.worker.engines.interface import ENGINE_API_VERSION, EngineCase, case_fields
 
 if TYPE_CHECKING:
     from perfsuite.core.engines import EngineSpec
@@ -201,16 +201,8 @@ def build_engine(
     assert engine_spec is not None
     cls = engine_class(engine_spec)
     case = EngineCase(
-        case_id=spec.id,
-        model=model,
+        **case_fields(spec, model, torch.device(device.placement()), batch_size=batch_size, seq_len=seq_len, lr=lr),
         strategy=spec.strategy_spec,
-        device=torch.device(device.placement()),
-        batch_size=batch_size,
-        seq_len=seq_len,
-        lr=lr,
-        max_grad_norm=spec.max_grad_norm,
-        seed=spec.seed,
-        max_steps=spec.warmup_steps + spec.steps + (2 if spec.profile else 0),
         make_batch=batch_maker(spec.model_spec, batch_size=batch_size, seq_len=seq_len, seed=spec.seed),
     )
     where = f"{engine_spec.declared_at}.class"

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
-from perfsuite.core.spec import CaseSkipped
+from perfsuite.core.spec import CaseSkipped, CaseSpec
 from perfsuite.core.strategies import Strategy
 
 ENGINE_API_VERSION = 1
@@ -101,6 +101,25 @@ class EngineCase:
         return dict(
             self.make_batch(batch_size=batch_size or self.batch_size, seq_len=self.seq_len, step=step, seed=self.seed)
         )
+
+
+def case_fields(
+    spec: CaseSpec, model: torch.nn.Module, device: torch.device, *, batch_size: int, seq_len: int, lr: float
+) -> dict[str, Any]:
+    """The :class:`EngineCase` fields every engine's case takes from its spec and its build, for
+    perfsuite's own engines and a project's alike (the strategy and the batch maker are each caller's)."""
+    return {
+        "case_id": spec.id,
+        "model": model,
+        "device": device,
+        "batch_size": batch_size,
+        "seq_len": seq_len,
+        "lr": lr,
+        "max_grad_norm": spec.max_grad_norm,
+        "seed": spec.seed,
+        # The timed steps, the warm-up and the profiled steps (memory and FLOPs) where there are any.
+        "max_steps": spec.warmup_steps + spec.steps + (2 if spec.profile else 0),
+    }
 
 
 class Engine(Protocol):
