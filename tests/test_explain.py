@@ -378,6 +378,45 @@ def test_other_weights_or_data_differ_and_are_said() -> None:
     assert _cause(GRADS, data="e", lr=1e-2).differ == ("data", "learning rate")
 
 
+def test_gradients_apart_at_a_step_whose_loss_agrees_are_no_forward_of_another_kind() -> None:
+    """Step 0's losses agree and its gradients do not: the same forward, its gradients accumulated
+    otherwise (DeepSpeed ZeRO-2 under accumulation); the losses part at step 1, after the update."""
+    moved = {"embed.weight": 0.5 * 0.61, "layer.0.weight": 0.2 * 1.09, "layer.1.weight": 0.3 * 0.94, "head.weight": 0.1}
+    cause = gradients.loss_cause(
+        [2.0, 1.9],
+        [2.0, 1.95],
+        _run([GRADS, GRADS]),
+        _run([moved, GRADS], losses=(2.0, 1.95)),
+        rtol=1e-3,
+        atol=1e-4,
+    )
+    assert (cause.step, cause.grad_step, cause.shape) == (1, 0, "everywhere")
+    said = gradients.describe(cause)
+    assert "every gradient at its own ratio at step 0, whose loss agrees (×0.61 to ×1.09; furthest " in said
+    assert "embed.weight ×0.61, layer.0.weight ×1.09, layer.1.weight ×0.94" in said
+    assert "accumulated otherwise" in said
+    assert "the forward differs" not in said
+    assert cause.last_only is None  # neither side recorded a micro-batch's gradient apart
+
+
+def test_an_update_that_used_its_last_micro_batch_alone_is_said() -> None:
+    """Under accumulation each side records the whole gradient and its last micro-batch's: B's are the
+    same tensor by tensor (its earlier micro-batches dropped), A's are not."""
+    last = {"embed.weight": 0.3, "layer.0.weight": 0.1, "layer.1.weight": 0.12, "head.weight": 0.05}
+
+    def run(grads: dict[str, float], losses: tuple[float, ...]) -> ExplainRecord:
+        steps = (StepFacts(losses[0], "d", (1e-3,), grads, last), StepFacts(losses[1], "d", (1e-3,), GRADS, last))
+        return ExplainRecord("w", 3, steps=steps)
+
+    cause = gradients.loss_cause(
+        [2.0, 1.9], [2.0, 1.95], run(GRADS, (2.0, 1.9)), run(last, (2.0, 1.95)), rtol=1e-3, atol=1e-4
+    )
+    assert (cause.grad_step, cause.last_only) == (0, "B")
+    assert "B's update used its last micro-batch's gradient alone, the earlier ones dropped (A's accumulates them)" in (
+        gradients.describe(cause)
+    )
+
+
 def test_an_uneven_scale_is_about_one_factor() -> None:
     """The Trainer's loss summed over micro-batches of different token counts: every gradient about 4
     times, each its own (the mean over each micro-batch's tokens), none near 1."""
@@ -467,15 +506,15 @@ def test_an_explanation_says_each_cause_and_survives_its_json() -> None:
         moved=["buffers"],
         loss_tolerance=(1e-3, 1e-4),
     )
-    lines = found.lines()
-    assert lines[0] == "time, ops: aten::mm 2 → 3 calls/step"
-    assert lines[1].startswith("time: profiled step 1.9 → 1.9 ms; a time is shown beyond 3 × the largest change")
-    assert lines[1].endswith(": ops 0.01, Python functions 0.01, Python time by package 0.01 ms/step")  # the floor
-    assert lines[2].startswith("memory: buffers +0.00 MiB = 1,024 elements × 4 B (float32): new buffer cache")
-    assert lines[3] == (
+    lines = found.lines()  # the loss and memory first: explained only where their checks failed
+    assert lines[0] == (
         "loss: parts at step 0 (2 → 2.02); every gradient ×1.01 there (4 tensors): a scale of the loss; "
         "the same initial weights, data and learning rate"
     )
+    assert lines[1].startswith("memory: buffers +0.00 MiB = 1,024 elements × 4 B (float32): new buffer cache")
+    assert lines[2] == "time, ops: aten::mm 2 → 3 calls/step"
+    assert lines[3].startswith("time: profiled step 1.9 → 1.9 ms; a time is shown beyond 3 × the largest change")
+    assert lines[3].endswith(": ops 0.01, Python functions 0.01, Python time by package 0.01 ms/step")  # the floor
     assert found.flame
     again = explanation.Explanation.from_json(json.loads(json.dumps(found.as_json())))
     assert again == found

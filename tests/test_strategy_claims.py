@@ -299,12 +299,36 @@ def test_gpu_only_strategies_are_skipped_on_a_cpu_with_their_reason(strategy: st
 
 # -- interactions: every precision, optimizer, offload and checkpointing strategy with accumulation --
 
+
+def _deepspeed_between(first: str, fixed: str) -> bool:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import Version
+
+    try:
+        return Version(first) <= Version(version("deepspeed")) < Version(fixed)
+    except PackageNotFoundError:
+        return False
+
+
+# deepspeedai/DeepSpeed#7718 (0.17.6 to 0.18.2, fixed in 0.18.3): ZeRO-2 without offload steps with
+# the last micro-batch's gradient alone under accumulation; `perfsuite ab` between 0.17.5 and 0.17.6
+# explains it so (every gradient ×0.27 to ×0.54 at step 0, whose loss agrees).
+ZERO2_LAST_MICRO_BATCH = pytest.mark.xfail(
+    _deepspeed_between("0.17.6", "0.18.3"),
+    reason="deepspeedai/DeepSpeed#7718: ZeRO-2 under gradient accumulation updates with the last "
+    "micro-batch's gradient alone (DeepSpeed 0.17.6 to 0.18.2)",
+    strict=True,
+)
+
 INTERACTIONS = {
-    # strategy: (precision, marks). Every push: 8-bit state and checkpointing; the rest
+    # strategy: (precision, marks). Every push: 8-bit state, checkpointing and ZeRO-2 (no offload:
+    # no CPU Adam, two runs of about 4 s); the rest
     # nightly (2 runs each), the offload path (where an accumulation bug once hid for a year)
     # among them since it took 92-101 s a push (tiny-bert-zero2_offload gates DeepSpeed on every push).
     "grad_ckpt": ("fp32", []),
     "adamw_8bit": ("fp32", [pytest.mark.bnb]),
+    "zero2": ("fp32", [pytest.mark.deepspeed, ZERO2_LAST_MICRO_BATCH]),
     "zero2_offload": ("fp32", [pytest.mark.nightly, pytest.mark.deepspeed]),
     "fp16": ("fp16", [pytest.mark.nightly]),
     "bf16": ("bf16", [pytest.mark.nightly]),

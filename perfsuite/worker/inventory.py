@@ -12,7 +12,7 @@ where a module holds it (``somemodule.CACHE[0]``) when one does. Bytes are each 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -126,17 +126,27 @@ def _held_by_modules(tensors: list[torch.Tensor]) -> dict[int, str]:
 class StepRecorder:
     """Per step: a digest of every tensor the model is called with, the learning rates after the
     step, and (where asked) each parameter's gradient norm once its gradient is complete, before any
-    clipping (a hook after each accumulation; the last micro-batch's value is the step's)."""
+    clipping: a hook after each accumulation (the last micro-batch's value is the step's), or under
+    DeepSpeed's ZeRO, which takes each micro-batch's gradient into its own partitions, the whole
+    gradient its update is about to use (``stepped``: the optimizer as the engine steps it)."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: Any) -> None:
+    def __init__(self, model: torch.nn.Module, optimizer: Any, *, stepped: Any = None) -> None:
         import xxhash
 
+        from perfsuite.worker.engines.deepspeed import before_zero_update, zero_optimizer
+
         self._names = _parameter_names(model)
+        self._model = model
         self._optimizer = optimizer
         self._digest = xxhash.xxh3_64()
         self._norms: dict[str, float] = {}
         self._grads = False
-        self._handles = [model.register_forward_pre_hook(self._inputs, with_kwargs=True)]
+        self._handles: list[Any] = [model.register_forward_pre_hook(self._inputs, with_kwargs=True)]
+        self._undo: list[Callable[[], None]] = []
+        zero = zero_optimizer(stepped)
+        self._micro: dict[str, float] | None = None if zero is None else {}
+        if zero is not None:
+            self._undo.append(before_zero_update(zero, self._zero_gradients))
         self._handles += [
             p.register_post_accumulate_grad_hook(self._gradient)  # type: ignore[no-untyped-call]
             for p in model.parameters()
@@ -155,17 +165,32 @@ class StepRecorder:
 
     def _gradient(self, param: torch.Tensor) -> None:
         if self._grads and param.grad is not None:
-            self._norms[self._names.get(id(param), "?")] = float(param.grad.detach().float().norm())
+            into = self._norms if self._micro is None else self._micro  # under ZeRO: this micro-batch's
+            into[self._names.get(id(param), "?")] = float(param.grad.detach().float().norm())
+
+    def _zero_gradients(self) -> None:
+        from perfsuite.worker.engines.deepspeed import full_gradient
+
+        if not self._grads:
+            return
+        for name, param in self._model.named_parameters():
+            grad = full_gradient(param) if param.requires_grad else None
+            if grad is not None:
+                self._norms[name] = float(grad.detach().float().norm())
 
     def begin(self, *, grads: bool) -> None:
         self._digest.reset()
         self._norms = {}
+        self._micro = None if self._micro is None else {}
         self._grads = grads
 
     def end(self, loss: torch.Tensor | float) -> StepFacts:
         lr = tuple(float(group["lr"]) for group in getattr(self._optimizer, "param_groups", ()))
-        return StepFacts(float(loss), self._digest.hexdigest(), lr, dict(self._norms) if self._grads else None)
+        grads, micro = (dict(self._norms), self._micro) if self._grads else (None, None)
+        return StepFacts(float(loss), self._digest.hexdigest(), lr, grads, dict(micro) if micro is not None else None)
 
     def close(self) -> None:
         for handle in self._handles:
             handle.remove()
+        for undo in self._undo:
+            undo()

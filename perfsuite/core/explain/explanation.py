@@ -80,19 +80,20 @@ class Explanation:
         return load(cls, data)
 
     def lines(self) -> list[str]:
-        """The cause, a line per finding (time per level, memory per category, loss), as a person would
-        write it in a bug report."""
+        """The cause, a line per finding, as a person would write it in a bug report: the loss, then
+        memory per category, then time per level (a loss or memory is explained only where its check
+        failed; a time also where its verdict is undecided, so it comes last)."""
         out = [f"could not explain: {error}" for error in self.errors]
-        if self.time is not None:
-            out += time_lines(self.time)
+        if self.loss is not None:
+            out.append(f"loss: {gradients.describe(self.loss)}")
         if self.memory is not None:
             out += [f"memory: {tensors.describe(c)}" for c in self.memory.categories]
             out += [
                 f"memory: allocated at {f}: {a / 2**20:,.2f} → {b / 2**20:,.2f} MiB"
                 for f, a, b in self.memory.sites[:3]
             ]
-        if self.loss is not None:
-            out.append(f"loss: {gradients.describe(self.loss)}")
+        if self.time is not None:
+            out += time_lines(self.time)
         return out
 
 

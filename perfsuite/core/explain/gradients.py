@@ -7,7 +7,8 @@ says what kind of change it is: one ratio shared by every tensor is a **scale** 
 reduction multiplied: an accumulation factor applied twice, a loss scale), a few tensors apart
 while the rest sit at 1 is a **local** change (a kernel, a dtype, an attention implementation in
 those layers), every tensor at its own ratio means the forward itself differs (other weights,
-other data). Equal gradients up to the step where the losses part point to the optimizer's
+other data), or, at a step whose loss still agrees, that the gradients are computed or accumulated
+otherwise. Equal gradients up to the step where the losses part point to the optimizer's
 update (the learning rate, its state).
 """
 
@@ -21,13 +22,15 @@ from dataclasses import dataclass
 
 from perfsuite.core.explain.initial import Moved, moved
 from perfsuite.core.explain.initial import describe as describe_initial
-from perfsuite.core.explain.records import ExplainRecord
+from perfsuite.core.explain.records import ExplainRecord, StepFacts
 
 SAME_RATIO = 1e-3
 """A gradient whose norm is within this relative distance of another's is the same (the loss
 gate's default relative tolerance): two runs of one stack agree to the last bit."""
 APART_SHOWN = 8
 """Tensors named when a few are apart."""
+FURTHEST_SHOWN = 3
+"""Tensors named, furthest from 1 first, when every gradient moved."""
 NEAR_SCALE = 0.15
 """Ratios all within 15% of their median, itself more than 15% off 1, are one scale of the loss applied
 unevenly (a mean over each micro-batch's tokens instead of over the step's: about the accumulation
@@ -74,6 +77,10 @@ class LossCause:
     """Where the initial weights differ: the parameters whose initial statistics moved, furthest first."""
     parameters: int = 0
     """How many parameters the initial statistics compared."""
+    last_only: str | None = None
+    """``A`` or ``B``: the side whose update at ``grad_step`` used its last micro-batch's gradient
+    alone while the other side's did not (the earlier micro-batches dropped); ``None`` otherwise or
+    where the engine records no micro-batch's gradient apart."""
 
 
 def first_apart(a: Sequence[float], b: Sequence[float], *, rtol: float, atol: float) -> int | None:
@@ -169,10 +176,25 @@ def loss_cause(
         found = ratios(grads_a, grads_b)
         if any(_off(r.ratio, 1.0) > SAME_RATIO for r in found) or set(grads_a) != set(grads_b):
             shape, scale, apart = shape_of(found)
+            only = [side for side, run in (("A", run_a), ("B", run_b)) if _last_only(run.steps[index])]
             return dataclasses.replace(
-                cause, grad_step=index, shape=shape, scale=scale, apart=apart, ratios=tuple(found)
+                cause,
+                grad_step=index,
+                shape=shape,
+                scale=scale,
+                apart=apart,
+                ratios=tuple(found),
+                last_only=only[0] if len(only) == 1 else None,
             )
     return dataclasses.replace(cause, shape="optimizer" if compared else "unknown")
+
+
+def _last_only(step: StepFacts) -> bool:
+    """Whether the step's update used its last micro-batch's gradient alone (each tensor's the same)."""
+    if step.grads is None or not step.last_micro:
+        return False
+    found = ratios(step.last_micro, step.grads)
+    return bool(found) and all(_off(r.ratio, 1.0) <= SAME_RATIO for r in found)
 
 
 def describe(cause: LossCause) -> str:
@@ -185,7 +207,14 @@ def describe(cause: LossCause) -> str:
         head += f" ({cause.loss_a:.6g} → {cause.loss_b:.6g})"
     said = _shape_said(cause)
     inputs = f"{', '.join(cause.differ)} differ" if cause.differ else "the same initial weights, data and learning rate"
-    lines = [head, said, inputs]
+    lines = [head, said]
+    if cause.last_only is not None:
+        other = "A" if cause.last_only == "B" else "B"
+        lines.append(
+            f"{cause.last_only}'s update used its last micro-batch's gradient alone, the earlier ones dropped "
+            f"({other}'s accumulates them)"
+        )
+    lines.append(inputs)
     if "initial weights" in cause.differ and cause.parameters:
         lines.append(describe_initial(cause.started_otherwise, cause.parameters))
     if not cause.reproduced:
@@ -210,6 +239,14 @@ def _shape_said(cause: LossCause) -> str:
         named = ", ".join(f"{r.name} ×{r.ratio:.3g}" for r in cause.apart[:APART_SHOWN])
         more = ", …" if len(cause.apart) > APART_SHOWN else ""
         return f"{len(cause.apart)} of {len(cause.ratios)} gradients apart {where}: {named}{more}"
+    if cause.grad_step is not None and cause.step is not None and cause.grad_step < cause.step:
+        furthest = sorted(cause.ratios, key=lambda r: -_off(r.ratio, 1.0))[:FURTHEST_SHOWN]
+        named = ", ".join(f"{r.name} ×{r.ratio:.3g}" for r in furthest)
+        return (
+            f"every gradient at its own ratio at step {cause.grad_step}, whose loss agrees "
+            f"({_range(cause.ratios)}; furthest {named}): the same forward, its gradients computed or "
+            "accumulated otherwise"
+        )
     return f"every gradient at its own ratio {where} ({_range(cause.ratios)}): the forward differs"
 
 

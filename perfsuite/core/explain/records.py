@@ -120,7 +120,11 @@ class StepFacts:
     lr: tuple[float, ...]
     """Each parameter group's learning rate after the step."""
     grads: dict[str, float] | None = None
-    """Each parameter's gradient norm before clipping (the last micro-batch's, accumulated), when asked."""
+    """Each parameter's gradient norm before clipping (the whole step's, accumulated), when asked."""
+    last_micro: dict[str, float] | None = None
+    """Where the engine accumulates apart from ``.grad`` (DeepSpeed's ZeRO), each parameter's gradient
+    norm from the step's last micro-batch alone, when ``grads`` is asked: an update that drops the
+    earlier micro-batches uses this one."""
 
 
 @dataclass(frozen=True)

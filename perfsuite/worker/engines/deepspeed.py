@@ -14,6 +14,7 @@ import contextlib
 import functools
 import os
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -166,6 +167,37 @@ def deepspeed_state(engine: Any, optimizer: Any) -> dict[str, Any]:
         "optimizer_state_devices": _devices(states),
         "optimizer_state_bytes": sum(t.numel() * t.element_size() for t in states),
     }
+
+
+def zero_optimizer(optimizer: Any) -> Any | None:
+    """DeepSpeed's ZeRO optimizer behind accelerate's or the Trainer's wrapper, or ``None`` for any other."""
+    inner = getattr(optimizer, "optimizer", None)
+    for candidate in (optimizer, inner):
+        if candidate is not None and type(candidate).__module__.startswith("deepspeed.runtime.zero"):
+            return candidate
+    return None
+
+
+def before_zero_update(zero: Any, read: Callable[[], None]) -> Callable[[], None]:
+    """Call ``read`` each time ``zero`` (a ZeRO optimizer) is about to update: at the accumulation
+    boundary, with every micro-batch's gradient reduced into its partitions and not yet unscaled or
+    clipped, the one moment :func:`full_gradient` can read them. Returns the undo."""
+    step = zero.step
+
+    def reading_first(*args: Any, **kwargs: Any) -> Any:
+        read()
+        return step(*args, **kwargs)
+
+    zero.step = reading_first
+    return lambda: vars(zero).pop("step", None)
+
+
+def full_gradient(param: torch.Tensor) -> torch.Tensor | None:
+    """The whole gradient the update will use for ``param`` under ZeRO (its partitions assembled:
+    DeepSpeed's ``safe_get_full_grad``), read inside :func:`before_zero_update`."""
+    from deepspeed.utils import safe_get_full_grad
+
+    return safe_get_full_grad(param)  # type: ignore[no-any-return]
 
 
 def end_process_group() -> None:
