@@ -397,6 +397,15 @@ def test_gradients_apart_at_a_step_whose_loss_agrees_are_no_forward_of_another_k
     assert "accumulated otherwise" in said
     assert "the forward differs" not in said
     assert cause.last_only is None  # neither side recorded a micro-batch's gradient apart
+    other_weights = gradients.loss_cause(
+        [2.0, 1.9],
+        [2.0, 1.95],
+        _run([GRADS, GRADS]),
+        _run([moved, GRADS], losses=(2.0, 1.95), weights="v"),
+        rtol=1e-3,
+        atol=1e-4,
+    )
+    assert "the forward differs" in gradients.describe(other_weights)  # a loss may agree from other weights
 
 
 def test_an_update_that_used_its_last_micro_batch_alone_is_said() -> None:

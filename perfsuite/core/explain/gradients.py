@@ -7,8 +7,8 @@ says what kind of change it is: one ratio shared by every tensor is a **scale** 
 reduction multiplied: an accumulation factor applied twice, a loss scale), a few tensors apart
 while the rest sit at 1 is a **local** change (a kernel, a dtype, an attention implementation in
 those layers), every tensor at its own ratio means the forward itself differs (other weights,
-other data), or, at a step whose loss still agrees, that the gradients are computed or accumulated
-otherwise. Equal gradients up to the step where the losses part point to the optimizer's
+other data), or, at a step whose loss still agrees from the same weights and data, that the gradients
+are computed or accumulated otherwise. Equal gradients up to the step where the losses part point to the optimizer's
 update (the learning rate, its state).
 """
 
@@ -239,7 +239,8 @@ def _shape_said(cause: LossCause) -> str:
         named = ", ".join(f"{r.name} ×{r.ratio:.3g}" for r in cause.apart[:APART_SHOWN])
         more = ", …" if len(cause.apart) > APART_SHOWN else ""
         return f"{len(cause.apart)} of {len(cause.ratios)} gradients apart {where}: {named}{more}"
-    if cause.grad_step is not None and cause.step is not None and cause.grad_step < cause.step:
+    if cause.grad_step is not None and cause.step is not None and cause.grad_step < cause.step and not cause.differ:
+        # Same weights, data and learning rate, and a loss that still agrees: not the forward.
         furthest = sorted(cause.ratios, key=lambda r: -_off(r.ratio, 1.0))[:FURTHEST_SHOWN]
         named = ", ".join(f"{r.name} ×{r.ratio:.3g}" for r in furthest)
         return (
