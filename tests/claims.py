@@ -19,7 +19,7 @@ Record = dict[str, Any]
 LOSS_RTOL = 1e-4
 LOSS_ATOL = 1e-5
 # Accumulation with half-precision autocast rounds each micro-batch's activations on its
-# own: the trajectories agree to the precision's own loss tolerance (perfsuite.core.compare).
+# own: the trajectories agree to the precision's own loss tolerance (perfsuite.core.gates).
 HALF_RTOL = {"fp16": 1e-2, "bf16": 2e-2}
 
 

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from perfsuite.core.compare import baseline_figures, compare
 from perfsuite.core.declaration import read_pyproject
+from perfsuite.core.gates import baseline_figures, compare
 from perfsuite.core.observation import observe
 from perfsuite.core.tolerance import resolve_tolerance
 

@@ -223,7 +223,7 @@ def test_outside_a_duet_nothing_waits(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_memory_and_loss_are_told_at_the_first_pair_and_may_end_the_case_there(stop: bool) -> None:
     """A loss 4 times too large is known at pair 1; the time needs its pairs. Said at once, and
     with ``stop_on_regression`` the case ends there, regressed, its time undecided."""
-    from perfsuite.ab.compare import checks_line
+    from perfsuite.ab.comparison import checks_line
 
     log: list[str] = []
     changed = {"tiny-bert-grad_accum": [8.0, 6.0]}
@@ -269,6 +269,6 @@ def test_a_candidate_that_starts_from_other_weights_changes_the_loss_and_says_wh
     assert not loss.ok
     assert not loss.compared
     assert "other initial weights than the baseline's (xxh3_128:bb against xxh3_128:aa" in loss.message
-    from perfsuite.ab.compare import checks_line
+    from perfsuite.ab.comparison import checks_line
 
     assert checks_line(result) == "regressed: loss from other initial weights (weights aa → weights bb) at pair 1"

@@ -1,7 +1,7 @@
 """Cases compared side by side in rounds: a pair of runs of each case per round
 (:mod:`perfsuite.ab.pairs`) until its time verdict is decided (:mod:`perfsuite.core.paired`),
 and memory and loss of the first pair against the suite's own gates
-(:mod:`perfsuite.core.compare`), side A standing in for the baseline."""
+(:mod:`perfsuite.core.gates`), side A standing in for the baseline."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from perfsuite.ab.pairs import Choice, Mode, Pair, check_mode, duet_fits, step_t
 from perfsuite.ab.sides import Side
 from perfsuite.core.baselines import build_baseline
 from perfsuite.core.check import Check
-from perfsuite.core.compare import check_memory
 from perfsuite.core.explain.explanation import Explanation
+from perfsuite.core.gates import check_memory
 from perfsuite.core.kernels import check_kernels
 from perfsuite.core.loss import check_loss
 from perfsuite.core.observation import observe

@@ -132,7 +132,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfsuite.ab.compare import AbRun, Failed
+    from perfsuite.ab.comparison import AbRun, Failed
     from perfsuite.ab.envs import EnvError, parse_env, parse_held
     from perfsuite.ab.lanes import plan_for
     from perfsuite.ab.pairs import check_mode

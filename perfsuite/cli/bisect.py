@@ -74,8 +74,8 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from perfsuite.ab.bisect import BisectError, between, check_order, index_versions
+    from perfsuite.ab.bisecting import Bisection, case_spec
     from perfsuite.ab.envs import EnvError, make_env, parse_held
-    from perfsuite.ab.runner import Bisection, case_spec
     from perfsuite.reports.tables import log_console
     from perfsuite.worker.device import default_device_type
 
@@ -177,7 +177,7 @@ def _commits(
     args: argparse.Namespace, spec: Any, say: Any, found: dict[str, Any], env_for: Any, what: str, scratch: Path | None
 ) -> int:
     """Bisect the commits ``found`` (good first), each side's environment from ``env_for``."""
-    from perfsuite.ab.runner import Bisection
+    from perfsuite.ab.bisecting import Bisection
 
     points = list(found)
     say(f"perfsuite: {what}s: {len(points)} from {points[0]} (good) to {points[-1]} (bad)")

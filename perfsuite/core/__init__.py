@@ -3,5 +3,5 @@ gates; statistics, the session's drift, hardware classes and shards. No torch, n
 here is unit-tested alone (tests/test_layers.py imports it with both blocked).
 
 Read :mod:`~perfsuite.core.spec` first (a case), then :mod:`~perfsuite.core.matrix` (which cases
-run where) and :mod:`~perfsuite.core.compare` (how one is gated).
+run where) and :mod:`~perfsuite.core.gates` (how one is gated).
 """

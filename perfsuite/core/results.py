@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.core.baselines import BaselineError, baseline_path, load_baseline
-from perfsuite.core.compare import baseline_figures, compare, time_change
 from perfsuite.core.drift import estimate, group_of
+from perfsuite.core.gates import baseline_figures, compare, time_change
 from perfsuite.core.observation import Observation, observe
 from perfsuite.core.tolerance import Tolerance, resolve_tolerance
 
@@ -45,7 +45,7 @@ class ReportCase:
     record: dict[str, Any] | None
     """The first run's record (``None`` when the case never ran)."""
     baseline: dict[str, Any] | None = None
-    """What it was (or would be) compared with: :func:`perfsuite.core.compare.baseline_figures`."""
+    """What it was (or would be) compared with: :func:`perfsuite.core.gates.baseline_figures`."""
     tolerance: dict[str, Any] | None = None
     checks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     message: str = ""

@@ -32,10 +32,10 @@ from perfsuite.core.baselines import (
     load_baseline,
     pinned_benchmark_path,
 )
-from perfsuite.core.compare import Outcome, baseline_figures
 from perfsuite.core.declaration import find_pyproject, project_baselines_dir, read_pyproject
 from perfsuite.core.declaration import load as load_declaration
 from perfsuite.core.drift import MIN_CASES, Drift
+from perfsuite.core.gates import Outcome, baseline_figures
 from perfsuite.core.observation import Observation, observe
 from perfsuite.core.registry import DeclarationError
 from perfsuite.core.spec import CaseSpec

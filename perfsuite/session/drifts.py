@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from perfsuite.core.baselines import BaselineError, load_baseline
-from perfsuite.core.compare import time_change
 from perfsuite.core.drift import Drift, estimate, group_of
+from perfsuite.core.gates import time_change
 from perfsuite.core.observation import observe
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import resolve_tolerance

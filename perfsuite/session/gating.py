@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from perfsuite.core.check import Check
-from perfsuite.core.compare import Outcome, compare, only_time_failed
 from perfsuite.core.drift import Drift
+from perfsuite.core.gates import Outcome, compare, only_time_failed
 from perfsuite.core.observation import Observation
 from perfsuite.core.tolerance import Tolerance
 

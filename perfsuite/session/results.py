@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from perfsuite.core.compare import Outcome
+from perfsuite.core.gates import Outcome
 from perfsuite.core.provenance import run_facts
 from perfsuite.core.results import PYTEST_RESULTS_SCHEMA_VERSION
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from perfsuite.core.baselines import baseline_path, incomplete, missing_message
-from perfsuite.core.compare import Outcome
+from perfsuite.core.gates import Outcome
 from perfsuite.core.spec import CaseSpec
 
 

@@ -19,7 +19,7 @@ from perfsuite.core.baselines import (
     with_other_classes,
     write_json_atomic,
 )
-from perfsuite.core.compare import Outcome
+from perfsuite.core.gates import Outcome
 from perfsuite.core.observation import Observation
 from perfsuite.core.provenance import run_facts
 from perfsuite.core.refresh import diff_rows, refusals

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from perfsuite.core.baselines import build_baseline, robust_spread, set_aside, time_spread
-from perfsuite.core.compare import check_memory, check_time, compare
+from perfsuite.core.gates import check_memory, check_time, compare
 from perfsuite.core.loss import check_loss
 from perfsuite.core.observation import Observation, observe
 from perfsuite.core.refresh import diff_rows, refusals

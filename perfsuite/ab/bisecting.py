@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.ab.bisect import Found, Judgement, Step, search
-from perfsuite.ab.compare import schedule_for
+from perfsuite.ab.comparison import schedule_for
 from perfsuite.ab.envs import Env, EnvError, make_env
 from perfsuite.ab.rounds import CaseResult, compare_case
 from perfsuite.ab.sides import Side
