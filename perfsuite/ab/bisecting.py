@@ -16,9 +16,9 @@ from perfsuite.ab.envs import Env, EnvError, make_env
 from perfsuite.ab.options import BisectOptions
 from perfsuite.ab.rounds import CaseResult, compare_case
 from perfsuite.ab.sides import Side
-from perfsuite.core.baselines import write_json_atomic
 from perfsuite.core.declaration import load_project
 from perfsuite.core.preloads import preload_for
+from perfsuite.core.results import write_results
 from perfsuite.core.spec import CaseSpec, parse_case_id, tier_spec
 from perfsuite.core.tolerance import Tolerance
 
@@ -174,8 +174,7 @@ class Bisection:
         if not self.options.json:
             return
         steps: list[Step] = found.steps if found else []
-        write_json_atomic(
-            Path(self.options.json),
+        write_results(
             {
                 "kind": "perfsuite-bisect",
                 "package": self.options.package,
@@ -189,4 +188,6 @@ class Bisection:
                 "first_bad": found.first_bad if found else None,
                 "candidates": found.candidates if found else [],
             },
+            json_file=Path(self.options.json),
+            say=None,
         )

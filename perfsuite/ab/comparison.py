@@ -1,5 +1,6 @@
 """``perfsuite ab`` from start to verdict: both sides set up and checked, every case compared
-(:mod:`perfsuite.ab.rounds`), then the table, ``--json`` and ``--report``."""
+(:mod:`perfsuite.ab.rounds`), then the table, ``--json`` and ``--report``
+(:func:`perfsuite.core.results.write_results`)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ from perfsuite.ab.options import AbOptions
 from perfsuite.ab.pairs import Choice
 from perfsuite.ab.rounds import CaseResult, compare_cases
 from perfsuite.ab.sides import Side
-from perfsuite.core.baselines import write_json_atomic
 from perfsuite.core.paired import SAME_CONFIDENCE, Schedule, alarm_looks, case_confidence, min_pairs
 from perfsuite.core.preloads import preload_for
 from perfsuite.core.provenance import now
+from perfsuite.core.results import write_results
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
 
@@ -241,15 +242,15 @@ class AbRun:
             self.say(
                 f"perfsuite ab: interrupted: {payload['interrupted']} case(s) left undecided, with the pairs they had"
             )
-        if options.json:
-            write_json_atomic(Path(options.json), payload)
-            self.say(f"wrote {options.json}")
-        if options.report:
+
+        def render(out: Path) -> list[Path]:
             try:
-                for path in write_report(payload, Path(options.report)):
-                    self.say(f"wrote {path}")
+                return write_report(payload, out)
             except ImportError as exc:  # no matplotlib: the verdict and summary.md stand, the page is not written
-                self.say(f"wrote {Path(options.report) / 'summary.md'}; no report.html: {exc}")
+                self.say(f"wrote {out / 'summary.md'}; no report.html: {exc}")
+                return []
+
+        write_results(payload, json_file=options.json, report_dir=options.report, render=render, say=self.say)
         if counts["cannot test"] == len(results):
             return 3
         return 1 if counts["regressed"] else 0

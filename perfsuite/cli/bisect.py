@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.cli.options import at_least, fraction, output_file, positive_fraction, positive_seconds
-from perfsuite.core.baselines import write_json_atomic
+from perfsuite.core.results import write_results
 
 if TYPE_CHECKING:
     from perfsuite.ab.options import BisectOptions
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"perfsuite: the commits between {found.last_good} and {found.first_bad} were not bisected: {exc}")
         return 1
     if args.json and released is not None:  # the commits' answer, with the releases' it went on from
-        write_json_atomic(args.json, {**json.loads(args.json.read_text()), "releases": released})
+        write_results({**json.loads(args.json.read_text()), "releases": released}, json_file=args.json, say=None)
     return code
 
 

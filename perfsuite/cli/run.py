@@ -13,7 +13,6 @@ from perfsuite.cli.common import project_baselines
 from perfsuite.cli.interrupt import Interrupt, terminate_as_interrupt
 from perfsuite.cli.options import GPUS, not_a_file, output_file
 from perfsuite.cli.selection import add_selection, select
-from perfsuite.core.baselines import write_json_atomic
 from perfsuite.core.preloads import preload_for
 from perfsuite.reports.walltime import wall_time_line
 
@@ -198,22 +197,20 @@ def _finish(
         print(f"perfsuite run: interrupted by {interrupt.name} after {len(finished)} of {len(results)} cases")
     if args.json or args.report:
         from perfsuite.core.provenance import run_facts
-        from perfsuite.core.results import RUN_RESULTS_SCHEMA_VERSION
+        from perfsuite.core.results import RUN_RESULTS_SCHEMA_VERSION, write_results
         from perfsuite.worker.env import environment
 
         env = {**environment(device_type), **run_facts(Path.cwd())}
         payload = {"schema_version": RUN_RESULTS_SCHEMA_VERSION, "env": env, "wall_s": wall, "cases": results}
         if interrupt is not None:
             payload["interrupted"] = interrupt.name
-        if args.json:
-            write_json_atomic(args.json, payload)
-            print(f"wrote {args.json}")
-        if args.report:
-            _write_run_report(payload, args.report)
+        write_results(
+            payload, json_file=args.json, report_dir=args.report, render=lambda out: _run_report(payload, out)
+        )
     return interrupt.exit_code if interrupt is not None else 1 if failed else 0
 
 
-def _write_run_report(payload: dict[str, Any], out: Path) -> None:
+def _run_report(payload: dict[str, Any], out: Path) -> list[Path]:
     """``perfsuite run --report``: the report of this run, each case compared with its baseline when one exists."""
     from perfsuite.core.results import parse_results
     from perfsuite.reports import write_report
@@ -221,12 +218,10 @@ def _write_run_report(payload: dict[str, Any], out: Path) -> None:
 
     settings, baselines = project_baselines()
     try:
-        written = write_report(parse_results(payload, "perfsuite run"), out, baselines=baselines, settings=settings)
+        return write_report(parse_results(payload, "perfsuite run"), out, baselines=baselines, settings=settings)
     except ReportExtraMissing as exc:
         print(f"perfsuite: no report: {exc}", file=sys.stderr)
-        return
-    for path in written:
-        print(f"wrote {path}")
+        return []
 
 
 def _print_diagnostics(console: Any, record: dict[str, Any]) -> None:

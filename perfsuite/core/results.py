@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfsuite.core.baselines import BaselineError, baseline_path, load_baseline
+from perfsuite.core.baselines import BaselineError, baseline_path, load_baseline, write_json_atomic
 from perfsuite.core.drift import estimate, group_of
 from perfsuite.core.gates import baseline_figures, compare, time_change
 from perfsuite.core.observation import Observation, observe
@@ -150,6 +150,28 @@ EXPECTED = (
     "expected `pytest --perfsuite-json`'s file (a 'cases' list of outcomes, each with 'case' and 'status') or "
     "`perfsuite run --json`'s (a 'cases' list of records, each with 'model', 'strategy' and 'status')"
 )
+
+
+def write_results(
+    payload: Mapping[str, Any],
+    *,
+    json_file: Path | None,
+    report_dir: Path | None = None,
+    render: Callable[[Path], Sequence[Path]] | None = None,
+    say: Callable[[str], None] | None = print,
+) -> None:
+    """The one writer of a command's results files (``perfsuite run``, ``ab`` and ``bisect``): ``payload``
+    as ``--json``'s file, atomically, then ``--report``'s files into ``report_dir`` as ``render`` writes
+    them there (a report is the shows' to draw; a ``render`` that cannot draw one says why and returns
+    what it wrote). Each file written is said through ``say`` (``None``: nothing is said)."""
+    if json_file is not None:
+        write_json_atomic(json_file, payload)
+        if say is not None:
+            say(f"wrote {json_file}")
+    if report_dir is not None and render is not None:
+        for path in render(report_dir):
+            if say is not None:
+                say(f"wrote {path}")
 
 
 def read_results_json(path: Path) -> Any:
