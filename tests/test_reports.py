@@ -21,6 +21,7 @@ from replay import every_push_cases, replay, slower
 from tools import chromium, require
 
 from perfsuite.cli import main
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.results import ReportCase, load_results, parse_results
 from perfsuite.history.records import night_record, write_record
 from perfsuite.reports import write_report
@@ -217,7 +218,8 @@ def _overlapping_labels(cases: list[ReportCase], title: str) -> list[tuple[str, 
 
 
 def _case(strategy: str, peak_mib: float, step_s: float) -> ReportCase:
-    record = {"status": "ok", "peak_memory_bytes": peak_mib * 2**20, "step_time_s": {"median": step_s}}
+    figures = {"status": "ok", "peak_memory_bytes": round(peak_mib * 2**20), "step_time_s": {"median": step_s}}
+    record = CaseRecord.from_json({"model": "m", "strategy": strategy, **figures}, strategy)
     return ReportCase(id=strategy, model="m", strategy=strategy, engine="loop", status="ok", record=record)
 
 

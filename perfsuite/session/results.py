@@ -30,7 +30,7 @@ def results_json(
                 "message": o.message,
                 "checks": [dataclasses.asdict(c) for c in o.checks],
                 "diff": [dict(zip(("metric", "old", "new", "change"), row, strict=True)) for row in o.diff],
-                "records": o.records,
+                "records": [r.to_json() for r in o.records],
                 "time_attempts": o.time_attempts,
                 "baseline": o.baseline,
                 "tolerance": o.tolerance,
