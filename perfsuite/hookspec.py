@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 
 
 @pytest.hookspec(firstresult=True)
 def pytest_perfsuite_run_case(
     config: pytest.Config, spec: CaseSpec, timeout_s: float, env: dict[str, str]
-) -> dict[str, Any] | None:
-    """Run one case and return its record (the format of :func:`perfsuite.worker.run.run_case`).
+) -> CaseRecord | Mapping[str, Any] | None:
+    """Run one case and return its record: a :class:`~perfsuite.core.record.CaseRecord`, or the JSON object
+    :func:`perfsuite.worker.run.run_case` makes (checked and typed as it is taken).
 
     ``env`` is what the case's process must have set before it starts: the GPU pool's
     ``CUDA_VISIBLE_DEVICES`` when cases share a machine's GPUs, else empty.

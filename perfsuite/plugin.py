@@ -19,6 +19,7 @@ import pytest
 from perfsuite.cli.options import add_plugin_options
 from perfsuite.core import registry
 from perfsuite.core.engines import ENGINES, OWN_ENGINES
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec, tier_spec
 from perfsuite.core.strategies import OPTIONAL_PACKAGES, install_hint
 
@@ -200,7 +201,7 @@ def perfsuite(pytestconfig: pytest.Config) -> Any:
 @pytest.hookimpl(trylast=True)
 def pytest_perfsuite_run_case(
     config: pytest.Config, spec: CaseSpec, timeout_s: float, env: dict[str, str]
-) -> dict[str, Any]:
+) -> CaseRecord:
     from perfsuite.worker.process import run_isolated
 
     return run_isolated(spec, timeout_s=timeout_s, env=env)

@@ -7,11 +7,21 @@ failing when its strategy is silently not applied, so none of them can pass vacu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-Record = dict[str, Any]
+from perfsuite.core.record import CaseRecord
+
+Record = CaseRecord
+T = TypeVar("T")
+
+
+def known(value: T | None) -> T:
+    """A figure a run that finished always has (a record types it optional: a failed run has none)."""
+    assert value is not None
+    return value
+
 
 # Float tolerance for "the same training": identical maths in a different order
 # (other matmul shapes, summed micro-batch gradients) differs in the last bits, which
@@ -19,37 +29,43 @@ Record = dict[str, Any]
 LOSS_RTOL = 1e-4
 LOSS_ATOL = 1e-5
 # Accumulation with half-precision autocast rounds each micro-batch's activations on its
-# own: the trajectories agree to the precision's own loss tolerance (perfsuite.core.compare).
+# own: the trajectories agree to the precision's own loss tolerance (perfsuite.core.gates).
 HALF_RTOL = {"fp16": 1e-2, "bf16": 2e-2}
 
 
 def same_losses(a: Record, b: Record, *, rtol: float = LOSS_RTOL, atol: float = LOSS_ATOL) -> None:
-    assert len(a["loss"]) == len(b["loss"])
-    torch.testing.assert_close(torch.tensor(a["loss"]), torch.tensor(b["loss"]), rtol=rtol, atol=atol)
+    assert len(a.loss) == len(b.loss)
+    torch.testing.assert_close(torch.tensor(a.loss), torch.tensor(b.loss), rtol=rtol, atol=atol)
 
 
 def mem(record: Record, category: str) -> int:
     """A category of the record's memory breakdown (MemTracker, at the peak), in bytes."""
-    value = record["memory_breakdown_bytes"][category]
-    assert isinstance(value, int), record["memory_breakdown_bytes"]
+    value = (record.memory_breakdown_bytes or {})[category]
+    assert isinstance(value, int), record.memory_breakdown_bytes
     return value
 
 
 def state_bytes(record: Record) -> int:
-    value = record["applied"]["optimizer_state_bytes"]
-    assert isinstance(value, int), record["applied"]
+    value = record.applied["optimizer_state_bytes"]
+    assert isinstance(value, int), record.applied
     return value
 
 
+def _grad_norms(record: Record) -> list[float]:
+    """Each step's gradient norm (every step of these runs has one)."""
+    assert None not in record.grad_norm, record.grad_norm
+    return [float(v) for v in record.grad_norm if v is not None]
+
+
 def _optimizer(record: Record, expected: str, name: str) -> None:
-    found = record["applied"]["optimizer_class"]
+    found = record.applied["optimizer_class"]
     assert found == expected, f"trained with {found}, not {name}"
 
 
 def fused_adamw(record: Record, vanilla: Record) -> None:
     _optimizer(record, "torch.optim.adamw.AdamW", "AdamW")
-    assert record["applied"]["fused"] is True, f"param groups say fused={record['applied']['fused']!r}"
-    assert not vanilla["applied"]["fused"]
+    assert record.applied["fused"] is True, f"param groups say fused={record.applied['fused']!r}"
+    assert not vanilla.applied["fused"]
     same_losses(record, vanilla)  # the same AdamW update, one kernel instead of a loop
 
 
@@ -68,7 +84,7 @@ def lion_8bit(record: Record, vanilla: Record) -> None:
 
 
 def galore(record: Record, vanilla: Record) -> None:
-    info = record["applied"].get("galore")
+    info = record.applied.get("galore")
     assert info, "no GaLore parameter group"
     assert info["projected_parameters"] > 0
     assert info["projectors"] == info["projected_parameters"], "a projected weight has no projector"
@@ -86,11 +102,11 @@ def galore(record: Record, vanilla: Record) -> None:
 
 
 def eager_attention(record: Record, vanilla: Record) -> None:
-    eager, sdpa = record["attention_ops"], vanilla["attention_ops"]
-    assert record["applied"]["attention_implementation"] == "eager", (
-        f"attention ran as {record['applied']['attention_implementation']!r}, not eager"
+    eager, sdpa = record.attention_ops or {}, vanilla.attention_ops or {}
+    assert record.applied["attention_implementation"] == "eager", (
+        f"attention ran as {record.applied['attention_implementation']!r}, not eager"
     )
-    assert vanilla["applied"]["attention_implementation"] == "sdpa"
+    assert vanilla.applied["attention_implementation"] == "sdpa"
     assert not any(k.startswith("sdpa") for k in eager), f"eager attention ran SDPA kernels: {eager}"
     assert eager.get("softmax", 0) >= 1, f"eager attention ran no softmax: {eager}"
     assert sdpa.get("sdpa", 0) + sdpa.get("sdpa_math", 0) >= 1, f"vanilla ran no SDPA: {sdpa}"
@@ -98,7 +114,7 @@ def eager_attention(record: Record, vanilla: Record) -> None:
 
 
 def compiled(record: Record) -> None:
-    info = record["applied"].get("compile")
+    info = record.applied.get("compile")
     assert info, "no compile evidence"
     assert info["wrapper"] == "OptimizedModule"
     assert info["unique_graphs"] >= 1, info
@@ -106,18 +122,18 @@ def compiled(record: Record) -> None:
     assert info["graph_breaks"] == 0, info
     assert info["recompile_limit_hits"] == 0, "dynamo hit its recompile limit and fell back to eager"
     # Compilation happens in the warm-up, reported on its own: far longer than a step.
-    assert record["compile_s"] is not None
-    assert record["compile_s"] > 2 * record["step_time_s"]["median"]
+    assert record.compile_s is not None
+    assert record.compile_s > 2 * record.timed().median
 
 
 def lora(record: Record, vanilla: Record, *, expected_adapters: int) -> None:
-    info = record["applied"].get("lora")
+    info = record.applied.get("lora")
     assert info, "no LoRA evidence"
     expected = expected_adapters
     assert info["adapter_parameters"] == expected, f"{info['adapter_parameters']} adapter parameters, not {expected}"
-    assert info["trainable_parameters"] == record["applied"]["trainable_parameters"]
-    assert info["trainable_parameters"] < 0.05 * vanilla["applied"]["trainable_parameters"]
-    assert record["applied"]["frozen_parameters_with_grad"] == 0, "a frozen base weight got a gradient"
+    assert info["trainable_parameters"] == record.applied["trainable_parameters"]
+    assert info["trainable_parameters"] < 0.05 * vanilla.applied["trainable_parameters"]
+    assert record.applied["frozen_parameters_with_grad"] == 0, "a frozen base weight got a gradient"
     # AdamW state: two fp32 moments per trainable parameter (plus a step count each).
     assert state_bytes(record) <= 8 * info["trainable_parameters"] * 1.05
     assert state_bytes(record) >= 8 * info["trainable_parameters"]
@@ -136,11 +152,11 @@ def lora_adapters(model: str, rank: int = 8) -> int:
 
 def accumulation_keeps_the_trajectory(accumulated: Record, single: Record, *, precision: str = "fp32") -> None:
     """Micro-batches summed to the same effective batch: the same loss and gradient norm, step by step."""
-    assert accumulated["applied"]["accumulation_steps"] == 4
-    assert single["applied"]["accumulation_steps"] == 1
+    assert accumulated.applied["accumulation_steps"] == 4
+    assert single.applied["accumulation_steps"] == 1
     rtol = HALF_RTOL.get(precision, LOSS_RTOL)
     same_losses(accumulated, single, rtol=rtol, atol=max(LOSS_ATOL, rtol / 10))
-    norms = [torch.tensor([float(v) for v in r["grad_norm"]]) for r in (accumulated, single)]
+    norms = [torch.tensor(_grad_norms(r)) for r in (accumulated, single)]
     torch.testing.assert_close(norms[0], norms[1], rtol=max(rtol, 1e-3), atol=1e-4)
 
 
@@ -148,8 +164,8 @@ def accumulation_keeps_the_trajectory(accumulated: Record, single: Record, *, pr
 
 
 def _ranks(record: Record) -> list[dict[str, Any]]:
-    ranks = [r["applied"] for r in record["ranks"]]
-    assert len(ranks) == record["world_size"] > 1, f"{len(ranks)} rank records for world size {record['world_size']}"
+    ranks = [r["applied"] for r in record.ranks]
+    assert len(ranks) == (record.world_size or 0) > 1, f"{len(ranks)} rank records for world size {record.world_size}"
     assert all(r is not None for r in ranks), "a rank recorded no distributed evidence"
     return ranks
 
@@ -174,12 +190,12 @@ TOKEN_MEAN_GRAD_NORM_RTOL = 5e-2
 def trains_like_one_process(record: Record, single: Record) -> None:
     """The ranks' mean loss and the gradient norm equal one process's on the same global batch
     (exactly up to float order for a per-sample loss; see :data:`TOKEN_MEAN_RTOL` for a per-token one)."""
-    per_token = record["task"] == "causal_lm"
+    per_token = record.task == "causal_lm"
     same_losses(record, single, rtol=TOKEN_MEAN_RTOL if per_token else LOSS_RTOL)
-    norms = [float(n) for n in record["grad_norm"]]
+    norms = _grad_norms(record)
     torch.testing.assert_close(
         torch.tensor(norms),
-        torch.tensor([float(n) for n in single["grad_norm"]]),
+        torch.tensor(_grad_norms(single)),
         rtol=TOKEN_MEAN_GRAD_NORM_RTOL if per_token else LOSS_RTOL,
         atol=LOSS_ATOL,
     )
@@ -190,7 +206,7 @@ def ddp(record: Record, single: Record) -> None:
     ranks_hold_the_same_parameters(record)
     trains_like_one_process(record, single)
     for r in _ranks(record):
-        assert r["accelerate_processes"] == record["world_size"], r
+        assert r["accelerate_processes"] == record.world_size, r
         assert r["model_class"] == "DistributedDataParallel", r["model_class"]
 
 
@@ -202,7 +218,7 @@ def fsdp2(record: Record, single: Record) -> None:
     """FSDP2: every parameter a DTensor sharded on dim 0, the shards adding up exactly to the
     model, each rank holding about 1/world_size of it and of AdamW's state."""
     ranks = _ranks(record)
-    size = record["world_size"]
+    size = record.world_size or 0
     for r in ranks:
         assert r["dtensor_parameters"] == r["parameters"] > 0, (
             f"rank {r['rank']}: {r['dtensor_parameters']} of {r['parameters']} parameters are sharded "
@@ -211,7 +227,7 @@ def fsdp2(record: Record, single: Record) -> None:
         assert r["placements"] == ["(Shard(dim=0),)"], r["placements"]
         assert _about(r["local_parameter_numel"], r["parameter_numel"], 1 / size, 0.05), r
     total = ranks[0]["parameter_numel"]
-    assert sum(r["local_parameter_numel"] for r in ranks) == total == single["num_parameters"]
+    assert sum(r["local_parameter_numel"] for r in ranks) == total == single.num_parameters
     adamw = state_bytes(single)
     for r in ranks:
         assert _about(r["optimizer_state_bytes"], adamw, 1 / size, 0.05), (r["optimizer_state_bytes"], adamw)
@@ -222,8 +238,8 @@ def zero(record: Record, single: Record, stage: int) -> None:
     """ZeRO-2: replicated weights, optimizer state partitioned; ZeRO-3: the weights partitioned
     too (about 1/world_size per rank, plus alignment padding). Both train as one process would."""
     ranks = _ranks(record)
-    size = record["world_size"]
-    info = record["applied"]["deepspeed"]
+    size = record.world_size or 0
+    info = record.applied["deepspeed"]
     assert info["zero_stage"] == stage, info
     assert info["data_parallel_world_size"] == size, info
     adamw = state_bytes(single)

@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from perfsuite.core.record import RecordJson
 from perfsuite.core.spec import CaseSpec
 from perfsuite.worker import optimizers
 from perfsuite.worker import run as case
@@ -51,7 +52,6 @@ from perfsuite.worker.engines import common as engine_common
 from perfsuite.worker.engines import loop as engine
 from perfsuite.worker.engines.interface import StepOutput
 from perfsuite.worker.optimizers import state_bytes
-from perfsuite.worker.record import CaseRecord
 
 LEAK: list[torch.Tensor] = []
 """The module-level global a ``leak`` fills."""
@@ -170,7 +170,7 @@ def _note_rank_pid() -> None:
 def _patch_pid_notes() -> None:
     train = case.train
 
-    def noted(*args: Any, **kwargs: Any) -> CaseRecord:
+    def noted(*args: Any, **kwargs: Any) -> RecordJson:
         _note_rank_pid()
         return train(*args, **kwargs)
 

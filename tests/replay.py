@@ -13,9 +13,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from perfsuite.core.compare import baseline_figures, compare
 from perfsuite.core.declaration import read_pyproject
+from perfsuite.core.gates import baseline_figures, compare
 from perfsuite.core.observation import observe
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.tolerance import resolve_tolerance
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,7 +102,13 @@ def replay(
             changes[baseline["case"]](record)
         versions = baseline["provenance"]["versions"]
         tolerance = resolve_tolerance(settings, hardware="cpu", case_id=baseline["case"], precision=record["precision"])
-        checks = compare(baseline["case"], baseline, observe(record, time_unit="calibrated"), tolerance, hardware="cpu")
+        checks = compare(
+            baseline["case"],
+            baseline,
+            observe(CaseRecord.from_json(record, baseline["case"]), time_unit="calibrated"),
+            tolerance,
+            hardware="cpu",
+        )
         failed = [c for c in checks if not c.ok]
         cases.append(
             {

@@ -282,8 +282,8 @@ def test_an_a_a_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_bisect_judges_only_the_metric_asked() -> None:
+    from perfsuite.ab.bisecting import changed
     from perfsuite.ab.rounds import CaseResult
-    from perfsuite.ab.runner import changed
     from perfsuite.core.check import Check
 
     def failing(metric: str) -> Check:
@@ -356,7 +356,7 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path: Path, twice: bo
 def test_bisect_takes_any_case_perfsuite_run_names(case_id: str) -> None:
     """A composed case is where interaction bugs show, so it is what one bisects: every id
     `perfsuite run` gives a case, in the matrix or not, names that case back."""
-    from perfsuite.ab.runner import case_spec
+    from perfsuite.ab.bisecting import case_spec
 
     assert case_spec(case_id, steps=None, threads=1).id == case_id
 
@@ -364,7 +364,7 @@ def test_bisect_takes_any_case_perfsuite_run_names(case_id: str) -> None:
 @pytest.mark.parametrize("case_id", ["tiny-bert-ddp-ws02", "tiny-bert-vanilla-ws1"])
 def test_bisect_refuses_an_id_that_names_another(case_id: str) -> None:
     """A record carries its case's own id: an id that only names it (-ws1, -ws02) is refused."""
-    from perfsuite.ab.runner import case_spec
+    from perfsuite.ab.bisecting import case_spec
 
     with pytest.raises(ValueError, match="names the case 'tiny-bert-"):
         case_spec(case_id, steps=None, threads=1)

@@ -19,6 +19,7 @@ from perfsuite.ab.pairs import duet_core
 from perfsuite.ab.rounds import CaseResult, compare_cases
 from perfsuite.cli import main
 from perfsuite.core.paired import Schedule
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.tolerance import Tolerance
 from perfsuite.worker.duet import CPUS
 
@@ -124,7 +125,7 @@ class Recording(FakeSide):
     lock = threading.Lock()
     lane: tuple[int, ...] = ()
 
-    def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+    def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> CaseRecord:
         with Recording.lock:
             Recording.running += 1
             Recording.most = max(Recording.most, Recording.running)
@@ -288,7 +289,7 @@ def test_ctrl_c_with_several_lanes_drops_every_pair_in_flight_and_keeps_every_fi
     pair still runs: that pair is dropped, the case decided before is kept, the open ones undecided."""
 
     class Stopping(Recording):
-        def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+        def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> CaseRecord:
             runs = sum(line.startswith(f"B tiny-bert-{spec['strategy']} ") for line in self.log)
             if runs == 8 and spec["strategy"] == "adafactor":
                 raise KeyboardInterrupt  # during adafactor's 9th pair

@@ -16,6 +16,7 @@ from perfsuite.ab import pairs
 from perfsuite.ab.pairs import duet_fits, step_log_ratio
 from perfsuite.ab.rounds import compare_cases
 from perfsuite.core.paired import Schedule
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
 from perfsuite.worker import duet
@@ -42,6 +43,10 @@ def test_a_duet_pair_is_the_median_of_its_steps_ratios() -> None:
         step_log_ratio(a, b[:4])
 
 
+def _identity(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"model": spec["model"], "strategy": spec["strategy"]}
+
+
 class FakeSide:
     """A side whose step time is ``scale`` × the case's base time; records every run and reset."""
 
@@ -60,14 +65,17 @@ class FakeSide:
     def reset(self) -> None:
         self.log.append(f"{self.name} reset")
 
-    def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+    def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> CaseRecord:
         case = f"{spec['model']}-{spec['strategy']}"
         self.log.append(f"{self.name} {case} profile={spec['profile']} calibrate={spec['calibrate']}")
         if case == self.fail:
-            return {"status": "error", "error": "boom"}
+            return CaseRecord.from_json({**_identity(spec), "status": "error", "error": "boom"}, case)
         runs = sum(1 for line in self.log if line.startswith(f"{self.name} {case}"))
         jitter = 1 + self.noise * ((runs * 7) % 5 - 2) / 2  # within ± noise, never the same twice in a row
         step = 0.1 * self.scale.get(case, 1.0) * jitter
+        return CaseRecord.from_json(self._figures(spec, step, case), case)
+
+    def _figures(self, spec: dict[str, Any], step: float, case: str) -> dict[str, Any]:
         return {
             "status": "ok",
             "device": "cpu",
@@ -145,7 +153,7 @@ class Interrupting(FakeSide):
         super().__init__("B", scale, log)
         self.after = after
 
-    def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+    def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> CaseRecord:
         if sum(line.startswith("B tiny") for line in self.log) + 1 == self.after:
             raise KeyboardInterrupt
         return super().run(spec, timeout_s, env)
@@ -223,7 +231,7 @@ def test_outside_a_duet_nothing_waits(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_memory_and_loss_are_told_at_the_first_pair_and_may_end_the_case_there(stop: bool) -> None:
     """A loss 4 times too large is known at pair 1; the time needs its pairs. Said at once, and
     with ``stop_on_regression`` the case ends there, regressed, its time undecided."""
-    from perfsuite.ab.compare import checks_line
+    from perfsuite.ab.comparison import checks_line
 
     log: list[str] = []
     changed = {"tiny-bert-grad_accum": [8.0, 6.0]}
@@ -255,8 +263,8 @@ def test_a_candidate_that_starts_from_other_weights_changes_the_loss_and_says_wh
             super().__init__(*args, **kw)
             self.digest = digest
 
-        def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
-            return {**super().run(spec, timeout_s, env), "initial_weights": self.digest}
+        def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> CaseRecord:
+            return super().run(spec, timeout_s, env).updated(initial_weights=self.digest)
 
     log: list[str] = []
     other = {"tiny-bert-vanilla": [2.5, 1.9]}  # the other weights' curve
@@ -269,6 +277,6 @@ def test_a_candidate_that_starts_from_other_weights_changes_the_loss_and_says_wh
     assert not loss.ok
     assert not loss.compared
     assert "other initial weights than the baseline's (xxh3_128:bb against xxh3_128:aa" in loss.message
-    from perfsuite.ab.compare import checks_line
+    from perfsuite.ab.comparison import checks_line
 
     assert checks_line(result) == "regressed: loss from other initial weights (weights aa → weights bb) at pair 1"

@@ -179,9 +179,13 @@ def test_a_refresh_budget_starts_a_case_only_while_the_longest_so_far_still_fits
 
 
 def test_a_case_stopped_at_the_limit_fails_when_it_had_all_of_it() -> None:
+    from perfsuite.core.record import CaseRecord
     from perfsuite.session.scope import RefreshBudget
 
-    timed_out = [{"status": "failed", "error": "timed out after 60 s; worker killed"}]
+    def failed(error: str) -> CaseRecord:
+        return CaseRecord.from_json({"model": "m", "strategy": "s", "status": "failed", "error": error}, error)
+
+    timed_out = [failed("timed out after 60 s; worker killed")]
     now = [0.0]
     budget = RefreshBudget(60, clock=lambda: now[0])
     now[0] = 61
@@ -195,5 +199,5 @@ def test_a_case_stopped_at_the_limit_fails_when_it_had_all_of_it() -> None:
     assert stopped is not None
     assert stopped[0] == "not reached"
     assert budget.not_reached == ["b"]
-    crashed = [{"status": "failed", "error": "worker killed by signal SIGSEGV"}]
+    crashed = [failed("worker killed by signal SIGSEGV")]
     assert budget.why_stopped("c", crashed) is None  # a crash is the case's own failure

@@ -22,8 +22,8 @@ def test_generated_data_is_learnable(model: str) -> None:
     # (its token-by-token mapping is learned one token at a time, so it falls slowest).
     spec = CaseSpec(model=model, strategy="vanilla", steps=300, warmup_steps=0, seq_len=64, profile=False, threads=1)
     record = run_isolated(spec, timeout_s=900)
-    assert record["status"] == "ok", record["error"]
-    losses = record["loss"]
+    assert record.status == "ok", record.error
+    losses = record.loss
     assert len(losses) == 300
     first, last = statistics.mean(losses[:20]), statistics.mean(losses[-20:])
     assert last < 0.8 * first, f"{model}: loss {first:.3f} -> {last:.3f} over 300 steps"
@@ -33,8 +33,8 @@ def test_a_nan_loss_fails_the_case_naming_the_step() -> None:
     # An infinite learning rate turns every weight into inf/nan at the first update.
     spec = CaseSpec(model="tiny-bert", strategy="vanilla", steps=2, warmup_steps=1, lr=float("inf"), profile=False)
     record = run_isolated(spec, timeout_s=300)
-    assert record["status"] == "failed"
-    assert "NonFiniteLoss: loss is nan at optimizer step 1 (of 3)" in record["error"]
+    assert record.status == "failed"
+    assert "NonFiniteLoss: loss is nan at optimizer step 1 (of 3)" in (record.error or "")
 
 
 def test_pretrained_model_on_a_real_dataset(tmp_path: Path) -> None:
@@ -56,13 +56,13 @@ def test_pretrained_model_on_a_real_dataset(tmp_path: Path) -> None:
         tokenizer=weights,
     )
     record = run_isolated(spec, timeout_s=600)
-    assert record["status"] == "ok", record["error"]
-    assert record["num_parameters"] == 22_714_756  # MiniLM-L6 body + a fresh 4-label head
-    assert record["model_config"]["hidden_size"] == 384
-    assert record["dataset"] == str(csv)
-    assert record["pretrained"] == weights
-    assert len(record["loss"]) == 3
-    assert 0 < record["padding_fraction"] < 0.5  # real sentences of similar length, padded per batch
+    assert record.status == "ok", record.error
+    assert record.num_parameters == 22_714_756  # MiniLM-L6 body + a fresh 4-label head
+    assert record.model_config["hidden_size"] == 384
+    assert record.dataset == str(csv)
+    assert record.pretrained == weights
+    assert len(record.loss) == 3
+    assert 0 < (record.padding_fraction or 0) < 0.5  # real sentences of similar length, padded per batch
 
 
 def test_runs_are_seeded_and_repeatable() -> None:
@@ -70,17 +70,17 @@ def test_runs_are_seeded_and_repeatable() -> None:
     # the kernels' split of a reduction, not the seeding this checks.
     spec = CaseSpec(model="tiny-gpt2", strategy="smart_batching", steps=2, warmup_steps=1, profile=False, threads=1)
     first, second = (run_isolated(spec, timeout_s=300) for _ in range(2))
-    assert first["status"] == second["status"] == "ok"
-    assert first["loss"] == second["loss"]  # bit for bit: same weights, data and batch order
-    assert first["padding_fraction"] == second["padding_fraction"]
-    assert first["initial_weights"] == second["initial_weights"]
-    assert first["initial_weights"].startswith("xxh3_128:")
+    assert first.status == second.status == "ok"
+    assert first.loss == second.loss  # bit for bit: same weights, data and batch order
+    assert first.padding_fraction == second.padding_fraction
+    assert first.initial_weights == second.initial_weights
+    assert (first.initial_weights or "").startswith("xxh3_128:")
     other = run_isolated(
         CaseSpec(model="tiny-gpt2", strategy="smart_batching", steps=2, warmup_steps=1, seed=1, profile=False),
         timeout_s=300,
     )
-    assert other["loss"] != first["loss"]
-    assert other["initial_weights"] != first["initial_weights"]  # another seed, other starting weights
+    assert other.loss != first.loss
+    assert other.initial_weights != first.initial_weights  # another seed, other starting weights
 
 
 def test_a_missing_package_skips_the_case_naming_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,11 +102,13 @@ def test_a_record_says_where_its_wall_time_went() -> None:
     from perfsuite.reports.walltime import wall_time_line
 
     profiled = run_isolated(CaseSpec(model="tiny-bert", strategy="vanilla", steps=2, warmup_steps=1), timeout_s=300)
-    assert profiled["status"] == "ok", profiled["error"]
-    phases = profiled["phases_s"]
+    assert profiled.status == "ok", profiled.error
+    phases = profiled.phases_s
     assert list(phases) == [phase for phase in PHASES if phase != "close"]  # a worker leaves the teardown
     assert all(seconds >= 0 for seconds in phases.values())
-    assert sum(phases.values()) + profiled["worker_startup_s"] <= profiled["wall_s"]
+    assert profiled.worker_startup_s is not None
+    assert profiled.wall_s is not None
+    assert sum(phases.values()) + profiled.worker_startup_s <= profiled.wall_s
     line = wall_time_line([profiled])
     assert line is not None
     assert line.startswith("where the time went, 1 ok case(s), ")
@@ -115,7 +117,7 @@ def test_a_record_says_where_its_wall_time_went() -> None:
     bare = run_isolated(
         CaseSpec(model="tiny-bert", strategy="vanilla", steps=2, warmup_steps=1, profile=False), timeout_s=300
     )
-    assert set(bare["phases_s"]) == {"build", "warmup", "timed"}  # no profiling steps ran
+    assert set(bare.phases_s) == {"build", "warmup", "timed"}  # no profiling steps ran
 
 
 def test_a_worker_sends_its_record_before_any_teardown_and_leaves_nothing_behind(tmp_path: Path) -> None:
@@ -154,8 +156,8 @@ def test_a_worker_sends_its_record_before_any_teardown_and_leaves_nothing_behind
     for strategy, engine in (("dataloader", "loop"), ("vanilla", "trainer"), ("dataloader", "trainer")):
         spec = CaseSpec(model="tiny-bert", strategy=strategy, engine=engine, steps=2, warmup_steps=1, profile=False)
         record = run_isolated(spec, timeout_s=300)
-        assert record["status"] == "ok", record["error"]
-        assert "close" not in record["phases_s"]
+        assert record.status == "ok", record.error
+        assert "close" not in record.phases_s
         assert not strays() - running, f"{spec.id} left processes running"
         assert not semaphores() - held, f"{spec.id} left a named semaphore"
     assert not [name for name in {p.name for p in temp.iterdir()} - before if name.startswith("perfsuite-")]
@@ -167,5 +169,5 @@ def test_refresh_missing_looks_for_baselines_where_a_worker_would_record_them() 
     record = run_isolated(
         CaseSpec(model="tiny-bert", strategy="vanilla", steps=1, warmup_steps=0, profile=False), timeout_s=300
     )
-    assert record["status"] == "ok", record["error"]
-    assert (record["hardware"], record["time_class"]) == machine_keys("cpu")
+    assert record.status == "ok", record.error
+    assert (record.hardware, record.time_class) == machine_keys("cpu")

@@ -21,13 +21,14 @@ import injections
 import pytest
 
 from perfsuite.core.matrix import nightly_only
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import tier_spec
 from perfsuite.session import PerfsuiteSession
 from perfsuite.worker.process import run_isolated
 
 pytestmark = pytest.mark.cpu
 
-Claim = Callable[[dict[str, Any], dict[str, Any]], None]
+Claim = Callable[[CaseRecord, CaseRecord], None]
 CLAIMS: dict[str, tuple[Claim, list[Any], str]] = {
     # strategy: (its claim, its marks, what the claim says when the strategy is not applied)
     "fused_adamw": (claims.fused_adamw, [], "param groups say fused=None"),
@@ -47,11 +48,11 @@ HOLLOW = {
 }
 
 
-def _injected(model: str, strategy: str, kind: str, **overrides: Any) -> dict[str, Any]:
+def _injected(model: str, strategy: str, kind: str, **overrides: Any) -> CaseRecord:
     target = functools.partial(injections.run_injected, chosen=frozenset({kind}))
     record = run_isolated(tier_spec(model, strategy, **overrides), timeout_s=600, target=target)
-    assert record["status"] == "ok", record["error"]
-    assert record["injected"] == [kind]
+    assert record.status == "ok", record.error
+    assert record.extra["injected"] == [kind]
     return record
 
 
@@ -66,7 +67,7 @@ def _tiered(strategy: str, marks: list[Any]) -> Any:
 def test_the_claim_fails_when_its_strategy_is_not_applied(perfsuite: PerfsuiteSession, strategy: str) -> None:
     vanilla = perfsuite.record(tier_spec("tiny-bert", "vanilla"))
     disabled = _injected("tiny-bert", strategy, "disable")
-    assert disabled["applied"]["optimizer_class"] == "torch.optim.adamw.AdamW"  # it trained as vanilla
+    assert disabled.applied["optimizer_class"] == "torch.optim.adamw.AdamW"  # it trained as vanilla
     claim, _, says = CLAIMS[strategy]
     with pytest.raises(AssertionError, match=says):
         claim(disabled, vanilla)
@@ -79,7 +80,7 @@ def test_the_claim_fails_when_its_optimizer_keeps_the_state_it_claims_to_save(
     vanilla = perfsuite.record(tier_spec("tiny-bert", "vanilla"))
     strategy_run = perfsuite.record(tier_spec("tiny-bert", strategy))
     hollow = _injected("tiny-bert", strategy, "hollow")
-    assert hollow["applied"]["optimizer_class"] == strategy_run["applied"]["optimizer_class"]  # the class it claims
+    assert hollow.applied["optimizer_class"] == strategy_run.applied["optimizer_class"]  # the class it claims
     claim, _, _ = CLAIMS[strategy]
     with pytest.raises(AssertionError, match=HOLLOW[strategy]):
         claim(hollow, vanilla)

@@ -17,8 +17,10 @@ from typing import Any
 import claims
 import injections
 import pytest
+from claims import known
 
 from perfsuite.core.matrix import nightly_only
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import MATRIX_WORLD_SIZE, tier_spec
 from perfsuite.session import PerfsuiteSession
 from perfsuite.worker.process import run_isolated, start_forkserver
@@ -35,15 +37,15 @@ def _tiered(strategy: str, models: tuple[str, ...], *marks: Any) -> list[Any]:
     ]
 
 
-def _ranks(perfsuite: PerfsuiteSession, model: str, strategy: str) -> dict[str, Any]:
+def _ranks(perfsuite: PerfsuiteSession, model: str, strategy: str) -> CaseRecord:
     record = perfsuite.record(tier_spec(model, strategy, world_size=MATRIX_WORLD_SIZE))
-    assert record["status"] == "ok", f"{model}-{strategy}: {record['status']}: {record['error']}"
+    assert record.status == "ok", f"{model}-{strategy}: {record.status}: {record.error}"
     return record
 
 
-def _single(perfsuite: PerfsuiteSession, model: str, strategy: str = "vanilla") -> dict[str, Any]:
+def _single(perfsuite: PerfsuiteSession, model: str, strategy: str = "vanilla") -> CaseRecord:
     record = perfsuite.record(tier_spec(model, strategy, dropout=False))
-    assert record["status"] == "ok", record["error"]
+    assert record.status == "ok", record.error
     return record
 
 
@@ -91,7 +93,7 @@ def test_fsdp2_with_checkpointing_cuts_activations_and_keeps_the_loss(perfsuite:
 # -- the silent fallbacks, and ranks that die or hang ----------------------------------------
 
 
-def _injected(strategy: str, kind: str, tmp_path: Path, timeout_s: float = 600) -> tuple[dict[str, Any], list[int]]:
+def _injected(strategy: str, kind: str, tmp_path: Path, timeout_s: float = 600) -> tuple[CaseRecord, list[int]]:
     """The world-size-2 tiny-bert case with ``kind`` injected, and the pids its ranks had."""
     pids = tmp_path / "pids"
     pids.touch()
@@ -120,7 +122,7 @@ def _assert_none_left(pids: list[int]) -> None:
 
 def test_the_fsdp_claim_fails_when_fsdp_silently_becomes_ddp(perfsuite: PerfsuiteSession, tmp_path: Path) -> None:
     record, _ = _injected("fsdp2", "as_ddp", tmp_path)
-    assert record["status"] == "ok", record["error"]
+    assert record.status == "ok", record.error
     single = _single(perfsuite, "tiny-bert")
     claims.ddp(record, single)  # it trained, correctly, as DDP
     with pytest.raises(AssertionError, match="not FSDP"):
@@ -129,21 +131,21 @@ def test_the_fsdp_claim_fails_when_fsdp_silently_becomes_ddp(perfsuite: Perfsuit
 
 def test_the_ddp_claim_fails_when_ranks_train_alone(perfsuite: PerfsuiteSession, tmp_path: Path) -> None:
     record, _ = _injected("ddp", "alone", tmp_path)
-    assert record["status"] == "ok", record["error"]
-    assert {r["applied"]["accelerate_distributed_type"] for r in record["ranks"]} == {"NO"}
+    assert record.status == "ok", record.error
+    assert {r["applied"]["accelerate_distributed_type"] for r in record.ranks} == {"NO"}
     with pytest.raises(AssertionError, match="different parameters"):
         claims.ddp(record, _single(perfsuite, "tiny-bert"))
 
 
 def test_a_killed_rank_fails_its_case_alone(tmp_path: Path) -> None:
     record, pids = _injected("ddp", "kill_rank", tmp_path)
-    assert record["status"] == "failed"
-    assert "rank 1" in record["error"], record["error"]
-    assert "SIGKILL" in record["error"], record["error"]
+    assert record.status == "failed"
+    assert "rank 1" in known(record.error), record.error
+    assert "SIGKILL" in known(record.error), record.error
     _assert_none_left(pids)
     # The next case runs as usual: a run of its own now, after the kill (not the session's cached record).
     after = run_isolated(tier_spec("tiny-bert", "ddp", world_size=MATRIX_WORLD_SIZE), timeout_s=600)
-    assert after["status"] == "ok", after["error"]
+    assert after.status == "ok", after.error
 
 
 def test_a_hung_rank_is_stopped_by_the_timeout_with_its_whole_group(tmp_path: Path) -> None:
@@ -151,6 +153,6 @@ def test_a_hung_rank_is_stopped_by_the_timeout_with_its_whole_group(tmp_path: Pa
     # starts its ranks within a second (all the test needs before the timeout) and runs in 2-3 s.
     start_forkserver()
     record, pids = _injected("ddp", "hang_rank", tmp_path, timeout_s=6)
-    assert record["status"] == "failed"
-    assert "timed out after 6 s" in record["error"], record["error"]
+    assert record.status == "failed"
+    assert "timed out after 6 s" in known(record.error), record.error
     _assert_none_left(pids)

@@ -1,6 +1,6 @@
 """The session's drift: the median step-time change of its CPU cases, which each case is gated against.
 
-Unit tests of the pure rule (perfsuite/core/drift.py, perfsuite/core/compare.py), then the whole
+Unit tests of the pure rule (perfsuite/core/drift.py, perfsuite/core/gates.py), then the whole
 plugin on the committed CPU baselines replayed as runs (tests/replay.py): a host that
 reads every case 12% fast, as the CI host that failed tiny-bert-grad_ckpt and
 tiny-bert-lora did, gives no false alarm and still fails the case that moved against the
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from replay import BASELINES, record_of
 
-from perfsuite.core.compare import check_time
 from perfsuite.core.drift import MIN_CASES, Drift, estimate, group_of
+from perfsuite.core.gates import check_time
 from perfsuite.core.observation import Observation
 from perfsuite.core.tolerance import Tolerance
 

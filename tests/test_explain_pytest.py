@@ -15,6 +15,7 @@ import pytest
 from perfsuite.core.check import Check
 from perfsuite.core.explain.records import ExplainRecord, StackRow, StepFacts, StepProfile, TensorEntry
 from perfsuite.core.explain.reference import alone_lines, aspects_failed, reference_pins
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
 from perfsuite.session import explaining
@@ -28,7 +29,16 @@ BASELINE = {
     "loss": [2.0, 1.9, 1.8],
     "spec": {"initial_weights": "xxh3_128:aa"},
 }
-RECORD = {"memory_breakdown_bytes": {"buffers": 8192 + 50 * 2**20, "activations": 100}, "loss": [2.02, 1.92, 1.81]}
+RECORD = CaseRecord.from_json(
+    {
+        "model": "tiny-bert",
+        "strategy": "vanilla",
+        "status": "ok",
+        "memory_breakdown_bytes": {"buffers": 8192 + 50 * 2**20, "activations": 100},
+        "loss": [2.02, 1.92, 1.81],
+    },
+    "RECORD",
+)
 CHECKS = [Check("memory: buffers", False, "", "", "", "", "moved"), Check("loss", False, "", "", "", "", "parts")]
 
 
@@ -50,7 +60,7 @@ def _alone_record() -> ExplainRecord:
 def test_alone_it_names_the_tensor_the_size_of_the_change_and_says_what_it_cannot() -> None:
     lines = alone_lines(
         _alone_record(), ("time", "memory", "loss"), moved={"buffers": 50 * 2**20, "activations": 2**20},
-        loss_then=BASELINE["loss"], loss_now=RECORD["loss"], weights_then="xxh3_128:aa", loss_tolerance=(1e-3, 1e-4),  # type: ignore[arg-type]
+        loss_then=BASELINE["loss"], loss_now=RECORD.loss, weights_then="xxh3_128:aa", loss_tolerance=(1e-3, 1e-4),  # type: ignore[arg-type]
     )  # fmt: skip
     assert lines == [
         "time: this stack's heaviest ops: aten::addmm 3.00 ms/step (48 calls) (a baseline keeps no profile to diff)",
@@ -68,11 +78,11 @@ def test_alone_it_names_the_tensor_the_size_of_the_change_and_says_what_it_canno
 def test_the_same_versions_explain_from_one_run_of_this_stack(monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[dict[str, Any]] = []
 
-    def run_isolated(spec: CaseSpec, *, timeout_s: float, target: Any) -> dict[str, Any]:
+    def run_in_worker(spec: CaseSpec, *, timeout_s: float, target: Any) -> dict[str, Any]:
         asked.append(target.keywords["ask"])
         return {"status": "ok", "explain": _alone_record().as_json()}
 
-    monkeypatch.setattr("perfsuite.worker.process.run_isolated", run_isolated)
+    monkeypatch.setattr("perfsuite.worker.process.run_in_worker", run_in_worker)
     monkeypatch.setattr(explaining, "library_versions", lambda: BASELINE["provenance"]["versions"])  # type: ignore[index]
     lines = explaining.explain_failure(explaining.Failure(SPEC, BASELINE, RECORD, CHECKS, Tolerance()), timeout_s=60)
     assert asked == [{"profile_steps": 0, "trace": None, "grads_until": -1, "inventory": True}]

@@ -25,13 +25,13 @@ def test_a_cached_count_is_what_a_recount_finds_and_changes_nothing_measured(str
     first = run_isolated(spec, timeout_s=300, env=cache)
     second = run_isolated(spec, timeout_s=300, env=cache)
     recount = run_isolated(spec, timeout_s=300, env={**cache, flop_cache.ENV: "0"})
-    assert [r["status"] for r in (first, second, recount)] == ["ok"] * 3, [first["error"], second["error"]]
-    assert [r["flops_source"] for r in (first, second, recount)] == ["counted", "cache", "counted"]
+    assert [r.status for r in (first, second, recount)] == ["ok"] * 3, [first.error, second.error]
+    assert [r.flops_source for r in (first, second, recount)] == ["counted", "cache", "counted"]
     assert len(list((tmp_path / "flops").glob("*.json"))) == 1
-    assert "flop_count" in second["phases_s"]  # the phase is still reported: its lookup's time
+    assert "flop_count" in second.phases_s  # the phase is still reported: its lookup's time
     for key in (*_COUNTS, *_MEASURED):
-        assert first[key] == second[key] == recount[key], key
-    assert first["flops_per_step"] > 0
+        assert getattr(first, key) == getattr(second, key) == getattr(recount, key), key
+    assert (first.flops_per_step or 0) > 0
 
 
 def test_the_key_holds_the_case_the_weights_the_stack_and_the_device(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,6 +14,7 @@ import time
 import fault_cases
 import pytest
 
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 from perfsuite.worker.cpu_threads import BUSY_SHARE, ThreadWindow
 from perfsuite.worker.process import run_isolated
@@ -27,9 +28,9 @@ def _spec(engine: str) -> CaseSpec:
     )
 
 
-def _busy(record: dict[str, object]) -> int:
-    assert record["status"] == "ok", record.get("error")
-    window = record["timed_threads"]
+def _busy(record: CaseRecord) -> int:
+    assert record.status == "ok", record.error
+    window = record.timed_threads
     assert isinstance(window, dict)
     return int(window["busy"])
 
@@ -65,11 +66,11 @@ def test_a_window_counts_a_busy_thread_and_not_a_sleeping_one() -> None:
 @pytest.mark.parametrize("engine", ["loop", "trainer"])
 def test_timed_steps_run_on_the_case_threads_only(engine: str) -> None:
     record = run_isolated(_spec(engine), timeout_s=300)
-    assert record["threads"] == 2
-    assert _busy(record) <= 2, record["timed_threads"]
+    assert record.threads == 2
+    assert _busy(record) <= 2, record.timed_threads
 
 
 @pytest.mark.cpu
 def test_a_spinning_calibration_pool_shows_as_a_third_busy_thread() -> None:
     record = run_isolated(_spec("loop"), timeout_s=300, target=fault_cases.calibration_blas_spinning)
-    assert _busy(record) == 3, record["timed_threads"]
+    assert _busy(record) == 3, record.timed_threads

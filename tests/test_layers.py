@@ -166,6 +166,22 @@ def test_inside_the_worker_the_run_drives_the_engines_and_the_engines_never_read
     assert WORKER_PARTS["perfsuite.worker.engines.loop"] == "engines"
 
 
+def test_ab_never_sees_the_command_line() -> None:
+    """``perfsuite ab`` and ``bisect`` get frozen option objects (``perfsuite.ab.options``) that the CLI
+    builds from its arguments: no module of ``ab/`` imports argparse or reads a ``Namespace``."""
+    readers = []
+    for module in (m for m in PACKAGE_MODULES if m.startswith("perfsuite.ab.") or m == "perfsuite.ab"):
+        tree = ast.parse(MODULES[module].read_text())
+        for node in ast.walk(tree):
+            imported = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                imported = [node.module or ""]
+            named = isinstance(node, (ast.Name, ast.Attribute)) and "Namespace" in ast.unparse(node)
+            if any(name.split(".")[0] == "argparse" for name in imported) or named:
+                readers.append(f"{module}:{getattr(node, 'lineno', 0)}")
+    assert readers == []
+
+
 def test_nothing_floats_at_the_package_root_but_the_entry_points() -> None:
     root = sorted(m for m in PACKAGE_MODULES if m.count(".") == 1 and MODULES[m].name != "__init__.py")
     assert root == ["perfsuite.__main__", "perfsuite.hookspec", "perfsuite.plugin"]

@@ -9,23 +9,31 @@ from typing import Any
 import pytest
 
 from perfsuite.cli.overhead_rounds import DEFAULT_SELECTION, measure
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec, tier_spec
 from perfsuite.worker.bare import FAMILIES, TRAINER_FAMILY, family, run_interleaved
 
 
-def _record(steps: list[float], loss: list[float], busy: int = 1) -> dict[str, Any]:
-    return {
-        "status": "ok",
-        "step_time_s": {"samples": steps, "median": sorted(steps)[len(steps) // 2]},
-        "loss": loss,
-        "timed_threads": {"busy": busy},
-    }
+def _as_record(answer: dict[str, Any]) -> CaseRecord:
+    """A worker's answer for tiny-bert-vanilla, as :func:`perfsuite.worker.process.run_isolated` gives it."""
+    return CaseRecord.from_json({"model": "tiny-bert", "strategy": "vanilla", **answer}, "fake")
+
+
+def _record(steps: list[float], loss: list[float], busy: int = 1) -> CaseRecord:
+    return _as_record(
+        {
+            "status": "ok",
+            "step_time_s": {"samples": steps, "median": sorted(steps)[len(steps) // 2]},
+            "loss": loss,
+            "timed_threads": {"busy": busy},
+        }
+    )
 
 
 def test_rounds_alternate_and_pair_each_step() -> None:
     calls: list[str] = []
 
-    def fake(spec: CaseSpec, *, timeout_s: float, target: Any) -> dict[str, Any]:
+    def fake(spec: CaseSpec, *, timeout_s: float, target: Any) -> CaseRecord:
         side = "case" if target is None else "bare"
         calls.append(side)
         if side == "bare":
@@ -44,10 +52,10 @@ def test_rounds_alternate_and_pair_each_step() -> None:
 def test_pairs_in_one_process_come_first_where_the_case_has_them() -> None:
     calls: list[tuple[str, int]] = []
 
-    def fake(spec: CaseSpec, *, timeout_s: float, target: Any) -> dict[str, Any]:
+    def fake(spec: CaseSpec, *, timeout_s: float, target: Any) -> CaseRecord:
         if target is run_interleaved:
             calls.append(("pairs", spec.steps))
-            return {"status": "ok", "ratios": [1.0, 1.01, 0.99, 1.02, 1.0, 1.01, 1.0]}
+            return _as_record({"status": "ok", "ratios": [1.0, 1.01, 0.99, 1.02, 1.0, 1.01, 1.0]})
         calls.append(("case" if target is None else "bare", spec.steps))
         return _record([1.0, 1.0], [1.0, 1.0])
 
@@ -61,9 +69,9 @@ def test_pairs_in_one_process_come_first_where_the_case_has_them() -> None:
 
 
 def test_a_failed_side_ends_the_case_and_names_it() -> None:
-    def fake(spec: CaseSpec, *, timeout_s: float, target: Any) -> dict[str, Any]:
+    def fake(spec: CaseSpec, *, timeout_s: float, target: Any) -> CaseRecord:
         if target is not None:
-            return {"status": "failed", "error": "worker killed by signal SIGKILL"}
+            return _as_record({"status": "failed", "error": "worker killed by signal SIGKILL"})
         return _record([1.0], [1.0])
 
     [result] = measure([tier_spec("tiny-bert", "vanilla")], rounds=3, timeout_s=1, run=fake)

@@ -187,7 +187,7 @@ def test_a_schedule_replays_where_it_stops_and_what_it_says() -> None:
 
 def test_a_a_over_the_whole_schedule_rarely_alarms() -> None:
     # 200 A/A comparisons of 35 noisy cases (pairs 6% apart) through every look of ab's default schedule.
-    from perfsuite.ab.compare import schedule_for
+    from perfsuite.ab.comparison import schedule_for
 
     schedule = schedule_for(35, floor=0.03, alpha=0.05, first=None, cap=None)
     rng = random.Random(1)
@@ -236,7 +236,7 @@ def test_leaving_far_pairs_out_keeps_the_false_alarm_rate_on_heavy_tails(contami
 
 
 def test_ab_makes_no_look_before_its_first_alarm_look() -> None:
-    from perfsuite.ab.compare import schedule_for
+    from perfsuite.ab.comparison import schedule_for
 
     schedule = schedule_for(35, floor=0.03, alpha=0.05, first=None, cap=None)
     assert schedule.alarms == (15, 39, 60)

@@ -59,17 +59,17 @@ def test_cases_share_four_faked_gpus_without_ever_sharing_one(tmp_path: Path) ->
     records = [futures[spec].result() for spec in specs]
     runner.close()
     for spec, record in zip(specs, records, strict=True):
-        assert record["status"] == "ok", record["error"]
-        assert record["visible"] == ",".join(record["gpus"])  # the worker saw exactly what the pool gave
-        assert len(set(record["gpus"])) == spec.world_size
-        assert set(record["gpus"]) <= {"0", "1", "2", "3"}
+        assert record.status == "ok", record.error
+        assert record.extra["visible"] == ",".join(record.gpus)  # the worker saw exactly what the pool gave
+        assert len(set(record.gpus)) == spec.world_size
+        assert set(record.gpus) <= {"0", "1", "2", "3"}
     for gpu in "0123":
-        held = sorted(r["held"] for r in records if gpu in r["gpus"])
+        held = sorted(r.extra["held"] for r in records if gpu in r.gpus)
         for (_, end), (start, _) in zip(held, held[1:], strict=False):
             assert start >= end, f"GPU {gpu} held by two cases at once"
     assert runner.most_in_flight >= 3  # side by side, not one after another
-    serial = sum(r["held"][1] - r["held"][0] for r in records)
-    span = max(r["held"][1] for r in records) - min(r["held"][0] for r in records)
+    serial = sum(r.extra["held"][1] - r.extra["held"][0] for r in records)
+    span = max(r.extra["held"][1] for r in records) - min(r.extra["held"][0] for r in records)
     assert span < 0.75 * serial, (span, serial)
 
 

@@ -78,10 +78,10 @@ def test_a_worker_starts_with_what_its_session_preloaded_from_a_forkserver_boote
     The forkserver's objects are frozen, and the memory profile's search finds the same tensors."""
     import multiprocessing.forkserver
 
-    from perfsuite.worker.process import renew_forkserver, run_isolated, start_forkserver
+    from perfsuite.worker.process import renew_forkserver, run_in_worker, start_forkserver
 
     spec = _spec("zero2_offload")
-    plain = run_isolated(spec, timeout_s=120, target=fault_cases.imported_at_start)
+    plain = run_in_worker(spec, timeout_s=120, target=fault_cases.imported_at_start)
     assert plain["imported"] == ["transformers.models.bert.modeling_bert"]  # every registered class, resolved
     assert preload_for([spec, _spec("adamw_8bit"), _spec("vanilla", "trainer")]) == (
         "bitsandbytes",
@@ -93,7 +93,7 @@ def test_a_worker_starts_with_what_its_session_preloaded_from_a_forkserver_boote
     server = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
     assert server is not None
     assert boot_s > 0.5  # torch and transformers imported, not merely a process spawned
-    preloaded = run_isolated(spec, timeout_s=120, target=fault_cases.imported_at_start)
+    preloaded = run_in_worker(spec, timeout_s=120, target=fault_cases.imported_at_start)
     assert multiprocessing.forkserver._forkserver._forkserver_pid == server  # type: ignore[attr-defined]
     assert preloaded["worker_startup_s"] < boot_s / 4, (preloaded["worker_startup_s"], boot_s)
     assert start_forkserver() < boot_s / 4  # already running: nothing to import
@@ -114,7 +114,7 @@ def test_a_worker_starts_with_what_its_session_preloaded_from_a_forkserver_boote
     # What the forkserver made is frozen: a worker's search for live tensors lists only its own
     # objects and finds what it finds with every object listed, the preloaded bitsandbytes
     # tables included.
-    walk = run_isolated(spec, timeout_s=120, target=fault_cases.live_tensors)
+    walk = run_in_worker(spec, timeout_s=120, target=fault_cases.live_tensors)
     assert walk["status"] == "ok", walk["error"]
     assert walk["forkserver_tensors"] >= 2
     assert walk["listed"] < walk["all"] / 100
@@ -132,7 +132,7 @@ def test_a_session_of_a_projects_own_models_leaves_transformers_model_classes_al
     from typing import Any, cast
 
     from perfsuite.core.preloads import MODEL_CLASSES_ENV
-    from perfsuite.worker.process import renew_forkserver, run_isolated
+    from perfsuite.worker.process import renew_forkserver, run_in_worker
 
     @dataclasses.dataclass
     class Own:  # a case of a project's own model, as preload_for reads it
@@ -148,7 +148,7 @@ def test_a_session_of_a_projects_own_models_leaves_transformers_model_classes_al
     monkeypatch.setenv(MODEL_CLASSES_ENV, "0")
     renew_forkserver()
     try:
-        started = run_isolated(_spec("vanilla"), timeout_s=120, target=fault_cases.imported_at_start)
+        started = run_in_worker(_spec("vanilla"), timeout_s=120, target=fault_cases.imported_at_start)
     finally:
         monkeypatch.undo()
         renew_forkserver()

@@ -21,6 +21,7 @@ from replay import every_push_cases, replay, slower
 from tools import chromium, require
 
 from perfsuite.cli import main
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.results import ReportCase, load_results, parse_results
 from perfsuite.history.records import night_record, write_record
 from perfsuite.reports import write_report
@@ -217,7 +218,8 @@ def _overlapping_labels(cases: list[ReportCase], title: str) -> list[tuple[str, 
 
 
 def _case(strategy: str, peak_mib: float, step_s: float) -> ReportCase:
-    record = {"status": "ok", "peak_memory_bytes": peak_mib * 2**20, "step_time_s": {"median": step_s}}
+    figures = {"status": "ok", "peak_memory_bytes": round(peak_mib * 2**20), "step_time_s": {"median": step_s}}
+    record = CaseRecord.from_json({"model": "m", "strategy": strategy, **figures}, strategy)
     return ReportCase(id=strategy, model="m", strategy=strategy, engine="loop", status="ok", record=record)
 
 
@@ -340,3 +342,23 @@ def test_the_whole_tiny_matrix_renders(tmp_path: Path) -> None:
     assert rendered["html"].stat().st_size < 2 * 2**20
     for table, cases in load_results(rendered["results"]).by_table().items():
         assert _overlapping_labels(cases, table) == [], table
+
+
+def test_the_one_writer_of_results_files_writes_the_payload_as_given_and_says_each_file(tmp_path: Path) -> None:
+    """``perfsuite run``, ``ab`` and ``bisect`` write ``--json`` and ``--report`` through one function."""
+    from perfsuite.core.results import write_results
+
+    payload = {"schema_version": 1, "cases": [{"model": "m", "loss": [1, 2.5]}], "wall_s": 3.0}
+    said: list[str] = []
+    drawn: list[Path] = []
+
+    def render(out: Path) -> list[Path]:
+        drawn.append(out)
+        return [out / "summary.md"]
+
+    write_results(payload, json_file=tmp_path / "r.json", report_dir=tmp_path / "rep", render=render, say=said.append)
+    assert (tmp_path / "r.json").read_text() == json.dumps(payload, indent=2) + "\n"
+    assert drawn == [tmp_path / "rep"]
+    assert said == [f"wrote {tmp_path / 'r.json'}", f"wrote {tmp_path / 'rep' / 'summary.md'}"]
+    write_results(payload, json_file=tmp_path / "quiet.json", say=None)  # bisect's: written, nothing said
+    assert json.loads((tmp_path / "quiet.json").read_text()) == payload

@@ -156,7 +156,7 @@ def test_a_misspelt_scope_marker_stops_collection_naming_the_test(tmp_path: Path
 
 
 def test_a_gpu_gate_fails_only_when_none_of_its_gpu_cases_was_gated() -> None:
-    from perfsuite.core.compare import Outcome
+    from perfsuite.core.gates import Outcome
     from perfsuite.session.scope import nothing_gated
 
     collected: dict[str, str | None] = {"a": "no baseline for a on nvidia-h100\nrecord one", "b": None}

@@ -24,7 +24,7 @@ def _logging_cache(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[str]]:
 
     def run_case(**kw: Any) -> dict[str, Any]:
         log.append("run")
-        return {"status": "ok"}
+        return {"model": SPEC.model, "strategy": SPEC.strategy, "status": "ok"}
 
     monkeypatch.setattr("perfsuite.worker.process.renew_forkserver", renew)
     hook = SimpleNamespace(pytest_perfsuite_run_case=run_case)

@@ -20,9 +20,11 @@ from typing import Any
 
 import claims
 import pytest
+from claims import known
 
 from perfsuite.core.matrix import nightly_only
 from perfsuite.core.models import TINY
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec, tier_spec
 from perfsuite.core.strategies import STRATEGIES
 from perfsuite.session import PerfsuiteSession
@@ -34,7 +36,7 @@ pull request's budget, so they run from the nightly scope on (``--perfsuite-scop
 
 pytestmark = pytest.mark.cpu
 
-Run = Callable[..., dict[str, Any]]
+Run = Callable[..., CaseRecord]
 
 
 def tiered(*strategies: str, models: tuple[str, ...] = TINY) -> list[Any]:
@@ -51,9 +53,9 @@ def run(perfsuite: PerfsuiteSession) -> Run:
     """A tiny case as the CPU tier runs it, from the session's cache: the matrix test
     (tests/test_matrix.py) and these claims share one worker run per case."""
 
-    def _run(model: str, strategy: str, *, dropout: bool = True) -> dict[str, Any]:
+    def _run(model: str, strategy: str, *, dropout: bool = True) -> CaseRecord:
         record = perfsuite.record(tier_spec(model, strategy, dropout=dropout))
-        assert record["status"] == "ok", f"{model}-{strategy}: {record['status']}: {record['error']}"
+        assert record.status == "ok", f"{model}-{strategy}: {record.status}: {record.error}"
         return record
 
     return _run
@@ -68,22 +70,22 @@ _same_losses = claims.same_losses
 @pytest.mark.parametrize("model", tiered("vanilla"))
 def test_vanilla_is_fp32_adamw_fixed_padding(run: Run, model: str) -> None:
     record = run(model, "vanilla")
-    applied = record["applied"]
-    assert set(record["matmul_dtypes"]) == {"float32"}
+    applied = record.applied
+    assert set(known(record.matmul_dtypes)) == {"float32"}
     assert applied["optimizer_class"] == "torch.optim.adamw.AdamW"
     assert not applied["gradient_checkpointing"]
     assert applied["accumulation_steps"] == 1
-    assert record["padding_fraction"] > 0.4  # long-tailed lengths padded to the maximum
-    assert record["skipped_optimizer_steps"] == 0
+    assert known(record.padding_fraction) > 0.4  # long-tailed lengths padded to the maximum
+    assert record.skipped_optimizer_steps == 0
     # Nothing but the case's own threads ran while its steps were timed (perfsuite/cpu_threads.py).
-    assert record["timed_threads"]["busy"] <= record["threads"], record["timed_threads"]
+    assert known(record.timed_threads)["busy"] <= known(record.threads), record.timed_threads
 
 
 @pytest.mark.bnb
 @pytest.mark.parametrize("model", tiered("adamw_8bit"))
 def test_adamw_8bit_state_is_at_most_35_percent_of_adamw(run: Run, model: str) -> None:
     eight_bit, vanilla = run(model, "adamw_8bit"), run(model, "vanilla")
-    assert eight_bit["applied"]["optimizer_class"].startswith("bitsandbytes.")
+    assert eight_bit.applied["optimizer_class"].startswith("bitsandbytes.")
     ratio = _mem(eight_bit, "optimizer_state") / _mem(vanilla, "optimizer_state")
     assert ratio <= 0.35, f"8-bit AdamW state is {ratio:.0%} of AdamW's"
 
@@ -91,7 +93,7 @@ def test_adamw_8bit_state_is_at_most_35_percent_of_adamw(run: Run, model: str) -
 @pytest.mark.parametrize("model", tiered("adafactor"))
 def test_adafactor_state_is_far_below_adamw(run: Run, model: str) -> None:
     adafactor, vanilla = run(model, "adafactor"), run(model, "vanilla")
-    assert adafactor["applied"]["optimizer_class"] == "transformers.optimization.Adafactor"
+    assert adafactor.applied["optimizer_class"] == "transformers.optimization.Adafactor"
     ratio = _mem(adafactor, "optimizer_state") / _mem(vanilla, "optimizer_state")
     # Factored second moments (rows + columns) and no first moment: a few percent of Adam's 2 × params.
     assert ratio <= 0.15, f"Adafactor state is {ratio:.0%} of AdamW's"
@@ -100,19 +102,19 @@ def test_adafactor_state_is_far_below_adamw(run: Run, model: str) -> None:
 @pytest.mark.parametrize("model", tiered("grad_ckpt"))
 def test_grad_ckpt_cuts_activations_and_keeps_the_loss(run: Run, model: str) -> None:
     ckpt, vanilla = run(model, "grad_ckpt"), run(model, "vanilla")
-    assert ckpt["applied"]["gradient_checkpointing"]
+    assert ckpt.applied["gradient_checkpointing"]
     ratio = _mem(ckpt, "activations") / _mem(vanilla, "activations")
     assert ratio <= 0.7, f"activations with checkpointing are {ratio:.0%} of vanilla's"
     _same_losses(ckpt, vanilla)  # dropout on: recomputation replays the same masks
-    assert ckpt["flops_per_step"] > vanilla["flops_per_step"]  # the recomputed forward
+    assert known(ckpt.flops_per_step) > known(vanilla.flops_per_step)  # the recomputed forward
 
 
 @pytest.mark.parametrize("model", tiered("grad_accum"))
 def test_grad_accum_cuts_activations(run: Run, model: str) -> None:
     accum, vanilla = run(model, "grad_accum"), run(model, "vanilla")
-    assert accum["applied"]["accumulation_steps"] == 4
-    assert accum["applied"]["micro_batch_size"] * 4 == accum["batch_size"] == vanilla["batch_size"]
-    assert accum["applied"]["batches_seen"] == 4 * vanilla["applied"]["batches_seen"]
+    assert accum.applied["accumulation_steps"] == 4
+    assert accum.applied["micro_batch_size"] * 4 == accum.batch_size == vanilla.batch_size
+    assert accum.applied["batches_seen"] == 4 * vanilla.applied["batches_seen"]
     ratio = _mem(accum, "activations") / _mem(vanilla, "activations")
     assert ratio <= 0.5, f"activations with ¼ micro-batches are {ratio:.0%} of vanilla's"
 
@@ -131,27 +133,28 @@ def test_grad_accum_keeps_the_loss_trajectory(run: Run) -> None:
 )
 def test_dynamic_padding_pads_less_and_keeps_the_loss(run: Run, model: str) -> None:
     dynamic, vanilla = run(model, "dynamic_padding", dropout=False), run(model, "vanilla", dropout=False)
-    assert dynamic["padding_fraction"] < vanilla["padding_fraction"]
-    assert dynamic["tokens_per_s"]["padded"] > 0
+    assert known(dynamic.padding_fraction) < known(vanilla.padding_fraction)
+    assert dynamic.tokens_per_s is not None
+    assert (dynamic.tokens_per_s.padded or 0) > 0
     _same_losses(dynamic, vanilla)  # padding is masked out: the maths is the same
 
 
 @pytest.mark.parametrize("model", tiered("smart_batching"))
 def test_smart_batching_pads_less_than_dynamic_padding(run: Run, model: str) -> None:
     smart, dynamic = run(model, "smart_batching"), run(model, "dynamic_padding", dropout=False)
-    assert smart["applied"]["length_grouped"]
-    assert smart["padding_fraction"] < dynamic["padding_fraction"]
+    assert smart.applied["length_grouped"]
+    assert known(smart.padding_fraction) < known(dynamic.padding_fraction)
 
 
 @pytest.mark.parametrize("model", tiered("fp16", "bf16"))
 @pytest.mark.parametrize(("strategy", "dtype"), [("fp16", "float16"), ("bf16", "bfloat16")])
 def test_half_precision_runs_the_forward_in_half(run: Run, model: str, strategy: str, dtype: str) -> None:
     half, vanilla = run(model, strategy), run(model, "vanilla")
-    counts = half["matmul_dtypes"]
+    counts = known(half.matmul_dtypes)
     assert counts.get(dtype, 0) > counts.get("float32", 0), f"matmul output dtypes under {strategy}: {counts}"
     assert _mem(half, "activations") < _mem(vanilla, "activations")
-    assert half["applied"]["autocast"]
-    assert half["applied"]["grad_scaler"] is (strategy == "fp16")  # loss scaling only for fp16
+    assert half.applied["autocast"]
+    assert half.applied["grad_scaler"] is (strategy == "fp16")  # loss scaling only for fp16
 
 
 @pytest.mark.deepspeed
@@ -159,14 +162,14 @@ def test_half_precision_runs_the_forward_in_half(run: Run, model: str, strategy:
 @pytest.mark.parametrize("strategy", ["zero2_offload", "zero3_offload"])
 def test_zero_offload_runs_through_deepspeed(run: Run, model: str, strategy: str) -> None:
     record, vanilla = run(model, strategy), run(model, "vanilla")
-    ds = record["applied"]["deepspeed"]
+    ds = record.applied["deepspeed"]
     stage = 2 if strategy == "zero2_offload" else 3
     assert ds["engine_class"] == "DeepSpeedEngine"
     assert ds["zero_stage"] == stage
     assert ds["optimizer_class"] == "DeepSpeedCPUAdam"
     assert ds["master_weight_devices"] == ["cpu"]
     assert ds["optimizer_state_devices"] == ["cpu"]
-    assert ds["optimizer_state_bytes"] >= 2 * 4 * record["num_parameters"] * 0.99  # Adam's m and v, fp32
+    assert ds["optimizer_state_bytes"] >= 2 * 4 * known(record.num_parameters) * 0.99  # Adam's m and v, fp32
     if stage == 3:
         assert ds["partitioned_fraction"] > 0.9
         assert ds["parameter_shard_devices"] == ["cpu"]
@@ -178,23 +181,23 @@ def test_zero_offload_runs_through_deepspeed(run: Run, model: str, strategy: str
 
 def test_dataloader_really_uses_workers(run: Run) -> None:
     record = run("tiny-bert", "dataloader")
-    assert record["applied"]["num_workers"] == 2
-    assert record["applied"]["workers_seen"] == [0, 1]  # batches were collated in both workers
+    assert record.applied["num_workers"] == 2
+    assert record.applied["workers_seen"] == [0, 1]  # batches were collated in both workers
     # Pinning only speeds host-to-device copies, so on CPU it is off (and reported off).
-    assert record["applied"]["pin_memory"] is False
-    assert record["applied"]["pinned_batches"] == 0
+    assert record.applied["pin_memory"] is False
+    assert record.applied["pinned_batches"] == 0
     _same_losses(record, run("tiny-bert", "vanilla"))  # same batches, same order
 
 
 def test_all_applies_every_published_technique(run: Run) -> None:
     record, vanilla = run("tiny-bert", "all"), run("tiny-bert", "vanilla")
-    applied = record["applied"]
+    applied = record.applied
     assert applied["gradient_checkpointing"]
     assert applied["accumulation_steps"] == 4
     assert applied["optimizer_class"] == "transformers.optimization.Adafactor"
     assert applied["grad_scaler"]
-    assert record["matmul_dtypes"].get("float16", 0) > record["matmul_dtypes"].get("float32", 0)
-    assert record["peak_memory_bytes"] < 0.5 * vanilla["peak_memory_bytes"]
+    assert known(record.matmul_dtypes).get("float16", 0) > known(record.matmul_dtypes).get("float32", 0)
+    assert known(record.peak_memory_bytes) < 0.5 * known(vanilla.peak_memory_bytes)
 
 
 @pytest.mark.gpu
@@ -203,8 +206,8 @@ def test_all_applies_every_published_technique(run: Run) -> None:
 def test_half_precision_is_faster_on_a_gpu(strategy: str) -> None:
     def median(name: str) -> float:
         record = run_isolated(CaseSpec(model="bert-base-uncased", strategy=name, steps=10), timeout_s=900)
-        assert record["status"] == "ok", record["error"]
-        return float(record["step_time_s"]["median"])
+        assert record.status == "ok", record.error
+        return float(record.timed().median)
 
     vanilla, half = median("vanilla"), median(strategy)
     assert half < 0.8 * vanilla, f"{strategy} step {half * 1e3:.1f} ms vs fp32 {vanilla * 1e3:.1f} ms"
@@ -216,14 +219,14 @@ def test_half_precision_is_faster_on_a_gpu(strategy: str) -> None:
 @pytest.mark.parametrize("strategy", ["zero2_offload", "zero3_offload"])
 def test_offload_keeps_optimizer_state_off_the_gpu(strategy: str) -> None:
     record = run_isolated(CaseSpec(model="bert-base-uncased", strategy=strategy, steps=3), timeout_s=900)
-    assert record["status"] == "ok", record["error"]
-    ds = record["applied"]["deepspeed"]
+    assert record.status == "ok", record.error
+    ds = record.applied["deepspeed"]
     assert ds["optimizer_state_devices"] == ["cpu"]
     assert ds["master_weight_devices"] == ["cpu"]
     vanilla = run_isolated(CaseSpec(model="bert-base-uncased", strategy="vanilla", steps=3), timeout_s=900)
     # AdamW's state alone is 8 bytes/param on the device for vanilla; offload saves at least that.
-    saved = vanilla["peak_memory_bytes"] - record["peak_memory_bytes"]
-    assert saved >= 8 * record["num_parameters"] * 0.9
+    saved = known(vanilla.peak_memory_bytes) - known(record.peak_memory_bytes)
+    assert saved >= 8 * known(record.num_parameters) * 0.9
 
 
 @pytest.mark.gpu
@@ -235,8 +238,8 @@ def test_adamw_8bit_state_on_the_gpu_is_at_most_35_percent() -> None:
         for name in ("vanilla", "adamw_8bit")
     }
     ratio = (
-        records["adamw_8bit"]["memory_breakdown_bytes"]["optimizer_state"]
-        / (records["vanilla"]["memory_breakdown_bytes"]["optimizer_state"])
+        known(records["adamw_8bit"].memory_breakdown_bytes)["optimizer_state"]
+        / (known(records["vanilla"].memory_breakdown_bytes)["optimizer_state"])
     )
     assert ratio <= 0.35
 
@@ -270,8 +273,8 @@ def test_galore_projects_the_linear_weights_to_low_rank_moments(run: Run, model:
 @pytest.mark.galore
 def test_galore_is_skipped_with_its_reason_on_gpt2(perfsuite: PerfsuiteSession) -> None:
     record = perfsuite.record(tier_spec("tiny-gpt2", "galore"))
-    assert record["status"] == "skipped"
-    assert "Conv1D" in record["error"]
+    assert record.status == "skipped"
+    assert "Conv1D" in known(record.error)
 
 
 @pytest.mark.parametrize("model", tiered("eager_attention"))
@@ -293,8 +296,8 @@ def test_lora_trains_only_adapters_and_keeps_state_for_them_alone(run: Run, mode
 @pytest.mark.parametrize("strategy", [s for s, v in STRATEGIES.items() if v.gpu_only])
 def test_gpu_only_strategies_are_skipped_on_a_cpu_with_their_reason(strategy: str) -> None:
     record = run_isolated(tier_spec("tiny-bert", strategy), timeout_s=120)
-    assert record["status"] == "skipped"
-    assert record["error"].startswith(f"{strategy} needs a GPU: ")
+    assert record.status == "skipped"
+    assert known(record.error).startswith(f"{strategy} needs a GPU: ")
 
 
 # -- interactions: every precision, optimizer, offload and checkpointing strategy with accumulation --
@@ -361,23 +364,23 @@ def test_strategy_with_accumulation_trains_like_without_it(run: Run, strategy: s
 @pytest.mark.lora
 def test_qlora_trains_adapters_on_4bit_base_weights_on_a_gpu() -> None:
     record = run_isolated(CaseSpec(model="bert-base-uncased", strategy="qlora", steps=3), timeout_s=900)
-    assert record["status"] == "ok", record["error"]
-    info = record["applied"]["lora"]
+    assert record.status == "ok", record.error
+    info = record.applied["lora"]
     assert info["linear_4bit_modules"] > 0
-    assert info["trainable_parameters"] < 0.01 * record["num_parameters"]
+    assert info["trainable_parameters"] < 0.01 * known(record.num_parameters)
 
 
 @pytest.mark.gpu
 @GPU_CLAIM_SCOPE
 def test_activation_offload_moves_checkpointed_activations_off_the_gpu() -> None:
-    def run(strategy: str) -> dict[str, Any]:
+    def run(strategy: str) -> CaseRecord:
         record = run_isolated(CaseSpec(model="bert-base-uncased", strategy=strategy, steps=3), timeout_s=900)
-        assert record["status"] == "ok", record["error"]
+        assert record.status == "ok", record.error
         return record
 
     offloaded, checkpointed = run("activation_offload"), run("grad_ckpt")
-    assert offloaded["applied"]["gradient_checkpointing"]
-    assert offloaded["peak_memory_bytes"] < checkpointed["peak_memory_bytes"]
+    assert offloaded.applied["gradient_checkpointing"]
+    assert known(offloaded.peak_memory_bytes) < known(checkpointed.peak_memory_bytes)
 
 
 @pytest.mark.gpu
@@ -385,5 +388,5 @@ def test_activation_offload_moves_checkpointed_activations_off_the_gpu() -> None
 @pytest.mark.bnb
 def test_paged_adamw_8bit_runs_bitsandbytes_paged_optimizer_on_a_gpu() -> None:
     record = run_isolated(CaseSpec(model="bert-base-uncased", strategy="paged_adamw_8bit", steps=3), timeout_s=900)
-    assert record["status"] == "ok", record["error"]
-    assert record["applied"]["optimizer_class"] == "bitsandbytes.optim.adamw.PagedAdamW8bit"
+    assert record.status == "ok", record.error
+    assert record.applied["optimizer_class"] == "bitsandbytes.optim.adamw.PagedAdamW8bit"

@@ -7,10 +7,11 @@ from typing import Any
 
 from rich.console import Console
 
+from perfsuite.core.record import CaseRecord
 from perfsuite.reports.tables import render, summary_rows
 
 
-def _case(strategy: str, median: float, peak: int, status: str = "ok", **extra: Any) -> dict[str, Any]:
+def _case(strategy: str, median: float, peak: int, status: str = "ok", **extra: Any) -> CaseRecord:
     case = {
         "model": "tiny-bert",
         "strategy": strategy,
@@ -26,7 +27,7 @@ def _case(strategy: str, median: float, peak: int, status: str = "ok", **extra: 
         "mfu": None,
     }
     case.update(extra)
-    return case
+    return CaseRecord.from_json(case, strategy)
 
 
 def test_rows_are_percent_of_vanilla() -> None:
@@ -44,7 +45,10 @@ def test_no_vanilla_means_no_percentages() -> None:
 
 
 def test_failed_cases_show_status_and_reason() -> None:
-    failed = {"model": "tiny-bert", "strategy": "zero3_offload", "status": "failed", "error": "timed out after 5 s"}
+    failed = CaseRecord.from_json(
+        {"model": "tiny-bert", "strategy": "zero3_offload", "status": "failed", "error": "timed out after 5 s"},
+        "failed",
+    )
     out = io.StringIO()
     render([_case("vanilla", 0.2, 2**21), failed], Console(file=out, width=200))
     text = out.getvalue()
@@ -87,8 +91,11 @@ def test_where_the_time_went_sums_the_ok_cases_and_names_the_rest_other() -> Non
     from perfsuite.reports.walltime import wall_time_line
 
     phases = {"build": 2.0, "warmup": 1.0, "timed": 4.0, "memory_profile": 1.0, "flop_count": 0.5, "close": 0.5}
-    ok = {"status": "ok", "wall_s": 10.0, "worker_startup_s": 0.5, "phases_s": phases}
-    failed = {"status": "failed", "wall_s": 99.0, "error": "worker killed"}
+    case = {"model": "tiny-bert", "strategy": "vanilla"}
+    ok = CaseRecord.from_json(
+        {**case, "status": "ok", "wall_s": 10.0, "worker_startup_s": 0.5, "phases_s": phases}, "ok"
+    )
+    failed = CaseRecord.from_json({**case, "status": "failed", "wall_s": 99.0, "error": "worker killed"}, "failed")
     line = wall_time_line([ok, ok, failed])
     assert line == (
         "where the time went, 2 ok case(s), 20.0 s in workers: worker start 1.0 s (5%), build 4.0 s (20%), "
@@ -96,7 +103,8 @@ def test_where_the_time_went_sums_the_ok_cases_and_names_the_rest_other() -> Non
         "close 1.0 s (5%), other 1.0 s (5%)"
     )
     assert wall_time_line([failed]) is None
-    assert wall_time_line([{"status": "ok", "wall_s": 3.0}]) is None  # a record from before phases were kept
+    older = CaseRecord.from_json({**case, "status": "ok", "wall_s": 3.0}, "older")
+    assert wall_time_line([older]) is None  # a record from before phases were kept
 
 
 def test_a_table_in_a_log_keeps_whole_case_ids_and_verdicts(capsys: Any) -> None:
@@ -141,7 +149,8 @@ def test_a_step_time_left_ungated_on_purpose_says_so() -> None:
 
     def outcome(change: str) -> SimpleNamespace:
         time = Check("step time", True, "—", "10 ms", change, "—", "", compared=False)
-        return SimpleNamespace(case="tiny-bert-vanilla", status="passed", checks=[time], records=[{}], message="")
+        record = CaseRecord.from_json({"model": "tiny-bert", "strategy": "vanilla", "status": "ok"}, "record")
+        return SimpleNamespace(case="tiny-bert-vanilla", status="passed", checks=[time], records=[record], message="")
 
     off = gate_text([outcome("not gated")], refresh=False)
     assert "time not compared: not gated (--perfsuite-time=off)" in off
@@ -159,8 +168,9 @@ def test_a_loss_not_compared_for_other_initial_weights_says_so_in_the_row_and_th
 
     time = Check("step time", True, "10 ms", "10 ms", "+0.0%", "±5%", "")
     loss = Check("loss", True, "weights aa", "weights bb", "not compared", "same initial weights", "…", compared=False)
+    record = CaseRecord.from_json({"model": "tiny-bert", "strategy": "vanilla", "status": "ok", "time_class": "x"}, "r")
     outcome = SimpleNamespace(
-        case="tiny-bert-vanilla", status="passed", checks=[time, loss], records=[{"time_class": "x"}], message=""
+        case="tiny-bert-vanilla", status="passed", checks=[time, loss], records=[record], message=""
     )
     text = gate_text([outcome], refresh=False)
     assert "loss NOT gated for 1 (they started from other initial weights" in text.splitlines()[0]

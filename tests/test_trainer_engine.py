@@ -16,9 +16,11 @@ from typing import Any
 
 import claims
 import pytest
+from claims import known
 from packaging.version import Version
 
 from perfsuite.core.engines import trainer_unsupported
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import tier_spec
 from perfsuite.core.strategies import resolve
 from perfsuite.session import PerfsuiteSession
@@ -26,7 +28,7 @@ from perfsuite.worker.engines.trainer_setup import training_arguments
 
 pytestmark = [pytest.mark.cpu, pytest.mark.trainer]
 
-Run = Callable[..., dict[str, Any]]
+Run = Callable[..., CaseRecord]
 
 
 def _transformers() -> Version:
@@ -74,7 +76,7 @@ GPT2_TOKEN_COUNT = pytest.mark.xfail(
 def run(perfsuite: PerfsuiteSession) -> Run:
     def _run(strategy: str, engine: str = "trainer", *, model: str = "tiny-bert", dropout: bool = True) -> Any:
         record = perfsuite.record(tier_spec(model, strategy, engine, dropout=dropout))
-        assert record["status"] == "ok", f"{model}-{strategy}-{engine}: {record['status']}: {record['error']}"
+        assert record.status == "ok", f"{model}-{strategy}-{engine}: {record.status}: {record.error}"
         return record
 
     return _run
@@ -152,9 +154,9 @@ def test_a_strategy_the_trainer_cannot_express_says_why() -> None:
 
 def test_an_unexpressible_strategy_is_skipped_with_its_reason(perfsuite: PerfsuiteSession) -> None:
     record = perfsuite.record(tier_spec("tiny-bert", "lion", "trainer", steps=1, warmup_steps=0, profile=False))
-    assert record["status"] == "skipped"
-    assert "through the Trainer" in record["error"]
-    assert "lion" in record["error"]
+    assert record.status == "skipped"
+    assert "through the Trainer" in known(record.error)
+    assert "lion" in known(record.error)
 
 
 # -- claims on real Trainer runs -----------------------------------------------------------
@@ -171,45 +173,45 @@ def test_an_unexpressible_strategy_is_skipped_with_its_reason(perfsuite: Perfsui
 )
 def test_the_same_case_trains_the_same_through_both_engines(run: Run, model: str) -> None:
     trainer, loop = run("vanilla", model=model), run("vanilla", "loop", model=model)
-    assert trainer["applied"]["engine"] == "trainer"
+    assert trainer.applied["engine"] == "trainer"
     # Every optimizer step logged by the Trainer itself when the evidence is read: warm-up, timed, and
     # the memory profile's, which also counts the FLOPs.
-    assert trainer["applied"]["trainer"]["logged_steps"] == len(trainer["loss"]) + 1
-    assert trainer["applied"]["optimizer_class"] == loop["applied"]["optimizer_class"] == "torch.optim.adamw.AdamW"
-    assert trainer["applied"]["weight_decay"] == [0.0]
-    assert trainer["applied"]["learning_rates"] == [trainer["learning_rate"]]  # constant, no decay
-    assert trainer["applied"]["sampler"] == "SequentialSampler"  # the loop's seeded order, read in turn
-    assert trainer["padding_fraction"] == pytest.approx(loop["padding_fraction"])
+    assert trainer.applied["trainer"]["logged_steps"] == len(trainer.loss) + 1
+    assert trainer.applied["optimizer_class"] == loop.applied["optimizer_class"] == "torch.optim.adamw.AdamW"
+    assert trainer.applied["weight_decay"] == [0.0]
+    assert trainer.applied["learning_rates"] == [trainer.learning_rate]  # constant, no decay
+    assert trainer.applied["sampler"] == "SequentialSampler"  # the loop's seeded order, read in turn
+    assert trainer.padding_fraction == pytest.approx(loop.padding_fraction)
     claims.same_losses(trainer, loop)  # dropout on: both engines seed before the first step
-    assert trainer["grad_norm"] == pytest.approx(loop["grad_norm"], rel=1e-4)
+    assert trainer.grad_norm == pytest.approx(loop.grad_norm, rel=1e-4)
 
 
 def test_grad_ckpt_under_the_trainer_cuts_activations_and_keeps_the_loss(run: Run) -> None:
     ckpt, vanilla = run("grad_ckpt"), run("vanilla")
-    assert ckpt["applied"]["gradient_checkpointing"]
+    assert ckpt.applied["gradient_checkpointing"]
     assert claims.mem(ckpt, "activations") / claims.mem(vanilla, "activations") <= 0.7
     claims.same_losses(ckpt, vanilla)
-    assert ckpt["flops_per_step"] > vanilla["flops_per_step"]
+    assert known(ckpt.flops_per_step) > known(vanilla.flops_per_step)
 
 
 @pytest.mark.nightly
 def test_adafactor_under_the_trainer_keeps_far_less_state(run: Run) -> None:
     adafactor, vanilla = run("adafactor"), run("vanilla")
-    assert adafactor["applied"]["optimizer_class"] == "transformers.optimization.Adafactor"
+    assert adafactor.applied["optimizer_class"] == "transformers.optimization.Adafactor"
     assert claims.mem(adafactor, "optimizer_state") / claims.mem(vanilla, "optimizer_state") <= 0.15
 
 
 def test_smart_batching_under_the_trainer_uses_its_length_grouped_sampler(run: Run) -> None:
     smart, vanilla = run("smart_batching"), run("vanilla")
-    assert smart["applied"]["sampler"] == "LengthGroupedSampler"
-    assert smart["applied"]["length_grouped"]
-    assert smart["padding_fraction"] < vanilla["padding_fraction"] / 2
+    assert smart.applied["sampler"] == "LengthGroupedSampler"
+    assert smart.applied["length_grouped"]
+    assert known(smart.padding_fraction) < known(vanilla.padding_fraction) / 2
 
 
 def test_grad_accum_under_the_trainer_runs_quarter_micro_batches(run: Run) -> None:
     accum, vanilla = run("grad_accum"), run("vanilla")
-    assert accum["applied"]["accumulation_steps"] == 4
-    assert accum["applied"]["micro_batch_size"] * 4 == vanilla["applied"]["micro_batch_size"]
+    assert accum.applied["accumulation_steps"] == 4
+    assert accum.applied["micro_batch_size"] * 4 == vanilla.applied["micro_batch_size"]
     assert claims.mem(accum, "activations") / claims.mem(vanilla, "activations") <= 0.5
 
 
@@ -223,9 +225,9 @@ def test_accumulation_under_the_trainer_keeps_the_loss_and_grad_norm(run: Run) -
 @CPU_FP16_IS_FP32
 def test_fp16_under_the_trainer_runs_the_forward_in_half_with_loss_scaling(run: Run) -> None:
     half = run("fp16")
-    assert half["applied"]["autocast"], "the Trainer's accelerator has autocast off"
-    assert half["applied"]["grad_scaler"], "the Trainer's accelerator has no GradScaler"
-    counts = half["matmul_dtypes"]
+    assert half.applied["autocast"], "the Trainer's accelerator has autocast off"
+    assert half.applied["grad_scaler"], "the Trainer's accelerator has no GradScaler"
+    counts = known(half.matmul_dtypes)
     assert counts.get("float16", 0) > counts.get("float32", 0), counts
 
 
@@ -251,24 +253,24 @@ def test_lora_under_the_trainer_trains_only_adapters(run: Run) -> None:
 @pytest.mark.nightly
 def test_bf16_under_the_trainer_runs_the_forward_in_bf16(run: Run) -> None:
     half = run("bf16")
-    assert half["applied"]["autocast"]
-    assert not half["applied"]["grad_scaler"]
-    counts = half["matmul_dtypes"]
+    assert half.applied["autocast"]
+    assert not half.applied["grad_scaler"]
+    counts = known(half.matmul_dtypes)
     assert counts.get("bfloat16", 0) > counts.get("float32", 0), counts
 
 
 @pytest.mark.nightly
 def test_dataloader_under_the_trainer_collates_in_both_workers(run: Run) -> None:
     record = run("dataloader")
-    assert record["applied"]["num_workers"] == 2
-    assert record["applied"]["workers_seen"] == [0, 1]
+    assert record.applied["num_workers"] == 2
+    assert record.applied["workers_seen"] == [0, 1]
     claims.same_losses(record, run("vanilla"))  # same batches, same order
 
 
 @pytest.mark.nightly
 def test_dynamic_padding_under_the_trainer_pads_less_with_the_same_loss(run: Run) -> None:
     dynamic, vanilla = run("dynamic_padding", dropout=False), run("vanilla", dropout=False)
-    assert dynamic["padding_fraction"] < vanilla["padding_fraction"]
+    assert known(dynamic.padding_fraction) < known(vanilla.padding_fraction)
     claims.same_losses(dynamic, vanilla)
 
 
@@ -276,7 +278,7 @@ def test_dynamic_padding_under_the_trainer_pads_less_with_the_same_loss(run: Run
 @pytest.mark.bnb
 def test_adamw_8bit_under_the_trainer_keeps_8bit_state_but_32bit_for_embeddings(run: Run) -> None:
     eight, vanilla = run("adamw_8bit"), run("vanilla")
-    assert eight["applied"]["optimizer_class"].startswith("bitsandbytes.optim")
+    assert eight.applied["optimizer_class"].startswith("bitsandbytes.optim")
     # The Trainer keeps every nn.Embedding's state in 32 bits (GlobalOptimManager override),
     # so the whole is above the loop's 35% but well below AdamW's.
     ratio = claims.mem(eight, "optimizer_state") / claims.mem(vanilla, "optimizer_state")
@@ -288,8 +290,8 @@ def test_adamw_8bit_under_the_trainer_keeps_8bit_state_but_32bit_for_embeddings(
 @pytest.mark.parametrize("strategy", ["zero2_offload", "zero3_offload"])
 def test_zero_offload_under_the_trainer_runs_deepspeed_cpu_adam(run: Run, strategy: str) -> None:
     record = run(strategy)
-    assert record["applied"]["trainer"]["deepspeed_enabled"]
-    ds = record["applied"]["deepspeed"]
+    assert record.applied["trainer"]["deepspeed_enabled"]
+    ds = record.applied["deepspeed"]
     assert ds["zero_stage"] == (2 if strategy == "zero2_offload" else 3)
     assert ds["optimizer_class"] == "DeepSpeedCPUAdam"
     assert ds["optimizer_state_devices"] == ["cpu"]
@@ -298,7 +300,7 @@ def test_zero_offload_under_the_trainer_runs_deepspeed_cpu_adam(run: Run, strate
 @pytest.mark.nightly
 @CPU_FP16_IS_FP32
 def test_all_under_the_trainer_applies_every_published_technique(run: Run) -> None:
-    applied = run("all")["applied"]
+    applied = run("all").applied
     assert applied["gradient_checkpointing"]
     assert applied["accumulation_steps"] == 4
     assert applied["optimizer_class"] == "transformers.optimization.Adafactor"

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from tools import ROOT, git
 
-from perfsuite.ab import compare
+from perfsuite.ab import comparison
 from perfsuite.ab.envs import Env, EnvError
 from perfsuite.ab.pins import PIN_FILES, Change, PinError, Upgrade, is_pin_file, split_range, upgrade
 from perfsuite.ab.sides import Side
@@ -317,7 +317,7 @@ def test_show_sides_says_them_and_runs_nothing(
 ) -> None:
     _bump(repo, {"requirements.txt": "a==1\nb>=1\n"}, {"requirements.txt": "a==2\nb>=2\n"})
     monkeypatch.chdir(repo)
-    monkeypatch.setattr(compare.AbRun, "start", _never)
+    monkeypatch.setattr(comparison.AbRun, "start", _never)
     code, out, err = _ab(["--pins", "HEAD~1..HEAD", "--show-sides"], capsys)
     assert code == 0
     assert out == "base: a==1\ncandidate: a==2\n"
@@ -334,7 +334,7 @@ def test_no_pin_changed_is_exit_0_and_a_summary_that_opens_no_comment(
 ) -> None:
     _bump(repo, {"requirements.txt": "a==1\nb>=1\n"}, {"requirements.txt": "a==1\nb>=2\n"})
     monkeypatch.chdir(repo)
-    monkeypatch.setattr(compare.AbRun, "start", _never)
+    monkeypatch.setattr(comparison.AbRun, "start", _never)
     code, _, err = _ab(["--pins", "HEAD~1..HEAD", "--device", "cpu", "--report", "out"], capsys)
     assert code == 0
     assert "HEAD~1..HEAD changes no exact pin: nothing to compare" in err
@@ -355,9 +355,9 @@ def test_the_pins_become_both_sides_of_the_comparison(
 
     def start(args: Any, specs: Any, say: Any) -> None:
         asked.update(base=args.base, candidate=args.candidate, cases=len(specs))
-        raise compare.Failed("candidate: transformers==4.58.0 does not resolve with the installed stack")
+        raise comparison.Failed("candidate: transformers==4.58.0 does not resolve with the installed stack")
 
-    monkeypatch.setattr(compare.AbRun, "start", start)
+    monkeypatch.setattr(comparison.AbRun, "start", start)
     args = ["--pins", "HEAD~1..HEAD", "--device", "cpu", "--models", "tiny-bert", "--strategies", "vanilla"]
     code, _, err = _ab([*args, "--report", "out"], capsys)
     assert code == 3

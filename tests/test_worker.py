@@ -9,7 +9,7 @@ import fault_cases
 import pytest
 
 from perfsuite.core.spec import CaseSpec
-from perfsuite.worker.process import run_isolated
+from perfsuite.worker.process import run_in_worker, run_isolated
 
 SPEC = CaseSpec(model="tiny-bert", strategy="vanilla")
 
@@ -17,10 +17,10 @@ SPEC = CaseSpec(model="tiny-bert", strategy="vanilla")
 def test_each_case_runs_in_its_own_process() -> None:
     a = run_isolated(SPEC, timeout_s=60, target=fault_cases.ok)
     b = run_isolated(SPEC, timeout_s=60, target=fault_cases.ok)
-    assert a["status"] == b["status"] == "ok"
-    assert len({a["pid"], b["pid"], os.getpid()}) == 3
-    assert b["worker_startup_s"] is not None
-    assert b["worker_startup_s"] < 2.0
+    assert a.status == b.status == "ok"
+    assert len({a.pid, b.pid, os.getpid()}) == 3
+    assert b.worker_startup_s is not None
+    assert b.worker_startup_s < 2.0
 
 
 def test_a_case_starts_its_own_processes_as_a_training_script_would() -> None:
@@ -29,29 +29,29 @@ def test_a_case_starts_its_own_processes_as_a_training_script_would() -> None:
     Linux as in a user's script, instead of booting a forkserver of its own (about 1 s)."""
     import multiprocessing
 
-    record = run_isolated(SPEC, timeout_s=60, target=fault_cases.start_method)
-    assert record["status"] == "ok", record["error"]
-    assert record["start_method"] == multiprocessing.get_all_start_methods()[0]
-    if record["start_method"] == "fork":
-        assert record["first_batch_s"] < 0.5, record["first_batch_s"]
+    answer = run_in_worker(SPEC, timeout_s=60, target=fault_cases.start_method)  # not a case's record
+    assert answer["status"] == "ok", answer["error"]
+    assert answer["start_method"] == multiprocessing.get_all_start_methods()[0]
+    if answer["start_method"] == "fork":
+        assert answer["first_batch_s"] < 0.5, answer["first_batch_s"]
 
 
 def test_crash_hang_and_oom_fail_their_case_and_the_run_continues() -> None:
     targets = [fault_cases.crash, fault_cases.ok, fault_cases.hang, fault_cases.out_of_memory, fault_cases.ok]
     started = time.monotonic()
     records = [run_isolated(SPEC, timeout_s=5, target=t) for t in targets]
-    assert [r["status"] for r in records] == ["failed", "ok", "failed", "failed", "ok"]
-    assert records[0]["error"] == "worker killed by signal SIGABRT"
-    assert records[2]["error"] == "timed out after 5 s; worker killed"
-    assert records[3]["error"].startswith("out of memory: CUDA out of memory")
-    assert all(r["model"] == "tiny-bert" and r["strategy"] == "vanilla" for r in records)
+    assert [r.status for r in records] == ["failed", "ok", "failed", "failed", "ok"]
+    assert records[0].error == "worker killed by signal SIGABRT"
+    assert records[2].error == "timed out after 5 s; worker killed"
+    assert (records[3].error or "").startswith("out of memory: CUDA out of memory")
+    assert all(r.model == "tiny-bert" and r.strategy == "vanilla" for r in records)
     assert time.monotonic() - started < 30  # the hang was cut at its timeout
 
 
 def test_skip_carries_its_reason() -> None:
     record = run_isolated(SPEC, timeout_s=30, target=fault_cases.skip)
-    assert record["status"] == "skipped"
-    assert record["error"] == "needs an H100"
+    assert record.status == "skipped"
+    assert record.error == "needs an H100"
 
 
 def test_case_spec_rejects_unknown_names_before_any_worker_starts() -> None:
@@ -76,7 +76,7 @@ def test_a_worker_whose_start_a_stop_overlapped_does_not_run_on(monkeypatch: pyt
 
     monkeypatch.setattr(multiprocessing.context.ForkServerProcess, "start", start_overlapped_by_a_stop)
     record = run_isolated(SPEC, timeout_s=60, target=fault_cases.ok)
-    assert record["status"] == "failed"
-    assert record["error"] == "worker killed by signal SIGKILL"
+    assert record.status == "failed"
+    assert record.error == "worker killed by signal SIGKILL"
     monkeypatch.undo()
-    assert run_isolated(SPEC, timeout_s=60, target=fault_cases.ok)["status"] == "ok"  # a later run is not stopped
+    assert run_isolated(SPEC, timeout_s=60, target=fault_cases.ok).status == "ok"  # a later run is not stopped

@@ -3,7 +3,7 @@
     python benchmarks/ab/replay.py ab-results [--spread 4]
 
 A case's pairs do not depend on when it stops (each round runs one pair of every open
-case), so the pairs a file keeps show where today's rule (:func:`perfsuite.ab.compare.schedule_for`,
+case), so the pairs a file keeps show where today's rule (:func:`perfsuite.ab.comparison.schedule_for`,
 :func:`perfsuite.core.paired.decide`) would have stopped and what it would have said. Per
 file: each case's recorded verdict and pairs beside the replayed ones, and the pairs in all.
 A case whose recorded pairs ran out before today's rule decided it says so ("ran out").
@@ -19,7 +19,7 @@ import json
 import math
 from pathlib import Path
 
-from perfsuite.ab.compare import schedule_for
+from perfsuite.ab.comparison import schedule_for
 from perfsuite.core.paired import SPREAD
 
 

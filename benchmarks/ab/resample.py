@@ -7,7 +7,7 @@ the pairs of A/A comparisons (``perfsuite ab --json``), centres each case's log-
 median, and pools them: the machine's noise, outliers and all, as it is (not symmetrised, so a
 skew in it shows as false alarms). Each simulated case draws its pairs from that pool with
 replacement, adds ``log(1 + change)``, and runs through the schedule ``perfsuite ab`` uses for
-``--cases`` cases (:func:`perfsuite.ab.compare.schedule_for`), once per ``--spread`` (``none``:
+``--cases`` cases (:func:`perfsuite.ab.comparison.schedule_for`), once per ``--spread`` (``none``:
 perfsuite ab's rule; a number: the alarm on the pairs near 0 only, :func:`perfsuite.core.paired.near_zero`); with
 ``--scale``, each case's pairs are first rescaled to that robust sd. Per row:
 the share of cases called slower, faster, same and undecided, called at each alarm look, and the
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from simulate import VERDICTS, simulate  # this directory's: the schedule over simulated cases
 
-from perfsuite.ab.compare import schedule_for
+from perfsuite.ab.comparison import schedule_for
 
 
 def robust_sd(d: list[float]) -> float:

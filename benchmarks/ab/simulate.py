@@ -4,7 +4,7 @@
 
 Each simulated case draws pair log-ratios ``log(1 + change) + N(0, noise)`` and runs them
 through the schedule ``perfsuite ab`` uses for that many cases
-(:func:`perfsuite.ab.compare.schedule_for`, :meth:`perfsuite.core.paired.Schedule.replay`).
+(:func:`perfsuite.ab.comparison.schedule_for`, :meth:`perfsuite.core.paired.Schedule.replay`).
 One row per noise level and change: the share of cases called slower, faster, same and
 undecided, and the mean pairs taken. With no change, *slower* plus *faster* is the false-alarm
 rate of one case (over the comparison's cases it adds up to at most alpha); with a change
@@ -19,7 +19,7 @@ import math
 import random
 from collections.abc import Callable
 
-from perfsuite.ab.compare import schedule_for
+from perfsuite.ab.comparison import schedule_for
 from perfsuite.core.paired import Schedule
 
 VERDICTS = ("slower", "faster", "same", "undecided")

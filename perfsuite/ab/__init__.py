@@ -8,6 +8,7 @@
   (:mod:`perfsuite.core.paired`) and memory and loss through the suite's gates;
 - :mod:`perfsuite.ab.lanes`: several cases at once (``--jobs``), each lane a server per side
   on cores or a GPU of its own;
-- :mod:`perfsuite.ab.compare`: a whole comparison, from set-up to exit code;
-- :mod:`perfsuite.ab.bisect`: the first release between two that changes a case.
+- :mod:`perfsuite.ab.comparison`: a whole comparison, from set-up to exit code;
+- :mod:`perfsuite.ab.bisect`: the search for the first release between two that changes a case;
+- :mod:`perfsuite.ab.bisecting`: its driver, each point searched compared with the good end.
 """

@@ -24,13 +24,14 @@ import os
 import statistics
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from perfsuite.ab.envs import EnvError
 from perfsuite.ab.sides import Side
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 from perfsuite.worker.duet import CPUS, PEER, READY, STOP
 
@@ -42,7 +43,8 @@ MODES: tuple[Choice, ...] = ("auto", "duet", "alternate")
 
 @dataclass(frozen=True)
 class Pair:
-    records: tuple[dict[str, Any], dict[str, Any]]
+    records: tuple[CaseRecord | None, CaseRecord | None]
+    """Each side's run (``None`` for a side whose run did not come back, or that did not run: see ``error``)."""
     mode: Mode
     log_ratio: float
     """``log(B / A)``: the median per-step log ratio of a duet, the ratio of the two medians otherwise."""
@@ -74,9 +76,10 @@ def check_mode(specs: Sequence[CaseSpec], device_type: str, mode: Choice) -> Non
         )
 
 
-def step_times(record: Mapping[str, Any]) -> list[float]:
+def step_times(record: CaseRecord | None) -> list[float]:
     """A run's timed steps (s)."""
-    return [float(s) for s in record["step_time_s"]["samples"]]
+    assert record is not None  # a pair without an error has both runs
+    return [float(s) for s in record.timed().samples]
 
 
 def step_log_ratio(a: Sequence[float], b: Sequence[float]) -> float:
@@ -86,23 +89,24 @@ def step_log_ratio(a: Sequence[float], b: Sequence[float]) -> float:
     return statistics.median(math.log(y / x) for x, y in zip(a, b, strict=True))
 
 
-def _failed(side: Side, record: Mapping[str, Any]) -> str | None:
-    if record.get("status") == "ok":
-        return None
-    return f"{side.name}: {record.get('error') or record.get('status')}"
+def _failed(side: Side, record: CaseRecord | None, error: str | None = None) -> str | None:
+    """Why ``side``'s run failed (its record's error, or ``error`` where none came back), or ``None``."""
+    if record is None:
+        return f"{side.name}: {error}"
+    return None if record.ok else f"{side.name}: {record.error or record.status}"
 
 
 def alternate(
     sides: tuple[Side, Side], fields: dict[str, Any], index: int, timeout_s: float, env: dict[str, str] | None = None
 ) -> Pair:
-    records: dict[int, dict[str, Any]] = {}
+    records: dict[int, CaseRecord] = {}
     for which in (0, 1) if index % 2 == 0 else (1, 0):
         records[which] = sides[which].run(fields, timeout_s, env=env)
         error = _failed(sides[which], records[which])
         if error:
-            return Pair((records.get(0, {}), records.get(1, {})), "alternate", math.nan, error)
+            return Pair((records.get(0), records.get(1)), "alternate", math.nan, error)
     a, b = records[0], records[1]
-    ratio = math.log(float(b["step_time_s"]["median"]) / float(a["step_time_s"]["median"]))
+    ratio = math.log(float(b.timed().median) / float(a.timed().median))
     return Pair((a, b), "alternate", ratio)
 
 
@@ -121,7 +125,8 @@ def duet(
 ) -> Pair:
     """Pair ``index`` as a duet on ``cores``; once ``cancel`` is set (the comparison was stopped while
     this pair ran in a lane of its own), both workers are released as Ctrl-C releases them."""
-    records: list[dict[str, Any]] = [{}, {}]
+    records: list[CaseRecord | None] = [None, None]
+    errors: list[str | None] = [None, None]  # where a side's run did not come back
     with tempfile.TemporaryDirectory(prefix="perfsuite-duet-") as meet:
         stop = Path(meet, "stop")
 
@@ -135,8 +140,8 @@ def duet(
             try:
                 records[which] = sides[which].run(fields, timeout_s, env=env)
             except EnvError as exc:  # its server died (Ctrl-C reaches it too): this side's error, not a traceback
-                records[which] = {"status": "error", "error": str(exc)}
-            if records[which].get("status") != "ok":
+                errors[which] = str(exc)
+            if _failed(sides[which], records[which], errors[which]):
                 with contextlib.suppress(OSError):  # gone once an interrupted duet was left
                     stop.touch()  # release the other side's worker: its peer is not coming
 
@@ -156,7 +161,7 @@ def duet(
                 thread.join(timeout_s / 10)
             raise
     for which in (0, 1):
-        error = _failed(sides[which], records[which])
+        error = _failed(sides[which], records[which], errors[which])
         if error:
             return Pair((records[0], records[1]), "duet", math.nan, error)
     return Pair((records[0], records[1]), "duet", step_log_ratio(step_times(records[0]), step_times(records[1])))

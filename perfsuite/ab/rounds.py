@@ -1,7 +1,7 @@
 """Cases compared side by side in rounds: a pair of runs of each case per round
 (:mod:`perfsuite.ab.pairs`) until its time verdict is decided (:mod:`perfsuite.core.paired`),
 and memory and loss of the first pair against the suite's own gates
-(:mod:`perfsuite.core.compare`), side A standing in for the baseline."""
+(:mod:`perfsuite.core.gates`), side A standing in for the baseline."""
 
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ from perfsuite.ab.pairs import Choice, Mode, Pair, check_mode, duet_fits, step_t
 from perfsuite.ab.sides import Side
 from perfsuite.core.baselines import build_baseline
 from perfsuite.core.check import Check
-from perfsuite.core.compare import check_memory
 from perfsuite.core.explain.explanation import Explanation
+from perfsuite.core.gates import check_memory
 from perfsuite.core.kernels import check_kernels
 from perfsuite.core.loss import check_loss
 from perfsuite.core.observation import observe
 from perfsuite.core.paired import Paired, Schedule
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
 
@@ -128,12 +129,12 @@ def _max_diff(a: list[float], b: list[float]) -> float | None:
     return max(abs(x - y) for x, y in zip(a, b, strict=True))
 
 
-def _as_baseline(case_id: str, record: Mapping[str, Any]) -> dict[str, Any]:
+def _as_baseline(case_id: str, record: CaseRecord) -> dict[str, Any]:
     """Side A's run in a baseline's shape, so that B is gated as the suite gates a run."""
     seen = observe(record, time_unit="s")
     return build_baseline(
         case_id=case_id,
-        hardware=str(record["device"]),
+        hardware=str(record.device),
         time_class=seen.time_class,
         time_unit="s",
         calibration=None,
@@ -147,20 +148,20 @@ def _as_baseline(case_id: str, record: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
-def _memory_and_loss(result: CaseResult, a: Mapping[str, Any], b: Mapping[str, Any], tol: Tolerance) -> None:
+def _memory_and_loss(result: CaseResult, a: CaseRecord, b: CaseRecord, tol: Tolerance) -> None:
     base = _as_baseline(result.case, a)
     seen_a, seen_b = observe(a, time_unit="s"), observe(b, time_unit="s")
     result.memory_a, result.memory_b = seen_a.peak_bytes, seen_b.peak_bytes
     result.breakdown_a, result.breakdown_b = dict(seen_a.breakdown), dict(seen_b.breakdown)
     result.loss_a, result.loss_b = list(seen_a.losses), list(seen_b.losses)
-    kernels = check_kernels(result.case, base, seen_b, str(a["device"]))
+    kernels = check_kernels(result.case, base, seen_b, str(a.device))
     result.checks = (
         [kernels]
         if kernels
         else [
             *check_memory(result.case, base, seen_b, tol),
             # Other initial weights are another loss curve: an upgrade's change, said as such.
-            check_loss(result.case, base, seen_b, tol, hardware=str(a["device"]), fail_uncompared=True),
+            check_loss(result.case, base, seen_b, tol, hardware=str(a.device), fail_uncompared=True),
         ]
     )
 
@@ -257,7 +258,10 @@ def _add(result: CaseResult, pair: Pair, index: int, tolerance: Tolerance) -> No
         result.error = pair.error
         return
     if index == 0:
-        _memory_and_loss(result, pair.records[0], pair.records[1], tolerance)
+        a, b = pair.records
+        assert a is not None, pair  # a pair without an error has both runs
+        assert b is not None, pair
+        _memory_and_loss(result, a, b, tolerance)
     result.add(pair)
 
 

@@ -16,6 +16,7 @@ from packaging.requirements import Requirement
 
 from perfsuite.ab.envs import Env, EnvError
 from perfsuite.core.cache import cache_root
+from perfsuite.core.record import CaseRecord
 
 
 @contextlib.contextmanager
@@ -128,11 +129,15 @@ class Side:
         """A new forkserver (and so a new address-space layout) for the runs that follow, booted before this returns."""
         self._ask({"op": "reset"})
 
-    def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
-        """One run of a case (a :class:`CaseSpec`'s fields) in a fresh worker; ``env`` is set in that worker."""
+    def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> CaseRecord:
+        """One run of a case (a :class:`CaseSpec`'s fields) in a fresh worker; ``env`` is set in that worker.
+        Its record comes back as JSON from the side's environment and is checked and typed here, once."""
         env = {"TORCH_EXTENSIONS_DIR": self.extensions, **(env or {})}
-        record: dict[str, Any] = self._ask({"op": "run", "spec": spec, "timeout_s": timeout_s, "env": env})["record"]
-        return record
+        answer = self._ask({"op": "run", "spec": spec, "timeout_s": timeout_s, "env": env})
+        try:
+            return CaseRecord.from_json(answer.get("record"), f"{self.name} ({self.env.label}): its record")
+        except ValueError as exc:  # a side that answers what no perfsuite writes: the side's fault, as a dead one's
+            raise EnvError(str(exc)) from None
 
     def explain(self, spec: dict[str, Any], ask: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """An explanation run of a case (:mod:`perfsuite.worker.explain`; ``ask``: an ``ExplainAsk``'s JSON)."""

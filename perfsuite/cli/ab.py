@@ -21,6 +21,7 @@ from perfsuite.cli.options import at_least, fraction, not_a_file, output_file, p
 from perfsuite.cli.selection import add_selection, select
 
 if TYPE_CHECKING:
+    from perfsuite.ab.options import AbOptions
     from perfsuite.ab.pins import Upgrade
 
 EXIT_CANNOT_TEST = 3
@@ -132,9 +133,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfsuite.ab.compare import AbRun, Failed
+    from perfsuite.ab.comparison import AbRun, Failed
     from perfsuite.ab.envs import EnvError, parse_env, parse_held
     from perfsuite.ab.lanes import plan_for
+    from perfsuite.ab.options import AbOptions
     from perfsuite.ab.pairs import check_mode
     from perfsuite.ab.pins import PinError
     from perfsuite.reports.tables import log_console
@@ -145,19 +147,32 @@ def run(args: argparse.Namespace) -> int:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     try:
-        upgrade = _sides(args)
+        base, candidate, upgrade = _sides(args)
         own = _own_refs(args)  # the project's own code at two commits: revisions checked before anything runs
-        for name in ("base", "candidate"):
-            parse_env(getattr(args, name), name=name)  # bad input: before anything is installed
-        args.held = parse_held(args.with_)
-        if args.threads is None:
-            args.threads = 1  # the CPU tier's: the other core absorbs the machine's own work
-        specs, device_type, defaults, note = select(args, here=False)
-        args.device_type = device_type
+        for name, asked in (("base", base), ("candidate", candidate)):
+            parse_env(asked, name=name)  # bad input: before anything is installed
+        held = parse_held(args.with_)
+        # One thread unless asked: the CPU tier's (the other core absorbs the machine's own work).
+        specs, device_type, defaults, note = select(args, here=False, threads=1)
         check_mode(specs, device_type, args.mode)
         plan_for(specs, device_type, args.mode, args.jobs)  # more lanes than cores or GPUs: before any set-up
         if args.max_pairs is not None and args.pairs is not None and args.max_pairs < args.pairs:
             raise ValueError(f"--max-pairs {args.max_pairs} is below --pairs {args.pairs}")
+        options = AbOptions(
+            base=base,
+            candidate=candidate,
+            upgrade=upgrade,
+            held=held,
+            device_type=device_type,
+            mode=args.mode,
+            jobs=args.jobs,
+            floor=args.floor,
+            alpha=args.alpha,
+            pairs=args.pairs,
+            max_pairs=args.max_pairs,
+            json=args.json,
+            report=args.report,
+        )
     except (ValueError, PinError, EnvError) as exc:
         say(f"perfsuite: error: {exc}")
         return 2
@@ -168,10 +183,10 @@ def run(args: argparse.Namespace) -> int:
             say(f"perfsuite ab: {args.pins} changes no exact pin: nothing to compare")
             if args.report and not args.show_sides:
                 headline = f"nothing compared: `{args.pins}` changes no exact dependency pin"
-                say(f"wrote {_note(args, device_type, headline)}")
+                say(f"wrote {_note(options, headline)}")
             return 0
     if args.show_sides:
-        print(f"base: {args.base}\ncandidate: {args.candidate}")
+        print(f"base: {options.base}\ncandidate: {options.candidate}")
         return 0
     if note:
         say(note)
@@ -181,21 +196,21 @@ def run(args: argparse.Namespace) -> int:
         say("perfsuite: --no-profile: a CPU's peak memory comes from the profile step; each case's first pair runs it")
     started = time.monotonic()
     with terminate_as_interrupt(), contextlib.ExitStack() as stack:
-        args.trees = None
         if own is not None:
             from perfsuite.ab.own import trees
 
             try:
-                args.trees = stack.enter_context(trees(own[1], own[0]))
+                base_tree, candidate_tree = stack.enter_context(trees(own[1], own[0]))
             except ValueError as exc:  # GitError: a tree git could not write out
                 say(f"perfsuite: cannot test: {exc}")
                 return EXIT_CANNOT_TEST
+            options = dataclasses.replace(options, trees=(base_tree, candidate_tree))
         try:
-            ab_run = AbRun.start(args, specs, say)
+            ab_run = AbRun.start(options, specs, say)
         except Failed as exc:
             say(f"perfsuite: cannot test: {exc}")
             if args.report:
-                say(f"wrote {_note(args, device_type, f'cannot test: {exc}')}")
+                say(f"wrote {_note(options, f'cannot test: {exc}')}")
             return EXIT_CANNOT_TEST
         except KeyboardInterrupt:
             say("perfsuite ab: interrupted while setting up the sides; nothing was measured or written")
@@ -205,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
             _explain(ab_run, results, args, args.timeout or defaults.timeout, say)
         finally:
             ab_run.close()
-    code = ab_run.finish(results, args, time.monotonic() - started, console)
+    code = ab_run.finish(results, options, time.monotonic() - started, console)
     return EXIT_INTERRUPTED if any(r.interrupted for r in results) else code
 
 
@@ -219,34 +234,32 @@ def _explain(ab_run: Any, results: Any, args: argparse.Namespace, timeout_s: flo
     )
 
 
-def _sides(args: argparse.Namespace) -> Upgrade | None:
-    """With ``--pins``: the :class:`perfsuite.ab.pins.Upgrade` it reads, its sides set as ``--base`` and
-    ``--candidate``; else ``None``, both of those given (or, comparing the project's own code with
-    ``--base-ref`` or ``--own``, this environment where not). A ``ValueError`` or ``PinError`` says what is wrong."""
-    args.upgrade = None
+def _sides(args: argparse.Namespace) -> tuple[str, str, Upgrade | None]:
+    """The base and the candidate, and with ``--pins`` the :class:`perfsuite.ab.pins.Upgrade` it reads, whose
+    sides they are; else ``None``, both sides given (or, comparing the project's own code with ``--base-ref``
+    or ``--own``, this environment where not). A ``ValueError`` or ``PinError`` says what is wrong."""
     own = [flag for flag, value in (("--base-ref", args.base_ref), ("--own", args.own)) if value]
     if len(own) > 1 or (own and args.pins):
         raise ValueError(f"give one of --pins, --base-ref and --own, not {' and '.join([*own, '--pins'][:2])}")
+    base, candidate = args.base, args.candidate
     if own:
-        args.base = args.base or "current"
-        args.candidate = args.candidate or "current"
+        base, candidate = base or "current", candidate or "current"
     if args.pins is None:
-        missing = [f"--{name}" for name in ("base", "candidate") if getattr(args, name) is None]
+        missing = [f"--{name}" for name, value in (("base", base), ("candidate", candidate)) if value is None]
         if missing:
             raise ValueError(
                 f"the following arguments are required: {', '.join(missing)} (or --pins BASE..HEAD, --base-ref REF)"
             )
         if args.pin_files:
             raise ValueError("--pin-files goes with --pins")
-        return None
-    if args.base is not None or args.candidate is not None:
+        return base, candidate, None
+    if base is not None or candidate is not None:
         raise ValueError("--pins chooses both sides; give no --base or --candidate with it")
     from perfsuite.ab.envs import installed
     from perfsuite.ab.pins import upgrade
 
     found = upgrade(args.pins, extra_files=args.pin_files or ()).installed_only(installed())
-    args.upgrade, args.base, args.candidate = found, found.base, found.candidate
-    return found
+    return found.base, found.candidate, found
 
 
 def _own_refs(args: argparse.Namespace) -> tuple[str, list[str | None]] | None:
@@ -270,10 +283,11 @@ def _own_refs(args: argparse.Namespace) -> tuple[str, list[str | None]] | None:
     return option, [base, head]
 
 
-def _note(args: argparse.Namespace, device_type: str, headline: str) -> Path:
+def _note(options: AbOptions, headline: str) -> Path:
     """``summary.md`` of a comparison that did not run, for the pull request's comment."""
     from perfsuite.reports.ab import note_markdown, write_note
 
-    pins = args.upgrade.as_json() if args.upgrade is not None else None
-    text = note_markdown(device_type, headline, base=args.base, candidate=args.candidate, pins=pins)
-    return write_note(Path(args.report), text)
+    assert options.report is not None
+    pins = options.upgrade.as_json() if options.upgrade is not None else None
+    text = note_markdown(options.device_type, headline, base=options.base, candidate=options.candidate, pins=pins)
+    return write_note(Path(options.report), text)

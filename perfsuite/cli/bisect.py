@@ -12,10 +12,13 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfsuite.cli.options import at_least, fraction, output_file, positive_fraction, positive_seconds
-from perfsuite.core.baselines import write_json_atomic
+from perfsuite.core.results import write_results
+
+if TYPE_CHECKING:
+    from perfsuite.ab.options import BisectOptions
 
 METRICS = ("time", "memory", "loss")
 
@@ -74,8 +77,9 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from perfsuite.ab.bisect import BisectError, between, check_order, index_versions
+    from perfsuite.ab.bisecting import Bisection, case_spec
     from perfsuite.ab.envs import EnvError, make_env, parse_held
-    from perfsuite.ab.runner import Bisection, case_spec
+    from perfsuite.ab.options import BisectOptions
     from perfsuite.reports.tables import log_console
     from perfsuite.worker.device import default_device_type
 
@@ -92,16 +96,26 @@ def run(args: argparse.Namespace) -> int:
         if args.commits and not args.repo:
             raise ValueError("--commits bisects a clone's commits: give the clone with --repo")
         spec = case_spec(args.case, steps=args.steps, threads=args.threads)
-        args.device_type = default_device_type()
-        args.held = parse_held(args.with_)
+        options = BisectOptions(
+            package=args.package,
+            metric=args.metric,
+            device_type=default_device_type(),
+            floor=args.floor,
+            alpha=args.alpha,
+            pairs=args.pairs,
+            max_pairs=args.max_pairs,
+            timeout=args.timeout,
+            held=parse_held(args.with_),
+            json=args.json,
+        )
         if args.own:
-            return _commits(args, spec, say, *_project_commits(args))
+            return _commits(options, spec, say, *_project_commits(args, options))
         if args.commits:
             return _commits(
-                args,
+                options,
                 spec,
                 say,
-                *_clone_commits(args, args.good, args.bad, make_env("current", name="good", held=args.held)),
+                *_clone_commits(args, args.good, args.bad, make_env("current", name="good", held=options.held)),
             )
         check_order(args.good, args.bad)
         versions = between(index_versions(args.package), args.good, args.bad, pre=args.pre)
@@ -109,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"perfsuite: error: {exc}")
         return 2
     say(f"perfsuite: {args.package}: {len(versions)} releases from {versions[0]} (good) to {versions[-1]} (bad)")
-    releases = Bisection(args, spec, versions, say)
+    releases = Bisection(options, spec, versions, say)
     code = releases.run()
     found = releases.found
     if args.repo is None or found is None or found.first_bad is None:
@@ -119,18 +133,18 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         good, bad = (release_tag(args.repo, args.package, v, "--repo") for v in (found.last_good, found.first_bad))
-        base = make_env(f"{args.package}=={found.last_good}", name="good", held=args.held)
+        base = make_env(f"{args.package}=={found.last_good}", name="good", held=options.held)
         released = json.loads(args.json.read_text()) if args.json else None
-        code = _commits(args, spec, say, *_clone_commits(args, good.sha, bad.sha, base))
+        code = _commits(options, spec, say, *_clone_commits(args, good.sha, bad.sha, base))
     except (commits.GitError, EnvError) as exc:
         say(f"perfsuite: the commits between {found.last_good} and {found.first_bad} were not bisected: {exc}")
         return 1
     if args.json and released is not None:  # the commits' answer, with the releases' it went on from
-        write_json_atomic(args.json, {**json.loads(args.json.read_text()), "releases": released})
+        write_results({**json.loads(args.json.read_text()), "releases": released}, json_file=args.json, say=None)
     return code
 
 
-def _project_commits(args: argparse.Namespace) -> tuple[dict[str, Any], Any, str, Any]:
+def _project_commits(args: argparse.Namespace, options: BisectOptions) -> tuple[dict[str, Any], Any, str, Any]:
     """``--own``: the project's commits from ``--good`` to ``--bad``, each written into a tree of its own
     when it is tested (:mod:`perfsuite.ab.own`), in this environment."""
     from perfsuite.ab import commits
@@ -148,7 +162,7 @@ def _project_commits(args: argparse.Namespace) -> tuple[dict[str, Any], Any, str
             tree = at_commit(top, found[point], inside, scratch, "--own")
         except commits.GitError as exc:  # a commit without the project: untestable, stepped around
             raise EnvError(str(exc)) from None
-        return tree.env(make_env("current", name=name, held=args.held))
+        return tree.env(make_env("current", name=name, held=options.held))
 
     return found, env_for, "commit", scratch
 
@@ -174,16 +188,16 @@ def _first_parents(top: Path, good: str, bad: str, what: str) -> dict[str, Any]:
 
 
 def _commits(
-    args: argparse.Namespace, spec: Any, say: Any, found: dict[str, Any], env_for: Any, what: str, scratch: Path | None
+    options: BisectOptions, spec: Any, say: Any, found: dict[str, Any], env_for: Any, what: str, scratch: Path | None
 ) -> int:
     """Bisect the commits ``found`` (good first), each side's environment from ``env_for``."""
-    from perfsuite.ab.runner import Bisection
+    from perfsuite.ab.bisecting import Bisection
 
     points = list(found)
     say(f"perfsuite: {what}s: {len(points)} from {points[0]} (good) to {points[-1]} (bad)")
     try:
         return Bisection(
-            args, spec, points, say, env_for=env_for, what=what, describe=lambda p: found[p].describe()
+            options, spec, points, say, env_for=env_for, what=what, describe=lambda p: found[p].describe()
         ).run()
     finally:
         if scratch is not None:

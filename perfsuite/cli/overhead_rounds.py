@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.stats import median_interval, paired_change
 from perfsuite.worker.bare import INTERLEAVED, family, run_bare, run_interleaved
@@ -93,14 +94,14 @@ class Overhead:
         }
 
 
-Runner = Callable[..., dict[str, Any]]
+Runner = Callable[..., CaseRecord]
 
 
-def _round_ratio(case: dict[str, Any], bare: dict[str, Any]) -> float:
-    now, base = case["step_time_s"]["samples"], bare["step_time_s"]["samples"]
+def _round_ratio(case: CaseRecord, bare: CaseRecord) -> float:
+    now, base = case.timed().samples, bare.timed().samples
     if len(now) == len(base):
         return 1.0 + paired_change(now, base)
-    return float(case["step_time_s"]["median"]) / float(bare["step_time_s"]["median"])
+    return float(case.timed().median) / float(bare.timed().median)
 
 
 def measure(
@@ -148,26 +149,26 @@ def _measure(
         results.append(result)
         if pairs and spec.engine == "loop" and spec.strategy in INTERLEAVED:
             paired = run(dataclasses.replace(spec, steps=pairs), timeout_s=timeout_s, target=run_interleaved)
-            if paired.get("status") != "ok":
-                result.error = f"interleaved: {paired.get('error')}"
+            if not paired.ok:
+                result.error = f"interleaved: {paired.error}"
                 continue
-            result.interleaved = [float(r) for r in paired["ratios"]]
+            result.interleaved = [float(r) for r in paired.extra["ratios"]]  # the interleaved run's own figure
         for round_ in range(rounds):
             order = ("case", "bare") if round_ % 2 == 0 else ("bare", "case")
             records = {
                 side: run(spec, timeout_s=timeout_s, target=run_bare if side == "bare" else None) for side in order
             }
-            failed = [f"{side}: {r.get('error')}" for side, r in records.items() if r.get("status") != "ok"]
+            failed = [f"{side}: {r.error}" for side, r in records.items() if not r.ok]
             if failed:
                 result.error = "; ".join(failed)
                 break
             case, bare = records["case"], records["bare"]
             result.ratios.append(_round_ratio(case, bare))
-            result.case_ms.append(1e3 * float(case["step_time_s"]["median"]))
-            result.bare_ms.append(1e3 * float(bare["step_time_s"]["median"]))
-            diffs = [abs(a - b) for a, b in zip(case["loss"], bare["loss"], strict=False)]
+            result.case_ms.append(1e3 * float(case.timed().median))
+            result.bare_ms.append(1e3 * float(bare.timed().median))
+            diffs = [abs(a - b) for a, b in zip(case.loss, bare.loss, strict=False)]
             result.loss_diff = max([result.loss_diff, *diffs])
-            result.busy_threads.append((case.get("timed_threads") or {}).get("busy"))
+            result.busy_threads.append((case.timed_threads or {}).get("busy"))
             progress(result, round_)
 
 

@@ -13,8 +13,8 @@ from perfsuite.cli.common import project_baselines
 from perfsuite.cli.interrupt import Interrupt, terminate_as_interrupt
 from perfsuite.cli.options import GPUS, not_a_file, output_file
 from perfsuite.cli.selection import add_selection, select
-from perfsuite.core.baselines import write_json_atomic
 from perfsuite.core.preloads import preload_for
+from perfsuite.core.record import CaseRecord
 from perfsuite.reports.walltime import wall_time_line
 
 
@@ -58,7 +58,7 @@ def _gpu_pool(args: argparse.Namespace, device_type: str) -> Any:
 
 def _run_on_pool(
     specs: list[Any], pool: Any, timeout: float, done: Any, progress: Any, task: Any, records: dict[Any, Any]
-) -> list[Any]:
+) -> list[CaseRecord]:
     """``specs`` on the GPU pool, as many at once as it has GPUs (the widest first); records in ``specs`` order.
     ``records`` gets each as it finishes (what an interrupt keeps), and ``None`` for each case as it starts."""
     from concurrent.futures import as_completed
@@ -69,7 +69,7 @@ def _run_on_pool(
     runner = PoolRunner(pool)
     progress.update(task, description=f"{len(pool.gpus)} GPUs: {', '.join(pool.gpus)}", refresh=True)
 
-    def run(spec: Any, env: dict[str, str]) -> dict[str, Any]:
+    def run(spec: Any, env: dict[str, str]) -> CaseRecord:
         records.setdefault(spec, None)
         return run_isolated(spec, timeout_s=timeout, env=env)
 
@@ -107,8 +107,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     timeout = args.timeout or defaults.timeout
     started = time.monotonic()
-    results: list[dict[str, Any]] = []
-    records: dict[CaseSpec, dict[str, Any] | None] = {}  # the GPU pool's: finished, or None while running
+    results: list[CaseRecord] = []
+    records: dict[CaseSpec, CaseRecord | None] = {}  # the GPU pool's: finished, or None while running
     in_flight: CaseSpec | None = None  # one at a time: the case whose worker runs
     with terminate_as_interrupt() as interrupt:
         try:
@@ -125,14 +125,14 @@ def run(args: argparse.Namespace) -> int:
             ) as progress:
                 task = progress.add_task("starting", total=len(specs))
 
-                def done(spec: CaseSpec, record: dict[str, Any]) -> None:
-                    line = f"{spec.id}: {record['status']}"
-                    if record["status"] == "ok":
-                        line += f", {record['step_time_s']['median'] * 1e3:.1f} ms/step, {record['wall_s']:.1f} s"
-                        if record.get("gpus"):
-                            line += f", GPU {','.join(record['gpus'])}"
+                def done(spec: CaseSpec, record: CaseRecord) -> None:
+                    line = f"{spec.id}: {record.status}"
+                    if record.ok:
+                        line += f", {record.timed().median * 1e3:.1f} ms/step, {record.wall_s:.1f} s"
+                        if record.gpus:
+                            line += f", GPU {','.join(record.gpus)}"
                     else:
-                        line += f" ({record['error']})"
+                        line += f" ({record.error})"
                     progress.console.print(line, markup=False, highlight=False)
                     if args.verbose:
                         _print_diagnostics(progress.console, record)
@@ -160,25 +160,23 @@ def run(args: argparse.Namespace) -> int:
     return _finish(args, results, time.monotonic() - started, device_type, None)
 
 
-def _not_run(spec: Any, started: bool) -> dict[str, Any]:
+def _not_run(spec: Any, started: bool) -> CaseRecord:
     """The record of a case an interrupt stopped or left out (skipped: nothing is wrong with it)."""
-    from perfsuite.worker.record import failed_record
-
     error = "interrupted while it ran; its worker was stopped" if started else "interrupted before it ran"
-    return {**failed_record(spec, status="skipped", error=error), "interrupted": True}
+    return CaseRecord.failed(spec, status="skipped", error=error).updated(interrupted=True)
 
 
 def _finish(
-    args: argparse.Namespace, results: list[dict[str, Any]], wall: float, device_type: str, interrupt: Interrupt | None
+    args: argparse.Namespace, results: list[CaseRecord], wall: float, device_type: str, interrupt: Interrupt | None
 ) -> int:
     """The table and summary of what finished, then ``--json`` and ``--report`` with every case."""
     from perfsuite.reports.tables import render
 
-    finished = [r for r in results if not r.get("interrupted")]
+    finished = [r for r in results if not r.interrupted]
     render(finished)
-    failed = sum(r["status"] == "failed" for r in finished)
-    skipped = sum(r["status"] == "skipped" for r in finished)
-    startups = [r["worker_startup_s"] for r in finished if r.get("worker_startup_s") is not None]
+    failed = sum(r.status == "failed" for r in finished)
+    skipped = sum(r.status == "skipped" for r in finished)
+    startups = [r.worker_startup_s for r in finished if r.worker_startup_s is not None]
     startup = ""
     if startups:
         # The first launch also boots the forkserver (imports torch and friends once).
@@ -187,7 +185,7 @@ def _finish(
             startup += f", later workers median {1e3 * statistics.median(startups[1:]):.0f} ms"
     ok = len(finished) - failed - skipped
     print(f"{len(finished)} cases: {ok} ok, {skipped} skipped, {failed} failed in {wall:.0f} s{startup}")
-    threads = sorted({r["threads"] for r in finished if r.get("threads")})
+    threads = sorted({r.threads for r in finished if r.threads})
     if threads:
         tier = " (as the CPU tier's gate times them)" if device_type == "cpu" and threads == [1] else ""
         print(f"timed on {'/'.join(map(str, threads))} torch thread(s) per case{tier}; --threads N for another count")
@@ -198,22 +196,21 @@ def _finish(
         print(f"perfsuite run: interrupted by {interrupt.name} after {len(finished)} of {len(results)} cases")
     if args.json or args.report:
         from perfsuite.core.provenance import run_facts
-        from perfsuite.core.results import RUN_RESULTS_SCHEMA_VERSION
+        from perfsuite.core.results import RUN_RESULTS_SCHEMA_VERSION, write_results
         from perfsuite.worker.env import environment
 
         env = {**environment(device_type), **run_facts(Path.cwd())}
-        payload = {"schema_version": RUN_RESULTS_SCHEMA_VERSION, "env": env, "wall_s": wall, "cases": results}
+        cases = [r.to_json() for r in results]
+        payload = {"schema_version": RUN_RESULTS_SCHEMA_VERSION, "env": env, "wall_s": wall, "cases": cases}
         if interrupt is not None:
             payload["interrupted"] = interrupt.name
-        if args.json:
-            write_json_atomic(args.json, payload)
-            print(f"wrote {args.json}")
-        if args.report:
-            _write_run_report(payload, args.report)
+        write_results(
+            payload, json_file=args.json, report_dir=args.report, render=lambda out: _run_report(payload, out)
+        )
     return interrupt.exit_code if interrupt is not None else 1 if failed else 0
 
 
-def _write_run_report(payload: dict[str, Any], out: Path) -> None:
+def _run_report(payload: dict[str, Any], out: Path) -> list[Path]:
     """``perfsuite run --report``: the report of this run, each case compared with its baseline when one exists."""
     from perfsuite.core.results import parse_results
     from perfsuite.reports import write_report
@@ -221,19 +218,16 @@ def _write_run_report(payload: dict[str, Any], out: Path) -> None:
 
     settings, baselines = project_baselines()
     try:
-        written = write_report(parse_results(payload, "perfsuite run"), out, baselines=baselines, settings=settings)
+        return write_report(parse_results(payload, "perfsuite run"), out, baselines=baselines, settings=settings)
     except ReportExtraMissing as exc:
         print(f"perfsuite: no report: {exc}", file=sys.stderr)
-        return
-    for path in written:
-        print(f"wrote {path}")
+        return []
 
 
-def _print_diagnostics(console: Any, record: dict[str, Any]) -> None:
-    warned = record.get("warnings") or []
-    for w in warned:
-        times = f" (×{w['count']})" if w["count"] > 1 else ""
-        console.print(f"  {w['category']}{times}: {w['message']} [{w['where']}]", markup=False, highlight=False)
-    output = (record.get("output") or "").strip()
+def _print_diagnostics(console: Any, record: CaseRecord) -> None:
+    for w in record.warnings:
+        times = f" (×{w.count})" if w.count > 1 else ""
+        console.print(f"  {w.category}{times}: {w.message} [{w.where}]", markup=False, highlight=False)
+    output = (record.output or "").strip()
     if output:
         console.print("  " + output.replace("\n", "\n  "), markup=False, highlight=False)

@@ -84,11 +84,14 @@ def add_selection(parser: Any) -> None:
     )
 
 
-def select(args: argparse.Namespace, *, here: bool = True) -> tuple[list[Any], str, Any, str | None]:
+def select(
+    args: argparse.Namespace, *, here: bool = True, threads: int | None = None
+) -> tuple[list[Any], str, Any, str | None]:
     """The cases ``args`` select (checked: a ``ValueError`` says what is wrong), their device type,
     its defaults, and a note for the reader when the selection is the quick set. ``here``: the
     cases run on this interpreter's torch, so ``--device cuda`` needs it to see a GPU (``perfsuite
-    ab``'s sides are interpreters of their own, which each say so)."""
+    ab``'s sides are interpreters of their own, which each say so). ``threads``: the cases' torch
+    threads where ``--threads`` gives none (``None``: one on a CPU, as the gate times them, else torch's)."""
     from perfsuite.worker.device import asked_device_type
 
     load_project()
@@ -120,7 +123,7 @@ def select(args: argparse.Namespace, *, here: bool = True) -> tuple[list[Any], s
     if args.pretrained and args.pretrained != "hub-cache" and len({m for m, _, _, _ in selection}) != 1:
         raise ValueError("--pretrained PATH needs exactly one --models name")
     defaults = DEFAULTS[device_type]
-    specs = _specs(args, selection, device_type, defaults)
+    specs = _specs(args, selection, device_type, defaults, threads)
     check_project_code(specs)
     return specs, device_type, defaults, note
 
@@ -151,12 +154,18 @@ def scope_of(args: argparse.Namespace) -> str | None:
 
 
 def _specs(
-    args: argparse.Namespace, selection: list[tuple[str, str, str, int]], device_type: str, defaults: Any
+    args: argparse.Namespace,
+    selection: list[tuple[str, str, str, int]],
+    device_type: str,
+    defaults: Any,
+    default_threads: int | None,
 ) -> list[Any]:
     from perfsuite.core.spec import TIER_THREADS, CaseSpec, dropout_for
 
     # A CPU case times as the gate times it (one thread), so that the table's figures are the gate's.
-    threads = args.threads if args.threads is not None else TIER_THREADS if device_type == "cpu" else None
+    threads = args.threads if args.threads is not None else default_threads
+    if threads is None and device_type == "cpu":
+        threads = TIER_THREADS
     return [
         CaseSpec(
             model=model,

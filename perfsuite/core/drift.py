@@ -32,6 +32,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from perfsuite.core.record import CaseRecord
 
 MIN_CASES = 5
 """Fewest cases whose median is taken for the machine's drift; fewer are gated on their own."""
@@ -73,6 +77,11 @@ def group_of(time_class: str, matmul_dtypes: Mapping[str, int] | None, precision
     precision asked for when the run counted none)."""
     dtype = max(matmul_dtypes, key=lambda d: matmul_dtypes[d]) if matmul_dtypes else precision
     return f"{time_class}/{dtype}"
+
+
+def drift_group(record: CaseRecord) -> str:
+    """:func:`group_of` a run's record."""
+    return group_of(str(record.time_class), record.matmul_dtypes, str(record.precision))
 
 
 def estimate(group: str, changes: Sequence[float]) -> Drift | None:

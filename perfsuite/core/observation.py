@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from perfsuite.core.record import CaseRecord
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,42 +33,42 @@ class Observation:
     """The digest of the weights the run started from (``None`` for records that predate it)."""
 
 
-def _peak(record: Mapping[str, Any]) -> int:
-    peak = record.get("peak_memory_bytes")
-    if peak is None:
+def _peak(record: CaseRecord) -> int:
+    if record.peak_memory_bytes is None:
         raise ValueError(
-            f"{record['model']}-{record['strategy']}: no peak memory was measured "
-            f"({record.get('memory_breakdown_error') or 'no breakdown'})"
+            f"{record.model}-{record.strategy}: no peak memory was measured "
+            f"({record.memory_breakdown_error or 'no breakdown'})"
         )
-    return int(peak)
+    return int(record.peak_memory_bytes)
 
 
-def observe(record: Mapping[str, Any], *, time_unit: str) -> Observation:
+def observe(record: CaseRecord, *, time_unit: str) -> Observation:
     """An :class:`Observation` from a run record, its time in ``time_unit``."""
-    median = float(record["step_time_s"]["median"])
-    calibration = (record.get("calibration") or {}).get("workload")
+    timed = record.timed()
+    median = float(timed.median)
+    calibration = record.calibration.workload if record.calibration is not None else None
     if time_unit == "calibrated":
-        calibrated = record.get("step_time_calibrated")
+        calibrated = record.step_time_calibrated
         if not calibrated:
             raise ValueError(
-                f"{record['model']}-{record['strategy']}: no calibrated step time (only CPU runs are calibrated); "
+                f"{record.model}-{record.strategy}: no calibrated step time (only CPU runs are calibrated); "
                 "use --perfsuite-time=absolute"
             )
-        time = float(calibrated["median"])
-        steps = [float(v) for v in calibrated.get("samples", [])]
+        time = float(calibrated.median)
+        steps = [float(v) for v in calibrated.samples]
     else:
         time = median
-        steps = [float(v) for v in record["step_time_s"].get("samples", [])]
+        steps = [float(v) for v in timed.samples]
     return Observation(
         time=time,
         time_unit=time_unit,
-        time_class=str(record["time_class"]),
+        time_class=str(record.time_class),
         calibration=calibration if time_unit == "calibrated" else None,
         time_steps=steps,
         step_time_s=median,
         peak_bytes=_peak(record),
-        breakdown=dict(record.get("memory_breakdown_bytes") or {}),
-        losses=list(record["loss"]),
-        attention=(record.get("applied") or {}).get("attention_implementation"),
-        initial_weights=record.get("initial_weights"),
+        breakdown=dict(record.memory_breakdown_bytes or {}),
+        losses=list(record.loss),
+        attention=record.applied.get("attention_implementation"),
+        initial_weights=record.initial_weights,
     )

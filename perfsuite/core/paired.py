@@ -29,7 +29,7 @@ when wrong, and is an equivalence test (two one-sided tests, each at 2.5%,
 :data:`SAME_CONFIDENCE`), allowed at every look: a case whose change is exactly the floor
 is called *same* at most 2.5% of the time at one look, and a larger change far less
 often. It needs no correction for a false alarm; ``perfsuite ab`` still makes no look before the
-first alarm look (:func:`perfsuite.ab.compare.schedule_for`), because 7 pairs, the fewest
+first alarm look (:func:`perfsuite.ab.comparison.schedule_for`), because 7 pairs, the fewest
 that can bound a 95% interval, twice made a wrong *same*. The misses the repeated looks for
 *same* leave are measured by simulation (``benchmarks/ab/simulate.py``) and with injected
 slowdowns on this machine (docs/ab.md).

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from perfsuite.core.baselines import set_aside
-from perfsuite.core.compare import format_bytes, format_time, rel_change
+from perfsuite.core.gates import format_bytes, format_time, rel_change
 from perfsuite.core.tolerance import Tolerance
 
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfsuite.core.baselines import BaselineError, baseline_path, load_baseline
-from perfsuite.core.compare import baseline_figures, compare, time_change
-from perfsuite.core.drift import estimate, group_of
+from perfsuite.core.baselines import BaselineError, baseline_path, load_baseline, write_json_atomic
+from perfsuite.core.drift import drift_group, estimate
+from perfsuite.core.gates import baseline_figures, compare, time_change
 from perfsuite.core.observation import Observation, observe
+from perfsuite.core.record import CaseRecord, records_of
 from perfsuite.core.tolerance import Tolerance, resolve_tolerance
 
 RUN_RESULTS_SCHEMA_VERSION = 1
@@ -42,17 +43,17 @@ class ReportCase:
     engine: str
     status: str
     """pytest: passed, failed, skipped, missing, refreshed; a ``perfsuite run``: ok, failed, skipped."""
-    record: dict[str, Any] | None
+    record: CaseRecord | None
     """The first run's record (``None`` when the case never ran)."""
     baseline: dict[str, Any] | None = None
-    """What it was (or would be) compared with: :func:`perfsuite.core.compare.baseline_figures`."""
+    """What it was (or would be) compared with: :func:`perfsuite.core.gates.baseline_figures`."""
     tolerance: dict[str, Any] | None = None
     checks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     message: str = ""
 
     @property
     def ran(self) -> bool:
-        return self.record is not None and self.record.get("status") == "ok"
+        return self.record is not None and self.record.ok
 
     @property
     def table(self) -> str:
@@ -94,7 +95,7 @@ class Results:
                 continue
             compared = bool(check.get("compared", True))
             limit = check.get("limit") if compared else None
-            time_class = (case.record or {}).get("time_class")
+            time_class = case.record.time_class if case.record is not None else None
             checks.append((compared, time_class, float(limit) if isinstance(limit, (int, float)) else None))
         return checks
 
@@ -105,18 +106,18 @@ class Results:
         return tables
 
 
-def _identity(record: Mapping[str, Any] | None, case_id: str) -> tuple[str, str, str]:
-    if record and record.get("model") and record.get("strategy"):
-        return str(record["model"]), str(record["strategy"]), str(record.get("engine") or "loop")
+def _identity(record: CaseRecord | None, case_id: str) -> tuple[str, str, str]:
+    if record and record.model and record.strategy:
+        return record.model, record.strategy, record.engine or "loop"
     engine = "trainer" if case_id.endswith("-trainer") else "loop"
     stem = case_id.removesuffix("-trainer")
     model, _, strategy = stem.rpartition("-")
     return model or stem, strategy, engine
 
 
-def _case_from_outcome(outcome: Mapping[str, Any]) -> ReportCase:
-    records = outcome.get("records") or []
-    record = next((r for r in records if r.get("status") == "ok"), records[0] if records else None)
+def _case_from_outcome(outcome: Mapping[str, Any], where: str) -> ReportCase:
+    records = records_of(outcome.get("records") or [], f"{where}: {outcome['case']}'s records")
+    record = next((r for r in records if r.ok), records[0] if records else None)
     model, strategy, engine = _identity(record, outcome["case"])
     return ReportCase(
         id=outcome["case"],
@@ -132,7 +133,7 @@ def _case_from_outcome(outcome: Mapping[str, Any]) -> ReportCase:
     )
 
 
-def _case_from_record(record: Mapping[str, Any]) -> ReportCase:
+def _case_from_record(record: CaseRecord) -> ReportCase:
     model, strategy, engine = _identity(record, "")
     case_id = f"{model}-{strategy}" + ("" if engine == "loop" else f"-{engine}")
     return ReportCase(
@@ -140,9 +141,9 @@ def _case_from_record(record: Mapping[str, Any]) -> ReportCase:
         model=model,
         strategy=strategy,
         engine=engine,
-        status=str(record.get("status")),
-        record=dict(record),
-        message=str(record.get("error") or ""),
+        status=record.status,
+        record=record,
+        message=record.error or "",
     )
 
 
@@ -150,6 +151,28 @@ EXPECTED = (
     "expected `pytest --perfsuite-json`'s file (a 'cases' list of outcomes, each with 'case' and 'status') or "
     "`perfsuite run --json`'s (a 'cases' list of records, each with 'model', 'strategy' and 'status')"
 )
+
+
+def write_results(
+    payload: Mapping[str, Any],
+    *,
+    json_file: Path | None,
+    report_dir: Path | None = None,
+    render: Callable[[Path], Sequence[Path]] | None = None,
+    say: Callable[[str], None] | None = print,
+) -> None:
+    """The one writer of a command's results files (``perfsuite run``, ``ab`` and ``bisect``): ``payload``
+    as ``--json``'s file, atomically, then ``--report``'s files into ``report_dir`` as ``render`` writes
+    them there (a report is the shows' to draw; a ``render`` that cannot draw one says why and returns
+    what it wrote). Each file written is said through ``say`` (``None``: nothing is said)."""
+    if json_file is not None:
+        write_json_atomic(json_file, payload)
+        if say is not None:
+            say(f"wrote {json_file}")
+    if report_dir is not None and render is not None:
+        for path in render(report_dir):
+            if say is not None:
+                say(f"wrote {path}")
 
 
 def read_results_json(path: Path) -> Any:
@@ -196,7 +219,14 @@ def parse_results(data: Any, path: str) -> Results:
                 f"{EXPECTED}"
             )
     try:
-        parsed = [_case_from_outcome(c) if gate else _case_from_record(c) for c in cases]
+        if gate:
+            parsed = [_case_from_outcome(c, path) for c in cases]
+        else:
+            parsed = [_case_from_record(r) for r in records_of(cases, f"{path}: cases")]
+    except ResultsError:
+        raise
+    except ValueError as exc:  # a record's value of the wrong type: its key named
+        raise ResultsError(str(exc)) from None
     except (KeyError, TypeError, AttributeError) as exc:
         raise ResultsError(f"{path}: a case lacks a field perfsuite writes ({exc!r})") from None
     return Results(path=str(path), kind="gate" if gate else "run", env=dict(data.get("env") or {}), cases=parsed)
@@ -214,26 +244,26 @@ def gate_runs(results: Results, baselines: Path, settings: Mapping[str, Any] | N
             continue
         record = case.record
         assert record is not None
-        hardware = str(record["hardware"])
+        hardware = str(record.hardware)
         try:
             stored = load_baseline(baseline_path(baselines, hardware, case.id), case_id=case.id, hardware=hardware)
         except BaselineError as exc:
             case.message = str(exc)
             continue
-        unit = "calibrated" if record.get("device") == "cpu" else "s"
+        unit = "calibrated" if record.device == "cpu" else "s"
         try:
             observed = observe(record, time_unit=unit)
         except ValueError as exc:
             case.message = str(exc)
             continue
         tolerance: Tolerance = resolve_tolerance(
-            settings or {}, hardware=hardware, case_id=case.id, precision=str(record.get("precision", "fp32"))
+            settings or {}, hardware=hardware, case_id=case.id, precision=str(record.precision or "fp32")
         )
         ready.append((case, stored, observed, tolerance, hardware))
 
     def group(case: ReportCase) -> str:
-        record = case.record or {}
-        return group_of(str(record.get("time_class")), record.get("matmul_dtypes"), str(record.get("precision")))
+        assert case.record is not None  # a case that ran
+        return drift_group(case.record)
 
     changes: dict[str, list[float]] = {}
     for case, base, observed, tolerance, _ in ready:

@@ -53,8 +53,8 @@ def machine_of(results: Results) -> str:
     records = [c.record for c in results.cases if c.ran and c.record]
     if not records:
         raise HistoryError(f"{results.path}: no case ran, so there is nothing to record")
-    hardware = str(records[0].get("hardware"))
-    time_class = str(records[0].get("time_class") or "")
+    hardware = str(records[0].hardware)
+    time_class = str(records[0].time_class or "")
     return _slug(hardware if not time_class or time_class == hardware else f"{hardware}-{time_class}")
 
 
@@ -64,8 +64,8 @@ def fingerprint(results: Results) -> dict[str, Any]:
     versions = results.env.get("versions") or {}
     return {
         "machine": machine_of(results),
-        "device": record.get("device_name"),
-        "driver": (results.env.get("driver") or record.get("driver")),
+        "device": record.device_name,
+        "driver": (results.env.get("driver") or record.extra.get("driver")),  # perfsuite keeps it in env
         "cuda": results.env.get("cuda"),
         "python": results.env.get("python"),
         "versions": {name: versions.get(name) for name in STACK},
@@ -100,9 +100,9 @@ def night_record(results: Results, *, night: str | None = None) -> dict[str, Any
                 }
         entry["metrics"] = metrics
         if case.ran and case.record:
-            entry["step_time_s"] = case.record["step_time_s"]["median"]
-            entry["peak_bytes"] = case.record.get("peak_memory_bytes")
-            losses = case.record.get("loss") or []
+            entry["step_time_s"] = case.record.timed().median
+            entry["peak_bytes"] = case.record.peak_memory_bytes
+            losses = case.record.loss
             entry["final_loss"] = losses[-1] if losses else None
         cases[case.id] = entry
     return {

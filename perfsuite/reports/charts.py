@@ -104,7 +104,7 @@ def _deviation(case: ReportCase) -> list[float] | None:
     baseline curve of the run's length and a tolerance to divide by."""
     base = (case.baseline or {}).get("loss")
     allowed = _allowed(base, case.tolerance) if base else None
-    losses = [float(v) for v in (case.record or {}).get("loss") or []]
+    losses = [float(v) for v in case.record.loss] if case.record is not None else []
     if not base or not allowed or len(base) != len(losses):
         return None
     return [(v - b) / a if math.isfinite(v) and a else math.nan for v, b, a in zip(losses, base, allowed, strict=True)]
@@ -131,7 +131,7 @@ def loss_chart(cases: Sequence[ReportCase], title: str) -> str:
             top, bottom = fig.subplots(), None
         for case in ran:
             assert case.record is not None
-            losses = [float(v) for v in case.record.get("loss") or []]
+            losses = [float(v) for v in case.record.loss]
             colour = colours[case.strategy]
             steps = range(len(losses))
             top.plot(
@@ -169,7 +169,7 @@ def memory_chart(cases: Sequence[ReportCase], title: str) -> str:
     (black) and the baseline's peak (a hollow diamond), labelled with the peak as % of vanilla."""
     ran = [c for c in cases if c.ran]
     control = next((c for c in ran if c.strategy == "vanilla"), None)
-    control_peak = control.record.get("peak_memory_bytes") if control and control.record else None
+    control_peak = control.record.peak_memory_bytes if control and control.record else None
     categories = [k for k in CATEGORY_COLOURS if any(_breakdown(c).get(k) for c in ran)]
     with _figure(7.5, 0.9 + 0.32 * max(len(ran), 1)) as fig:
         ax = fig.subplots()
@@ -181,7 +181,7 @@ def memory_chart(cases: Sequence[ReportCase], title: str) -> str:
                 rows, widths, left=left, color=CATEGORY_COLOURS[category], height=0.7, label=category.replace("_", " ")
             )
             left = [a + b for a, b in zip(left, widths, strict=True)]
-        peaks = [(c.record or {}).get("peak_memory_bytes") for c in ran]
+        peaks = [c.record.peak_memory_bytes if c.record is not None else None for c in ran]
         marked = [(row, peak / MIB) for row, peak in zip(rows, peaks, strict=True) if peak is not None]
         if marked:
             ax.scatter([x for _, x in marked], [row for row, _ in marked], marker="|", s=160, color="black", lw=1.5)
@@ -212,14 +212,14 @@ def memory_chart(cases: Sequence[ReportCase], title: str) -> str:
         ax.invert_yaxis()
         ax.set_xlabel("MiB at the peak (black line: peak" + ("; ◇: the baseline's peak)" if known else ")"))
         ax.set_title(f"{title}: memory breakdown at the peak")
-        right = max((c.record.get("peak_memory_bytes") or 0) / MIB for c in ran if c.record) if ran else 1.0
+        right = max((c.record.peak_memory_bytes or 0) / MIB for c in ran if c.record) if ran else 1.0
         ax.set_xlim(0, right * 1.45 or 1)
         ax.legend(ncols=len(categories) or 1, loc="lower center", bbox_to_anchor=(0.5, 1.06))
         return to_svg(fig)
 
 
 def _breakdown(case: ReportCase) -> dict[str, int]:
-    return dict((case.record or {}).get("memory_breakdown_bytes") or {})
+    return dict(case.record.memory_breakdown_bytes or {}) if case.record is not None else {}
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
@@ -237,14 +237,15 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 def pareto_points(cases: Sequence[ReportCase]) -> tuple[list[ReportCase], list[tuple[float, float]], bool]:
     """The cases the time-against-memory plot shows, each one's (peak MiB, time), and whether
     time is % of vanilla's (when vanilla ran) rather than milliseconds."""
-    ran = [c for c in cases if c.ran and c.record and c.record.get("peak_memory_bytes") is not None]
+    ran = [c for c in cases if c.ran and c.record and c.record.peak_memory_bytes is not None]
     control = next((c for c in ran if c.strategy == "vanilla"), None)
-    base_time = control.record["step_time_s"]["median"] if control and control.record else None
+    base_time = control.record.timed().median if control and control.record else None
     points = []
     for case in ran:
         assert case.record is not None
-        median = float(case.record["step_time_s"]["median"])
-        points.append((case.record["peak_memory_bytes"] / MIB, 100 * median / base_time if base_time else 1e3 * median))
+        assert case.record.peak_memory_bytes is not None
+        median = float(case.record.timed().median)
+        points.append((case.record.peak_memory_bytes / MIB, 100 * median / base_time if base_time else 1e3 * median))
     return ran, points, bool(base_time)
 
 

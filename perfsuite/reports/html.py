@@ -13,6 +13,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.results import ReportCase, Results, regressions_first
 from perfsuite.history.judge import judge
 from perfsuite.history.records import rules_for, series
@@ -77,7 +78,7 @@ def _figures(cases: Sequence[ReportCase]) -> list[dict[str, Any]]:
     records = [
         c.record
         if c.record is not None
-        else {"model": c.model, "strategy": c.strategy, "engine": c.engine, "status": c.status}
+        else CaseRecord(model=c.model, strategy=c.strategy, engine=c.engine, status=c.status)
         for c in cases
     ]
     return next(iter(summary_rows(records).values()), [])
@@ -140,7 +141,7 @@ def _published_section(results: Results) -> str:
         )
     arithmetic = []
     for case in results.cases:
-        parts_ = (case.record or {}).get("memory_breakdown_bytes") or {}
+        parts_ = (case.record.memory_breakdown_bytes if case.record is not None else None) or {}
         if case.ran and case.strategy == "vanilla" and parts_.get("parameters"):
             ratio = parts_.get("optimizer_state", 0) / parts_["parameters"]
             arithmetic.append(
@@ -235,7 +236,7 @@ def report_html(
     env = results.env
     versions = env.get("versions") or {}
     tables = results.by_table()
-    device = next((c.record.get("device_name") for c in results.cases if c.ran and c.record), None)
+    device = next((c.record.device_name for c in results.cases if c.ran and c.record), None)
     nav = "".join(f"<a href='#model-{_slug(t)}'>{esc(t)}</a>" for t in tables)
     out = [
         head("perfsuite report"),

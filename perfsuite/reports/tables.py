@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from perfsuite.core.check import Check
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.stats import percent_of
 from perfsuite.core.tolerance import GATE_SENSITIVE
 
@@ -28,68 +29,67 @@ def _num(value: float | None, fmt: str) -> str:
     return "—" if value is None else format(value, fmt)
 
 
-def _breakdown(case: Mapping[str, Any], key: str) -> float | None:
-    parts = case.get("memory_breakdown_bytes") or {}
-    return parts.get(key)
+def _breakdown(case: CaseRecord, key: str) -> float | None:
+    return (case.memory_breakdown_bytes or {}).get(key)
 
 
-def table_title(case: Mapping[str, Any]) -> str:
+def table_title(case: CaseRecord) -> str:
     """The table a case belongs to: its model, and its engine beyond the loop (``tiny-bert · trainer``)."""
-    engine = case.get("engine") or "loop"
-    return case["model"] if engine == "loop" else f"{case['model']} · {engine}"
+    engine = case.engine or "loop"
+    return case.model if engine == "loop" else f"{case.model} · {engine}"
 
 
-def _case_id(case: Mapping[str, Any]) -> str:
-    engine = case.get("engine") or "loop"
-    ranks = int(case.get("world_size") or 1)
+def _case_id(case: CaseRecord) -> str:
+    engine = case.engine or "loop"
+    ranks = int(case.world_size or 1)
     return (
-        f"{case['model']}-{case['strategy']}"
+        f"{case.model}-{case.strategy}"
         + ("" if ranks == 1 else f"-ws{ranks}")
         + ("" if engine == "loop" else f"-{engine}")
     )
 
 
-def strategy_label(case: Mapping[str, Any]) -> str:
+def strategy_label(case: CaseRecord) -> str:
     """The strategy, with its ranks beyond one (``ddp ×2``: its memory is the largest rank's)."""
-    ranks = int(case.get("world_size") or 1)
-    return case["strategy"] if ranks == 1 else f"{case['strategy']} ×{ranks}"
+    ranks = int(case.world_size or 1)
+    return case.strategy if ranks == 1 else f"{case.strategy} ×{ranks}"
 
 
-def summary_rows(cases: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def summary_rows(cases: Iterable[CaseRecord]) -> dict[str, list[dict[str, Any]]]:
     """Per model and engine, one row per case: the figures, and time/memory as % of the
     vanilla run of the same model through the same engine. A multi-rank case's memory is its
     largest rank's (what each device must hold); their sum is in ``peak_memory_sum_bytes``."""
-    by_model: dict[str, list[Mapping[str, Any]]] = {}
+    by_model: dict[str, list[CaseRecord]] = {}
     for case in cases:
         by_model.setdefault(table_title(case), []).append(case)
     table: dict[str, list[dict[str, Any]]] = {}
     for model, runs in by_model.items():
-        control = next((c for c in runs if c["strategy"] == CONTROL and c["status"] == "ok"), None)
-        base_time = control["step_time_s"]["median"] if control else None
-        base_mem = control.get("peak_memory_bytes") if control else None
+        control = next((c for c in runs if c.strategy == CONTROL and c.ok), None)
+        base_time = control.timed().median if control else None
+        base_mem = control.peak_memory_bytes if control else None
         rows = []
         for case in runs:
-            ok = case["status"] == "ok"
-            median = case["step_time_s"]["median"] if ok else None
-            peak = case.get("peak_memory_bytes") if ok else None
-            losses = case.get("loss") or []
+            ok = case.ok
+            median = case.timed().median if ok else None
+            peak = case.peak_memory_bytes if ok else None
+            losses = case.loss
             rows.append(
                 {
                     "id": _case_id(case),
                     "strategy": strategy_label(case),
-                    "world_size": int(case.get("world_size") or 1),
-                    "peak_memory_sum_bytes": case.get("peak_memory_sum_bytes") if ok else None,
-                    "status": case["status"],
-                    "error": case.get("error"),
+                    "world_size": int(case.world_size or 1),
+                    "peak_memory_sum_bytes": case.peak_memory_sum_bytes if ok else None,
+                    "status": case.status,
+                    "error": case.error,
                     "step_time_s": median,
-                    "samples_per_s": case.get("samples_per_s") if ok else None,
-                    "tokens_per_s": (case.get("tokens_per_s") or {}).get("real") if ok else None,
-                    "padding_fraction": case.get("padding_fraction") if ok else None,
+                    "samples_per_s": case.samples_per_s if ok else None,
+                    "tokens_per_s": (case.tokens_per_s.real if case.tokens_per_s else None) if ok else None,
+                    "padding_fraction": case.padding_fraction if ok else None,
                     "peak_memory_bytes": peak,
                     "optimizer_state_bytes": _breakdown(case, "optimizer_state") if ok else None,
                     "activation_bytes": _breakdown(case, "activations") if ok else None,
                     "final_loss": losses[-1] if ok and losses else None,
-                    "mfu": case.get("mfu") if ok else None,
+                    "mfu": case.mfu if ok else None,
                     "time_pct": percent_of(median, base_time),
                     "memory_pct": percent_of(peak, base_mem),
                 }
@@ -112,7 +112,7 @@ def log_console(*, stderr: bool = False) -> Console:
     return console
 
 
-def render(cases: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:
+def render(cases: Sequence[CaseRecord], console: Console | None = None) -> None:
     """Print one table per model, then the reasons for skips and failures."""
     if console is None:
         console = log_console()
@@ -269,8 +269,8 @@ def outcomes_verdict(outcomes: Sequence[Any]) -> str:
     for outcome in outcomes:
         check = next((c for c in outcome.checks if c.metric == "step time"), None)
         if check is not None and check.change != "not gated":
-            record = outcome.records[0] if outcome.records else {}
-            time_checks.append((bool(check.compared), record.get("time_class"), check.limit))
+            time_class = outcome.records[0].time_class if outcome.records else None
+            time_checks.append((bool(check.compared), time_class, check.limit))
     line = verdict([o.status for o in outcomes], time_checks)
     other = sum(1 for o in outcomes for c in o.checks if c.metric == "loss" and not c.compared)
     if other:

@@ -8,22 +8,22 @@ tier (or plans a GPU job's time limit) trims what is large.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import PHASES
 
 
-def wall_time_line(records: Iterable[Mapping[str, Any]]) -> str | None:
+def wall_time_line(records: Iterable[CaseRecord]) -> str | None:
     """One line: the ok cases' summed wall time, split into worker start, each phase and the
     rest (``None`` when no ok case has phases, e.g. records from before they were kept)."""
-    ok = [r for r in records if r.get("status") == "ok" and r.get("phases_s") and r.get("wall_s") is not None]
+    ok = [r for r in records if r.ok and r.phases_s and r.wall_s is not None]
     if not ok:
         return None
-    wall = sum(float(r["wall_s"]) for r in ok)
-    parts = {"worker start": sum(float(r.get("worker_startup_s") or 0.0) for r in ok)}
+    wall = sum(float(r.wall_s or 0.0) for r in ok)
+    parts = {"worker start": sum(float(r.worker_startup_s or 0.0) for r in ok)}
     for name, label in PHASES.items():
-        parts[label] = sum(float(r["phases_s"].get(name, 0.0)) for r in ok)
+        parts[label] = sum(float(r.phases_s.get(name, 0.0)) for r in ok)
     parts["other"] = max(0.0, wall - sum(parts.values()))
     shown = ", ".join(f"{label} {seconds:.1f} s ({seconds / wall:.0%})" for label, seconds in parts.items() if seconds)
     return f"where the time went, {len(ok)} ok case(s), {wall:.1f} s in workers: {shown}"

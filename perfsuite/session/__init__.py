@@ -32,11 +32,12 @@ from perfsuite.core.baselines import (
     load_baseline,
     pinned_benchmark_path,
 )
-from perfsuite.core.compare import Outcome, baseline_figures
 from perfsuite.core.declaration import find_pyproject, project_baselines_dir, read_pyproject
 from perfsuite.core.declaration import load as load_declaration
 from perfsuite.core.drift import MIN_CASES, Drift
+from perfsuite.core.gates import Outcome, baseline_figures
 from perfsuite.core.observation import Observation, observe
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.registry import DeclarationError
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import ConfigError, resolve_tolerance, validate_config
@@ -153,11 +154,11 @@ class PerfsuiteSession:
 
     # -- running -------------------------------------------------------------------------
 
-    def records(self, spec: CaseSpec, count: int = 1) -> list[dict[str, Any]]:
+    def records(self, spec: CaseSpec, count: int = 1) -> list[CaseRecord]:
         """``count`` runs of ``spec``, each in a fresh worker; runs already made this session are reused."""
         return self.runs.get(spec, count)
 
-    def record(self, spec: CaseSpec) -> dict[str, Any]:
+    def record(self, spec: CaseSpec) -> CaseRecord:
         """One run of ``spec`` (cached): what tests of a strategy's claims look at."""
         return self.runs.get(spec)[0]
 
@@ -190,7 +191,7 @@ class PerfsuiteSession:
         self.runs.run_each_once(unique, progress)
         self.drifts.measured = [(spec, self.runs.get(spec)[0]) for spec in unique]
 
-    def drift(self, record: Mapping[str, Any]) -> Drift | None:
+    def drift(self, record: CaseRecord) -> Drift | None:
         """The session's drift for ``record``'s group (``None`` when no case was run first)."""
         return self.drifts.of(record)
 
@@ -257,14 +258,14 @@ class PerfsuiteSession:
                     pytest.fail(outcome.message, pytrace=False)
                 pytest.skip(outcome.message)
         outcome.records = list(runs)
-        bad = next((r for r in runs if r["status"] != "ok"), None)
+        bad = next((r for r in runs if not r.ok), None)
         if bad is not None:
-            outcome.message = f"{spec.id}: {bad['status']}: {bad['error']}"
-            if bad["status"] == "skipped":
+            outcome.message = f"{spec.id}: {bad.status}: {bad.error}"
+            if bad.status == "skipped":
                 outcome.status = "skipped"
                 pytest.skip(outcome.message)
             pytest.fail(outcome.message, pytrace=False)
-        hardware = str(runs[0]["hardware"])
+        hardware = str(runs[0].hardware)
         outcome.hardware = hardware
         try:
             observations = [self._observe(r) for r in runs]
@@ -274,7 +275,9 @@ class PerfsuiteSession:
         time_class = observations[0].time_class
         if benchmark is not None:
             record_benchmark(benchmark, runs, observations, hardware)
-        tolerance = resolve_tolerance(self.settings, hardware=hardware, case_id=spec.id, precision=runs[0]["precision"])
+        tolerance = resolve_tolerance(
+            self.settings, hardware=hardware, case_id=spec.id, precision=str(runs[0].precision)
+        )
         path = baseline_path(self.root, hardware, spec.id)
         if self.refresh:
             if self.time_mode != "off":
@@ -302,9 +305,9 @@ class PerfsuiteSession:
         outcome.baseline = baseline_figures(baseline, time_class)
         outcome.tolerance = dataclasses.asdict(tolerance)
 
-        def rerun() -> tuple[dict[str, Any], Observation | None]:
+        def rerun() -> tuple[CaseRecord, Observation | None]:
             record = self.runs.run(spec, fresh_layout=True)
-            return record, self._observe(record) if record["status"] == "ok" else None
+            return record, self._observe(record) if record.ok else None
 
         gate(
             spec.id,
@@ -341,10 +344,10 @@ class PerfsuiteSession:
     def _repeat(self, spec: CaseSpec, count: int) -> Observation | None:
         """The observation of ``spec``'s ``count``-th run (made now), ``None`` when it did not run or finish."""
         runs = self.records(spec, count)
-        return self._observe(runs[-1]) if len(runs) == count and runs[-1]["status"] == "ok" else None
+        return self._observe(runs[-1]) if len(runs) == count and runs[-1].ok else None
 
-    def _observe(self, record: Mapping[str, Any]) -> Observation:
-        return observe(record, time_unit=self.time_unit(record["device"]))
+    def _observe(self, record: CaseRecord) -> Observation:
+        return observe(record, time_unit=self.time_unit(str(record.device)))
 
     # -- end of session ------------------------------------------------------------------
 

@@ -11,11 +11,10 @@ from typing import Any, BinaryIO
 import pytest
 
 from perfsuite.core.observation import Observation
+from perfsuite.core.record import CaseRecord
 
 
-def record_benchmark(
-    benchmark: Any, runs: list[dict[str, Any]], observations: list[Observation], hardware: str
-) -> None:
+def record_benchmark(benchmark: Any, runs: list[CaseRecord], observations: list[Observation], hardware: str) -> None:
     """Give pytest-benchmark the real step times the worker measured (device timer: CUDA events on a GPU).
 
     pytest-benchmark times a callable in this process; a case trains in a worker (so a
@@ -34,7 +33,7 @@ def record_benchmark(
     benchmark._mode = "perfsuite: step times measured in the case's worker"
     stats = make_stats(1)
     for record in runs:
-        for duration in record["step_time_s"]["samples"]:
+        for duration in record.timed().samples:
             stats.update(duration)
     first = observations[0]
     benchmark.extra_info.update(

@@ -7,15 +7,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from perfsuite.core.baselines import BaselineError, load_baseline
-from perfsuite.core.compare import time_change
-from perfsuite.core.drift import Drift, estimate, group_of
+from perfsuite.core.drift import Drift, drift_group, estimate
+from perfsuite.core.gates import time_change
 from perfsuite.core.observation import observe
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import resolve_tolerance
-
-
-def drift_group(record: Mapping[str, Any]) -> str:
-    return group_of(str(record.get("time_class")), record.get("matmul_dtypes"), str(record.get("precision")))
 
 
 class SessionDrift:
@@ -30,12 +27,12 @@ class SessionDrift:
         self.settings = settings
         self.baseline_path = baseline_path
         self.time_unit = time_unit
-        self.measured: list[tuple[CaseSpec, dict[str, Any]]] = []
+        self.measured: list[tuple[CaseSpec, CaseRecord]] = []
         """The cases run before any was gated, with their first record: the drift is their median change."""
         self.groups: dict[str, tuple[Drift | None, float]] = {}
         """drift group → (the session's drift, the time_drift_limit of the cases it was estimated over)."""
 
-    def of(self, record: Mapping[str, Any]) -> Drift | None:
+    def of(self, record: CaseRecord) -> Drift | None:
         """The session's drift for ``record``'s group (``None`` when no case was run first)."""
         group = drift_group(record)
         if group not in self.groups:
@@ -46,15 +43,15 @@ class SessionDrift:
         changes: list[float] = []
         limits: set[float] = set()
         for spec, record in self.measured:
-            if record["status"] != "ok" or drift_group(record) != group:
+            if not record.ok or drift_group(record) != group:
                 continue
-            hardware = str(record["hardware"])
+            hardware = str(record.hardware)
             try:
                 tolerance = resolve_tolerance(
-                    self.settings, hardware=hardware, case_id=spec.id, precision=str(record["precision"])
+                    self.settings, hardware=hardware, case_id=spec.id, precision=str(record.precision)
                 )
                 baseline = load_baseline(self.baseline_path(hardware, spec.id), case_id=spec.id, hardware=hardware)
-                change = time_change(baseline, observe(record, time_unit=self.time_unit(record["device"])))
+                change = time_change(baseline, observe(record, time_unit=self.time_unit(str(record.device))))
             except (BaselineError, ValueError):
                 continue  # its own test says why
             if tolerance.time_drift_limit > 0 and change is not None:

@@ -23,6 +23,7 @@ from perfsuite.core.explain.explanation import PROFILED_STEPS
 from perfsuite.core.explain.records import ExplainAsk, ExplainRecord
 from perfsuite.core.explain.reference import alone_lines, aspects_failed, reference_pins
 from perfsuite.core.provenance import library_versions
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
 
@@ -33,7 +34,7 @@ class Failure:
 
     spec: CaseSpec
     baseline: Mapping[str, Any]
-    record: Mapping[str, Any]
+    record: CaseRecord
     """The run gated (the last, where the time was retried)."""
     checks: Sequence[Check]
     tolerance: Tolerance
@@ -65,19 +66,19 @@ def explain_failure(failure: Failure, *, timeout_s: float) -> list[str]:
 def _moved(failure: Failure) -> dict[str, int]:
     """Each breakdown category whose check failed, with its change in bytes."""
     then = (failure.baseline.get("memory") or {}).get("breakdown") or {}
-    now = failure.record.get("memory_breakdown_bytes") or {}
+    now = failure.record.memory_breakdown_bytes or {}
     failed = [c.metric.removeprefix("memory: ") for c in failure.checks if not c.ok and c.metric.startswith("memory: ")]
     return {c: int(now.get(c, 0)) - int(then.get(c, 0)) for c in failed}
 
 
 def _alone(failure: Failure, timeout_s: float) -> list[str]:
     from perfsuite.worker.explain import explain_case
-    from perfsuite.worker.process import run_isolated
+    from perfsuite.worker.process import run_in_worker
 
     what = failure.what
     ask = ExplainAsk(profile_steps=PROFILED_STEPS if "time" in what else 0, inventory="memory" in what)
     target = functools.partial(explain_case, ask=ask.as_json())
-    done = run_isolated(failure.spec, timeout_s=timeout_s, target=target)
+    done = run_in_worker(failure.spec, timeout_s=timeout_s, target=target)  # an explanation's answer, not a record
     if done.get("status") != "ok":
         return [f"explain: the instrumented run failed: {done.get('error') or done.get('status')}"]
     tolerance = failure.tolerance
@@ -86,7 +87,7 @@ def _alone(failure: Failure, timeout_s: float) -> list[str]:
         what,
         moved=_moved(failure),
         loss_then=list(failure.baseline.get("loss") or []),
-        loss_now=list(failure.record.get("loss") or []),
+        loss_now=list(failure.record.loss),
         weights_then=(failure.baseline.get("spec") or {}).get("initial_weights"),
         loss_tolerance=(tolerance.loss_rtol, tolerance.loss_atol),
     )
@@ -109,9 +110,9 @@ def _against_reference(failure: Failure, pins: Sequence[str], timeout_s: float) 
             case=failure.spec.id,
             checks=list(failure.checks),
             loss_a=list(failure.baseline.get("loss") or []),
-            loss_b=list(failure.record.get("loss") or []),
+            loss_b=list(failure.record.loss),
             breakdown_a=dict(memory.get("breakdown") or {}),
-            breakdown_b=dict(failure.record.get("memory_breakdown_bytes") or {}),
+            breakdown_b=dict(failure.record.memory_breakdown_bytes or {}),
         )
         found = explain_case(
             sides, failure.spec, result, failure.what, timeout_s=timeout_s, tolerance=failure.tolerance

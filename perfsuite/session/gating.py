@@ -8,9 +8,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from perfsuite.core.check import Check
-from perfsuite.core.compare import Outcome, compare, only_time_failed
 from perfsuite.core.drift import Drift
+from perfsuite.core.gates import Outcome, compare, only_time_failed
 from perfsuite.core.observation import Observation
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.tolerance import Tolerance
 
 
@@ -29,7 +30,7 @@ def gate(
     fail_uncompared: bool,
     drift: Drift | None,
     gate_time: bool = True,
-    rerun: Callable[[], tuple[dict[str, Any], Observation | None]],
+    rerun: Callable[[], tuple[CaseRecord, Observation | None]],
 ) -> None:
     """``outcome.checks`` of ``observed`` against ``baseline``, retried through ``rerun`` (a fresh run and
     its observation, ``None`` when it did not run) while only the step time fails."""
@@ -54,7 +55,7 @@ def _retry_time(
     tolerance: Tolerance,
     outcome: Outcome,
     checks_of: Callable[[Observation], list[Check]],
-    rerun: Callable[[], tuple[dict[str, Any], Observation | None]],
+    rerun: Callable[[], tuple[CaseRecord, Observation | None]],
 ) -> None:
     """Measure the case again while only its step time fails; the majority of runs decides.
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from perfsuite.core.compare import Outcome
+from perfsuite.core.gates import Outcome
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 from perfsuite.session.scope import GO_ON
 
@@ -18,7 +19,7 @@ NOT_REACHED = "not reached"
 
 
 def close_outcomes(
-    outcomes: list[Outcome], selected: Sequence[CaseSpec], records: Mapping[CaseSpec, list[dict[str, Any]]]
+    outcomes: list[Outcome], selected: Sequence[CaseSpec], records: Mapping[CaseSpec, list[CaseRecord]]
 ) -> None:
     """The case in flight (its outcome has no verdict yet) and every selected case without an outcome
     become ``not reached``, each with the runs it finished."""
@@ -29,7 +30,7 @@ def close_outcomes(
     for spec in dict.fromkeys(selected):
         if spec.id in seen:
             continue
-        runs = [r for r in records.get(spec, []) if r]
+        runs = list(records.get(spec, []))
         why = "interrupted before it was gated; its run is kept" if runs else "interrupted before it ran"
         outcomes.append(Outcome(case=spec.id, status=NOT_REACHED, message=f"{spec.id}: {why}", records=runs))
 
@@ -45,7 +46,7 @@ def summary_lines(outcomes: Sequence[Outcome], *, refresh: bool, signal: str | N
             f"finished before the interrupt, {len(finished)} of {len(outcomes)} case(s): {done}",
             f"{GO_ON}; --time-limit stops a refresh in time and writes what it finished",
         ]
-    measured = sum(any(r.get("status") == "ok" for r in o.records) for o in outcomes)
+    measured = sum(any(r.ok for r in o.records) for o in outcomes)
     gated = sum(o.status != NOT_REACHED for o in outcomes)
     where = f"; what was measured is in {json}" if json is not None else ""
     return [

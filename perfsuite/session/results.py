@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from perfsuite.core.compare import Outcome
+from perfsuite.core.gates import Outcome
 from perfsuite.core.provenance import run_facts
 from perfsuite.core.results import PYTEST_RESULTS_SCHEMA_VERSION
 
@@ -30,7 +30,7 @@ def results_json(
                 "message": o.message,
                 "checks": [dataclasses.asdict(c) for c in o.checks],
                 "diff": [dict(zip(("metric", "old", "new", "change"), row, strict=True)) for row in o.diff],
-                "records": o.records,
+                "records": [r.to_json() for r in o.records],
                 "time_attempts": o.time_attempts,
                 "baseline": o.baseline,
                 "tolerance": o.tolerance,

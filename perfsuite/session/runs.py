@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import DEFAULTS, CaseSpec
 
 
@@ -18,29 +19,30 @@ class RunCache:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.records: dict[CaseSpec, list[dict[str, Any]]] = {}
-        self._pending: dict[CaseSpec, Future[dict[str, Any]]] = {}
+        self.records: dict[CaseSpec, list[CaseRecord]] = {}
+        self._pending: dict[CaseSpec, Future[CaseRecord]] = {}
         self._runner: Any = None
         self.deadline: float | None = None
         """A ``time.monotonic()`` past which no run may go on (a refresh's time limit): a run
         still going then is killed like one past its timeout."""
 
-    def get(self, spec: CaseSpec, count: int = 1) -> list[dict[str, Any]]:
+    def get(self, spec: CaseSpec, count: int = 1) -> list[CaseRecord]:
         """``count`` runs of ``spec``, each in a fresh worker; runs already made this session are reused."""
         runs = self.records.setdefault(spec, [])
         pending = self._pending.pop(spec, None)
         if pending is not None:
             runs.append(pending.result())
         # A crash or skip repeats itself: once one run is not ok, don't pay for it again.
-        while len(runs) < count and all(r["status"] == "ok" for r in runs):
+        while len(runs) < count and all(r.ok for r in runs):
             runs.append(self.run(spec, fresh_layout=bool(runs)))
         return runs
 
-    def run(self, spec: CaseSpec, env: dict[str, str] | None = None, *, fresh_layout: bool = False) -> dict[str, Any]:
+    def run(self, spec: CaseSpec, env: dict[str, str] | None = None, *, fresh_layout: bool = False) -> CaseRecord:
         """One more run of ``spec``, not cached. A repeat or a retry passes ``fresh_layout``: where
         the device's defaults say a layout matters (:attr:`perfsuite.core.spec.RunDefaults.fresh_layout`),
         the forkserver is renewed first, so the run does not inherit the address-space layout (and
-        its bias) of the runs before it. Never from the GPU pool's threads, which fork at once."""
+        its bias) of the runs before it. Never from the GPU pool's threads, which fork at once. A hook
+        that answers with a record as JSON (a ``conftest.py``'s) has it checked and typed here."""
         defaults = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"]
         if fresh_layout and defaults.fresh_layout:
             from perfsuite.worker.process import renew_forkserver
@@ -49,9 +51,12 @@ class RunCache:
         timeout = defaults.timeout
         if self.deadline is not None:
             timeout = max(min(timeout, self.deadline - time.monotonic()), 1.0)
-        return self.config.hook.pytest_perfsuite_run_case(  # type: ignore[no-any-return]
+        answer = self.config.hook.pytest_perfsuite_run_case(
             config=self.config, spec=spec, timeout_s=timeout, env=env or {}
         )
+        if isinstance(answer, CaseRecord):
+            return answer
+        return CaseRecord.from_json(answer, f"{spec.id}: pytest_perfsuite_run_case's record")
 
     def prefetch(self, specs: list[CaseSpec]) -> None:
         """Start the first run of each GPU case on the GPU pool, when it has more than one GPU
@@ -74,7 +79,7 @@ class RunCache:
         """Run each case once, one after another, reporting each."""
         for i, spec in enumerate(specs, 1):
             start = time.perf_counter()
-            status = self.get(spec)[0]["status"]
+            status = self.get(spec)[0].status
             progress(f"perfsuite: [{i}/{len(specs)}] {spec.id}: {status} in {time.perf_counter() - start:.0f} s")
 
     def close(self) -> None:

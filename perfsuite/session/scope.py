@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from perfsuite.core.baselines import baseline_path, incomplete, missing_message
-from perfsuite.core.compare import Outcome
+from perfsuite.core.gates import Outcome
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 
 
@@ -207,12 +208,12 @@ class RefreshBudget:
         """One case's repeats took ``seconds``."""
         self.longest = max(self.longest, seconds)
 
-    def why_stopped(self, case_id: str, runs: Iterable[Mapping[str, Any]]) -> tuple[str, str] | None:
+    def why_stopped(self, case_id: str, runs: Iterable[CaseRecord]) -> tuple[str, str] | None:
         """``(status, reason)`` when the limit stopped ``case_id``'s runs (call before :meth:`ran`):
         ``not reached`` when cases before it took part of the time, so the next run goes on
         from it; ``failed`` when none did, since it would be stopped in every run of this
         limit. ``None`` when its runs were not cut off."""
-        timed_out = any(r["status"] != "ok" and str(r.get("error") or "").startswith("timed out") for r in runs)
+        timed_out = any(not r.ok and (r.error or "").startswith("timed out") for r in runs)
         if not timed_out or self.clock() < self.deadline:
             return None
         if self.longest == 0:

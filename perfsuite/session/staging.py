@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import platform
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,10 @@ from perfsuite.core.baselines import (
     with_other_classes,
     write_json_atomic,
 )
-from perfsuite.core.compare import Outcome
+from perfsuite.core.gates import Outcome
 from perfsuite.core.observation import Observation
 from perfsuite.core.provenance import run_facts
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.refresh import diff_rows, refusals
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
@@ -45,7 +46,7 @@ class RefreshStager:
     def stage(
         self,
         spec: CaseSpec,
-        runs: list[dict[str, Any]],
+        runs: list[CaseRecord],
         observations: list[Observation],
         path: Path,
         hardware: str,
@@ -70,16 +71,16 @@ class RefreshStager:
             spec={
                 "model": spec.model,
                 "strategy": spec.strategy,
-                "precision": first["precision"],
+                "precision": first.precision,
                 "steps": spec.steps,
                 "warmup_steps": spec.warmup_steps,
-                "batch_size": first["batch_size"],
-                "micro_batch_size": first["micro_batch_size"],
-                "seq_len": first["seq_len"],
+                "batch_size": first.batch_size,
+                "micro_batch_size": first.micro_batch_size,
+                "seq_len": first.seq_len,
                 "seed": spec.seed,
-                "device": first["device"],
-                "threads": first.get("threads"),
-                "world_size": first.get("world_size", 1),
+                "device": first.device,
+                "threads": first.threads,
+                "world_size": first.world_size or 1,
                 "attention": observations[0].attention,
                 "initial_weights": observations[0].initial_weights,
             },
@@ -98,7 +99,7 @@ class RefreshStager:
         outcome.status = "refreshed"
         return None
 
-    def _provenance(self, record: Mapping[str, Any], repeats: int) -> dict[str, Any]:
+    def _provenance(self, record: CaseRecord, repeats: int) -> dict[str, Any]:
         facts = run_facts(self.repository)
         return {
             "date": facts["date"],
@@ -106,7 +107,7 @@ class RefreshStager:
             "dirty": facts["dirty"],
             "repeats": repeats,
             "host": platform.node(),
-            "device": record["device_name"],
+            "device": record.device_name,
             "python": facts["python"],
             "versions": facts["versions"],
         }

@@ -41,7 +41,7 @@ def supported_attention(model_cls: type, requested: str) -> str:
 
     T5 gained SDPA only in transformers 5.0; 4.x refuses ``sdpa`` for it outright. The
     implementation that ran is recorded (``applied.attention_implementation``) and kept
-    in a baseline, whose gates refuse a run of other kernels (:mod:`perfsuite.core.compare`).
+    in a baseline, whose gates refuse a run of other kernels (:mod:`perfsuite.core.gates`).
     """
     if requested == "sdpa" and not getattr(model_cls, "_supports_sdpa", False):
         return "eager"

@@ -24,6 +24,8 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from perfsuite.core.record import CaseRecord
+
 T = TypeVar("T")
 
 
@@ -148,11 +150,9 @@ class PoolRunner:
         self._executor.shutdown(wait=not cancel, cancel_futures=cancel)
 
 
-def with_gpus(record: dict[str, Any], env: Mapping[str, str], pool: GPUPool) -> dict[str, Any]:
+def with_gpus(record: CaseRecord, env: Mapping[str, str], pool: GPUPool) -> CaseRecord:
     """``record`` noting the GPUs its case ran on and the pool it shared (timings taken side by side)."""
-    record["gpus"] = env["CUDA_VISIBLE_DEVICES"].split(",")
-    record["gpu_pool"] = list(pool.gpus)
-    return record
+    return record.updated(gpus=tuple(env["CUDA_VISIBLE_DEVICES"].split(",")), gpu_pool=tuple(pool.gpus))
 
 
 def machine_gpus(option: str) -> list[str]:
@@ -164,12 +164,12 @@ def machine_gpus(option: str) -> list[str]:
 
 
 def submit_cases(
-    runner: PoolRunner, pool: GPUPool, specs: Iterable[Any], run: Callable[[Any, dict[str, str]], dict[str, Any]]
-) -> dict[Any, Future[dict[str, Any]]]:
+    runner: PoolRunner, pool: GPUPool, specs: Iterable[Any], run: Callable[[Any, dict[str, str]], CaseRecord]
+) -> dict[Any, Future[CaseRecord]]:
     """Each case on the pool as ``run(spec, env)``, the widest first (a case on N ranks waits for N
     free GPUs, so it goes before single-GPU cases fill them); its record names the GPUs it held."""
 
-    def on_gpus(spec: Any) -> Callable[[dict[str, str]], dict[str, Any]]:
+    def on_gpus(spec: Any) -> Callable[[dict[str, str]], CaseRecord]:
         return lambda env: with_gpus(run(spec, env), env, pool)
 
     return {

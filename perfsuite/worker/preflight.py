@@ -39,6 +39,6 @@ def preflight(specs: Iterable[CaseSpec], *, timeout_s: float = 300.0) -> str | N
 
     for spec in first.values():
         record = run_isolated(spec, timeout_s=timeout_s, target=_check)
-        if record["status"] == "failed":  # a skip (a missing package) is the case's own to report
-            return str(record["error"])
+        if record.status == "failed":  # a skip (a missing package) is the case's own to report
+            return str(record.error)
     return None

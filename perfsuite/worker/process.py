@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSkipped, CaseSpec
 from perfsuite.worker import duet
 from perfsuite.worker.capture import captured_output, warning_list
@@ -177,13 +178,24 @@ def _kill_group(proc: multiprocessing.process.BaseProcess) -> None:
 
 def run_isolated(
     spec: CaseSpec, *, timeout_s: float, target: CaseFn | None = None, env: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """Run one case in a fresh worker and return its result record (never raises for the case's faults).
+) -> CaseRecord:
+    """Run one case in a fresh worker and return its record, typed (never raises for the case's faults).
 
     ``target`` defaults to :func:`perfsuite.worker.run.run_case`; tests pass functions that
     crash or hang to show the run goes on. ``env`` is set in the worker before the case
-    starts (the GPU pool's ``CUDA_VISIBLE_DEVICES``).
+    starts (the GPU pool's ``CUDA_VISIBLE_DEVICES``). What the worker sent is made a
+    :class:`~perfsuite.core.record.CaseRecord` here, once; a ``target`` whose answer is not a
+    case's record (an explanation run's, a check's) runs through :func:`run_in_worker`.
     """
+    return CaseRecord.from_json(run_in_worker(spec, timeout_s=timeout_s, target=target, env=env), spec.id)
+
+
+def run_in_worker(
+    spec: CaseSpec, *, timeout_s: float, target: CaseFn | None = None, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """:func:`run_isolated`'s run: what ``target`` answered in a fresh worker, as the JSON object it sent,
+    with the worker's start-up, wall time, preloads, warnings and output added (a failed case's record
+    where it raised, timed out or died)."""
     from perfsuite.worker.record import failed_record
     from perfsuite.worker.run import run_case
 

@@ -1,8 +1,9 @@
-"""A case's result record: its shape (:class:`CaseRecord`) and how a run's figures become one.
+"""How a run's figures become a case's record, as the JSON object a worker sends back.
 
-The record is what a worker sends back, what ``--json`` and ``--perfsuite-json`` hold per
-case, and what the gates read; its keys are the JSON format's, so they do not change
-without a schema version.
+The record's shape is :class:`perfsuite.core.record.CaseRecord`'s, which the worker's caller makes
+of this object once (:func:`perfsuite.worker.process.run_isolated`): what ``--json`` and
+``--perfsuite-json`` hold per case, and what the table, the reports, the gates and ``ab`` read. Its
+keys are the JSON format's, so they do not change without a schema version.
 """
 
 from __future__ import annotations
@@ -11,87 +12,16 @@ import dataclasses
 import os
 import resource
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from perfsuite.core.hardware import hardware_key, time_class
+from perfsuite.core.record import RecordJson, failed_json
 from perfsuite.core.spec import PHASES, CaseSpec
 from perfsuite.core.stats import summarize
 
 if TYPE_CHECKING:
     from perfsuite.worker.build import Built
     from perfsuite.worker.engines.interface import StepOutput
-
-
-class CaseRecord(TypedDict, total=False):
-    """One case's figures (``total=False``: a failed case has the identity keys, status and error only)."""
-
-    model: str
-    strategy: str
-    engine: str
-    status: str
-    """``ok``, ``skipped`` or ``failed``."""
-    error: str | None
-    device: str
-    device_name: str
-    hardware: str
-    time_class: str
-    threads: int
-    precision: str
-    num_parameters: int
-    model_config: dict[str, Any]
-    initial_weights: str
-    """A digest of the weights the case started from (:mod:`perfsuite.worker.weights`)."""
-    task: str
-    batch_size: int
-    micro_batch_size: int
-    world_size: int
-    rank: int
-    seq_len: int
-    seed: int
-    learning_rate: float
-    dropout: bool
-    pretrained: str | None
-    dataset: str
-    warmup_steps: int
-    steps: int
-    strategy_config: dict[str, Any]
-    step_time_s: dict[str, Any]
-    """:func:`perfsuite.core.stats.summarize` of the timed steps' seconds."""
-    warmup_step_s: list[float]
-    compile_s: float | None
-    step_time_calibrated: dict[str, Any] | None
-    """On a CPU: the summary of each step ÷ the calibration around it."""
-    calibration: dict[str, Any] | None
-    samples_per_s: float
-    tokens_per_s: dict[str, float]
-    timed_tokens: dict[str, int]
-    padding_fraction: float
-    peak_memory_bytes: int | None
-    peak_memory_source: str
-    allocator_peaks_bytes: dict[str, int] | None
-    memory_breakdown_bytes: dict[str, int] | None
-    memory_breakdown_error: str | None
-    host_peak_rss_bytes: int
-    flops_per_step: float | None
-    mfu: float | None
-    peak_flops: float | None
-    matmul_dtypes: dict[str, int] | None
-    flops_source: str | None
-    """Where ``flops_per_step``, ``matmul_dtypes`` and ``attention_ops`` come from: ``counted`` in this
-    run's profile step, or the ``cache`` of an earlier count of the same case and stack
-    (:mod:`perfsuite.worker.flop_cache`); ``None`` without the step."""
-    attention_ops: dict[str, int] | None
-    loss: list[float]
-    micro_batches: dict[str, list[list[Any]]] | None
-    grad_norm: list[float | None]
-    skipped_optimizer_steps: int
-    applied: dict[str, Any]
-    """What each strategy left as evidence (the engine's ``evidence()``)."""
-    timed_threads: dict[str, Any] | None
-    phases_s: dict[str, float]
-    """Host seconds of each part of the run in the worker (:data:`~perfsuite.core.spec.PHASES`): where a
-    case's wall time goes."""
-    pid: int
 
 
 @dataclass
@@ -115,16 +45,9 @@ class Timed:
     """Seconds per :data:`~perfsuite.core.spec.PHASES` entry; ``build`` and ``close`` are added by the caller."""
 
 
-def failed_record(spec: CaseSpec, *, status: str, error: str) -> CaseRecord:
+def failed_record(spec: CaseSpec, *, status: str, error: str) -> RecordJson:
     """The record of a case that produced no measurements."""
-    return {
-        "model": spec.model,
-        "strategy": spec.strategy,
-        "engine": spec.engine,
-        "world_size": spec.world_size,
-        "status": status,
-        "error": error,
-    }
+    return failed_json(spec, status=status, error=error)
 
 
 def _host_peak_rss() -> int:
@@ -132,7 +55,7 @@ def _host_peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def case_record(spec: CaseSpec, built: Built, run: Timed, *, rank: int, world_size: int) -> CaseRecord:
+def case_record(spec: CaseSpec, built: Built, run: Timed, *, rank: int, world_size: int) -> RecordJson:
     """The record of a case whose steps ran."""
     import torch
 

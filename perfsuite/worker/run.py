@@ -7,21 +7,21 @@ run; on a CPU each is bracketed by the calibration workload, see
 for the memory breakdown (every live tensor of the process counted) and FlopCounterMode for
 FLOPs and the dtypes the matmuls ran in (not counted where this case was counted before on
 the same stack: :mod:`perfsuite.worker.flop_cache`). The record's shape is
-:class:`perfsuite.worker.record.CaseRecord`.
+:class:`perfsuite.core.record.CaseRecord`'s, sent as JSON.
 """
 
 from __future__ import annotations
 
 import time
-from typing import cast
 
+from perfsuite.core.record import RecordJson
 from perfsuite.core.spec import CaseSpec, NonFiniteLoss
 from perfsuite.core.stats import first_non_finite
 from perfsuite.worker.build import Built, build, check_runnable
-from perfsuite.worker.record import CaseRecord, Timed, case_record
+from perfsuite.worker.record import Timed, case_record
 
 
-def run_case(spec: CaseSpec) -> CaseRecord:
+def run_case(spec: CaseSpec) -> RecordJson:
     """Build and run one case; returns its result record. Runs inside a worker.
 
     A multi-rank case launches its ranks from here (:mod:`perfsuite.worker.distributed.launch`),
@@ -32,11 +32,11 @@ def run_case(spec: CaseSpec) -> CaseRecord:
         from perfsuite.worker.distributed.launch import run_ranks
 
         check_runnable(spec)
-        return cast(CaseRecord, run_ranks(spec, train))
+        return run_ranks(spec, train)
     return train(spec)
 
 
-def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> CaseRecord:
+def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> RecordJson:
     """Train ``spec`` in this process and measure it: the whole case, or rank ``rank`` of a
     ``world_size``-rank one (whose process group is already up, see :mod:`perfsuite.worker.distributed`)."""
     import torch

@@ -103,15 +103,15 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
 
         spec, env = _spec(request["spec"]), dict(request.get("env") or {})
         record = run_isolated(spec, timeout_s=float(request["timeout_s"]), env=env)
-        return {"ok": True, "record": record}
+        return {"ok": True, "record": record.to_json()}
     if request.get("op") == "explain":
         from perfsuite.worker.explain import explain_case
-        from perfsuite.worker.process import run_isolated
+        from perfsuite.worker.process import run_in_worker
 
         spec, env = _spec(request["spec"]), dict(request.get("env") or {})
         target = functools.partial(explain_case, ask=dict(request["ask"]))
-        record = run_isolated(spec, timeout_s=float(request["timeout_s"]), target=target, env=env)
-        return {"ok": True, "record": record}
+        answer = run_in_worker(spec, timeout_s=float(request["timeout_s"]), target=target, env=env)
+        return {"ok": True, "record": answer}
     return {"ok": False, "error": f"unknown request {request.get('op')!r}"}
 
 

@@ -1,9 +1,9 @@
 """``perfsuite ab`` from start to verdict: both sides set up and checked, every case compared
-(:mod:`perfsuite.ab.rounds`), then the table, ``--json`` and ``--report``."""
+(:mod:`perfsuite.ab.rounds`), then the table, ``--json`` and ``--report``
+(:func:`perfsuite.core.results.write_results`)."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
@@ -12,13 +12,14 @@ from typing import Any
 
 from perfsuite.ab.envs import EnvError, make_env
 from perfsuite.ab.lanes import Lane, Plan, close_lanes, open_lanes, plan_for
+from perfsuite.ab.options import AbOptions
 from perfsuite.ab.pairs import Choice
 from perfsuite.ab.rounds import CaseResult, compare_cases
 from perfsuite.ab.sides import Side
-from perfsuite.core.baselines import write_json_atomic
 from perfsuite.core.paired import SAME_CONFIDENCE, Schedule, alarm_looks, case_confidence, min_pairs
 from perfsuite.core.preloads import preload_for
 from perfsuite.core.provenance import now
+from perfsuite.core.results import write_results
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
 
@@ -99,14 +100,14 @@ class AbRun:
     """Comparing the project's own code at two commits (:mod:`perfsuite.ab.own`): each side's tree."""
 
     @classmethod
-    def start(cls, args: argparse.Namespace, specs: list[CaseSpec], say: Callable[[str], None]) -> AbRun:
+    def start(cls, options: AbOptions, specs: list[CaseSpec], say: Callable[[str], None]) -> AbRun:
         sides: list[Side] = []
         preload_for(specs)  # both sides' forkservers import what the cases need
-        plan = plan_for(specs, args.device_type, args.mode, getattr(args, "jobs", 1))
+        plan = plan_for(specs, options.device_type, options.mode, options.jobs)
         try:
-            trees = getattr(args, "trees", None)  # the project's own code at two commits (perfsuite.ab.own)
-            for index, name in enumerate(("base", "candidate")):
-                env = make_env(getattr(args, name), name=name, held=getattr(args, "held", ()))
+            trees = options.trees  # the project's own code at two commits (perfsuite.ab.own)
+            for index, (name, asked) in enumerate((("base", options.base), ("candidate", options.candidate))):
+                env = make_env(asked, name=name, held=options.held)
                 if trees is not None:
                     env = trees[index].env(env)
                 say(f"perfsuite: setting up {name} ({env.label})")
@@ -120,10 +121,21 @@ class AbRun:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             raise Failed(str(exc)) from None
-        schedule = schedule_for(len(specs), floor=args.floor, alpha=args.alpha, first=args.pairs, cap=args.max_pairs)
+        schedule = schedule_for(
+            len(specs), floor=options.floor, alpha=options.alpha, first=options.pairs, cap=options.max_pairs
+        )
         code = (trees[0].label, trees[1].label) if trees is not None else None
         run = cls(
-            (sides[0], sides[1]), specs, schedule, say, args.device_type, args.mode, args.alpha, plan, lanes, code
+            (sides[0], sides[1]),
+            specs,
+            schedule,
+            say,
+            options.device_type,
+            options.mode,
+            options.alpha,
+            plan,
+            lanes,
+            code,
         )
         for line in run.version_lines():
             say(line)
@@ -133,7 +145,7 @@ class AbRun:
             f"perfsuite: {len(specs)} case(s), {schedule.first} to {schedule.cap} pairs each, "
             f"floor {schedule.floor:.1%}, "
             f"slower or faster at {schedule.confidence:.4g} at pairs {', '.join(map(str, schedule.alarms))} "
-            f"(alpha {args.alpha:g} over {len(specs)} case(s) × {len(schedule.alarms)} look(s)), "
+            f"(alpha {options.alpha:g} over {len(specs)} case(s) × {len(schedule.alarms)} look(s)), "
             f"same at {schedule.same_confidence:.2g} at any look"
         )
         return run
@@ -216,12 +228,12 @@ class AbRun:
             "verdicts": {v: sum(r.verdict == v for r in results) for v in _VERDICTS},
         }
 
-    def finish(self, results: Sequence[CaseResult], args: argparse.Namespace, wall_s: float, console: Any) -> int:
+    def finish(self, results: Sequence[CaseResult], options: AbOptions, wall_s: float, console: Any) -> int:
         from perfsuite.reports.ab import render_table, write_report
 
         payload = self.payload(results, wall_s)
-        if getattr(args, "upgrade", None) is not None:  # --pins: the commits and what moved between them
-            payload["pins"] = args.upgrade.as_json()
+        if options.upgrade is not None:  # --pins: the commits and what moved between them
+            payload["pins"] = options.upgrade.as_json()
         console.print(render_table(payload))
         counts = payload["verdicts"]
         line = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
@@ -230,15 +242,15 @@ class AbRun:
             self.say(
                 f"perfsuite ab: interrupted: {payload['interrupted']} case(s) left undecided, with the pairs they had"
             )
-        if args.json:
-            write_json_atomic(Path(args.json), payload)
-            self.say(f"wrote {args.json}")
-        if args.report:
+
+        def render(out: Path) -> list[Path]:
             try:
-                for path in write_report(payload, Path(args.report)):
-                    self.say(f"wrote {path}")
+                return write_report(payload, out)
             except ImportError as exc:  # no matplotlib: the verdict and summary.md stand, the page is not written
-                self.say(f"wrote {Path(args.report) / 'summary.md'}; no report.html: {exc}")
+                self.say(f"wrote {out / 'summary.md'}; no report.html: {exc}")
+                return []
+
+        write_results(payload, json_file=options.json, report_dir=options.report, render=render, say=self.say)
         if counts["cannot test"] == len(results):
             return 3
         return 1 if counts["regressed"] else 0

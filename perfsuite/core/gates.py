@@ -36,6 +36,7 @@ from perfsuite.core.drift import Drift
 from perfsuite.core.kernels import check_kernels
 from perfsuite.core.loss import check_loss
 from perfsuite.core.observation import Observation
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.stats import paired_change
 from perfsuite.core.tolerance import Tolerance
 
@@ -52,7 +53,7 @@ class Outcome:
     checks: list[Check] = dataclasses.field(default_factory=list)
     diff: list[tuple[str, str, str, str]] = dataclasses.field(default_factory=list)
     message: str = ""
-    records: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    records: list[CaseRecord] = dataclasses.field(default_factory=list)
     """The run records (one per repeat, then one per time retry)."""
     time_attempts: list[str] = dataclasses.field(default_factory=list)
     """The step-time change of each run when the time was retried (empty when it was not)."""

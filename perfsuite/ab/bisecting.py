@@ -4,7 +4,6 @@ its own compared with it (:func:`perfsuite.ab.rounds.compare_case`), and the sea
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
 from collections.abc import Callable
@@ -12,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.ab.bisect import Found, Judgement, Step, search
-from perfsuite.ab.compare import schedule_for
+from perfsuite.ab.comparison import schedule_for
 from perfsuite.ab.envs import Env, EnvError, make_env
+from perfsuite.ab.options import BisectOptions
 from perfsuite.ab.rounds import CaseResult, compare_case
 from perfsuite.ab.sides import Side
-from perfsuite.core.baselines import write_json_atomic
 from perfsuite.core.declaration import load_project
 from perfsuite.core.preloads import preload_for
+from perfsuite.core.results import write_results
 from perfsuite.core.spec import CaseSpec, parse_case_id, tier_spec
 from perfsuite.core.tolerance import Tolerance
 
@@ -73,7 +73,7 @@ def _good_end(message: str) -> str:
 
 @dataclasses.dataclass
 class Bisection:
-    args: argparse.Namespace
+    options: BisectOptions
     spec: CaseSpec
     versions: list[str]
     """The points searched, good end first: a package's releases, or the project's commits."""
@@ -91,15 +91,19 @@ class Bisection:
     def _env(self, version: str, name: str) -> Env:
         if self.env_for is not None:
             return self.env_for(version, name)
-        return make_env(f"{self.args.package}=={version}", name=name, held=getattr(self.args, "held", ()))
+        return make_env(f"{self.options.package}=={version}", name=name, held=self.options.held)
 
     def _compare(self, good: Side, version: str) -> CaseResult:
-        if self.args.metric == "time":
+        if self.options.metric == "time":
             schedule = schedule_for(
-                1, floor=self.args.floor, alpha=self.args.alpha, first=self.args.pairs, cap=self.args.max_pairs
+                1,
+                floor=self.options.floor,
+                alpha=self.options.alpha,
+                first=self.options.pairs,
+                cap=self.options.max_pairs,
             )
         else:  # memory and loss are deterministic on one stack: one pair says it
-            schedule = schedule_for(1, floor=self.args.floor, alpha=self.args.alpha, first=1, cap=1)
+            schedule = schedule_for(1, floor=self.options.floor, alpha=self.options.alpha, first=1, cap=1)
         try:
             side = Side(version, self._env(version, "candidate"))
         except EnvError as exc:
@@ -111,8 +115,8 @@ class Bisection:
                 (good, side),
                 schedule,
                 Tolerance(),
-                timeout_s=self.args.timeout or 600.0,
-                device_type=self.args.device_type,
+                timeout_s=self.options.timeout or 600.0,
+                device_type=self.options.device_type,
             )
         except EnvError as exc:
             return CaseResult(case=self.spec.id, error=str(exc))
@@ -120,7 +124,7 @@ class Bisection:
             side.close()
 
     def run(self) -> int:
-        package, metric = self.what or self.args.package, self.args.metric
+        package, metric = self.what or self.options.package, self.options.metric
         preload_for([self.spec])
         try:
             good = Side("good", self._env(self.versions[0], "good"))
@@ -167,22 +171,23 @@ class Bisection:
         return 1
 
     def _write(self, found: Found | None, ends: CaseResult) -> None:
-        if not self.args.json:
+        if not self.options.json:
             return
         steps: list[Step] = found.steps if found else []
-        write_json_atomic(
-            Path(self.args.json),
+        write_results(
             {
                 "kind": "perfsuite-bisect",
-                "package": self.args.package,
-                "what": self.what or self.args.package,
+                "package": self.options.package,
+                "what": self.what or self.options.package,
                 "first_bad_described": self.describe(found.first_bad) if found and found.first_bad else None,
                 "case": self.spec.id,
-                "metric": self.args.metric,
+                "metric": self.options.metric,
                 "versions": self.versions,
                 "ends": ends.as_json(),
                 "steps": [dataclasses.asdict(s) for s in steps],
                 "first_bad": found.first_bad if found else None,
                 "candidates": found.candidates if found else [],
             },
+            json_file=Path(self.options.json),
+            say=None,
         )

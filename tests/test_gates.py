@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from perfsuite.core.baselines import build_baseline, robust_spread, set_aside, time_spread
-from perfsuite.core.compare import check_memory, check_time, compare
+from perfsuite.core.gates import check_memory, check_time, compare
 from perfsuite.core.loss import check_loss
 from perfsuite.core.observation import Observation, observe
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.refresh import diff_rows, refusals
 from perfsuite.core.tolerance import ConfigError, Tolerance, resolve_tolerance
 
@@ -254,6 +255,7 @@ def test_observe_takes_the_calibrated_or_the_absolute_time() -> None:
     record = {
         "model": "tiny-bert",
         "strategy": "vanilla",
+        "status": "ok",
         "time_class": CLASS,
         "step_time_s": {"median": 0.3},
         "step_time_calibrated": {"median": 12.5},
@@ -262,11 +264,11 @@ def test_observe_takes_the_calibrated_or_the_absolute_time() -> None:
         "memory_breakdown_bytes": None,
         "loss": [1.0],
     }
-    calibrated = observe(record, time_unit="calibrated")
+    calibrated = observe(CaseRecord.from_json(record, "record"), time_unit="calibrated")
     assert (calibrated.time, calibrated.calibration, calibrated.time_class) == (12.5, "numpy-mix-v1", CLASS)
-    assert observe(record, time_unit="s").time == 0.3
+    assert observe(CaseRecord.from_json(record, "record"), time_unit="s").time == 0.3
     with pytest.raises(ValueError, match="no calibrated step time"):
-        observe(dict(record, step_time_calibrated=None), time_unit="calibrated")
+        observe(CaseRecord.from_json(dict(record, step_time_calibrated=None), "record"), time_unit="calibrated")
 
 
 def test_diff_rows_show_old_and_new() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from perfsuite.ab.compare import AbRun, schedule_for
+from perfsuite.ab.comparison import AbRun, schedule_for
 
 
 def _side(label: str, **versions: str) -> Any:
