@@ -194,12 +194,12 @@ def test_under_zero_the_recorded_gradient_is_the_whole_accumulated_one() -> None
     from perfsuite.core.explain.records import ExplainRecord
     from perfsuite.core.spec import CaseSpec
     from perfsuite.worker.explain import explain_case
-    from perfsuite.worker.process import run_isolated
+    from perfsuite.worker.process import run_in_worker
 
     norms = {}
     for strategy in ("grad_accum", "zero2+grad_accum"):
         spec = CaseSpec(model="tiny-bert", strategy=strategy, steps=2, warmup_steps=1, threads=1, profile=False)
-        record = run_isolated(spec, timeout_s=300, target=functools.partial(explain_case, ask={"grads_until": 0}))
+        record = run_in_worker(spec, timeout_s=300, target=functools.partial(explain_case, ask={"grads_until": 0}))
         assert record["status"] == "ok", record.get("error")
         first = ExplainRecord.from_json(record["explain"]).steps[0]
         grads = first.grads
