@@ -32,6 +32,11 @@ def ok(spec: CaseSpec) -> dict[str, Any]:
     return {"model": spec.model, "strategy": spec.strategy, "status": "ok", "error": None, "pid": os.getpid()}
 
 
+def wrong_record(spec: CaseSpec) -> dict[str, Any]:
+    """An engine's evidence of the wrong type: the case's own fault, not the run's."""
+    return {**ok(spec), "applied": None}
+
+
 def gpu_holder(spec: CaseSpec) -> dict[str, Any]:
     """A case that reports the GPUs its worker was given and when it held them."""
     start = time.monotonic()

@@ -280,3 +280,20 @@ def test_a_candidate_that_starts_from_other_weights_changes_the_loss_and_says_wh
     from perfsuite.ab.comparison import checks_line
 
     assert checks_line(result) == "regressed: loss from other initial weights (weights aa → weights bb) at pair 1"
+
+
+class Dying(FakeSide):
+    """A side whose server stops answering with a record (it died, or sent what is no record)."""
+
+    def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> CaseRecord:
+        from perfsuite.ab.envs import EnvError
+
+        raise EnvError("its server answered: applied is None, not an object")
+
+
+def test_an_alternating_pair_whose_side_answers_no_record_fails_that_pair_not_the_run() -> None:
+    log: list[str] = []
+    fields = {"model": "tiny-bert", "strategy": "vanilla", "profile": False, "calibrate": False}
+    pair = pairs.alternate((FakeSide("A", {}, log), Dying("B", {}, log)), fields, 0, 30)  # type: ignore[arg-type]
+    assert pair.error == "B: its server answered: applied is None, not an object"
+    assert math.isnan(pair.log_ratio)

@@ -424,6 +424,30 @@ def test_an_update_that_used_its_last_micro_batch_alone_is_said() -> None:
     assert "B's update used its last micro-batch's gradient alone, the earlier ones dropped (A's accumulates them)" in (
         gradients.describe(cause)
     )
+    # A side that recorded no micro-batch apart (an older worker, no ZeRO) says nothing of the other's.
+    bare = ExplainRecord(
+        "w", 3, steps=tuple(dataclasses.replace(x, last_micro=None) for x in run(GRADS, (2.0, 1.9)).steps)
+    )
+    assert (
+        gradients.loss_cause([2.0, 1.9], [2.0, 1.95], bare, run(last, (2.0, 1.95)), rtol=1e-3, atol=1e-4).last_only
+        is None
+    )
+
+
+def test_gradients_apart_after_step_0_may_come_from_weights_already_moved() -> None:
+    """Step 0's gradients agree, step 1's do not while its loss still does: the first update may have
+    moved the weights within the loss's tolerance, so nothing says the forward is the same."""
+    moved = {k: v * r for (k, v), r in zip(GRADS.items(), (0.9, 1.1, 0.95, 1.2, 1.0), strict=True)}
+    cause = gradients.loss_cause(
+        [2.0, 1.9, 1.8],
+        [2.0, 1.9001, 1.85],
+        _run([GRADS, GRADS, GRADS], losses=(2.0, 1.9, 1.8)),
+        _run([GRADS, moved, GRADS], losses=(2.0, 1.9001, 1.85)),
+        rtol=1e-3,
+        atol=1e-4,
+    )
+    assert (cause.step, cause.grad_step) == (2, 1)
+    assert "the forward differs" in gradients.describe(cause)
 
 
 def test_an_uneven_scale_is_about_one_factor() -> None:

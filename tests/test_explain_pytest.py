@@ -62,12 +62,12 @@ def test_alone_it_names_the_tensor_the_size_of_the_change_and_says_what_it_canno
         _alone_record(), ("time", "memory", "loss"), moved={"buffers": 50 * 2**20, "activations": 2**20},
         loss_then=BASELINE["loss"], loss_now=RECORD.loss, weights_then="xxh3_128:aa", loss_tolerance=(1e-3, 1e-4),  # type: ignore[arg-type]
     )  # fmt: skip
-    assert lines == [
-        "time: this stack's heaviest ops: aten::addmm 3.00 ms/step (48 calls) (a baseline keeps no profile to diff)",
-        "memory: buffers +50.00 MiB, the size of buffer injected_cache float32 (13107200,) 50.00 MiB",
-        "memory: activations +1.00 MiB: not in the inventory (they live within a step)",
+    assert lines == [  # the loss and memory first, as every explanation says them
         "loss: parts from the baseline's at step 0, from the same initial weights; "
         "gradients need a reference run to compare with",
+        "memory: buffers +50.00 MiB, the size of buffer injected_cache float32 (13107200,) 50.00 MiB",
+        "memory: activations +1.00 MiB: not in the inventory (they live within a step)",
+        "time: this stack's heaviest ops: aten::addmm 3.00 ms/step (48 calls) (a baseline keeps no profile to diff)",
     ]
     other = alone_lines(_alone_record(), ("memory",), moved={"buffers": 3 * 2**20}, loss_then=[], loss_now=[],
                         weights_then=None, loss_tolerance=(0, 0))  # fmt: skip
@@ -87,8 +87,8 @@ def test_the_same_versions_explain_from_one_run_of_this_stack(monkeypatch: pytes
     lines = explaining.explain_failure(explaining.Failure(SPEC, BASELINE, RECORD, CHECKS, Tolerance()), timeout_s=60)
     assert asked == [{"profile_steps": 0, "trace": None, "grads_until": -1, "inventory": True}]
     assert lines[0].startswith("explain: the baseline was recorded on this stack's versions, so there is no reference")
-    assert "memory: buffers +50.00 MiB, the size of buffer injected_cache" in lines[1]
-    assert lines[2].startswith("loss: parts from the baseline's at step 0")
+    assert lines[1].startswith("loss: parts from the baseline's at step 0")
+    assert "memory: buffers +50.00 MiB, the size of buffer injected_cache" in lines[2]
     assert lines[-1].endswith("--models tiny-bert --strategies vanilla --explain")
 
 

@@ -187,10 +187,12 @@ def test_an_engine_stepping_in_its_own_thread_is_profiled_there_without_the_call
 
 
 @pytest.mark.deepspeed
-def test_under_zero_the_recorded_gradient_is_the_whole_accumulated_one() -> None:
+@pytest.mark.parametrize("engine", ["loop", pytest.param("trainer", marks=pytest.mark.nightly)])
+def test_under_zero_the_recorded_gradient_is_the_whole_accumulated_one(engine: str) -> None:
     """DeepSpeed's ZeRO-2 takes each micro-batch's gradient into its own partitions, so a parameter's
     ``.grad`` after a micro-batch is that micro-batch's alone: the recorder reads the whole gradient
-    the update uses, the same as perfsuite's loop accumulates without DeepSpeed."""
+    the update uses, the same as the engine accumulates without DeepSpeed (the Trainer, which makes
+    its optimizer only once it trains, included)."""
     from perfsuite.core.explain.records import ExplainRecord
     from perfsuite.core.spec import CaseSpec
     from perfsuite.worker.explain import explain_case
@@ -198,7 +200,9 @@ def test_under_zero_the_recorded_gradient_is_the_whole_accumulated_one() -> None
 
     norms = {}
     for strategy in ("grad_accum", "zero2+grad_accum"):
-        spec = CaseSpec(model="tiny-bert", strategy=strategy, steps=2, warmup_steps=1, threads=1, profile=False)
+        spec = CaseSpec(
+            model="tiny-bert", strategy=strategy, engine=engine, steps=2, warmup_steps=1, threads=1, profile=False
+        )
         record = run_in_worker(spec, timeout_s=300, target=functools.partial(explain_case, ask={"grads_until": 0}))
         assert record["status"] == "ok", record.get("error")
         first = ExplainRecord.from_json(record["explain"]).steps[0]

@@ -48,6 +48,14 @@ def test_crash_hang_and_oom_fail_their_case_and_the_run_continues() -> None:
     assert time.monotonic() - started < 30  # the hang was cut at its timeout
 
 
+def test_a_record_of_the_wrong_shape_fails_its_case_saying_which_value() -> None:
+    record = run_isolated(SPEC, timeout_s=30, target=fault_cases.wrong_record)
+    assert record.status == "failed"
+    assert (record.error or "").startswith("its record: ")
+    assert "applied is None" in (record.error or "")
+    assert record.wall_s is not None  # the worker's diagnostics are kept
+
+
 def test_skip_carries_its_reason() -> None:
     record = run_isolated(SPEC, timeout_s=30, target=fault_cases.skip)
     assert record.status == "skipped"

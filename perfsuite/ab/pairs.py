@@ -101,7 +101,10 @@ def alternate(
 ) -> Pair:
     records: dict[int, CaseRecord] = {}
     for which in (0, 1) if index % 2 == 0 else (1, 0):
-        records[which] = sides[which].run(fields, timeout_s, env=env)
+        try:
+            records[which] = sides[which].run(fields, timeout_s, env=env)
+        except EnvError as exc:  # its server died or answered no record: this side's error, not a traceback
+            return Pair((records.get(0), records.get(1)), "alternate", math.nan, _failed(sides[which], None, str(exc)))
         error = _failed(sides[which], records[which])
         if error:
             return Pair((records.get(0), records.get(1)), "alternate", math.nan, error)

@@ -58,7 +58,7 @@ def explain_case(spec: CaseSpec, ask: Mapping[str, Any]) -> dict[str, Any]:
     initial = initial_stats(engine.model)
     notes: list[str] = []
     steps: list[StepFacts] = []
-    recorder = StepRecorder(engine.model, engine.inner_optimizer, stepped=engine.optimizer)
+    recorder = StepRecorder(engine.model, lambda: engine.inner_optimizer, stepped=lambda: engine.optimizer)
     try:
         for index in range(max(spec.warmup_steps, wanted.grads_until + 1, 1)):
             recorder.begin(grads=index <= wanted.grads_until)

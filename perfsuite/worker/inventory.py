@@ -128,32 +128,45 @@ class StepRecorder:
     step, and (where asked) each parameter's gradient norm once its gradient is complete, before any
     clipping: a hook after each accumulation (the last micro-batch's value is the step's), or under
     DeepSpeed's ZeRO, which takes each micro-batch's gradient into its own partitions, the whole
-    gradient its update is about to use (``stepped``: the optimizer as the engine steps it)."""
+    gradient its update is about to use, and the last micro-batch's apart.
+
+    ``optimizer`` (the one holding the learning rates) and ``stepped`` (the optimizer as the engine
+    steps it) may be given as functions that return them: the Trainer makes its optimizer only once
+    it trains, so they are looked up at the first forward, before any gradient exists."""
 
     def __init__(self, model: torch.nn.Module, optimizer: Any, *, stepped: Any = None) -> None:
         import xxhash
 
-        from perfsuite.worker.engines.deepspeed import before_zero_update, zero_optimizer
-
         self._names = _parameter_names(model)
         self._model = model
-        self._optimizer = optimizer
+        self._optimizer, self._stepped = optimizer, stepped
         self._digest = xxhash.xxh3_64()
         self._norms: dict[str, float] = {}
+        self._micro: dict[str, float] | None = None
         self._grads = False
-        self._handles: list[Any] = [model.register_forward_pre_hook(self._inputs, with_kwargs=True)]
+        self._looked_up = False
         self._undo: list[Callable[[], None]] = []
-        zero = zero_optimizer(stepped)
-        self._micro: dict[str, float] | None = None if zero is None else {}
-        if zero is not None:
-            self._undo.append(before_zero_update(zero, self._zero_gradients))
+        self._handles: list[Any] = [model.register_forward_pre_hook(self._inputs, with_kwargs=True)]
         self._handles += [
             p.register_post_accumulate_grad_hook(self._gradient)  # type: ignore[no-untyped-call]
             for p in model.parameters()
             if p.requires_grad
         ]
 
+    def _look_up(self) -> None:
+        from perfsuite.worker.engines.deepspeed import before_zero_update, zero_optimizer
+
+        self._looked_up = True
+        if callable(self._optimizer):
+            self._optimizer = self._optimizer()
+        zero = zero_optimizer(self._stepped() if callable(self._stepped) else self._stepped)
+        if zero is not None:
+            self._micro = {}
+            self._undo.append(before_zero_update(zero, self._zero_gradients))
+
     def _inputs(self, module: Any, args: Any, kwargs: Any) -> None:
+        if not self._looked_up:
+            self._look_up()
         # The batch's tensors; a 0-dim one is a count the caller passes beside them (the Trainer's
         # num_items_in_batch), not data.
         for value in [*args, *(kwargs[k] for k in sorted(kwargs))]:

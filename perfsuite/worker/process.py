@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from perfsuite.core.record import CaseRecord
+from perfsuite.core.record import CaseRecord, failed_json
 from perfsuite.core.spec import CaseSkipped, CaseSpec
 from perfsuite.worker import duet
 from perfsuite.worker.capture import captured_output, warning_list
@@ -187,7 +187,13 @@ def run_isolated(
     :class:`~perfsuite.core.record.CaseRecord` here, once; a ``target`` whose answer is not a
     case's record (an explanation run's, a check's) runs through :func:`run_in_worker`.
     """
-    return CaseRecord.from_json(run_in_worker(spec, timeout_s=timeout_s, target=target, env=env), spec.id)
+    answer = run_in_worker(spec, timeout_s=timeout_s, target=target, env=env)
+    try:
+        return CaseRecord.from_json(answer, spec.id)
+    except ValueError as exc:  # the case's own fault (an engine's evidence of the wrong type): its case fails
+        failed = failed_json(spec, status="failed", error=f"its record: {exc}")
+        kept = ("worker_startup_s", "wall_s", "preloaded", "warnings", "output")
+        return CaseRecord.from_json({**failed, **{key: answer[key] for key in kept if key in answer}}, spec.id)
 
 
 def run_in_worker(

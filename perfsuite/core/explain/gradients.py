@@ -176,7 +176,10 @@ def loss_cause(
         found = ratios(grads_a, grads_b)
         if any(_off(r.ratio, 1.0) > SAME_RATIO for r in found) or set(grads_a) != set(grads_b):
             shape, scale, apart = shape_of(found)
-            only = [side for side, run in (("A", run_a), ("B", run_b)) if _last_only(run.steps[index])]
+            alone = {side: _last_only(run.steps[index]) for side, run in (("A", run_a), ("B", run_b))}
+            # Said only where the other side recorded its last micro-batch apart and accumulated others
+            # into its update (with one micro-batch a step, or none recorded, the two are the same).
+            only = [side for side, yes in alone.items() if yes is True and alone["B" if side == "A" else "A"] is False]
             return dataclasses.replace(
                 cause,
                 grad_step=index,
@@ -189,10 +192,11 @@ def loss_cause(
     return dataclasses.replace(cause, shape="optimizer" if compared else "unknown")
 
 
-def _last_only(step: StepFacts) -> bool:
-    """Whether the step's update used its last micro-batch's gradient alone (each tensor's the same)."""
+def _last_only(step: StepFacts) -> bool | None:
+    """Whether the step's update used its last micro-batch's gradient alone (each tensor's the same);
+    ``None`` where the step recorded no micro-batch's gradient apart."""
     if step.grads is None or not step.last_micro:
-        return False
+        return None
     found = ratios(step.last_micro, step.grads)
     return bool(found) and all(_off(r.ratio, 1.0) <= SAME_RATIO for r in found)
 
@@ -239,8 +243,11 @@ def _shape_said(cause: LossCause) -> str:
         named = ", ".join(f"{r.name} ×{r.ratio:.3g}" for r in cause.apart[:APART_SHOWN])
         more = ", …" if len(cause.apart) > APART_SHOWN else ""
         return f"{len(cause.apart)} of {len(cause.ratios)} gradients apart {where}: {named}{more}"
-    if cause.grad_step is not None and cause.step is not None and cause.grad_step < cause.step and not cause.differ:
-        # Same weights, data and learning rate, and a loss that still agrees: not the forward.
+    if not cause.ratios:
+        return f"the sides' gradients name different parameters {where}"
+    if cause.grad_step == 0 and cause.step is not None and cause.step > 0 and not cause.differ:
+        # Step 0 from the same weights and data, its loss agreeing: not the forward. (Past step 0 an
+        # earlier update may already have moved the weights within the loss's tolerance.)
         furthest = sorted(cause.ratios, key=lambda r: -_off(r.ratio, 1.0))[:FURTHEST_SHOWN]
         named = ", ".join(f"{r.name} ×{r.ratio:.3g}" for r in furthest)
         return (

@@ -64,12 +64,18 @@ def alone_lines(
     loss_tolerance: tuple[float, float],
 ) -> list[str]:
     """What one instrumented run of this stack says of a failure, without a reference (``moved``: each
-    breakdown category's change against the baseline, bytes)."""
+    breakdown category's change against the baseline, bytes), the loss first, then memory, then time."""
     out = []
-    if "time" in what and run.profile is not None:
-        ops = sorted(profile.tables(run.profile)["op"].items(), key=lambda kv: -kv[1].us)[:SHOWN]
-        heaviest = "; ".join(f"{key} {row.us / 1e3:,.2f} ms/step ({row.calls:,.0f} calls)" for key, row in ops)
-        out.append(f"time: this stack's heaviest ops: {heaviest} (a baseline keeps no profile to diff)")
+    if "loss" in what:
+        rtol, atol = loss_tolerance
+        step = gradients.first_apart(loss_then, loss_now, rtol=rtol, atol=atol)
+        weights = (
+            "the same initial weights"
+            if weights_then in (None, run.initial_weights)
+            else f"other initial weights ({run.initial_weights} against {weights_then})"
+        )
+        where = "the curves hold" if step is None else f"parts from the baseline's at step {step}"
+        out.append(f"loss: {where}, from {weights}; gradients need a reference run to compare with")
     for category, change in moved.items():
         kind = CATEGORY_KINDS.get(category)
         if kind is None:
@@ -82,14 +88,8 @@ def alone_lines(
         else:
             largest = "; ".join(map(_tensor, held[:SHOWN])) or "none"
             out.append(f"memory: {category} {change / MiB:+,.2f} MiB; its largest tensors now: {largest}")
-    if "loss" in what:
-        rtol, atol = loss_tolerance
-        step = gradients.first_apart(loss_then, loss_now, rtol=rtol, atol=atol)
-        weights = (
-            "the same initial weights"
-            if weights_then in (None, run.initial_weights)
-            else f"other initial weights ({run.initial_weights} against {weights_then})"
-        )
-        where = "the curves hold" if step is None else f"parts from the baseline's at step {step}"
-        out.append(f"loss: {where}, from {weights}; gradients need a reference run to compare with")
+    if "time" in what and run.profile is not None:
+        ops = sorted(profile.tables(run.profile)["op"].items(), key=lambda kv: -kv[1].us)[:SHOWN]
+        heaviest = "; ".join(f"{key} {row.us / 1e3:,.2f} ms/step ({row.calls:,.0f} calls)" for key, row in ops)
+        out.append(f"time: this stack's heaviest ops: {heaviest} (a baseline keeps no profile to diff)")
     return out

@@ -170,10 +170,12 @@ def deepspeed_state(engine: Any, optimizer: Any) -> dict[str, Any]:
 
 
 def zero_optimizer(optimizer: Any) -> Any | None:
-    """DeepSpeed's ZeRO optimizer behind accelerate's or the Trainer's wrapper, or ``None`` for any other."""
+    """DeepSpeed's optimizer that keeps gradients in partitions of its own (ZeRO's, and the bf16
+    optimizer ZeRO-1 becomes under bf16) behind accelerate's or the Trainer's wrapper; ``None`` for any other."""
     inner = getattr(optimizer, "optimizer", None)
     for candidate in (optimizer, inner):
-        if candidate is not None and type(candidate).__module__.startswith("deepspeed.runtime.zero"):
+        module = type(candidate).__module__
+        if candidate is not None and module.startswith(("deepspeed.runtime.zero", "deepspeed.runtime.bf16_optimizer")):
             return candidate
     return None
 
@@ -182,14 +184,21 @@ def before_zero_update(zero: Any, read: Callable[[], None]) -> Callable[[], None
     """Call ``read`` each time ``zero`` (a ZeRO optimizer) is about to update: at the accumulation
     boundary, with every micro-batch's gradient reduced into its partitions and not yet unscaled or
     clipped, the one moment :func:`full_gradient` can read them. Returns the undo."""
+    own = vars(zero).get("step")  # an instance attribute of its own, put back as it was
     step = zero.step
 
     def reading_first(*args: Any, **kwargs: Any) -> Any:
         read()
         return step(*args, **kwargs)
 
+    def undo() -> None:
+        if own is None:
+            vars(zero).pop("step", None)
+        else:
+            zero.step = own
+
     zero.step = reading_first
-    return lambda: vars(zero).pop("step", None)
+    return undo
 
 
 def full_gradient(param: torch.Tensor) -> torch.Tensor | None:
