@@ -226,19 +226,46 @@ def robust_spread(deviations: Sequence[float]) -> float | None:
     return ordered[len(ordered) - 1 - set_aside(len(ordered))]
 
 
-def time_spread(times: Sequence[float], time_steps: Sequence[Sequence[float]] = ()) -> float | None:
-    """The step-time spread of a refresh's repeats (:func:`robust_spread`): each repeat's paired change
-    from the per-step medians where steps are given (:func:`perfsuite.core.stats.paired_change`), else
-    each repeat's deviation from the median."""
-    if len(times) < 2:
-        return None
+def repeat_deviations(times: Sequence[float], time_steps: Sequence[Sequence[float]] = ()) -> list[float]:
+    """Each repeat's relative deviation: its paired change from the per-step medians where steps are
+    given (:func:`perfsuite.core.stats.paired_change`), else its deviation from the median."""
     steps = [statistics.median(values) for values in zip(*time_steps, strict=True)] if time_steps else []
     if steps:
-        return robust_spread([paired_change(repeat, steps) for repeat in time_steps])
+        return [paired_change(repeat, steps) for repeat in time_steps]
     median = statistics.median(times)
     if median == 0:
-        return 0.0 if all(v == 0 for v in times) else math.inf
-    return robust_spread([(v - median) / median for v in times])
+        return [0.0 if v == 0 else math.inf for v in times]
+    return [(v - median) / median for v in times]
+
+
+def time_spread(times: Sequence[float], time_steps: Sequence[Sequence[float]] = ()) -> float | None:
+    """The step-time spread of a refresh's repeats: :func:`robust_spread` of their
+    :func:`repeat_deviations`."""
+    if len(times) < 2:
+        return None
+    return robust_spread(repeat_deviations(times, time_steps))
+
+
+def cannot_fit(deviations: Sequence[float], widest: float, most_repeats: int) -> bool:
+    """Whether no further repeats, up to ``most_repeats`` in all, could bring the spread of repeats
+    with these ``deviations`` within ``widest``.
+
+    Of ``most_repeats``, :func:`set_aside` sets ``k`` aside, so the rest must lie within ``widest``
+    of one centre. Were every further repeat to land on that centre, at least ``len(deviations) - k``
+    of these would still have to lie in one window ``2 × widest`` wide; when no window holds that
+    many, more repeats only cost time. The window is :data:`FIT_WINDOW_MARGIN` wider than that,
+    since a repeat's paired change moves a little with the per-step medians of the others.
+    """
+    needed = len(deviations) - set_aside(most_repeats)
+    width = 2 * widest * FIT_WINDOW_MARGIN
+    ordered = sorted(deviations)
+    held = max((sum(1 for d in ordered[i:] if d <= low + width) for i, low in enumerate(ordered)), default=0)
+    return held < needed
+
+
+FIT_WINDOW_MARGIN = 1.25
+"""How much wider :func:`cannot_fit`'s window is than the exact bound: in 20,000 simulated refreshes
+(``tests/test_baselines.py``), no case it gave up on would have been recorded by more repeats."""
 
 
 def build_baseline(

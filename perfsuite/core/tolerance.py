@@ -70,6 +70,12 @@ class Tolerance:
         """The widest step-time gate: ``time_ceiling``, or the floor where a project set it higher."""
         return max(self.time_ceiling, self.time_floor)
 
+    @property
+    def widest_spread(self) -> float:
+        """The widest spread a refresh may record: within ``max_refresh_spread``, and at most the
+        ceiling ÷ ``time_k`` (:meth:`spread_fits`)."""
+        return min(self.max_refresh_spread, self.ceiling / self.time_k) if self.time_k else self.max_refresh_spread
+
     def time_tolerance(self, spread: float | None) -> float:
         """The step-time gate of a baseline with ``spread``: max(floor, k × spread), at most the ceiling."""
         return min(self.ceiling, self.wanted_tolerance(spread))

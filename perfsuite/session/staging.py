@@ -13,8 +13,10 @@ from typing import Any
 from perfsuite.core.baselines import (
     BaselineError,
     build_baseline,
+    cannot_fit,
     load_baseline,
     pinned_benchmark_path,
+    repeat_deviations,
     time_spread,
     with_other_classes,
     write_json_atomic,
@@ -154,11 +156,15 @@ def repeat_while_too_wide(
 ) -> None:
     """A refresh's further repeats of a case while its step times spread so wide that its gate would be
     wider than the tolerance's ceiling (:meth:`Tolerance.spread_fits`): ``repeat(n)`` makes the ``n``-th
-    run, up to ``refresh_max_repeats`` and while a time limit leaves room for two more; each new
-    observation is appended to ``observations``."""
-    while len(observations) < tolerance.refresh_max_repeats and not tolerance.spread_fits(
-        time_spread([o.time for o in observations], [o.time_steps for o in observations])
-    ):
+    run, up to ``refresh_max_repeats``, while a time limit leaves room for two more, and while more
+    repeats could still fit (:func:`~perfsuite.core.baselines.cannot_fit`); each new observation is
+    appended to ``observations``."""
+    while len(observations) < tolerance.refresh_max_repeats:
+        times, steps = [o.time for o in observations], [o.time_steps for o in observations]
+        if tolerance.spread_fits(time_spread(times, steps)) or cannot_fit(
+            repeat_deviations(times, steps), tolerance.widest_spread, tolerance.refresh_max_repeats
+        ):
+            return
         per_run = (time.monotonic() - started) / len(observations)
         if budget is not None and not budget.has(2 * per_run):
             return
