@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from typing import Any
 
 from perfsuite.core.spec import CaseSkipped, CaseSpec
@@ -30,6 +31,14 @@ def skip(spec: CaseSpec) -> dict[str, Any]:
 
 def ok(spec: CaseSpec) -> dict[str, Any]:
     return {"model": spec.model, "strategy": spec.strategy, "status": "ok", "error": None, "pid": os.getpid()}
+
+
+def warns(spec: CaseSpec) -> dict[str, Any]:
+    """A case that prints and raises the same warning twice: what its worker keeps in its record."""
+    print("a note from the case")
+    for _ in range(2):
+        warnings.warn("a case's warning", UserWarning, stacklevel=1)
+    return ok(spec)
 
 
 def wrong_record(spec: CaseSpec) -> dict[str, Any]:

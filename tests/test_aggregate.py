@@ -3,19 +3,25 @@ matrix, declarations and case ids name a world size. Pure: no torch, no training
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from perfsuite.core import registry
 from perfsuite.core.matrix import builtin_matrix
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.registry import DeclarationError
 from perfsuite.core.spec import CaseSpec, tier_spec
+from perfsuite.core.stats import summarize
 from perfsuite.worker.distributed.aggregate import aggregate
 
 
 def _rank(rank: int, steps: list[float], calibrated: list[float], peak: int, loss: list[float]) -> dict[str, Any]:
     return {
+        "model": "tiny-bert",
+        "strategy": "ddp",
+        "status": "ok",
         "rank": rank,
         "pid": 100 + rank,
         "steps": len(steps),
@@ -78,6 +84,280 @@ def test_a_rank_without_a_peak_leaves_the_case_without_one() -> None:
 def test_ranks_that_timed_different_steps_are_an_error() -> None:
     with pytest.raises(ValueError, match="different numbers of steps"):
         aggregate([_rank(0, [1.0, 1.0], [1.0, 1.0], 1, [1.0]), _rank(1, [1.0], [1.0], 1, [1.0])])
+
+
+def _full_rank(rank: int) -> dict[str, Any]:
+    """A rank's record as a rank sends it, in a worker's key order, with a key no field names."""
+    steps = [[0.5, 0.75, 0.5], [0.625, 0.5, 0.625]][rank]
+    calibrated = [[40.0, 60.0, 40.0], [50.0, 40.0, 50.0]][rank]
+    return {
+        "model": "tiny-gpt2",
+        "strategy": "ddp",
+        "engine": "loop",
+        "status": "ok",
+        "error": None,
+        "device": "cpu",
+        "device_name": "AMD EPYC",
+        "hardware": "cpu",
+        "time_class": "amd-25.1-avx2",
+        "threads": 1,
+        "precision": "fp32",
+        "num_parameters": 102714,
+        "model_config": {"n_embd": 32, "n_layer": 2},
+        "initial_weights": "sha256:0a1b",
+        "task": "causal-lm",
+        "batch_size": 8,
+        "micro_batch_size": 2,
+        "world_size": 2,
+        "rank": rank,
+        "seq_len": 32,
+        "seed": 0,
+        "learning_rate": 0.001,
+        "dropout": False,
+        "pretrained": None,
+        "dataset": "synthetic",
+        "warmup_steps": 1,
+        "steps": 3,
+        "strategy_config": {"name": "ddp", "grad_accum_steps": 2},
+        "step_time_s": summarize(steps),
+        "warmup_step_s": [1.5],
+        "compile_s": None,
+        "step_time_calibrated": summarize(calibrated),
+        "calibration": {"workload": "numpy-mix-v2", "median_s": 0.0125, "samples_s": [0.0125, 0.0125]},
+        "samples_per_s": 4 * 3 / sum(steps),
+        "tokens_per_s": {"real": 300 / sum(steps), "padded": 384 / sum(steps)},
+        "timed_tokens": {"real": 300 + rank, "padded": 384},
+        "padding_fraction": 0.21875,
+        "peak_memory_bytes": [6_000_000, 7_000_000][rank],
+        "peak_memory_source": "memtracker",
+        "allocator_peaks_bytes": None,
+        "memory_breakdown_bytes": {"parameters": 410856, "activations": [5_000_000, 6_000_000][rank]},
+        "memory_breakdown_error": [None, "no tracker"][rank],
+        "host_peak_rss_bytes": [400_000_000, 390_000_000][rank],
+        "flops_per_step": 3_000_000_000,
+        "mfu": None,
+        "peak_flops": 1.5e11,
+        "matmul_dtypes": {"float32": 48},
+        "flops_source": "counted",
+        "attention_ops": {"sdpa": 4},
+        "loss": [[4.5, 4.25, 4.0, 3.75], [4.75, 4.5, 4.0, 3.5]][rank],
+        "micro_batches": {
+            "losses": [[4.5, 4.5], [4.25, 4.25], [4.0, 4.0], [3.75 + rank, 3.75 - rank]],
+            "targets": [[31, 30], [31, 31], [29, 31], [30, 28 + rank]],
+        },
+        "grad_norm": [1.5, None, 1.25, 1.0],
+        "skipped_optimizer_steps": rank,
+        "applied": {"distributed": {"rank": rank, "backend": "gloo"}, "optimizer_class": "AdamW"},
+        "timed_threads": None,
+        "phases_s": {"build": 0.25, "timed": 1.75},
+        "pid": 4100 + rank,
+        "a_key_of_tomorrow": [rank],
+        "warnings": [{"category": "UserWarning", "message": f"rank {rank}", "where": "f.py:1", "count": 2}],
+        "gpu": str(rank),
+    }
+
+
+AGGREGATED = {
+    "model": "tiny-gpt2",
+    "strategy": "ddp",
+    "engine": "loop",
+    "status": "ok",
+    "error": None,
+    "device": "cpu",
+    "device_name": "AMD EPYC",
+    "hardware": "cpu",
+    "time_class": "amd-25.1-avx2",
+    "threads": 1,
+    "precision": "fp32",
+    "num_parameters": 102714,
+    "model_config": {"n_embd": 32, "n_layer": 2},
+    "initial_weights": "sha256:0a1b",
+    "task": "causal-lm",
+    "batch_size": 8,
+    "micro_batch_size": 2,
+    "world_size": 2,
+    "seq_len": 32,
+    "seed": 0,
+    "learning_rate": 0.001,
+    "dropout": False,
+    "pretrained": None,
+    "dataset": "synthetic",
+    "warmup_steps": 1,
+    "steps": 3,
+    "strategy_config": {"name": "ddp", "grad_accum_steps": 2},
+    "step_time_s": {
+        "median": 0.625,
+        "mean": 0.6666666666666666,
+        "min": 0.625,
+        "max": 0.75,
+        "stdev": 0.07216878364870322,
+        "iqr": 0.0625,
+        "mad": 0.0,
+        "rel_spread": 0.1,
+        "samples": [0.625, 0.75, 0.625],
+    },
+    "warmup_step_s": [1.5],
+    "compile_s": None,
+    "step_time_calibrated": {
+        "median": 50.0,
+        "mean": 53.333333333333336,
+        "min": 50.0,
+        "max": 60.0,
+        "stdev": 5.773502691896257,
+        "iqr": 5.0,
+        "mad": 0.0,
+        "rel_spread": 0.1,
+        "samples": [50.0, 60.0, 50.0],
+    },
+    "calibration": {"workload": "numpy-mix-v2", "median_s": 0.0125, "samples_s": [0.0125, 0.0125]},
+    "samples_per_s": 12.0,
+    "tokens_per_s": {"real": 150.0, "padded": 192.0},
+    "timed_tokens": {"real": 300, "padded": 384},
+    "padding_fraction": 0.21875,
+    "peak_memory_bytes": 7000000,
+    "peak_memory_source": "memtracker",
+    "allocator_peaks_bytes": None,
+    "memory_breakdown_bytes": {"parameters": 410856, "activations": 6000000},
+    "memory_breakdown_error": "no tracker",
+    "host_peak_rss_bytes": 400000000,
+    "flops_per_step": 6000000000,
+    "mfu": 0.032,
+    "peak_flops": 150000000000.0,
+    "matmul_dtypes": {"float32": 48},
+    "flops_source": "counted",
+    "attention_ops": {"sdpa": 4},
+    "loss": [4.5, 4.25, 4.0, 3.745614035087719],
+    "grad_norm": [1.5, None, 1.25, 1.0],
+    "skipped_optimizer_steps": 1,
+    "applied": {"distributed": {"rank": 0, "backend": "gloo"}, "optimizer_class": "AdamW"},
+    "timed_threads": None,
+    "phases_s": {"build": 0.25, "timed": 1.75},
+    "pid": 4100,
+    "a_key_of_tomorrow": [0],
+    "gpu": "0",
+    "peak_memory_per_rank_bytes": [6000000, 7000000],
+    "peak_memory_sum_bytes": 13000000,
+    "memory_breakdown_rank": 1,
+    "loss_per_rank": [[4.5, 4.25, 4.0, 3.75], [4.75, 4.5, 4.0, 3.5]],
+    "grad_norm_per_rank": [[1.5, None, 1.25, 1.0], [1.5, None, 1.25, 1.0]],
+    "ranks": [
+        {
+            "rank": 0,
+            "pid": 4100,
+            "gpu": "0",
+            "step_time_median_s": 0.5,
+            "step_time_calibrated_median": 40.0,
+            "peak_memory_bytes": 6000000,
+            "host_peak_rss_bytes": 400000000,
+            "applied": {"rank": 0, "backend": "gloo"},
+            "warnings": [{"category": "UserWarning", "message": "rank 0", "where": "f.py:1", "count": 2}],
+        },
+        {
+            "rank": 1,
+            "pid": 4101,
+            "gpu": "1",
+            "step_time_median_s": 0.625,
+            "step_time_calibrated_median": 50.0,
+            "peak_memory_bytes": 7000000,
+            "host_peak_rss_bytes": 390000000,
+            "applied": {"rank": 1, "backend": "gloo"},
+            "warnings": [{"category": "UserWarning", "message": "rank 1", "where": "f.py:1", "count": 2}],
+        },
+    ],
+}
+"""What two :func:`_full_rank` records aggregate to, key for key and in order."""
+
+
+def _bare(rank: int, steps: list[float], loss: list[float]) -> dict[str, Any]:
+    """A rank's record with its identity, steps and losses only: every other key absent."""
+    return {
+        "model": "tiny-bert",
+        "strategy": "ddp",
+        "status": "ok",
+        "batch_size": 4,
+        "steps": len(steps),
+        "step_time_s": {"median": sorted(steps)[len(steps) // 2], "samples": steps},
+        "loss": loss,
+    }
+
+
+AGGREGATED_BARE = {
+    "model": "tiny-bert",
+    "strategy": "ddp",
+    "status": "ok",
+    "batch_size": 4,
+    "steps": 2,
+    "step_time_s": {
+        "median": 2.0,
+        "mean": 2.0,
+        "min": 2.0,
+        "max": 2.0,
+        "stdev": 0.0,
+        "iqr": 0.0,
+        "mad": 0.0,
+        "rel_spread": 0.0,
+        "samples": [2.0, 2.0],
+    },
+    "loss": [2.5, 1.5],
+    "peak_memory_bytes": None,
+    "step_time_calibrated": None,
+    "samples_per_s": 2.0,
+    "peak_memory_per_rank_bytes": [500, None],
+    "peak_memory_sum_bytes": None,
+    "memory_breakdown_bytes": None,
+    "memory_breakdown_error": None,
+    "memory_breakdown_rank": 0,
+    "allocator_peaks_bytes": None,
+    "host_peak_rss_bytes": 0,
+    "loss_per_rank": [[2.0, 1.0], [3.0, 2.0]],
+    "grad_norm_per_rank": [None, None],
+    "skipped_optimizer_steps": 0,
+    "flops_per_step": None,
+    "mfu": None,
+    "world_size": 2,
+    "ranks": [
+        {
+            "rank": 0,
+            "pid": None,
+            "gpu": None,
+            "step_time_median_s": 2.0,
+            "step_time_calibrated_median": None,
+            "peak_memory_bytes": 500,
+            "host_peak_rss_bytes": None,
+            "applied": None,
+            "warnings": [],
+        },
+        {
+            "rank": 1,
+            "pid": None,
+            "gpu": None,
+            "step_time_median_s": 2.0,
+            "step_time_calibrated_median": None,
+            "peak_memory_bytes": None,
+            "host_peak_rss_bytes": None,
+            "applied": None,
+            "warnings": [],
+        },
+    ],
+}
+"""What two :func:`_bare` records (the first with a peak) aggregate to: an absent key reads as absent."""
+
+
+def test_the_aggregated_record_is_the_same_json_key_for_key_and_in_order() -> None:
+    """A several ranks' record is what results files and baselines hold: its JSON is pinned, to the key order."""
+    full = aggregate([_full_rank(0), _full_rank(1)])
+    assert list(full) == list(AGGREGATED)
+    assert json.dumps(full) == json.dumps(AGGREGATED)  # nested order and number types too
+    bare = [_bare(0, [1.0, 2.0], [2.0, 1.0]), _bare(1, [2.0, 1.0], [3.0, 2.0])]
+    bare[0]["peak_memory_bytes"] = 500
+    assert json.dumps(aggregate(bare)) == json.dumps(AGGREGATED_BARE)
+    assert json.dumps(CaseRecord.from_json(full, "ws2").to_json()) == json.dumps(full)
+
+
+def test_a_rank_record_of_the_wrong_shape_is_refused_naming_the_rank() -> None:
+    ranks = [_full_rank(0), {**_full_rank(1), "peak_memory_bytes": "7 MB"}]
+    with pytest.raises(ValueError, match=r"^rank 1: peak_memory_bytes is '7 MB' \(str\), not an integer$"):
+        aggregate(ranks)
 
 
 def test_a_world_size_shows_in_the_id_and_needs_a_strategy_that_shares_the_work() -> None:

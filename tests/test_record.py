@@ -106,6 +106,21 @@ def test_a_failed_case_s_record_has_its_identity_status_and_error_and_keys_set_l
         record.timed()
 
 
+def test_a_key_no_field_names_is_set_as_json_and_keys_left_out_are_absent_as_a_dict_s() -> None:
+    data = _ok()
+    record = CaseRecord.from_json(data, "r").updated(a_key_of_tomorrow=[2], per_rank=[[1.0]], wall_s=4.5)
+    expected = {**data, "a_key_of_tomorrow": [2], "wall_s": 4.5, "per_rank": [[1.0]]}
+    assert json.dumps(record.to_json()) == json.dumps(expected)  # a key it had stays, a new one goes last
+    assert record.extra == {"a_key_of_tomorrow": [2], "per_rank": [[1.0]]}
+    left = record.without("a_key_of_tomorrow", "warnings", "step_time_s", "never_there")
+    gone = {"a_key_of_tomorrow", "warnings", "step_time_s"}
+    assert json.dumps(left.to_json()) == json.dumps({k: v for k, v in expected.items() if k not in gone})
+    assert (left.warnings, left.step_time_s, left.extra) == ((), None, {"per_rank": [[1.0]]})
+    assert left == CaseRecord.from_json(left.to_json(), "r")  # as a record read without them
+    with pytest.raises(ValueError, match="'status' is required"):
+        record.without("status")
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -60,6 +61,26 @@ def test_skip_carries_its_reason() -> None:
     record = run_isolated(SPEC, timeout_s=30, target=fault_cases.skip)
     assert record.status == "skipped"
     assert record.error == "needs an H100"
+
+
+WORKER_KEYS = ["worker_startup_s", "wall_s", "preloaded", "warnings", "output"]
+"""What the worker adds to its case's record, last and in this order."""
+
+
+def test_the_worker_adds_its_start_up_wall_time_preloads_warnings_and_output_last() -> None:
+    """The typed record writes the same JSON as the worker's answer, key for key (its timings and pid aside)."""
+    sent = run_in_worker(SPEC, timeout_s=60, target=fault_cases.warns)
+    record = run_isolated(SPEC, timeout_s=60, target=fault_cases.warns)
+    written = record.to_json()
+    assert list(written) == list(sent) == [*fault_cases.ok(SPEC), *WORKER_KEYS]
+    timings = {"pid": 0, "worker_startup_s": 0, "wall_s": 0}
+    assert json.dumps({**written, **timings}) == json.dumps({**sent, **timings})
+    caught = [w for w in record.warnings if w.message == "a case's warning"]
+    assert [(w.category, w.count) for w in caught] == [("UserWarning", 2)]
+    assert "a note from the case" in (record.output or "")
+    for target in (fault_cases.wrong_record, fault_cases.skip, fault_cases.crash):
+        failed = run_isolated(SPEC, timeout_s=30, target=target).to_json()
+        assert list(failed) == ["model", "strategy", "engine", "world_size", "status", "error", *WORKER_KEYS]
 
 
 def test_case_spec_rejects_unknown_names_before_any_worker_starts() -> None:

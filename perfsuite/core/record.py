@@ -139,7 +139,7 @@ class JsonObject:
         """:meth:`from_json` of the value at key ``where`` of an object being read."""
         if not isinstance(data, dict):
             raise _fail(where, data, "an object")
-        fields = {f.name: f for f in dataclasses.fields(cls) if "check" in f.metadata}
+        fields = cls._named()
         required = [
             f for f in fields.values() if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         ]
@@ -155,10 +155,38 @@ class JsonObject:
         """The object read, key for key and in its order (lists where the fields hold tuples)."""
         return {key: self.extra[key] if key in self.extra else _out(getattr(self, key)) for key in self.keys}
 
+    @classmethod
+    def _named(cls) -> dict[str, dataclasses.Field[Any]]:
+        """The fields read from JSON keys, by name."""
+        return {f.name: f for f in dataclasses.fields(cls) if "check" in f.metadata}
+
     def updated(self: J, **values: Any) -> J:
-        """A copy with ``values`` set, as a dict's keys are: one it had stays where it was, a new one goes last."""
+        """A copy with ``values`` set, as a dict's keys are: one it had stays where it was, a new one goes last.
+        A field takes its value as it holds one (a :class:`Summary`, a tuple); a key no field names goes to
+        :attr:`extra` as JSON."""
+        named = self._named()
         keys = self.keys + tuple(key for key in values if key not in self.keys)
-        return dataclasses.replace(self, keys=keys, **values)
+        extra = {**self.extra, **{k: v for k, v in values.items() if k not in named}}
+        return dataclasses.replace(self, keys=keys, extra=extra, **{k: v for k, v in values.items() if k in named})
+
+    def without(self: J, *keys: str) -> J:
+        """A copy without ``keys``, as a dict's keys are popped: absent, as in an object that never had them
+        (a field at its default). A key it does not have is no error; a required field is a ``ValueError``."""
+        named = self._named()
+        defaults: dict[str, Any] = {}
+        for key in keys:
+            if key not in named:
+                continue
+            default, factory = named[key].default, named[key].default_factory
+            if default is dataclasses.MISSING and factory is dataclasses.MISSING:
+                raise ValueError(f"{key!r} is required: it cannot be left out")
+            defaults[key] = factory() if factory is not dataclasses.MISSING else default
+        return dataclasses.replace(
+            self,
+            keys=tuple(key for key in self.keys if key not in keys),
+            extra={k: v for k, v in self.extra.items() if k not in keys},
+            **defaults,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,6 +269,8 @@ class CaseRecord(JsonObject):
     batch_size: int | None = _json(_INT)
     micro_batch_size: int | None = _json(_INT)
     rank: int | None = _json(_INT)
+    gpu: str | None = _json(_TEXT)
+    """A rank's GPU, as ``CUDA_VISIBLE_DEVICES`` names it (several ranks on GPUs: the record keeps the first's)."""
     seq_len: int | None = _json(_INT)
     seed: int | None = _json(_INT)
     learning_rate: float | None = _json(_NUMBER)

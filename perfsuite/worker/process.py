@@ -24,9 +24,10 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from perfsuite.core.record import CaseRecord, failed_json
+from perfsuite.core.record import CaseRecord, CaughtWarning
 from perfsuite.core.spec import CaseSkipped, CaseSpec
 from perfsuite.worker import duet
 from perfsuite.worker.capture import captured_output, warning_list
@@ -176,6 +177,40 @@ def _kill_group(proc: multiprocessing.process.BaseProcess) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class _Ran:
+    """What a worker answered and how it ran."""
+
+    kind: str
+    """``result``, ``skipped``, ``error`` or ``timeout``."""
+    payload: Any
+    """The target's answer (``result``), or what stopped it."""
+    startup_s: float | None
+    """From the worker's launch to its first word (``None``: it never spoke)."""
+    wall_s: float
+    diagnostics: dict[str, Any]
+    """What the worker preloaded, warned and printed (empty where it died before saying)."""
+
+    def answer(self, spec: CaseSpec) -> dict[str, Any]:
+        """The target's answer as the JSON object it sent; a failed case's record where it raised, timed out or died."""
+        from perfsuite.worker.record import failed_record
+
+        if self.kind == "result":
+            return dict(self.payload)
+        status = "skipped" if self.kind == "skipped" else "failed"
+        return dict(failed_record(spec, status=status, error=str(self.payload)))
+
+    def worker_json(self) -> dict[str, Any]:
+        """The worker's start-up, wall time, preloads, warnings and output, as a record's keys hold them."""
+        return {
+            "worker_startup_s": self.startup_s,
+            "wall_s": self.wall_s,
+            "preloaded": self.diagnostics.get("preloaded", []),
+            "warnings": self.diagnostics.get("warnings", []),
+            "output": self.diagnostics.get("output", ""),
+        }
+
+
 def run_isolated(
     spec: CaseSpec, *, timeout_s: float, target: CaseFn | None = None, env: dict[str, str] | None = None
 ) -> CaseRecord:
@@ -184,16 +219,24 @@ def run_isolated(
     ``target`` defaults to :func:`perfsuite.worker.run.run_case`; tests pass functions that
     crash or hang to show the run goes on. ``env`` is set in the worker before the case
     starts (the GPU pool's ``CUDA_VISIBLE_DEVICES``). What the worker sent is made a
-    :class:`~perfsuite.core.record.CaseRecord` here, once; a ``target`` whose answer is not a
-    case's record (an explanation run's, a check's) runs through :func:`run_in_worker`.
+    :class:`~perfsuite.core.record.CaseRecord` here, once, and the worker's start-up, wall time,
+    preloads, warnings and output are set on it (last, where it has none of them); a ``target``
+    whose answer is not a case's record (an explanation run's, a check's) runs through
+    :func:`run_in_worker`.
     """
-    answer = run_in_worker(spec, timeout_s=timeout_s, target=target, env=env)
+    ran = _run(spec, timeout_s=timeout_s, target=target, env=env)
     try:
-        return CaseRecord.from_json(answer, spec.id)
+        record = CaseRecord.from_json(ran.answer(spec), spec.id)
     except ValueError as exc:  # the case's own fault (an engine's evidence of the wrong type): its case fails
-        failed = failed_json(spec, status="failed", error=f"its record: {exc}")
-        kept = ("worker_startup_s", "wall_s", "preloaded", "warnings", "output")
-        return CaseRecord.from_json({**failed, **{key: answer[key] for key in kept if key in answer}}, spec.id)
+        record = CaseRecord.failed(spec, status="failed", error=f"its record: {exc}")
+    caught = ran.diagnostics.get("warnings", [])
+    return record.updated(
+        worker_startup_s=ran.startup_s,
+        wall_s=ran.wall_s,
+        preloaded=tuple(ran.diagnostics.get("preloaded", ())),
+        warnings=tuple(CaughtWarning.from_json(w, f"{spec.id}: warnings[{i}]") for i, w in enumerate(caught)),
+        output=ran.diagnostics.get("output", ""),
+    )
 
 
 def run_in_worker(
@@ -202,7 +245,12 @@ def run_in_worker(
     """:func:`run_isolated`'s run: what ``target`` answered in a fresh worker, as the JSON object it sent,
     with the worker's start-up, wall time, preloads, warnings and output added (a failed case's record
     where it raised, timed out or died)."""
-    from perfsuite.worker.record import failed_record
+    ran = _run(spec, timeout_s=timeout_s, target=target, env=env)
+    return {**ran.answer(spec), **ran.worker_json()}
+
+
+def _run(spec: CaseSpec, *, timeout_s: float, target: CaseFn | None, env: dict[str, str] | None) -> _Ran:
+    """Run ``target`` (a case's run by default) in a fresh worker: what it answered, and how it ran."""
     from perfsuite.worker.run import run_case
 
     ctx = _context()
@@ -257,17 +305,4 @@ def run_in_worker(
             _kill_group(proc)  # whatever a failed worker left behind (a rank that outlived it)
         with _RUNNING_LOCK:
             _RUNNING.discard(proc)
-    wall = time.monotonic() - launched
-    record: dict[str, Any]
-    if kind == "result":
-        record = dict(payload)
-    elif kind == "skipped":
-        record = dict(failed_record(spec, status="skipped", error=str(payload)))
-    else:
-        record = dict(failed_record(spec, status="failed", error=str(payload)))
-    record["worker_startup_s"] = startup
-    record["wall_s"] = wall
-    record["preloaded"] = diagnostics.get("preloaded", [])
-    record["warnings"] = diagnostics.get("warnings", [])
-    record["output"] = diagnostics.get("output", "")
-    return record
+    return _Ran(kind, payload, startup, time.monotonic() - launched, diagnostics)

@@ -16,19 +16,28 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from perfsuite.core.record import CaseRecord, RecordJson, Summary, Tokens
 from perfsuite.core.stats import summarize
 
-Record = dict[str, Any]
 
-
-def _slowest(ranks: Sequence[Record], key: str) -> list[float] | None:
-    series = [r.get(key) for r in ranks]
-    if any(s is None for s in series):
-        return None
-    samples = [s["samples"] for s in series]  # type: ignore[index]
+def _slowest(series: Sequence[Summary]) -> list[float]:
+    """Per step, the slowest rank's figure."""
+    samples = [s.samples for s in series]
     if len({len(s) for s in samples}) != 1:
         raise ValueError(f"ranks timed different numbers of steps: {[len(s) for s in samples]}")
     return [max(step) for step in zip(*samples, strict=True)]
+
+
+def _summary(samples: Sequence[float], key: str) -> Summary:
+    return Summary.from_json(summarize(samples), key)
+
+
+def _per_second(tokens: Tokens | None, seconds: float) -> dict[str, Tokens]:
+    """``tokens_per_s`` of the timed tokens, where the first rank counted any (none: no such key)."""
+    if tokens is None or not tokens.keys:
+        return {}
+    counts = tokens.to_json()
+    return {"tokens_per_s": Tokens.from_json({kind: count / seconds for kind, count in counts.items()}, "tokens")}
 
 
 def global_losses(micro: Sequence[Mapping[str, list[list[Any]]]]) -> list[float]:
@@ -50,74 +59,79 @@ def global_losses(micro: Sequence[Mapping[str, list[list[Any]]]]) -> list[float]
     return result
 
 
-def aggregate(ranks: Sequence[Record]) -> Record:
-    """The case's record from its ranks' records (in rank order)."""
+def aggregate(ranks: Sequence[RecordJson]) -> RecordJson:
+    """The case's record from its ranks' records (in rank order), as JSON; a rank's record of the
+    wrong shape is a ``ValueError`` naming the rank."""
     if not ranks:
         raise ValueError("no rank records to aggregate")
+    return _merged([CaseRecord.from_json(rank, f"rank {i}") for i, rank in enumerate(ranks)]).to_json()
+
+
+def _merged(ranks: Sequence[CaseRecord]) -> CaseRecord:
+    """The case's record from its ranks' records, typed: the first rank's, without its rank, micro-batches
+    and warnings, with the figures of every rank (new keys last, as :meth:`CaseRecord.updated` adds them)."""
     first = ranks[0]
-    record = dict(first)
-    record.pop("rank", None)
-    slowest = _slowest(ranks, "step_time_s")
-    assert slowest is not None
-    record["step_time_s"] = summarize(slowest)
-    calibrated = _slowest(ranks, "step_time_calibrated")
-    record["step_time_calibrated"] = summarize(calibrated) if calibrated is not None else None
+    if first.batch_size is None or first.steps is None:
+        raise ValueError("rank 0 has no batch_size or no steps")
+    slowest = _slowest([r.timed() for r in ranks])
+    calibrations = [r.step_time_calibrated for r in ranks if r.step_time_calibrated is not None]
+    calibrated = _summary(_slowest(calibrations), "step_time_calibrated") if len(calibrations) == len(ranks) else None
     total_time = sum(slowest)
-    steps = int(first["steps"])
-    record["samples_per_s"] = first["batch_size"] * steps / total_time
-    tokens = first.get("timed_tokens") or {}
-    if tokens:
-        record["tokens_per_s"] = {kind: count / total_time for kind, count in tokens.items()}
+    step_time = _summary(slowest, "step_time_s")
 
-    peaks = [r.get("peak_memory_bytes") for r in ranks]
+    peaks = [r.peak_memory_bytes for r in ranks]
     known = [p for p in peaks if p is not None]
+    every_peak = len(known) == len(peaks)
     largest = max(range(len(ranks)), key=lambda i: int(peaks[i] or -1))
-    record["peak_memory_bytes"] = max(known) if len(known) == len(peaks) else None
-    record["peak_memory_per_rank_bytes"] = peaks
-    record["peak_memory_sum_bytes"] = sum(known) if len(known) == len(peaks) else None
-    record["memory_breakdown_bytes"] = ranks[largest].get("memory_breakdown_bytes")
-    record["memory_breakdown_error"] = next(
-        (r["memory_breakdown_error"] for r in ranks if r.get("memory_breakdown_error")), None
-    )
-    record["memory_breakdown_rank"] = largest
-    record["allocator_peaks_bytes"] = ranks[largest].get("allocator_peaks_bytes")
-    record["host_peak_rss_bytes"] = max(int(r.get("host_peak_rss_bytes") or 0) for r in ranks)
 
-    losses = [r["loss"] for r in ranks]
+    losses = [r.loss for r in ranks]
     if len({len(series) for series in losses}) != 1:
         raise ValueError(f"ranks report different numbers of steps: {[len(s) for s in losses]}")
-    micro = [r.get("micro_batches") for r in ranks]
+    micro = [r.micro_batches for r in ranks]
     if all(m is not None for m in micro):
-        record["loss"] = global_losses(micro)  # type: ignore[arg-type]
+        loss = tuple(global_losses(micro))
     else:
-        record["loss"] = [statistics.fmean(step) for step in zip(*losses, strict=True)]
-    record["loss_per_rank"] = losses
-    record.pop("micro_batches", None)
-    record["grad_norm_per_rank"] = [r.get("grad_norm") for r in ranks]
-    record["skipped_optimizer_steps"] = max(int(r.get("skipped_optimizer_steps") or 0) for r in ranks)
+        loss = tuple(statistics.fmean(step) for step in zip(*losses, strict=True))
 
-    flops = [r.get("flops_per_step") for r in ranks]
+    flops = [r.flops_per_step for r in ranks]
     counted = [int(f) for f in flops if f is not None]
-    record["flops_per_step"] = sum(counted) if len(counted) == len(flops) else None
-    peak_rate = first.get("peak_flops")
-    median = record["step_time_s"]["median"]
-    record["mfu"] = (
-        record["flops_per_step"] / median / (peak_rate * len(ranks)) if record["flops_per_step"] and peak_rate else None
+    flops_per_step = sum(counted) if len(counted) == len(flops) else None
+    peak_rate = first.peak_flops
+    mfu = flops_per_step / step_time.median / (peak_rate * len(ranks)) if flops_per_step and peak_rate else None
+    return first.without("rank", "micro_batches", "warnings").updated(
+        step_time_s=step_time,
+        step_time_calibrated=calibrated,
+        samples_per_s=first.batch_size * first.steps / total_time,
+        **_per_second(first.timed_tokens, total_time),
+        peak_memory_bytes=max(known) if every_peak else None,
+        peak_memory_per_rank_bytes=peaks,
+        peak_memory_sum_bytes=sum(known) if every_peak else None,
+        memory_breakdown_bytes=ranks[largest].memory_breakdown_bytes,
+        memory_breakdown_error=next((r.memory_breakdown_error for r in ranks if r.memory_breakdown_error), None),
+        memory_breakdown_rank=largest,
+        allocator_peaks_bytes=ranks[largest].allocator_peaks_bytes,
+        host_peak_rss_bytes=max(r.host_peak_rss_bytes or 0 for r in ranks),
+        loss=loss,
+        loss_per_rank=[list(series) for series in losses],
+        grad_norm_per_rank=[list(r.grad_norm) if "grad_norm" in r.keys else None for r in ranks],
+        skipped_optimizer_steps=max(r.skipped_optimizer_steps or 0 for r in ranks),
+        flops_per_step=flops_per_step,
+        mfu=mfu,
+        world_size=len(ranks),
+        ranks=tuple(_rank_entry(r, i) for i, r in enumerate(ranks)),
     )
-    record["world_size"] = len(ranks)
-    record["ranks"] = [
-        {
-            "rank": r.get("rank", i),
-            "pid": r.get("pid"),
-            "gpu": r.get("gpu"),
-            "step_time_median_s": r["step_time_s"]["median"],
-            "step_time_calibrated_median": (r.get("step_time_calibrated") or {}).get("median"),
-            "peak_memory_bytes": r.get("peak_memory_bytes"),
-            "host_peak_rss_bytes": r.get("host_peak_rss_bytes"),
-            "applied": (r.get("applied") or {}).get("distributed"),
-            "warnings": r.get("warnings", []),
-        }
-        for i, r in enumerate(ranks)
-    ]
-    record.pop("warnings", None)
-    return record
+
+
+def _rank_entry(r: CaseRecord, index: int) -> dict[str, Any]:
+    """What the case's record keeps of one rank's (``ranks``)."""
+    return {
+        "rank": r.rank if "rank" in r.keys else index,
+        "pid": r.pid,
+        "gpu": r.gpu,
+        "step_time_median_s": r.timed().median,
+        "step_time_calibrated_median": None if r.step_time_calibrated is None else r.step_time_calibrated.median,
+        "peak_memory_bytes": r.peak_memory_bytes,
+        "host_peak_rss_bytes": r.host_peak_rss_bytes,
+        "applied": r.applied.get("distributed"),
+        "warnings": [w.to_json() for w in r.warnings],
+    }

@@ -169,7 +169,7 @@ def _rank_main(spec: CaseSpec, train: TrainFn) -> dict[str, Any]:
         warnings.simplefilter("always")
         _init_process_group(gpus, local_rank)
         try:
-            record: dict[str, Any] = dict(train(spec, rank=rank, world_size=world_size))
+            record: dict[str, Any] = train(spec, rank=rank, world_size=world_size)
         except CaseSkipped as exc:
             return {"skipped": str(exc)}
         except Exception:
@@ -180,12 +180,15 @@ def _rank_main(spec: CaseSpec, train: TrainFn) -> dict[str, Any]:
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
-    record["warnings"] = warning_list(caught)
-    if gpus:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        ids = visible.split(",") if visible else None
-        record["gpu"] = ids[local_rank] if ids and local_rank < len(ids) else str(local_rank)
-    return record
+    placed = {"gpu": _visible_gpu(local_rank)} if gpus else {}
+    return {**record, "warnings": warning_list(caught), **placed}
+
+
+def _visible_gpu(local_rank: int) -> str:
+    """The GPU a rank uses, as ``CUDA_VISIBLE_DEVICES`` names it (its local rank where that names none)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = visible.split(",") if visible else None
+    return ids[local_rank] if ids and local_rank < len(ids) else str(local_rank)
 
 
 def rank_main(spec: CaseSpec, train: TrainFn) -> dict[str, Any]:
