@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import fault_cases
 import pytest
@@ -154,3 +156,29 @@ def test_a_session_of_a_projects_own_models_leaves_transformers_model_classes_al
         renew_forkserver()
     assert started["status"] == "ok"
     assert "transformers.models.bert.modeling_bert" not in started["imported"]
+
+
+@pytest.mark.nightly
+def test_the_cuda_import_probe_names_what_an_import_asks_of_cuda(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """benchmarks/gpu/cuda_imports.py, the check behind a GPU forkserver's preloads: a module that asks
+    torch for the GPUs at import is reported with the calls it made, one that does not with none."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "cuda_imports", Path(__file__).parents[1] / "benchmarks/gpu/cuda_imports.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    (tmp_path / "asks_cuda.py").write_text("import torch\ntorch.cuda.device_count()\n")
+    (tmp_path / "asks_nothing.py").write_text("import torch\n")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    asks = probe.probe("asks_cuda", nvml_check=True, child=False)
+    assert asks["error"] is None
+    assert "device_count" in asks["torch_calls"]
+    assert not asks["initialized"]
+    assert probe.probe("asks_nothing", nvml_check=True, child=False)["torch_calls"] == []
+    assert "no_such_module" in str(probe.probe("no_such_module", nvml_check=True, child=False)["error"])

@@ -22,6 +22,8 @@
 #   ab [PAIRS [MAX]]  an A/A perfsuite ab of bert-base-uncased vanilla, fp16 and grad_ckpt
 #   inject [PAIRS [MAX]]  perfsuite ab of bert-base-uncased vanilla and grad_ckpt with a 5% slowdown injected
 #                     into the candidate (benchmarks/ab/slow-python against control-python)
+#   cuda-imports      what each module a GPU forkserver leaves to its workers asks of CUDA at import, with
+#                     torch's NVML-based check and with its default (benchmarks/gpu/cuda_imports.py)
 #   xlmr [SEQ]        the XLM-R base/large table of "Training large model with your GPU": vanilla, fp16, fp16+grad_ckpt at batch 8, SEQ tokens
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -111,6 +113,12 @@ case "$stage" in
             --candidate benchmarks/ab/slow-python --device cuda --models bert-base-uncased \
             --strategies vanilla,grad_ckpt --pairs "${1:-8}" --max-pairs "${2:-30}" --json "$OUT/inject.json" 2>&1 |
             tee "$OUT/inject.log" || rc=$?
+        ;;
+    cuda-imports)
+        timed cuda-imports python3 benchmarks/gpu/cuda_imports.py --json "$OUT/cuda-imports-nvml.json" 2>&1 |
+            tee "$OUT/cuda-imports.log" || rc=$?
+        python3 benchmarks/gpu/cuda_imports.py --no-nvml-check --json "$OUT/cuda-imports-default.json" 2>&1 |
+            tee -a "$OUT/cuda-imports.log" || rc=$?
         ;;
     xlmr)
         # The columns of "Training large model with your GPU": batch 8 with fp16 off and on, large with fp16 and checkpointing; base fp16 at 16.
