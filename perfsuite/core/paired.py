@@ -113,8 +113,11 @@ def _critical(n: int, alpha: float) -> int:
     return c
 
 
-def signed_rank_interval(d: Sequence[float], confidence: float) -> tuple[float, float]:
-    """The Wilcoxon signed-rank interval for the centre of ``d`` at ``confidence`` (in ``d``'s units).
+def signed_rank_interval(
+    d: Sequence[float], confidence: float, averages: Sequence[float] | None = None
+) -> tuple[float, float]:
+    """The Wilcoxon signed-rank interval for the centre of ``d`` at ``confidence`` (in ``d``'s units);
+    ``averages``: ``d``'s :func:`walsh_averages`, where the caller has them already.
 
     ``(-inf, inf)`` when ``d`` has too few values to reach the confidence at all.
     """
@@ -123,7 +126,7 @@ def signed_rank_interval(d: Sequence[float], confidence: float) -> tuple[float, 
     c = _critical(len(d), 1 - confidence)
     if c < 1:
         return -math.inf, math.inf
-    averages = walsh_averages(d)
+    averages = walsh_averages(d) if averages is None else averages
     return averages[c - 1], averages[len(averages) - c]
 
 
@@ -195,9 +198,12 @@ def decide(
     if floor < 0:
         raise ValueError(f"floor {floor} must not be negative")
     same_confidence = confidence if same_confidence is None else same_confidence
-    centre = hodges_lehmann(d)
+    if not d:
+        raise ValueError("no pairs")
+    every = walsh_averages(d)  # sorted once: the estimate and both intervals read it
+    centre = median(every)
     near = list(d) if spread is None else near_zero(d, spread)
-    low, high = signed_rank_interval(near, confidence)
+    low, high = signed_rank_interval(near, confidence, every if len(near) == len(d) else None)
     bound = math.log1p(floor)
     verdict: Verdict = "undecided"
     if alarm and low > 0 and centre >= bound:
@@ -205,7 +211,7 @@ def decide(
     elif alarm and high < 0 and centre <= -bound:
         verdict = "faster"
     else:
-        around = signed_rank_interval(d, same_confidence)
+        around = signed_rank_interval(d, same_confidence, every)
         if -bound < around[0] and around[1] < bound:
             verdict, (low, high), confidence, near = "same", around, same_confidence, list(d)
     return Paired(
