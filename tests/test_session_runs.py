@@ -3,6 +3,7 @@ address-space layout); on a GPU, on the one forkserver."""
 
 from __future__ import annotations
 
+import importlib
 from types import SimpleNamespace
 from typing import Any
 
@@ -26,7 +27,9 @@ def _logging_cache(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[str]]:
         log.append("run")
         return {"model": SPEC.model, "strategy": SPEC.strategy, "status": "ok"}
 
-    monkeypatch.setattr("perfsuite.worker.process.renew_forkserver", renew)
+    # The module as the code under test imports it: after another test's in-process pytest run has
+    # dropped it from sys.modules, the dotted path would reach the old module through its package.
+    monkeypatch.setattr(importlib.import_module("perfsuite.worker.process"), "renew_forkserver", renew)
     hook = SimpleNamespace(pytest_perfsuite_run_case=run_case)
     return RunCache(SimpleNamespace(hook=hook)), log  # type: ignore[arg-type]
 
