@@ -81,9 +81,13 @@ def test_a_rank_without_a_peak_leaves_the_case_without_one() -> None:
     assert aggregate(ranks)["peak_memory_bytes"] is None
 
 
-def test_ranks_that_timed_different_steps_are_an_error() -> None:
+def test_ranks_that_timed_different_steps_or_one_without_a_loss_curve_are_an_error() -> None:
     with pytest.raises(ValueError, match="different numbers of steps"):
         aggregate([_rank(0, [1.0, 1.0], [1.0, 1.0], 1, [1.0]), _rank(1, [1.0], [1.0], 1, [1.0])])
+    ranks = [_rank(0, [1.0], [1.0], 1, [1.0]), _rank(1, [1.0], [1.0], 1, [1.0])]
+    del ranks[1]["loss"]
+    with pytest.raises(ValueError, match="rank 1: no loss"):
+        aggregate(ranks)
 
 
 def _full_rank(rank: int) -> dict[str, Any]:

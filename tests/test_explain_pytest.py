@@ -4,6 +4,7 @@ that cannot tell; nightly, end to end on tiny-bert with a buffer and a scaled lo
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
@@ -82,7 +83,9 @@ def test_the_same_versions_explain_from_one_run_of_this_stack(monkeypatch: pytes
         asked.append(target.keywords["ask"])
         return {"status": "ok", "explain": _alone_record().as_json()}
 
-    monkeypatch.setattr("perfsuite.worker.process.run_in_worker", run_in_worker)
+    # The modules as the code under test imports them (another test's in-process pytest run may have
+    # dropped them from sys.modules, and a dotted path would then reach the old ones).
+    monkeypatch.setattr(importlib.import_module("perfsuite.worker.process"), "run_in_worker", run_in_worker)
     monkeypatch.setattr(explaining, "library_versions", lambda: BASELINE["provenance"]["versions"])  # type: ignore[index]
     lines = explaining.explain_failure(explaining.Failure(SPEC, BASELINE, RECORD, CHECKS, Tolerance()), timeout_s=60)
     assert asked == [{"profile_steps": 0, "trace": None, "grads_until": -1, "inventory": True}]
@@ -114,8 +117,8 @@ def test_other_versions_rebuild_the_baseline_s_stack_beside_this_one(monkeypatch
         made.append(text)
         return text
 
-    monkeypatch.setattr("perfsuite.ab.envs.make_env", make_env)
-    monkeypatch.setattr("perfsuite.ab.sides.Side", FakeSide)
+    monkeypatch.setattr(importlib.import_module("perfsuite.ab.envs"), "make_env", make_env)
+    monkeypatch.setattr(importlib.import_module("perfsuite.ab.sides"), "Side", FakeSide)
     monkeypatch.setattr(explaining, "library_versions", lambda: {"accelerate": "1.15.0", "torch": "2.13.0+cpu"})
     lines = explaining.explain_failure(explaining.Failure(SPEC, BASELINE, RECORD, CHECKS, Tolerance()), timeout_s=60)
     assert made == ["accelerate==1.10.0", "current"]

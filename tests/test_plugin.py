@@ -424,8 +424,8 @@ def test_a_noisy_refresh_is_refused_and_writes_nothing_for_that_case(
         "-m", "cpu and not trainer", "-k", "tiny-bert-fp16 and not grad_ckpt", "--perfsuite-refresh"
     )
     result.assert_outcomes(failed=1)
-    # Three repeats asked for a 90% gate. Two more, each as spread, leave no window the 10% the gate
-    # allows that holds 3 of the 5 (of 9 repeats, 2 would be set aside): the refresh stops there.
+    # Three repeats asked for a 90% gate. After two more, no 3 of the 5 lie within the 10% spread the
+    # ceiling admits of one median (of 9 repeats, 2 would be set aside): the refresh stops there.
     result.stdout.fnmatch_lines(
         [
             "*tiny-bert-fp16: not recorded: step time spread 30.0% over 5 repeats (the 1 farthest set aside), "

@@ -182,3 +182,9 @@ def test_the_cuda_import_probe_names_what_an_import_asks_of_cuda(
     assert not asks["initialized"]
     assert probe.probe("asks_nothing", nvml_check=True, child=False)["torch_calls"] == []
     assert "no_such_module" in str(probe.probe("no_such_module", nvml_check=True, child=False)["error"])
+    assert {"driver_sought", "nvml_sought", "driver_mapped_before", "nvml_mapped_before"} <= set(asks)
+    (tmp_path / "exits.py").write_text("import os, sys\nsys.stderr.write('gone for good\\n')\nos._exit(7)\n")
+    exited = str(probe.probe("exits", nvml_check=False, child=False)["error"])
+    assert exited.startswith("the probe exited 7:")
+    assert "gone for good" in exited
+    assert "library" not in exited  # what it said, not the loader's search

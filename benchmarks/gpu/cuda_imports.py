@@ -12,7 +12,9 @@ its import asked of CUDA:
 - ``torch_calls``: the ``torch.cuda`` functions it called (``_lazy_init`` creates a context);
 - ``driver_sought``: whether the dynamic loader looked for the CUDA driver (``libcuda.so.1``)
   during it, which is how a CUDA runtime starts (``cuInit``), torch's or a library's own; and
-  ``nvml_sought``, the same for NVML (``libnvidia-ml.so.1``), which creates no context;
+  ``nvml_sought``, the same for NVML (``libnvidia-ml.so.1``), which creates no context. The loader
+  does not look for a library already loaded: ``driver_mapped_before`` and ``nvml_mapped_before``
+  say whether the base set had loaded them, when these two cannot tell;
 - ``initialized``: ``torch.cuda.is_initialized()`` after it;
 - on a GPU, ``child_cuda``: whether a child forked after the import can still run a CUDA kernel,
   the question that decides.
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from typing import Any
@@ -53,6 +56,8 @@ for name in ("_lazy_init", "init", "is_available", "device_count", "get_device_c
 for name in ("_cuda_getDeviceCount", "_cuda_init"):
     watch(torch._C, name)
 
+maps = open("/proc/self/maps").read()
+mapped = {"driver_mapped_before": "libcuda.so" in maps, "nvml_mapped_before": "libnvidia-ml.so" in maps}
 os.write(2, b"PROBE-START\n")
 error = None
 try:
@@ -61,7 +66,7 @@ except Exception as exc:
     error = f"{type(exc).__name__}: {exc}"[:200]
 os.write(2, b"PROBE-END\n")
 result = {"module": sys.argv[1], "error": error, "torch_calls": sorted(set(calls)),
-          "initialized": torch.cuda.is_initialized()}
+          "initialized": torch.cuda.is_initialized(), **mapped}
 
 def child(queue):
     try:
@@ -71,12 +76,20 @@ def child(queue):
 
 if os.environ.get("PROBE_CHILD") == "1":
     queue = mp.get_context("fork").Queue()
-    proc = mp.get_context("fork").Process(target=child, args=(queue,))
+    proc = mp.get_context("fork").Process(target=child, args=(queue,), daemon=True)
     proc.start()
     proc.join(120)
-    result["child_cuda"] = queue.get(timeout=5) if not queue.empty() else f"exit code {proc.exitcode}"
+    if proc.is_alive():
+        proc.kill()
+        result["child_cuda"] = "hung: killed after 120 s"
+    else:
+        result["child_cuda"] = queue.get(timeout=5) if not queue.empty() else f"exit code {proc.exitcode}"
 print("PROBE " + json.dumps(result))
 """
+
+
+LOADER_LINE = re.compile(r"^\s*\d+:\s")
+"""A line of the dynamic loader's own (``LD_DEBUG``): ``<pid>:<tab>...``."""
 
 
 def modules() -> list[str]:
@@ -88,10 +101,16 @@ def modules() -> list[str]:
 
 def probe(module: str, *, nvml_check: bool, child: bool) -> dict[str, Any]:
     env = {**os.environ, "PROBE_CHILD": "1" if child else "0", "LD_DEBUG": "libs"}
-    env.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+    for name in ("PYTORCH_NVML_BASED_CUDA_CHECK", "LD_DEBUG_OUTPUT"):  # the loader's search goes to stderr
+        env.pop(name, None)
     if nvml_check:
         env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-    done = subprocess.run([sys.executable, "-c", PROBE, module], env=env, capture_output=True, text=True, timeout=600)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", PROBE, module], env=env, capture_output=True, text=True, timeout=600
+        )
+    except subprocess.TimeoutExpired:
+        return {"module": module, "error": "the probe timed out after 600 s"}
     during = done.stderr.partition("PROBE-START\n")[2].partition("PROBE-END\n")[0]
     for line in done.stdout.splitlines():
         if line.startswith("PROBE "):
@@ -99,7 +118,8 @@ def probe(module: str, *, nvml_check: bool, child: bool) -> dict[str, Any]:
             result["driver_sought"] = "find library=libcuda.so" in during
             result["nvml_sought"] = "find library=libnvidia-ml.so" in during
             return result
-    return {"module": module, "error": f"the probe exited {done.returncode}: {done.stderr.strip()[-300:]}"}
+    said = "\n".join(line for line in done.stderr.splitlines() if not LOADER_LINE.match(line))
+    return {"module": module, "error": f"the probe exited {done.returncode}: {said.strip()[-300:]}"}
 
 
 def main(argv: list[str] | None = None) -> int:

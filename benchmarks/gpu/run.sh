@@ -117,7 +117,8 @@ case "$stage" in
     cuda-imports)
         timed cuda-imports python3 benchmarks/gpu/cuda_imports.py --json "$OUT/cuda-imports-nvml.json" 2>&1 |
             tee "$OUT/cuda-imports.log" || rc=$?
-        python3 benchmarks/gpu/cuda_imports.py --no-nvml-check --json "$OUT/cuda-imports-default.json" 2>&1 |
+        timed cuda-imports-default python3 benchmarks/gpu/cuda_imports.py --no-nvml-check \
+            --json "$OUT/cuda-imports-default.json" 2>&1 |
             tee -a "$OUT/cuda-imports.log" || rc=$?
         ;;
     xlmr)

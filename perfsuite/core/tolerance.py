@@ -25,8 +25,9 @@ class Tolerance:
     time_ceiling: float = 0.15
     """Largest relative step-time tolerance, either way (never below ``time_floor``): no gate is
     wider, so none is silently blind to a change this large. A refresh whose spread would set a wider
-    one takes more repeats (up to ``refresh_max_repeats``) and refuses, naming what to run next, if it
-    still would. The default is the CPU tier's gate; a GPU's is its floor, 5% (:data:`DEVICE_DEFAULTS`)."""
+    one takes more repeats (up to ``refresh_max_repeats``, while more could still settle it:
+    :func:`perfsuite.core.baselines.cannot_fit`) and refuses, naming what to run next, if it still would.
+    The default is the CPU tier's gate; a GPU's is its floor, 5% (:data:`DEVICE_DEFAULTS`)."""
     refresh_max_repeats: int = 9
     """The most repeats a refresh takes of a case whose spread is too wide for the ceiling."""
     memory_rtol: float = 0.01

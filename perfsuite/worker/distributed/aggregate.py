@@ -85,6 +85,8 @@ def _merged(ranks: Sequence[CaseRecord]) -> CaseRecord:
     largest = max(range(len(ranks)), key=lambda i: int(peaks[i] or -1))
 
     losses = [r.loss for r in ranks]
+    if not all(losses):
+        raise ValueError(f"rank {next(i for i, series in enumerate(losses) if not series)}: no loss")
     if len({len(series) for series in losses}) != 1:
         raise ValueError(f"ranks report different numbers of steps: {[len(s) for s in losses]}")
     micro = [r.micro_batches for r in ranks]
