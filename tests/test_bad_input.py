@@ -50,6 +50,7 @@ REPORT = [
     (["{tmp}/not-json.json", "-o", "{tmp}/out"], "not-json.json: not a perfsuite results file (not JSON"),
     (["{tmp}/other.json", "-o", "{tmp}/out"], "other.json: case 0 has no 'model', 'strategy', 'status'"),
     (["{tmp}/list.json", "-o", "{tmp}/out"], "list.json: not a perfsuite results file (no 'cases' list)"),
+    (["{tmp}/ok-untimed.json", "-o", "{tmp}/out"], "ok-untimed.json: cases[0]: status 'ok' but no 'step_time_s'"),
     (["{tmp}/missing.json", "-o", "{tmp}/out"], "missing.json: no such results file"),
     (["{tmp}/other.json", "-o", "{tmp}/file.txt"], "--out: {tmp}/file.txt: is a file, expected a directory"),
     (["{tmp}/other.json", "-o", "{tmp}/out", "--history", "{tmp}/none"], "--history: {tmp}/none: no such directory"),
@@ -147,6 +148,7 @@ INPUTS = {
     "not-json.json": "{",
     "other.json": json.dumps({"cases": [{"name": "x"}]}),
     "list.json": json.dumps([1, 2]),
+    "ok-untimed.json": json.dumps({"cases": [{"model": "tiny-bert", "strategy": "vanilla", "status": "ok"}]}),
     "file.txt": "a file",
 }
 

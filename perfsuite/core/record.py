@@ -365,5 +365,10 @@ def failed_json(spec: CaseSpec, *, status: str, error: str) -> RecordJson:
 
 
 def records_of(data: Sequence[Any], where: str) -> list[CaseRecord]:
-    """Each of ``data``'s records, typed (``where[i]`` names one that is not a record)."""
-    return [CaseRecord.from_json(item, f"{where}[{i}]") for i, item in enumerate(data)]
+    """Each of ``data``'s case records, typed (``where[i]`` names one that is not a record, or one whose
+    status is ``ok`` without the step times every reader of a results file takes from it)."""
+    records = [CaseRecord.from_json(item, f"{where}[{i}]") for i, item in enumerate(data)]
+    for i, record in enumerate(records):
+        if record.ok and record.step_time_s is None:
+            raise ValueError(f"{where}[{i}]: status 'ok' but no 'step_time_s'")
+    return records
