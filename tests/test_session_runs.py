@@ -51,3 +51,48 @@ def test_a_gpu_case_repeats_on_the_same_forkserver(monkeypatch: pytest.MonkeyPat
     cache.get(gpu, 3)
     cache.run(gpu, fresh_layout=True)
     assert log == ["run"] * 4
+
+
+def test_cpu_cases_are_measured_two_at_a_time_and_multi_rank_ones_alone() -> None:
+    """Before the tests, one-process CPU cases run side by side, a core each; a case on two ranks, which
+    takes both cores, runs after them, alone. Every run is kept, each reported once."""
+    import threading
+    import time
+
+    from perfsuite.session.runs import RunCache
+
+    spans: dict[str, tuple[float, float]] = {}
+
+    def run_case(**kw: Any) -> dict[str, Any]:
+        start = time.monotonic()
+        time.sleep(0.2)
+        spans[kw["spec"].id] = (start, time.monotonic())
+        assert threading.current_thread() is not threading.main_thread() or kw["spec"].world_size > 1
+        return {"model": kw["spec"].model, "strategy": kw["spec"].strategy, "status": "ok"}
+
+    config = SimpleNamespace(hook=SimpleNamespace(pytest_perfsuite_run_case=run_case), getoption=lambda *a: 2)
+    cache = RunCache(config)  # type: ignore[arg-type]
+    specs = [CaseSpec(model="tiny-bert", strategy=s, threads=1, device="cpu") for s in ("vanilla", "fp16", "bf16")]
+    ranks = CaseSpec(model="tiny-bert", strategy="ddp", threads=1, device="cpu", world_size=2)
+    lines: list[str] = []
+    cache.run_each_once([specs[0], ranks, *specs[1:]], lines.append)
+    assert sorted(line.split("]")[0] for line in lines) == [f"perfsuite: [{i}/4" for i in range(1, 5)]
+    assert all(len(cache.records[spec]) == 1 for spec in [*specs, ranks])
+    starts = sorted(spans[spec.id][0] for spec in specs[:2])
+    assert starts[1] < min(spans[spec.id][1] for spec in specs[:2])  # the first two overlapped
+    assert spans[ranks.id][0] >= max(spans[spec.id][1] for spec in specs)  # then the ranks, alone
+
+
+def test_lanes_need_a_core_for_each_cases_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfsuite.session.runs import lanes
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    one, default = (
+        CaseSpec(model="tiny-bert", strategy="vanilla", threads=1),
+        CaseSpec(model="tiny-bert", strategy="fp16"),
+    )
+    assert lanes("auto", [one]) == 2
+    assert lanes("auto", [one, default]) == 1  # torch's default threads take every core
+    assert lanes(1, [one]) == 1
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+    assert lanes("auto", [one]) == 1

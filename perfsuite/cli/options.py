@@ -85,6 +85,15 @@ def night(value: str) -> str:
     return value
 
 
+def cpu_lanes(text: str) -> str | int:
+    """``--perfsuite-lanes``: ``auto`` or a whole number of at least 1."""
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected auto or a whole number of at least 1")
+    return int(text)
+
+
 GPUS: dict[str, Any] = {
     "type": gpu_selection,
     "default": "all",
@@ -195,6 +204,14 @@ def add_plugin_options(group: Any) -> None:
         "the nightly workflow's machines each run one",
     )
     group.addoption("--perfsuite-gpus", **GPUS)
+    group.addoption(
+        "--perfsuite-lanes",
+        metavar="N",
+        type=cpu_lanes,
+        default="auto",
+        help="CPU cases measured side by side before the tests, each on a core of its own: 1 runs them one at a "
+        "time; default auto: 2 where the machine has 2 cores for them (perfsuite.session.runs.LANES)",
+    )
     group.addoption("--perfsuite-scope", **SCOPE)
     group.addoption("--perfsuite-json", metavar="PATH", type=Path, help="write every case's records and checks here")
     group.addoption("--perfsuite-markdown", metavar="PATH", type=Path, help="write the summary table as markdown")

@@ -169,13 +169,13 @@ class PerfsuiteSession:
             self.runs.prefetch(specs)
 
     def measure_first(self, specs: list[CaseSpec], progress: Callable[[str], None]) -> None:
-        """Run each CPU case once, one after another, before any test is gated.
+        """Run each CPU case once before any test is gated (:meth:`RunCache.run_each_once`: side by side,
+        a core each, where there are cores for it).
 
         A CPU case's step time is gated against the session's drift, the median change of
         all its cases (:mod:`perfsuite.core.drift`), which is known only once they have all run.
-        Nothing else runs meanwhile (the tests come after), so each has the machine to
-        itself. Fewer than :data:`~perfsuite.core.drift.MIN_CASES` cases, or a refresh, run in
-        their tests as before.
+        Nothing else runs meanwhile (the tests come after). Fewer than
+        :data:`~perfsuite.core.drift.MIN_CASES` cases, or a refresh, run in their tests as before.
         """
         unique = list(dict.fromkeys(specs))
         if self.refresh or len(unique) < MIN_CASES:

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import Any
 
 import pytest
@@ -76,13 +77,56 @@ class RunCache:
         self._pending.update(submit_cases(self._runner, pool, fitting, self.run))
 
     def run_each_once(self, specs: list[CaseSpec], progress: Callable[[str], None]) -> None:
-        """Run each case once, one after another, reporting each."""
-        for i, spec in enumerate(specs, 1):
-            start = time.perf_counter()
-            status = self.get(spec)[0].status
-            progress(f"perfsuite: [{i}/{len(specs)}] {spec.id}: {status} in {time.perf_counter() - start:.0f} s")
+        """Run each case once, reporting each: the one-process CPU cases :func:`lanes` at a time, each
+        lane a core of its own, then the rest one after another."""
+        one_process = [s for s in specs if s.device == "cpu" and s.world_size == 1]
+        count = lanes(self.config.getoption("perfsuite_lanes", "auto"), one_process)
+        side_by_side = one_process if count > 1 else []
+        alone = [s for s in specs if s not in side_by_side]
+        done = iter(range(1, len(specs) + 1))
+
+        def report(spec: CaseSpec, record: CaseRecord, seconds: float) -> None:
+            self.records.setdefault(spec, []).append(record)
+            progress(f"perfsuite: [{next(done)}/{len(specs)}] {spec.id}: {record.status} in {seconds:.0f} s")
+
+        if side_by_side:
+            with ThreadPoolExecutor(max_workers=count, thread_name_prefix="perfsuite-lane") as pool:
+                running = {pool.submit(self._timed, spec): spec for spec in side_by_side}
+                try:
+                    for future in as_completed(running):
+                        report(running[future], *future.result())
+                except BaseException:  # an interrupt: the runs in flight are dropped, as one run alone is
+                    from perfsuite.worker.process import stop_workers
+
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    stop_workers()
+                    raise
+        for spec in alone:
+            report(spec, *self._timed(spec))
+
+    def _timed(self, spec: CaseSpec) -> tuple[CaseRecord, float]:
+        start = time.perf_counter()
+        return self.run(spec), time.perf_counter() - start
 
     def close(self) -> None:
         """Stop runs nobody waits for any more (an interrupted session)."""
         if self._runner is not None:
             self._runner.close(cancel=True)
+
+
+LANES = 2
+"""The most CPU cases :meth:`RunCache.run_each_once` measures side by side. Two one-thread cases at once
+on a 2-core machine read the same calibrated step times as one at a time: the every-push cases run
+twice each way, alternating, differed from each other as much as two runs one at a time did
+(docs/timing.md). More lanes have not been measured."""
+
+
+def lanes(asked: str | int, specs: list[CaseSpec]) -> int:
+    """How many of ``specs`` run side by side: ``asked``, or for ``auto`` :data:`LANES` where this process
+    may use that many cores for the cases' threads each (a case on torch's default threads takes them
+    all), else 1."""
+    if asked != "auto":
+        return int(asked)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = max((cores if spec.threads is None else spec.threads for spec in specs), default=cores)
+    return LANES if cores >= LANES * threads else 1
