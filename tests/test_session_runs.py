@@ -96,3 +96,36 @@ def test_lanes_need_a_core_for_each_cases_threads(monkeypatch: pytest.MonkeyPatc
     assert lanes(1, [one]) == 1
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
     assert lanes("auto", [one]) == 1
+
+
+def test_an_interrupt_while_cases_run_side_by_side_stops_the_one_in_flight_and_keeps_no_other() -> None:
+    import threading
+    import time
+
+    from perfsuite.session.runs import RunCache
+
+    stopped, ran = threading.Event(), []
+
+    def run_case(**kw: Any) -> dict[str, Any]:
+        ran.append(kw["spec"].strategy)
+        if kw["spec"].strategy == "fp16":
+            stopped.wait(10)  # a worker until it is killed
+            return {"model": "tiny-bert", "strategy": "fp16", "status": "failed", "error": "killed"}
+        return {"model": "tiny-bert", "strategy": kw["spec"].strategy, "status": "ok", "step_time_s": {"median": 1.0}}
+
+    def interrupt(line: str) -> None:
+        raise KeyboardInterrupt
+
+    config = SimpleNamespace(hook=SimpleNamespace(pytest_perfsuite_run_case=run_case), getoption=lambda *a: 2)
+    cache = RunCache(config)  # type: ignore[arg-type]
+    process = importlib.import_module("perfsuite.worker.process")
+    specs = [CaseSpec(model="tiny-bert", strategy=s, threads=1, device="cpu") for s in ("fp16", "vanilla", "bf16")]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(process, "stop_workers", stopped.set)
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            cache.run_each_once(specs, interrupt)  # vanilla finishes first; its report is interrupted
+    assert time.monotonic() - start < 5  # not the 10 s the case in flight would have run on
+    assert stopped.is_set()
+    assert {"fp16", "vanilla"} <= set(ran)
+    assert list(cache.records) == [specs[1]]  # the run that finished is kept, the one in flight dropped

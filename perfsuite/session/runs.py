@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
 from typing import Any
 
 import pytest
@@ -23,6 +23,7 @@ class RunCache:
         self.records: dict[CaseSpec, list[CaseRecord]] = {}
         self._pending: dict[CaseSpec, Future[CaseRecord]] = {}
         self._runner: Any = None
+        self._stopping = False
         self.deadline: float | None = None
         """A ``time.monotonic()`` past which no run may go on (a refresh's time limit): a run
         still going then is killed like one past its timeout."""
@@ -98,13 +99,18 @@ class RunCache:
                 except BaseException:  # an interrupt: the runs in flight are dropped, as one run alone is
                     from perfsuite.worker.process import stop_workers
 
+                    self._stopping = True  # a lane about to start its run starts none
                     pool.shutdown(wait=False, cancel_futures=True)
-                    stop_workers()
+                    while not all(future.done() for future in running):  # a worker started meanwhile too
+                        stop_workers()
+                        wait(running, timeout=0.2)
                     raise
         for spec in alone:
             report(spec, *self._timed(spec))
 
     def _timed(self, spec: CaseSpec) -> tuple[CaseRecord, float]:
+        if self._stopping:
+            return CaseRecord.failed(spec, status="failed", error="interrupted before it ran"), 0.0
         start = time.perf_counter()
         return self.run(spec), time.perf_counter() - start
 
