@@ -24,4 +24,8 @@ def pytest_perfsuite_run_case(
     The default runs it in an isolated worker process on this machine. Implement it to
     run cases elsewhere (a remote GPU box) or, in perfsuite's own plugin tests, to feed
     chosen measurements through the gates.
+
+    It may be called from several threads at once: the GPU pool's, one per GPU, and the CPU
+    cases measured side by side before the tests (``--perfsuite-lanes``; ``1`` calls it from one
+    thread at a time).
     """
