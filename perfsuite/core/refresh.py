@@ -50,7 +50,14 @@ def too_noisy(new: Mapping[str, Any], time_class: str, tol: Tolerance) -> str:
         f"step time spread {spread:.1%} over {len(repeats)} repeats"
         + (f" (the {aside} farthest set aside)" if aside else "")
         + f", {over} (repeats: {', '.join(f'{t:.4g}' for t in repeats)}): the machine is too noisy to record "
-        f"this case's time now. Next: run `perfsuite baselines refresh --missing -k {case}` again when "
+        "this case's time now."
+        + (
+            f" It stopped at {len(repeats)} of at most {tol.refresh_max_repeats} repeats: more could not have "
+            "settled it, or the time limit left no room for them."
+            if len(repeats) < tol.refresh_max_repeats
+            else ""
+        )
+        + f" Next: run `perfsuite baselines refresh --missing -k {case}` again when "
         "nothing else runs on the machine (the cases that fit are written), or compare side by side with "
         f'`perfsuite ab`, or accept a wider gate knowingly: [tool.perfsuite.overrides."{hardware}/{case}"] '
         f"time_ceiling = {ceiling:g}"
