@@ -11,6 +11,9 @@ import pytest
 # fault_cases.py must be importable by name in forkserver workers.
 sys.path.insert(0, str(Path(__file__).parent))
 
+# The project the plugin's end-to-end tests share (test_plugin.py, test_refresh.py): its fixtures.
+from plugin_project import project, recorded  # noqa: E402, F401
+
 
 @pytest.fixture
 def restored_registry() -> Iterator[None]:
