@@ -32,6 +32,7 @@ MARKERS = {
     **{n: f"the case runs through {e.title} (ids end in -{n})" for n, e in OWN_ENGINES.items() if n != ENGINES[0]},
     "distributed": "the case launches its ranks as processes (ids end in -ws<N> beyond one rank)",
     "scope": "scope(name): the smallest perfsuite scope the test belongs to (push, nightly, weekly; default push)",
+    "alone": "times something itself: under pytest-xdist no other test runs meanwhile",
     # One per optional package, named for its extra.
     **{p.extra: f"needs {p.distribution} installed" for p in OPTIONAL_PACKAGES},
 }
@@ -44,6 +45,7 @@ _NO_GPU = (
     "measured; run it on a GPU machine, or pass --perfsuite-no-gpu=skip to skip its tests"
 )
 _REGISTRY = pytest.StashKey[registry.Snapshot]()
+_WORKER = "perfsuite-xdist-worker"
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -63,13 +65,21 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     early_config.stash[_REGISTRY] = registry.snapshot()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-benchmark reads its options
 def pytest_configure(config: pytest.Config) -> None:
-    from perfsuite.session import PerfsuiteSession
+    from perfsuite.session import PerfsuiteSession, parallel
 
     for name, description in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {description}")
+    parallel.check(config)
     session = PerfsuiteSession(config)  # reads [tool.perfsuite], the project's declarations included
     config.pluginmanager.register(session, _SESSION)
+    if parallel.is_worker(config):
+        worker = parallel.Worker(config)
+        config.pluginmanager.register(worker, _WORKER)
+        session.runs.alone, session.runs.beside_others = worker.alone, True
+    elif parallel.distributing(config):
+        config.pluginmanager.register(parallel.Controller(config), "perfsuite-xdist-controller")
     for marker in sorted({m for case in registry.matrix_cases() for m in case.markers} - set(MARKERS)):
         config.addinivalue_line("markers", f"{marker}: declared in a perfsuite matrix entry")
     if not hasattr(config.option, "benchmark_compare"):
@@ -97,6 +107,15 @@ def pytest_configure(config: pytest.Config) -> None:
             # pytest-benchmark builds its JSON (machine_info included) only when asked to write one.
             session.benchmark_scratch = Path(tempfile.mkdtemp(prefix="perfsuite-")) / "benchmark.json"
             config.option.benchmark_json = JsonTarget(session.benchmark_scratch)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: no workers for a session that needs one process (a refresh, the GPU tier), else
+    xdist's own count."""
+    from perfsuite.session.parallel import one_process_only
+
+    return 0 if one_process_only(config) is not None else None
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -239,7 +258,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             if reporter is not None and session.config.get_verbosity() >= 0:
                 reporter.write_line(line)
 
-        state.measure_first(cpu, progress=progress)
+        if session.config.pluginmanager.has_plugin(_WORKER):  # first in the worker whose tests read them
+            state.runs.first = lambda: state.measure_first(cpu, progress=progress)
+        else:
+            state.measure_first(cpu, progress=progress)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -275,9 +297,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if scratch is not None:
         scratch.unlink(missing_ok=True)
         scratch.parent.rmdir()
+    worker = session.config.pluginmanager.get_plugin(_WORKER)
+    if worker is not None:  # an xdist worker prints nothing: the controller prints what it sends
+        from perfsuite.session.parallel import Recorder
+
+        recorder = Recorder()
+        _summarize(recorder, session.exitstatus, session.config)
+        worker.send_summary(recorder.written)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin(_WORKER):
+        _summarize(terminalreporter, exitstatus, config)
+
+
+def _summarize(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """The perfsuite section of the summary, and the files asked for (``--perfsuite-json``, ``--perfsuite-report``,
+    ``--perfsuite-markdown``)."""
     from perfsuite.reports.tables import gate_markdown, gate_text
 
     state = _session(config)

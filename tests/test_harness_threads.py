@@ -19,7 +19,10 @@ from perfsuite.core.spec import CaseSpec
 from perfsuite.worker.cpu_threads import BUSY_SHARE, ThreadWindow
 from perfsuite.worker.process import run_isolated
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)"),
+    pytest.mark.alone,  # counts busy threads: another test beside it takes their cores
+]
 
 
 def _spec(engine: str) -> CaseSpec:

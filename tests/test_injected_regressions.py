@@ -54,7 +54,7 @@ max_refresh_spread = 1.0
 """
 
 # Nightly: about 3 minutes, and a full `python -m pytest` measured 16:56 on a slow hour with it.
-pytestmark = [pytest.mark.cpu, pytest.mark.slow, pytest.mark.nightly]
+pytestmark = [pytest.mark.cpu, pytest.mark.slow, pytest.mark.nightly, pytest.mark.alone]  # time gated
 
 
 def _failures(result: pytest.RunResult) -> dict[str, str]:

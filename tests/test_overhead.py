@@ -86,6 +86,7 @@ def test_every_family_has_a_default_case() -> None:
 
 @pytest.mark.cpu
 @pytest.mark.nightly
+@pytest.mark.alone
 @pytest.mark.parametrize("engine", ["loop", "trainer"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_vanilla_costs_what_a_bare_loop_costs(engine: str, threads: int) -> None:

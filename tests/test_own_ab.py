@@ -42,6 +42,7 @@ def _ab(tmp_path: Path, *args: str, pairs: int = 1) -> tuple[int, dict[str, Any]
     return code, json.loads(out.read_text()) if out.exists() else {}
 
 
+@pytest.mark.alone  # its verdicts are on time
 def test_each_side_runs_its_own_commit_of_the_teams_code(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

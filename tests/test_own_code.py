@@ -39,7 +39,7 @@ from team_repo import (
     write_pyproject,
 )
 
-pytestmark = [pytest.mark.cpu, pytest.mark.slow, pytest.mark.nightly]
+pytestmark = [pytest.mark.cpu, pytest.mark.slow, pytest.mark.nightly, pytest.mark.alone]  # time verdicts
 
 # The CPU tier's way of gating time (calibrated steps, a case whose only failure is its time
 # runs again and the majority decides), at a floor these cases' steps of 3-8 ms clear: a

@@ -10,6 +10,7 @@ plugin manager as ``perfsuite-session`` (:mod:`perfsuite.plugin` holds only hook
 - :mod:`~perfsuite.session.benchmark`: pytest-benchmark's rounds from the worker's step times.
 - :mod:`~perfsuite.session.results`: what ``--perfsuite-json`` writes.
 - :mod:`~perfsuite.session.interrupted`: what an interrupted session keeps and says.
+- :mod:`~perfsuite.session.parallel`: the session under pytest-xdist.
 """
 
 from __future__ import annotations
@@ -159,8 +160,9 @@ class PerfsuiteSession:
         return self.runs.get(spec, count)
 
     def record(self, spec: CaseSpec) -> CaseRecord:
-        """One run of ``spec`` (cached): what tests of a strategy's claims look at."""
-        return self.runs.get(spec)[0]
+        """One run of ``spec`` (cached): what tests of a strategy's claims look at (under pytest-xdist,
+        made beside other tests: its memory and loss, not its time)."""
+        return self.runs.get(spec, timed=False)[0]
 
     def prefetch(self, specs: list[CaseSpec]) -> None:
         """Start the GPU cases' first runs on the GPU pool (:meth:`RunCache.prefetch`); not under

@@ -21,7 +21,8 @@ def record_benchmark(benchmark: Any, runs: list[CaseRecord], observations: list[
     crash or OOM fails only that case), so its rounds are handed over instead: one round
     per timed optimizer step, over every repeat. Memory and loss go into ``extra_info``.
     """
-    if getattr(benchmark, "disabled", False):
+    if getattr(benchmark, "disabled", False):  # --benchmark-disable, and under pytest-xdist: used, recording nothing
+        benchmark._mode = "perfsuite: disabled"
         return
     make_stats = getattr(benchmark, "_make_stats", None)
     if make_stats is None or not hasattr(benchmark, "_mode"):

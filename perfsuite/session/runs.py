@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -27,20 +28,49 @@ class RunCache:
         self.deadline: float | None = None
         """A ``time.monotonic()`` past which no run may go on (a refresh's time limit): a run
         still going then is killed like one past its timeout."""
+        self.alone: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
+        """The machine to this process alone for a timed run; under pytest-xdist, while other tests
+        run in other processes, a turn of :class:`perfsuite.session.parallel.MachineLock`."""
+        self.beside_others = False
+        """Whether a run that is not timed runs beside other tests (under pytest-xdist)."""
+        self._beside: set[CaseSpec] = set()
+        self.first: Callable[[], None] | None = None
+        """What runs before this session's first run (under pytest-xdist, the CPU cases measured
+        first, in the one worker whose tests read them)."""
 
-    def get(self, spec: CaseSpec, count: int = 1) -> list[CaseRecord]:
-        """``count`` runs of ``spec``, each in a fresh worker; runs already made this session are reused."""
+    def get(self, spec: CaseSpec, count: int = 1, *, timed: bool = True) -> list[CaseRecord]:
+        """``count`` runs of ``spec``, each in a fresh worker; runs already made this session are reused,
+        except, for ``timed`` ones, runs made beside other tests."""
+        self._start()
         runs = self.records.setdefault(spec, [])
         pending = self._pending.pop(spec, None)
         if pending is not None:
             runs.append(pending.result())
+        if timed and spec in self._beside:  # its time was taken with other tests running: not one to gate
+            self._beside.discard(spec)
+            runs.clear()
         # A crash or skip repeats itself: once one run is not ok, don't pay for it again.
         while len(runs) < count and all(r.ok for r in runs):
-            runs.append(self.run(spec, fresh_layout=bool(runs)))
+            runs.append(self.run(spec, fresh_layout=bool(runs), timed=timed))
+            if not timed and self.beside_others:
+                self._beside.add(spec)
         return runs
 
-    def run(self, spec: CaseSpec, env: dict[str, str] | None = None, *, fresh_layout: bool = False) -> CaseRecord:
-        """One more run of ``spec``, not cached. A repeat or a retry passes ``fresh_layout``: where
+    def run(
+        self, spec: CaseSpec, env: dict[str, str] | None = None, *, fresh_layout: bool = False, timed: bool = True
+    ) -> CaseRecord:
+        """One more run of ``spec``, not cached; a ``timed`` one has the machine alone (:attr:`alone`)."""
+        self._start()
+        with self.alone() if timed else contextlib.nullcontext():
+            return self._run(spec, env, fresh_layout=fresh_layout)
+
+    def _start(self) -> None:
+        first, self.first = self.first, None
+        if first is not None:
+            first()
+
+    def _run(self, spec: CaseSpec, env: dict[str, str] | None = None, *, fresh_layout: bool = False) -> CaseRecord:
+        """One more run of ``spec``. A repeat or a retry passes ``fresh_layout``: where
         the device's defaults say a layout matters (:attr:`perfsuite.core.spec.RunDefaults.fresh_layout`),
         the forkserver is renewed first, so the run does not inherit the address-space layout (and
         its bias) of the runs before it. Never from the GPU pool's threads, which fork at once. A hook
@@ -84,11 +114,22 @@ class RunCache:
         count = lanes(self.config.getoption("perfsuite_lanes", "auto"), one_process)
         side_by_side = one_process if count > 1 else []
         alone = [s for s in specs if s not in side_by_side]
-        done = iter(range(1, len(specs) + 1))
+        with self.alone():
+            self._each_once(side_by_side, alone, count, len(specs), progress)
+
+    def _each_once(
+        self,
+        side_by_side: list[CaseSpec],
+        alone: list[CaseSpec],
+        count: int,
+        total: int,
+        progress: Callable[[str], None],
+    ) -> None:
+        done = iter(range(1, total + 1))
 
         def report(spec: CaseSpec, record: CaseRecord, seconds: float) -> None:
             self.records.setdefault(spec, []).append(record)
-            progress(f"perfsuite: [{next(done)}/{len(specs)}] {spec.id}: {record.status} in {seconds:.0f} s")
+            progress(f"perfsuite: [{next(done)}/{total}] {spec.id}: {record.status} in {seconds:.0f} s")
 
         if side_by_side:
             with ThreadPoolExecutor(max_workers=count, thread_name_prefix="perfsuite-lane") as pool:
@@ -112,7 +153,7 @@ class RunCache:
         if self._stopping:
             return CaseRecord.failed(spec, status="failed", error="interrupted before it ran"), 0.0
         start = time.perf_counter()
-        return self.run(spec), time.perf_counter() - start
+        return self._run(spec), time.perf_counter() - start
 
     def close(self) -> None:
         """Stop runs nobody waits for any more (an interrupted session)."""

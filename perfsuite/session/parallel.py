@@ -1,0 +1,255 @@
+"""perfsuite under pytest-xdist (``pytest -n N``): the tests spread over N processes, the session's
+cases stay in one of them, and every timed run has the machine to itself.
+
+- Every test that reads the session's runs (the matrix, a strategy's claims: the ``perfsuite_case``
+  parameter or the ``perfsuite`` fixture) goes to one worker as one unit of work, under
+  ``--dist load`` (``-n``'s default) and ``loadgroup``: one process makes each case's runs once, knows
+  the session's drift and owns the summary, as without xdist. The workers name those tests in a
+  file, and the controller's scheduler reads it (xdist's own ``xdist_group`` works by renaming test
+  ids, which pytest 9.2 no longer allows: pytest-dev/pytest-xdist#1386). Under another ``--dist``,
+  a test that reads the session fails saying so.
+- Each test holds the machine *shared*; a timed run (the CPU cases measured before the gate, a gate's
+  retry) and a test marked ``alone`` hold it *alone*: no new test starts anywhere, and the run starts
+  once every test in flight has finished. A run made beside other tests (a claim's: its memory and
+  loss) is never reused where time is gated.
+- The worker that owns the session sends its summary to the controller, which prints it where pytest
+  prints its own; that worker writes ``--perfsuite-json``, ``--perfsuite-report`` and
+  ``--perfsuite-markdown``.
+- A refresh, an explanation, the GPU tier and pytest-benchmark's files need one process: with
+  ``-n auto`` or ``logical`` perfsuite asks for none, with an explicit ``-n`` it refuses in one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+GROUP = "perfsuite"
+"""The xdist group of every test that reads the session's runs."""
+
+ALONE = "alone"
+"""The marker of a test that times something itself: under xdist nothing else runs meanwhile."""
+
+_LOCK_DIR = "perfsuite_lock_dir"
+_GROUPED = "perfsuite_grouped"
+_SESSION_TESTS = "session-tests"
+_SUMMARY = "perfsuite_summary"
+_BENCHMARK_FILES = ("benchmark_compare", "benchmark_json", "benchmark_save", "benchmark_autosave")
+
+
+def is_worker(config: pytest.Config) -> bool:
+    """Whether this process is one of pytest-xdist's workers."""
+    return hasattr(config, "workerinput")
+
+
+def distributing(config: pytest.Config) -> bool:
+    """Whether this pytest run spreads its tests over xdist workers (this process a worker or their controller)."""
+    return is_worker(config) or str(config.getoption("dist", "no")) != "no"
+
+
+def one_process_only(config: pytest.Config) -> str | None:
+    """Why this session must run in one process, or ``None`` when its tests may spread over workers."""
+    if config.getoption("perfsuite_refresh"):
+        return "a refresh takes its repeats one at a time on the whole machine"
+    if config.getoption("perfsuite_explain"):
+        return "--perfsuite-explain profiles a failed case's runs on the whole machine"
+    if re.search(r"(?<!not )\bgpu\b", str(config.getoption("markexpr") or "")):
+        return "the GPU tier shares the GPUs between its cases itself (--perfsuite-gpus)"
+    asked = [f"--{name.replace('_', '-')}" for name in _BENCHMARK_FILES if config.getoption(name, None)]
+    if asked:
+        return f"pytest-benchmark records nothing under pytest-xdist ({', '.join(asked)})"
+    return None
+
+
+def check(config: pytest.Config) -> None:
+    """Stop a distributed run that needs one process (one line, exit 4), and have pytest-benchmark, which
+    records nothing under xdist, stand aside quietly instead of warning."""
+    if not distributing(config):
+        return
+    why = one_process_only(config)
+    if why is not None:
+        raise pytest.UsageError(f"{why}: run it in one process (without -n, or -n 0)")
+    if hasattr(config.option, "benchmark_disable"):
+        config.option.benchmark_disable = True
+
+
+class MachineLock:
+    """One machine's turns between the processes of one xdist run: tests hold it shared, a timed run
+    alone. ``flock`` on two files: the gate, held alone by a run waiting for its turn, so that no test
+    starts meanwhile; and the machine, shared by tests, held alone by the run."""
+
+    def __init__(self, directory: Path) -> None:
+        self._gate: IO[str] = (directory / "gate").open("a")
+        self._machine: IO[str] = (directory / "machine").open("a")
+        self._shared = False  # this process's test holds the machine shared
+        self._alone = threading.RLock()  # the lanes of one process's timed phase share its turn
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        fcntl.flock(self._gate, fcntl.LOCK_EX)
+        fcntl.flock(self._machine, fcntl.LOCK_SH)
+        fcntl.flock(self._gate, fcntl.LOCK_UN)
+        self._shared = True
+        try:
+            yield
+        finally:
+            self._shared = False
+            fcntl.flock(self._machine, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        with self._alone:
+            held = self._shared
+            if held:  # this test's own share first: two tests that each wait for the other to end would never start
+                fcntl.flock(self._machine, fcntl.LOCK_UN)
+            fcntl.flock(self._gate, fcntl.LOCK_EX)
+            fcntl.flock(self._machine, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._machine, fcntl.LOCK_SH if held else fcntl.LOCK_UN)
+                fcntl.flock(self._gate, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        self._gate.close()
+        self._machine.close()
+
+
+def reads_the_session(item: pytest.Item) -> bool:
+    """Whether ``item`` reads the session's runs: a matrix case, or a test taking the ``perfsuite`` fixture."""
+    return "perfsuite" in getattr(item, "fixturenames", ()) or "perfsuite_case" in getattr(
+        getattr(item, "callspec", None), "params", {}
+    )
+
+
+class Controller:
+    """The xdist controller's side: the lock's folder for the workers, and the summary of the worker
+    that owned the session, printed where pytest prints its own."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="perfsuite-xdist-"))
+        self.dist = str(config.getoption("dist"))
+        self.summaries: list[list[tuple[str, str]]] = []
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[_LOCK_DIR] = str(self.directory)
+        node.workerinput[_GROUPED] = self.dist in ("load", "loadgroup")
+
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        if self.dist not in ("load", "loadgroup"):
+            return None
+        from xdist.scheduler import LoadGroupScheduling
+
+        directory = self.directory
+
+        class SessionTogether(LoadGroupScheduling):  # type: ignore[misc]
+            """``loadgroup``'s units of work, the tests that read the session's runs one of them."""
+
+            session_tests: frozenset[str] | None = None
+
+            def _split_scope(self, nodeid: str) -> str:
+                if self.session_tests is None:
+                    path = directory / _SESSION_TESTS
+                    self.session_tests = frozenset(path.read_text().splitlines()) if path.is_file() else frozenset()
+                return GROUP if nodeid in self.session_tests else str(super()._split_scope(nodeid))
+
+        return SessionTogether(config, log)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        summary = output.get(_SUMMARY)
+        if isinstance(summary, list) and summary:
+            self.summaries.append([(str(kind), str(text)) for kind, text in summary])
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        for summary in self.summaries:
+            replay(summary, terminalreporter)
+
+    def pytest_unconfigure(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class Worker:
+    """An xdist worker's side: the session's tests grouped, each test's turn on the machine."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        workerinput: dict[str, Any] = config.workerinput  # type: ignore[attr-defined]
+        self.directory = Path(workerinput[_LOCK_DIR]) if _LOCK_DIR in workerinput else None
+        self.grouped = bool(workerinput.get(_GROUPED))
+        self.lock = MachineLock(self.directory) if self.directory is not None else None
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist sends the controller the collected ids
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.directory is None:
+            return
+        ids = "".join(f"{item.nodeid}\n" for item in session.items if reads_the_session(item))
+        staged = self.directory / f"{_SESSION_TESTS}.{os.getpid()}"
+        staged.write_text(ids)
+        staged.replace(self.directory / _SESSION_TESTS)  # every worker collects the same: any one's will do
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if reads_the_session(item) and not self.grouped:
+            pytest.fail(
+                "perfsuite's cases share one session: under pytest-xdist run them with --dist load or loadgroup",
+                pytrace=False,
+            )
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
+        if self.lock is None:
+            return (yield)
+        with self.lock.alone() if item.get_closest_marker(ALONE) else self.lock.shared():
+            return (yield)
+
+    def alone(self) -> contextlib.AbstractContextManager[None]:
+        """The machine to this process alone, for a timed run."""
+        return self.lock.alone() if self.lock is not None else contextlib.nullcontext()
+
+    def send_summary(self, summary: list[tuple[str, str]]) -> None:
+        if summary:
+            self.config.workeroutput[_SUMMARY] = summary  # type: ignore[attr-defined]
+
+    def pytest_unconfigure(self) -> None:
+        if self.lock is not None:
+            self.lock.close()
+
+
+class Recorder:
+    """A stand-in for pytest's terminal reporter that keeps what was written, to print elsewhere."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[str, str]] = []
+
+    def section(self, title: str) -> None:
+        self.written.append(("section", title))
+
+    def write(self, text: str) -> None:
+        self.written.append(("write", text))
+
+    def write_line(self, line: str) -> None:
+        self.written.append(("line", line))
+
+
+def replay(written: list[tuple[str, str]], terminalreporter: Any) -> None:
+    """Write what a :class:`Recorder` kept onto pytest's terminal reporter."""
+    actions: dict[str, Callable[[str], None]] = {
+        "section": terminalreporter.section,
+        "write": terminalreporter.write,
+        "line": terminalreporter.write_line,
+    }
+    for kind, text in written:
+        actions.get(kind, terminalreporter.write_line)(text)

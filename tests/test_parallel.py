@@ -1,0 +1,152 @@
+"""perfsuite under pytest-xdist (perfsuite/session/parallel.py): the session's tests in one worker, its
+timed runs and the tests marked ``alone`` with nothing else running, one summary, and the sessions
+that need one process refused in one line."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from plugin_project import CASES, FAKE_RUNNER, MATRIX_TEST
+
+from perfsuite.session.parallel import MachineLock
+
+# The fake runner, each run logged with its process and its time, and long enough to overlap a test.
+_FAKE = "@pytest.hookimpl(tryfirst=True)\ndef pytest_perfsuite_run_case(config, spec, timeout_s):"
+assert _FAKE in FAKE_RUNNER
+LOGGED_RUNNER = (
+    FAKE_RUNNER.replace(_FAKE, "def fake_run(config, spec, timeout_s):")
+    + '''
+
+def _log(what, start):
+    with open(os.environ["PARALLEL_LOG"], "a") as log:
+        log.write(f"{what} {os.getpid()} {start} {time.monotonic()}\\n")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_perfsuite_run_case(config, spec, timeout_s):
+    start = time.monotonic()
+    time.sleep(0.3)
+    try:
+        return fake_run(config, spec, timeout_s)
+    finally:
+        _log("run", start)
+'''
+)
+
+PLAIN_TESTS = """
+import time
+
+import pytest
+
+from conftest import _log
+
+
+@pytest.mark.parametrize("n", range(6))
+def test_plain(n):
+    start = time.monotonic()
+    time.sleep(0.25)
+    _log("test", start)
+
+
+@pytest.mark.alone
+def test_alone():
+    start = time.monotonic()
+    time.sleep(0.25)
+    _log("alone", start)
+"""
+
+
+def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+@pytest.fixture
+def xdist_project(pytester: pytest.Pytester, recorded: Path) -> pytest.Pytester:
+    import shutil
+
+    (pytester.path / "test_matrix.py").write_text(MATRIX_TEST)
+    (pytester.path / "test_plain.py").write_text(PLAIN_TESTS)
+    (pytester.path / "conftest.py").write_text(LOGGED_RUNNER)
+    (pytester.path / "pyproject.toml").write_text("[tool.perfsuite]\nbaselines = 'baselines'\n")
+    shutil.copytree(recorded, pytester.path / "baselines")
+    return pytester
+
+
+def test_timed_runs_and_tests_marked_alone_run_with_nothing_beside_them(
+    xdist_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = xdist_project.path / "log.txt"
+    monkeypatch.setenv("PARALLEL_LOG", str(log))
+    out = xdist_project.path / "results.json"
+    result = xdist_project.runpytest_subprocess(
+        "-n", "2", "-p", "no:cacheprovider", "-m", "not trainer", "-k", f"{CASES} or test_plain or test_alone",
+        "--perfsuite-json", str(out),
+    )  # fmt: skip
+    result.assert_outcomes(passed=10)
+    entries = [line.split() for line in log.read_text().splitlines()]
+    spans = {kind: [(float(a), float(b)) for k, _, a, b in entries if k == kind] for kind in ("run", "test", "alone")}
+    assert (len(spans["run"]), len(spans["test"]), len(spans["alone"])) == (3, 6, 1)
+    assert len({pid for kind, pid, _, _ in entries if kind == "run"}) == 1  # the session's tests in one worker
+    assert len({pid for _, pid, _, _ in entries}) == 2  # the others beside them
+    for span in spans["run"] + spans["alone"]:
+        others = [s for s in spans["test"] + spans["alone"] + spans["run"] if s != span]
+        assert not any(_overlap(span, other) for other in others), (span, spans)
+    # One summary, from the worker that gated the cases, printed by the controller; its JSON, whole.
+    assert sum(1 for line in result.outlines if line.strip("= ") == "perfsuite") == 1
+    assert sorted(case["case"] for case in json.loads(out.read_text())["cases"]) == [
+        "tiny-bert-fp16",
+        "tiny-bert-grad_ckpt",
+        "tiny-bert-vanilla",
+    ]
+
+
+def test_a_refresh_asks_for_one_process_and_refuses_several(
+    xdist_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARALLEL_LOG", str(xdist_project.path / "log.txt"))
+    refused = xdist_project.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--perfsuite-refresh")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(
+        ["*a refresh takes its repeats one at a time on the whole machine: run it in one process (without -n, or -n 0)"]
+    )
+    alone = xdist_project.runpytest_subprocess(
+        "-n", "auto", "-p", "no:cacheprovider", "-m", "not trainer", "-k", "tiny-bert-vanilla", "--perfsuite-refresh"
+    )
+    alone.assert_outcomes(passed=1)
+    assert not any("workers" in line for line in alone.outlines)  # xdist's "created: N/N workers": none
+
+
+def test_a_turn_alone_waits_for_the_tests_in_flight_and_holds_new_ones_back(tmp_path: Path) -> None:
+    """Three processes' locks (each its own open files, as flock sees separate processes): a test in
+    flight, a timed run asking for the machine, and a test asking to start after it."""
+    first, run, second = (MachineLock(tmp_path) for _ in range(3))
+    times: dict[str, float] = {}
+
+    def timed_run() -> None:
+        with run.alone():
+            times["run start"] = time.monotonic()
+            time.sleep(0.3)
+            times["run end"] = time.monotonic()
+
+    def later_test() -> None:
+        with second.shared():
+            times["second start"] = time.monotonic()
+
+    with first.shared():
+        asking = threading.Thread(target=timed_run)
+        asking.start()
+        time.sleep(0.2)  # the run waits for this test
+        later = threading.Thread(target=later_test)
+        later.start()
+        time.sleep(0.2)  # and the later test waits behind the run
+        assert times == {}
+        times["first end"] = time.monotonic()
+    asking.join(5)
+    later.join(5)
+    for lock in (first, run, second):
+        lock.close()
+    assert times["first end"] <= times["run start"] < times["run end"] <= times["second start"]
