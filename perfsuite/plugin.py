@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from perfsuite.core.engines import ENGINES, OWN_ENGINES
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec, tier_spec
 from perfsuite.core.strategies import OPTIONAL_PACKAGES, install_hint
+from perfsuite.session.scope import gpu_tier_selected
 
 MARKERS = {
     "cpu": "CPU tier: real training runs of the tiny models",
@@ -85,7 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config.option, "benchmark_compare"):
         return
     if config.option.benchmark_compare is True:
-        if _gpu_tier_selected(config) and config.getoption("perfsuite_no_gpu") == "fail":
+        if gpu_tier_selected(config) and config.getoption("perfsuite_no_gpu") == "fail":
             from perfsuite.worker.device import cuda_usable
 
             if not cuda_usable():  # what is wrong, rather than the missing CPU file it would compare with
@@ -189,7 +189,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 has_cuda = cuda_usable()
                 gpus = cuda_device_count() if has_cuda else 0
             if not has_cuda:
-                if _gpu_tier_selected(config) and config.getoption("perfsuite_no_gpu") == "fail":
+                if gpu_tier_selected(config) and config.getoption("perfsuite_no_gpu") == "fail":
                     raise pytest.UsageError(_NO_GPU)
                 item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU: run `pytest -m gpu` on a GPU machine"))
                 continue
@@ -197,12 +197,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if spec is not None and spec.world_size > gpus:
                 item.add_marker(pytest.mark.skip(reason=f"needs {spec.world_size} GPUs; this machine has {gpus}"))
             _session(config).note_gpu_case(spec, item)
-
-
-def _gpu_tier_selected(config: pytest.Config) -> bool:
-    """Whether ``-m`` asks for the GPU tier (``gpu``, ``gpu and ...``), not merely leaves it in."""
-    expression = str(config.getoption("markexpr") or "")
-    return re.search(r"(?<!not )\bgpu\b", expression) is not None
 
 
 def _case_of(item: pytest.Item) -> CaseSpec | None:

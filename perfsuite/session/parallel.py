@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+
+from perfsuite.session.scope import gpu_tier_selected
 
 GROUP = "perfsuite"
 """The xdist group of every test that reads the session's runs."""
@@ -63,7 +64,7 @@ def one_process_only(config: pytest.Config) -> str | None:
         return "a refresh takes its repeats one at a time on the whole machine"
     if config.getoption("perfsuite_explain"):
         return "--perfsuite-explain profiles a failed case's runs on the whole machine"
-    if re.search(r"(?<!not )\bgpu\b", str(config.getoption("markexpr") or "")):
+    if gpu_tier_selected(config):
         return "the GPU tier shares the GPUs between its cases itself (--perfsuite-gpus)"
     asked = [f"--{name.replace('_', '-')}" for name in _BENCHMARK_FILES if config.getoption(name, None)]
     if asked:
@@ -92,7 +93,7 @@ class MachineLock:
         self._gate: IO[str] = (directory / "gate").open("a")
         self._machine: IO[str] = (directory / "machine").open("a")
         self._shared = False  # this process's test holds the machine shared
-        self._alone = threading.RLock()  # the lanes of one process's timed phase share its turn
+        self._alone = threading.Lock()  # one thread of this process at a time asks for the turn (never nested)
 
     @contextlib.contextmanager
     def shared(self) -> Iterator[None]:

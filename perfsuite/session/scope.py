@@ -12,6 +12,7 @@ itself, with every case it finished written, and the next one must go on from th
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -234,3 +235,9 @@ class RefreshBudget:
             f"{len(self.not_reached)} case(s) not reached within the {self.limit_s:g} s time limit; "
             "`perfsuite baselines refresh --missing` (with the same -k) records them"
         )
+
+
+def gpu_tier_selected(config: pytest.Config) -> bool:
+    """Whether ``-m`` asks for the GPU tier (``gpu``, ``gpu and ...``), not merely leaves it in."""
+    expression = str(config.getoption("markexpr") or "")
+    return re.search(r"(?<!not )\bgpu\b", expression) is not None
