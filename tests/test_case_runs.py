@@ -120,6 +120,7 @@ def test_a_record_says_where_its_wall_time_went() -> None:
     assert set(bare.phases_s) == {"build", "warmup", "timed"}  # no profiling steps ran
 
 
+@pytest.mark.alone  # looks for stray workers machine-wide: another test's would count
 def test_a_worker_sends_its_record_before_any_teardown_and_leaves_nothing_behind(tmp_path: Path) -> None:
     """The engine's close measures nothing, so a worker skips it: its DataLoader workers end with
     the worker's process group, the Trainer's output directory is still removed, and no named
