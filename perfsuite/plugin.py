@@ -247,12 +247,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     cpu = [spec for spec, on_gpu in cases if not on_gpu]
     if cpu:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        worker = session.config.pluginmanager.get_plugin(_WORKER)
 
         def progress(line: str) -> None:
-            if reporter is not None and session.config.get_verbosity() >= 0:
+            if session.config.get_verbosity() < 0:
+                return
+            if worker is not None:
+                worker.show(line)
+            elif reporter is not None:
                 reporter.write_line(line)
 
-        if session.config.pluginmanager.has_plugin(_WORKER):  # first in the worker whose tests read them
+        if worker is not None:  # first in the worker whose tests read them
             state.runs.first = lambda: state.measure_first(cpu, progress=progress)
         else:
             state.measure_first(cpu, progress=progress)

@@ -21,7 +21,7 @@ import pytest
 
 from perfsuite.cli import main
 from perfsuite.core import registry
-from perfsuite.core.declaration import load, read_pyproject
+from perfsuite.core.declaration import load
 from perfsuite.core.registry import DeclarationError
 from perfsuite.core.spec import CaseSkipped, CaseSpec
 from perfsuite.core.strategies import STRATEGIES
@@ -375,35 +375,6 @@ def test_refuse_unless_names_every_field_a_strategy_sets() -> None:
         refuse_unless(STRATEGIES["all"], (), "mine")
     with pytest.raises(ValueError, match="not fields of Strategy"):
         refuse_unless(STRATEGIES["vanilla"], {"grad_acumulation"}, "mine")
-
-
-def test_init_example_writes_a_model_an_engine_and_their_declaration_once(tmp_path: Path) -> None:
-    from perfsuite.cli.scaffold import init
-
-    lines = init(tmp_path, example=True)
-    assert "wrote     perfsuite_example/model.py" in lines
-    assert "wrote     perfsuite_example/engine.py" in lines
-    assert "appended  pyproject.toml ([tool.perfsuite.models.example-mlp] and its engine and cases)" in lines
-    settings = read_pyproject(tmp_path / "pyproject.toml")
-    assert settings["engines"]["example_step"]["class"] == "perfsuite_example.engine:ExampleEngine"
-    assert settings["matrix"]["cases"] == [
-        {"models": ["example-mlp"], "strategies": ["vanilla", "grad_accum"], "engines": ["example_step"]}
-    ]
-    again = init(tmp_path, example=True)
-    assert "kept      pyproject.toml (it declares the example already)" in again
-    assert (tmp_path / "pyproject.toml").read_text().count("[tool.perfsuite.models.example-mlp]") == 1
-
-
-def test_init_example_leaves_a_section_it_cannot_extend_alone(tmp_path: Path) -> None:
-    from perfsuite.cli.scaffold import init
-
-    own = "[tool.perfsuite]\nmatrix = { builtin = false }\n"
-    (tmp_path / "pyproject.toml").write_text(own)
-    lines = init(tmp_path, example=True)
-    assert any(
-        line.startswith("kept      pyproject.toml (the example's declarations would not fit it") for line in lines
-    )
-    assert (tmp_path / "pyproject.toml").read_text() == own
 
 
 @pytest.mark.parametrize("name", ["skip", "xfail", "nightly", "cpu"])

@@ -104,6 +104,23 @@ def test_timed_runs_and_tests_marked_alone_run_with_nothing_beside_them(
     ]
 
 
+def test_the_cases_measured_first_show_their_progress_though_xdist_hides_what_workers_print(
+    xdist_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARALLEL_LOG", str(xdist_project.path / "log.txt"))
+    pyproject = xdist_project.path / "pyproject.toml"  # gated against the session's drift: run first
+    pyproject.write_text(pyproject.read_text() + '[tool.perfsuite.overrides."cpu/*"]\ntime_drift_limit = 0.15\n')
+    cases = ("vanilla", "bf16", "grad_accum", "grad_ckpt", "adafactor")
+    selected = " or ".join(f"tiny-bert-{strategy}" for strategy in cases)
+    result = xdist_project.runpytest_subprocess(
+        "-n", "2", "-p", "no:cacheprovider", "-m", "not trainer", "-k", f"({selected}) and not fp16 and not lora"
+    )  # fmt: skip
+    result.assert_outcomes(passed=2, failed=3)  # the three without a baseline fail for want of one
+    lines = [line for line in result.errlines if line.startswith("perfsuite: ")]
+    assert lines[0] == "perfsuite: running 5 CPU case(s) first; their median change is the session's drift"
+    assert sorted(line.split("]")[0] for line in lines[1:]) == [f"perfsuite: [{i}/5" for i in range(1, 6)]
+
+
 def test_a_refresh_asks_for_one_process_and_refuses_several(
     xdist_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

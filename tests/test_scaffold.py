@@ -10,6 +10,7 @@ import yaml
 
 from perfsuite.cli import main
 from perfsuite.cli.scaffold import TESTS, init
+from perfsuite.core.declaration import read_pyproject
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -126,3 +127,28 @@ def test_the_command_prints_each_path(tmp_path: Path, capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert all(path in out for path in WRITTEN)
     assert "next: declare your models" in out
+
+
+def test_init_example_writes_a_model_an_engine_and_their_declaration_once(tmp_path: Path) -> None:
+    lines = init(tmp_path, example=True)
+    assert "wrote     perfsuite_example/model.py" in lines
+    assert "wrote     perfsuite_example/engine.py" in lines
+    assert "appended  pyproject.toml ([tool.perfsuite.models.example-mlp] and its engine and cases)" in lines
+    settings = read_pyproject(tmp_path / "pyproject.toml")
+    assert settings["engines"]["example_step"]["class"] == "perfsuite_example.engine:ExampleEngine"
+    assert settings["matrix"]["cases"] == [
+        {"models": ["example-mlp"], "strategies": ["vanilla", "grad_accum"], "engines": ["example_step"]}
+    ]
+    again = init(tmp_path, example=True)
+    assert "kept      pyproject.toml (it declares the example already)" in again
+    assert (tmp_path / "pyproject.toml").read_text().count("[tool.perfsuite.models.example-mlp]") == 1
+
+
+def test_init_example_leaves_a_section_it_cannot_extend_alone(tmp_path: Path) -> None:
+    own = "[tool.perfsuite]\nmatrix = { builtin = false }\n"
+    (tmp_path / "pyproject.toml").write_text(own)
+    lines = init(tmp_path, example=True)
+    assert any(
+        line.startswith("kept      pyproject.toml (the example's declarations would not fit it") for line in lines
+    )
+    assert (tmp_path / "pyproject.toml").read_text() == own

@@ -1,45 +1,23 @@
 """``perfsuite ab --pins BASE..HEAD``: the pins two commits of a git repository differ in, as the two
-sides of a comparison; the summary a pull request's comment shows; the upgrade workflows that run it.
+sides of a comparison (tests/test_upgrade_verdict.py: the command, its summary and the workflows).
 Every repository here is a local one, built in the test; nothing is installed or fetched."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from tools import ROOT, git
+from pin_repos import bump as _bump
+from pin_repos import commit as _commit
+from pin_repos import made_up_packages_installed, new_repo
+from tools import git
 
-from perfsuite.ab import comparison
 from perfsuite.ab.envs import Env, EnvError
-from perfsuite.ab.pins import PIN_FILES, Change, PinError, Upgrade, is_pin_file, split_range, upgrade
+from perfsuite.ab.pins import Change, PinError, Upgrade, is_pin_file, split_range, upgrade
 from perfsuite.ab.sides import Side
-from perfsuite.cli import main
-from perfsuite.cli.scaffold import init, template
-from perfsuite.reports.ab import NOTHING_COMPARED, markdown, marker
 
-
-def _commit(repo: Path, files: dict[str, str], message: str = "change") -> str:
-    for name, text in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "repo"
-    path.mkdir()
-    git(path, "init", "-q")
-    return path
-
-
-def _bump(repo: Path, before: dict[str, str], after: dict[str, str]) -> None:
-    _commit(repo, before, "base")
-    _commit(repo, after, "bump")
+repo = pytest.fixture(new_repo, name="repo")
+_packages = pytest.fixture(made_up_packages_installed, autouse=True)
 
 
 def test_a_requirements_bump_is_the_two_sides(repo: Path) -> None:
@@ -249,15 +227,6 @@ def test_other_files_are_not_pin_files() -> None:
     assert not is_pin_file("sub/pins-3.txt", ["pins-?.txt"])
 
 
-@pytest.fixture(autouse=True)
-def _made_up_packages_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The made-up packages these repositories pin (a, b, ...) count as installed: ``--pins`` skips the others."""
-    from perfsuite.ab import envs
-
-    real = envs.installed
-    monkeypatch.setattr(envs, "installed", lambda: {**real(), **dict.fromkeys(("a", "b", "old", "new", "tool"), "1")})
-
-
 def test_a_package_this_environment_lacks_is_skipped_saying_so() -> None:
     found = Upgrade(
         "m", "h", "1", "2", ("uv.lock",), (Change("torch", "2.5.0", "2.6.0"), Change("pywin32", "1", "2")), ()
@@ -272,204 +241,6 @@ def test_a_poetry_lock_package_from_a_private_index_is_compared(repo: Path) -> N
     lock = '[[package]]\nname = "torch"\nversion = "{}"\n[package.source]\n' + source
     _bump(repo, {"poetry.lock": lock.format("2.5.0")}, {"poetry.lock": lock.format("2.6.0")})
     assert upgrade("HEAD~1..HEAD", repo).changes == (Change("torch", "2.5.0", "2.6.0"),)
-
-
-def _ab(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(["ab", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--pins", "nope..HEAD"], "'nope' is not a commit of this repository"),
-        (["--pins", "HEAD~5..HEAD"], "'HEAD~5' is not a commit of this repository"),
-        (["--pins", "HEAD~1..HEAD", "--base", "current"], "--pins chooses both sides"),
-        (["--base", "current", "--candidate", "current", "--pin-files", "x.txt"], "--pin-files goes with --pins"),
-        (["--base", "current"], "the following arguments are required: --candidate"),
-    ],
-)
-def test_bad_pins_are_one_line_and_exit_2(
-    repo: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _bump(repo, {"requirements.txt": "a==1\n"}, {"requirements.txt": "a==2\n"})
-    monkeypatch.chdir(repo)
-    code, _, err = _ab(args, capsys)
-    assert code == 2
-    assert err.count("\n") == 1, err
-    assert err.startswith("perfsuite: error: ")
-    assert message in err
-
-
-def test_outside_a_git_repository_is_one_line_and_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    code, _, err = _ab(["--pins", "HEAD~1..HEAD"], capsys)
-    assert code == 2
-    assert err.strip() == f"perfsuite: error: --pins HEAD~1..HEAD: {tmp_path} is not in a git repository"
-
-
-def test_show_sides_says_them_and_runs_nothing(
-    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _bump(repo, {"requirements.txt": "a==1\nb>=1\n"}, {"requirements.txt": "a==2\nb>=2\n"})
-    monkeypatch.chdir(repo)
-    monkeypatch.setattr(comparison.AbRun, "start", _never)
-    code, out, err = _ab(["--pins", "HEAD~1..HEAD", "--show-sides"], capsys)
-    assert code == 0
-    assert out == "base: a==1\ncandidate: a==2\n"
-    assert "  a 1 → 2" in err
-    assert "skipped b: not an exact pin" in err
-
-
-def _never(*args: object, **kwargs: object) -> None:
-    raise AssertionError("a comparison was started")
-
-
-def test_no_pin_changed_is_exit_0_and_a_summary_that_opens_no_comment(
-    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _bump(repo, {"requirements.txt": "a==1\nb>=1\n"}, {"requirements.txt": "a==1\nb>=2\n"})
-    monkeypatch.chdir(repo)
-    monkeypatch.setattr(comparison.AbRun, "start", _never)
-    code, _, err = _ab(["--pins", "HEAD~1..HEAD", "--device", "cpu", "--report", "out"], capsys)
-    assert code == 0
-    assert "HEAD~1..HEAD changes no exact pin: nothing to compare" in err
-    summary = (repo / "out" / "summary.md").read_text().splitlines()
-    assert summary[:2] == [marker("cpu"), NOTHING_COMPARED]
-    assert "**nothing compared: `HEAD~1..HEAD` changes no exact dependency pin**" in summary
-    assert any(line.startswith("- skipped b: not an exact pin") for line in summary)
-
-
-def test_the_pins_become_both_sides_of_the_comparison(
-    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """End to end up to the overlays: the sides asked for are the pins, and a side that cannot be
-    set up still leaves a summary for the pull request."""
-    _bump(repo, {"requirements.txt": "transformers==4.57.6\n"}, {"requirements.txt": "transformers==4.58.0\n"})
-    monkeypatch.chdir(repo)
-    asked: dict[str, Any] = {}
-
-    def start(args: Any, specs: Any, say: Any) -> None:
-        asked.update(base=args.base, candidate=args.candidate, cases=len(specs))
-        raise comparison.Failed("candidate: transformers==4.58.0 does not resolve with the installed stack")
-
-    monkeypatch.setattr(comparison.AbRun, "start", start)
-    args = ["--pins", "HEAD~1..HEAD", "--device", "cpu", "--models", "tiny-bert", "--strategies", "vanilla"]
-    code, _, err = _ab([*args, "--report", "out"], capsys)
-    assert code == 3
-    assert asked == {"base": "transformers==4.57.6", "candidate": "transformers==4.58.0", "cases": 1}
-    summary = (repo / "out" / "summary.md").read_text()
-    assert summary.startswith(marker("cpu") + "\n")
-    assert NOTHING_COMPARED not in summary
-    assert "**cannot test: candidate: transformers==4.58.0 does not resolve" in summary
-    assert "- base: `transformers==4.57.6`\n- candidate: `transformers==4.58.0`\n" in summary
-    assert "requirements.txt: transformers 4.57.6 → 4.58.0" in summary
-
-
-def _payload(pins: dict[str, Any] | None) -> dict[str, Any]:
-    libraries = {"base": {"transformers": {"version": "4.57.6"}}, "candidate": {"transformers": {"version": "4.58.0"}}}
-    case = {
-        "case": "tiny-llama-grad_accum-trainer",
-        "verdict": "regressed",
-        "error": None,
-        "time": {"ratio": 1.01, "low": 0.99, "high": 1.03, "verdict": "same", "pairs": 11},
-        "mode": "duet",
-        "memory": {"a": 2**20, "b": 2**20, "breakdown_a": {}, "breakdown_b": {}},
-        "loss": {"max_abs_diff": 25.1},
-    }
-    payload: dict[str, Any] = {
-        "device_type": "cpu",
-        "sides": {
-            name: {"env": env, "probe": {"libraries": libraries[name]}}
-            for name, env in (("base", "transformers==4.57.6"), ("candidate", "transformers==4.58.0"))
-        },
-        "cases": [case],
-        "verdicts": {"regressed": 1, "improved": 0, "same": 0, "undecided": 0, "cannot test": 0},
-    }
-    if pins is not None:
-        payload["pins"] = pins
-    return payload
-
-
-def test_the_comment_names_the_pins_and_keeps_its_table_whole(repo: Path) -> None:
-    _bump(
-        repo, {"requirements.txt": "transformers==4.57.6\nx>=1\n"}, {"requirements.txt": "transformers==4.58.0\nx<2\n"}
-    )
-    text = markdown(_payload(upgrade("HEAD~1..HEAD", repo).as_json()))
-    lines = text.splitlines()
-    assert lines[0] == "<!-- perfsuite-ab cpu -->"
-    assert "**REGRESSED: 1 regressed (base → candidate: transformers 4.57.6 → 4.58.0)**" in lines
-    assert "- base: `transformers==4.57.6`" in lines
-    assert "- candidate: `transformers==4.58.0`" in lines
-    assert any(line.startswith("- pins of `HEAD~1` (") and "transformers 4.57.6 → 4.58.0" in line for line in lines)
-    assert any(line.startswith("- skipped x: not an exact pin: x>=1") and "x&lt;2" in line for line in lines)
-    table = [line for line in lines if line.startswith("|")]
-    assert len({line.replace("\\|", "").count("|") for line in table}) == 1, "a cell's | splits no column"
-    assert "| tiny-llama-grad_accum-trainer | regressed |" in table[2]
-
-
-def test_a_comparison_without_pins_has_the_marker_and_its_sides() -> None:
-    text = markdown(_payload(None))
-    assert text.startswith("<!-- perfsuite-ab cpu -->\n### perfsuite ab on cpu\n")
-    assert "- base: `transformers==4.57.6`\n- candidate: `transformers==4.58.0`\n" in text
-    assert "- pins of" not in text
-
-
-WORKFLOWS = ROOT / ".github" / "workflows"
-TEMPLATES = ROOT / "perfsuite" / "templates"
-UPGRADE = {
-    "ours": (WORKFLOWS / "upgrade-ab.yml", WORKFLOWS / "upgrade-ab-gpu.yml", WORKFLOWS / "upgrade-ab-comment.yml"),
-    "template": (
-        TEMPLATES / "perfsuite-upgrade.yml",
-        TEMPLATES / "perfsuite-upgrade-gpu.yml",
-        TEMPLATES / "perfsuite-upgrade-comment.yml",
-    ),
-}
-
-
-def _load(path: Path) -> dict[Any, Any]:
-    workflow: dict[Any, Any] = yaml.safe_load(path.read_text())
-    return workflow
-
-
-def _steps(workflow: dict[Any, Any]) -> list[dict[str, Any]]:
-    return [step for job in workflow["jobs"].values() for step in job["steps"]]
-
-
-@pytest.mark.parametrize("which", UPGRADE)
-def test_the_upgrade_workflows_compare_read_only_and_comment_without_the_code(which: str) -> None:
-    cpu_path, gpu_path, comment_path = UPGRADE[which]
-    cpu, gpu, comment = _load(cpu_path), _load(gpu_path), _load(comment_path)
-    assert cpu[True]["pull_request"]["paths"] == list(PIN_FILES), "the trigger's files are the ones --pins reads"
-    for workflow, device in ((cpu, "cpu"), (gpu, "cuda")):
-        assert workflow["permissions"] == {}
-        assert [job["permissions"] for job in workflow["jobs"].values()] == [{"contents": "read"}]
-        run = "\n".join(step.get("run", "") for step in _steps(workflow))
-        assert "perfsuite ab --pins " in run
-        assert f"--device {device}" in run
-        assert "--report results" in run
-        assert marker(device) in run, "the fallback summary carries the device's marker"
-        uploads = [s["with"]["name"] for s in _steps(workflow) if str(s.get("uses", "")).startswith("actions/upload")]
-        assert uploads == ["perfsuite-upgrade-binding", "perfsuite-upgrade"]
-    assert comment[True]["workflow_run"]["workflows"][:2] == [cpu["name"], gpu["name"]]
-    assert comment["permissions"] == {}
-    steps = _steps(comment)
-    for step in steps:  # at most the default branch's own checkout, never a pull request's commit
-        assert not set(step.get("with", {})) & {"ref", "repository"}, step
-    script = "\n".join(step.get("run", "") for step in steps)
-    assert "perfsuite comment --artifact" in script
-    assert f"--workflow .github/workflows/{cpu_path.name} --workflow .github/workflows/{gpu_path.name}" in script
-
-
-def test_init_writes_the_upgrade_workflows(tmp_path: Path) -> None:
-    init(tmp_path)
-    for path in UPGRADE["template"]:
-        assert (tmp_path / ".github" / "workflows" / path.name).read_text() == template(path.name)
-    assert "__VERSION__" not in template("perfsuite-upgrade-comment.yml")
 
 
 def test_a_release_pinned_with_and_without_its_local_label_is_one_version(repo: Path) -> None:

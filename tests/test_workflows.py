@@ -361,49 +361,6 @@ def test_the_gpu_nightly_is_sharded_and_one_job_merges_every_shard() -> None:
         assert f"perfsuite merge shards/*/perfsuite.json --expect {total}" in merge, path
 
 
-# -- the upgrade verdict: bound before any of the pull request's code, checked by `perfsuite comment` --
-
-COMMENTERS = {
-    ROOT / ".github/workflows/upgrade-ab-comment.yml": ROOT / ".github/workflows",
-    ROOT / "perfsuite/templates/perfsuite-upgrade-comment.yml": ROOT / "perfsuite/templates",
-}
-
-
-@pytest.mark.parametrize("path", COMMENTERS, ids=_name)
-def test_the_comment_workflow_posts_only_through_perfsuite_comment(path: Path) -> None:
-    workflow = yaml.safe_load(path.read_text())
-    (job,) = workflow["jobs"].values()
-    assert job["runs-on"] == "ubuntu-latest"
-    assert job["permissions"] == {"actions": "read", "contents": "read", "pull-requests": "write"}
-    assert workflow["permissions"] == {}
-    for step in job["steps"]:
-        assert "head_sha" not in str(step.get("with", {})), "never a pull request's commit checked out"
-    run = str(job["steps"][-1]["run"])
-    named = {Path(p).name for p in re.findall(r"--(?:workflow|stale-on) \.github/workflows/(\S+)", run)}
-    names = {yaml.safe_load((COMMENTERS[path] / n).read_text())["name"] for n in named}
-    assert names == set(workflow[True]["workflow_run"]["workflows"]), "every name it listens to, checked by path"
-    assert "perfsuite comment" in run
-    assert "${{" not in run
-
-
-COMPARING = [UPGRADE, ROOT / ".github/workflows/upgrade-ab-gpu.yml", ROOT / "perfsuite/templates/perfsuite-pr.yml"] + [
-    p for p in sorted(ROOT.glob("perfsuite/templates/perfsuite-upgrade*.yml")) if "comment" not in p.name
-]
-
-
-@pytest.mark.parametrize("path", COMPARING, ids=_name)
-def test_a_comparing_run_binds_its_verdict_before_any_pull_request_code(path: Path) -> None:
-    (job,) = _jobs(path).values()
-    bind, upload = job["steps"][:2]
-    assert '"pull_request": %d, "head_sha": "%s"' in bind["run"]
-    assert bind["env"] == {
-        "PR_NUMBER": "${{ github.event.pull_request.number }}",
-        "HEAD_SHA": "${{ github.event.pull_request.head.sha }}",
-    }
-    assert upload["with"]["name"] == "perfsuite-upgrade-binding"
-    assert "pull-request" not in path.read_text().replace("pull-requests", "")  # the old number file, gone
-
-
 def test_the_gpu_pull_request_summary_says_first_which_goalposts_moved(tmp_path: Path) -> None:
     steps = _jobs(GPU_PR)["gpu-push"]["steps"]
     names = [str(s.get("name", s.get("uses", ""))) for s in steps]

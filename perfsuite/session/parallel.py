@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -192,6 +193,7 @@ class Worker:
         self.directory = Path(workerinput[_LOCK_DIR]) if _LOCK_DIR in workerinput else None
         self.grouped = bool(workerinput.get(_GROUPED))
         self.lock = MachineLock(self.directory) if self.directory is not None else None
+        self._own_line = False  # the terminal's cursor is at the start of a line this worker began
 
     @pytest.hookimpl(tryfirst=True)  # before xdist sends the controller the collected ids
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -215,6 +217,19 @@ class Worker:
             return (yield)
         with self.lock.alone() if item.get_closest_marker(ALONE) else self.lock.shared():
             return (yield)
+
+    def pytest_runtest_logreport(self) -> None:
+        self._own_line = False  # the controller prints this test's outcome after whatever was shown
+
+    def show(self, line: str) -> None:
+        """Print ``line`` on the terminal now, as the session's progress: xdist shows nothing a worker
+        writes, and the CPU cases measured first take a minute or more. A worker's stderr is the
+        terminal's (or the CI log's); pytest's capture is suspended meanwhile."""
+        capture = self.config.pluginmanager.getplugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            sys.stderr.write(("" if self._own_line else "\n") + line + "\n")
+            sys.stderr.flush()
+        self._own_line = True
 
     def alone(self) -> contextlib.AbstractContextManager[None]:
         """The machine to this process alone, for a timed run."""

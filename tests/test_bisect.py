@@ -1,0 +1,138 @@
+"""``perfsuite bisect``: the releases between two, the search for the first bad one (around releases
+that cannot be tested), what it judges, the case ids it takes, and both ends of a DeepSpeed range
+set up on the CPU torch."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfsuite.ab.bisect import BisectError, Judgement, between, search
+
+RELEASES = ["4.44.0", "4.45.0", "4.45.1", "4.46.0rc1", "4.46.0", "4.46.1", "4.47.0", "4.48.0"]
+
+
+def test_releases_between_two_skip_pre_releases_and_keep_the_order_asked() -> None:
+    assert between(RELEASES, "4.45.0", "4.47.0") == ["4.45.0", "4.45.1", "4.46.0", "4.46.1", "4.47.0"]
+    assert "4.46.0rc1" in between(RELEASES, "4.45.0", "4.47.0", pre=True)
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "message"),
+    [
+        ("4.46.0", "4.46.0", "both"),
+        ("4.46.0", "9.9.9", "not a release"),
+        ("4.46.0", "4.46.1", "no release between"),
+        ("4.46.0", "banana", "not a version"),
+        ("4.47.0", "4.45.1", "wrong order"),
+    ],
+)
+def test_bad_version_ranges_are_refused(good: str, bad: str, message: str) -> None:
+    with pytest.raises(BisectError, match=message):
+        between(RELEASES, good, bad)
+
+
+def _judge(first_bad: str, untestable: set[str], seen: list[str]):  # type: ignore[no-untyped-def]
+    order = [f"1.{i}" for i in range(20)]
+
+    def judge(version: str) -> tuple[Judgement, str]:
+        seen.append(version)
+        if version in untestable:
+            return "cannot", "did not install"
+        return ("bad" if order.index(version) >= order.index(first_bad) else "good"), "fake"
+
+    return order, judge
+
+
+@pytest.mark.parametrize("first_bad", ["1.1", "1.7", "1.13", "1.19"])
+def test_the_search_finds_the_first_bad_release(first_bad: str) -> None:
+    seen: list[str] = []
+    order, judge = _judge(first_bad, set(), seen)
+    found = search(order, judge)
+    assert found.first_bad == first_bad
+    assert len(seen) <= 5  # log2(18) rounded up
+
+
+def test_the_search_steps_around_a_release_that_cannot_be_tested() -> None:
+    seen: list[str] = []
+    order, judge = _judge("1.9", {"1.9", "1.10"}, seen)
+    found = search(order, judge)
+    # 1.9 is the first bad one but cannot be tested, nor can 1.10: the answer is the range it lies in.
+    assert (found.first_bad, found.last_good, found.candidates) == (None, "1.8", ["1.9", "1.10", "1.11"])
+    assert {"cannot"} <= {s.judgement for s in found.steps}
+    seen.clear()
+    order, judge = _judge("1.8", {"1.9"}, seen)
+    assert search(order, judge).first_bad == "1.8"
+
+
+def test_untestable_releases_leave_a_range_said_so() -> None:
+    order, judge = _judge("1.5", {"1.4", "1.5", "1.6"}, [])
+    found = search(order[3:8], judge)  # 1.3 good ... 1.7 bad, everything between untestable
+    assert found.first_bad is None
+    assert found.candidates == ["1.4", "1.5", "1.6", "1.7"]
+
+
+def test_bisect_judges_only_the_metric_asked() -> None:
+    from perfsuite.ab.bisecting import changed
+    from perfsuite.ab.rounds import CaseResult
+    from perfsuite.core.check import Check
+
+    def failing(metric: str) -> Check:
+        return Check(metric, False, "", "", "", "", f"{metric} moved")
+
+    memory_only = CaseResult(case="c", checks=[failing("memory: buffers")])
+    assert changed(memory_only, "memory") is True
+    assert changed(memory_only, "loss") is False  # a memory change is not a loss change
+    loss_only = CaseResult(case="c", checks=[failing("loss")])
+    assert (changed(loss_only, "loss"), changed(loss_only, "memory")) == (True, False)
+    assert changed(CaseResult(case="c", checks=[failing("attention")]), "loss") is True
+    assert changed(CaseResult(case="c"), "time") is None  # no time verdict: undecided
+
+
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        "tiny-bert-zero2_offload+grad_accum",
+        "tiny-llama-grad_accum-trainer",
+        "tiny-bert-fp16+grad_ckpt-trainer",
+        "tiny-bert-ddp+grad_accum-ws2",
+        "bert-base-uncased-vanilla",
+    ],
+)
+def test_bisect_takes_any_case_perfsuite_run_names(case_id: str) -> None:
+    """A composed case is where interaction bugs show, so it is what one bisects: every id
+    `perfsuite run` gives a case, in the matrix or not, names that case back."""
+    from perfsuite.ab.bisecting import case_spec
+
+    assert case_spec(case_id, steps=None, threads=1).id == case_id
+
+
+@pytest.mark.parametrize("case_id", ["tiny-bert-ddp-ws02", "tiny-bert-vanilla-ws1"])
+def test_bisect_refuses_an_id_that_names_another(case_id: str) -> None:
+    """A record carries its case's own id: an id that only names it (-ws1, -ws02) is refused."""
+    from perfsuite.ab.bisecting import case_spec
+
+    with pytest.raises(ValueError, match="names the case 'tiny-bert-"):
+        case_spec(case_id, steps=None, threads=1)
+
+
+@pytest.mark.nightly
+def test_bisect_sets_up_deepspeed_from_0_14_to_0_18_on_the_cpu_torch() -> None:
+    """Both ends of `perfsuite bisect deepspeed --good 0.14.4 --bad 0.18.8` start on this CPU torch, each
+    side's workers importing its own DeepSpeed from its overlay (0.14.4's with nvidia-ml-py beside it)."""
+    from perfsuite.ab.envs import make_env
+    from perfsuite.ab.sides import Side
+
+    for version in ("0.14.4", "0.18.8"):
+        side = Side("good", make_env(f"deepspeed=={version}", name="good"))
+        try:
+            side.check_pins()
+            assert side.versions()["deepspeed"] == version
+            assert side.versions()["torch"] == installed_torch()
+        finally:
+            side.close()
+
+
+def installed_torch() -> str:
+    from importlib.metadata import version
+
+    return version("torch")

@@ -1,0 +1,232 @@
+"""The pure core of explanations, their profiles (perfsuite.core.explain): frame names, the profile
+diff and its noise bar, the flame graph's boxes, a GPU trace's activities and allocation sites."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from step_profiles import HOOK, LINEAR, SLEEP, STEP
+from step_profiles import profile_from as _profile
+from step_profiles import step as _step
+
+from perfsuite.core.explain import flame, profile, traces
+from perfsuite.core.explain.frames import frame_name, package, short
+from perfsuite.core.explain.records import StepProfile
+
+# Frame names
+
+
+@pytest.mark.parametrize(
+    ("raw", "name"),
+    [
+        ("<built-in method add_ of Tensor object at 0x7fc2beebfc50>", "<built-in method add_ of Tensor>"),
+        (
+            "<built-in method _record_function_enter_new of pybind11_builtins.pybind11_detail_function_record_v1_"
+            "system_libstdcpp_gxx_abi_1xxx_use_cxx11_abi_1 object at 0x7fc2c346a770>",
+            "<built-in method _record_function_enter_new>",
+        ),
+        ("/venv-b/lib/python3.11/site-packages/transformers/a.py(12): f", "transformers/a.py(12): f"),
+        ("/repo/acme/model.py(3): g", "acme/model.py(3): g"),
+        ("/elsewhere/script.py(3): g", "script.py(3): g"),
+        ("torch/nn/modules/module.py(1782): _call_impl", "torch/nn/modules/module.py(1782): _call_impl"),
+        ("aten::addmm", "aten::addmm"),
+    ],
+)
+def test_a_frame_is_named_the_same_in_two_environments(raw: str, name: str) -> None:
+    assert frame_name(raw, cwd="/repo") == name
+
+
+def test_a_frame_belongs_to_its_package() -> None:
+    assert package("transformers/models/bert/modeling_bert.py(1): forward") == "transformers"
+    assert package("logging/__init__.py(1720): getEffectiveLevel") == "python"
+    assert package("<frozen os>(674): __getitem__") == "python"
+    assert package("nn.Module: Linear_0") == "torch"
+    assert package(SLEEP) is None
+    assert package("aten::mm") is None
+    assert short(HOOK) == "acme/hooks.py:slow_hook"
+    assert short(SLEEP) == "sleep"
+
+
+# The profile diff
+
+
+def test_tables_sum_each_frame_per_step_and_give_a_builtin_to_its_caller() -> None:
+    tables = profile.tables(_profile({(STEP, HOOK, SLEEP): (8000.0, 2), (STEP, "aten::mm"): (600.0, 6)}, steps=2))
+    assert tables["op"]["aten::mm"] == profile.Row(3.0, 300.0)
+    assert tables["python"][f"{HOOK} → {SLEEP}"] == profile.Row(1.0, 4000.0)
+    assert tables["package"]["acme"].us == 4000.0  # the sleep is acme's time
+    assert profile.step_us(_profile({(STEP,): (100.0, 1), (STEP, "aten::mm"): (300.0, 1)}, steps=2)) == 200.0
+
+
+def test_an_extra_call_is_evidence_whatever_its_time() -> None:
+    a = [_step(jitter=0.2), _step(jitter=0.3)]
+    b = [_step(mm_calls=3, mm_us=500.0, jitter=0.4), _step(mm_calls=3, jitter=0.5)]
+    diff = profile.diff(a, b)
+    (mm,) = diff.level("op")
+    assert (mm.key, mm.calls_a, mm.calls_b, mm.counted, mm.status) == ("aten::mm", 2, 3, True, "changed")
+    assert profile.describe(mm).startswith("aten::mm 2 → 3 calls/step")
+
+
+def test_a_time_change_is_shown_only_beyond_the_profiles_own_noise() -> None:
+    a = [_step(jitter=0.1, seed=1), _step(jitter=0.1, seed=2)]
+    slow = profile.diff(a, [_step(mm_us=5000.0, jitter=0.1, seed=3), _step(mm_us=5000.0, jitter=0.1, seed=4)])
+    (mm,) = slow.level("op")
+    assert mm.timed
+    assert not mm.counted
+    assert mm.delta_us == pytest.approx(4500, rel=0.2)
+    assert "+4.50 ms/step" in profile.describe(mm) or "ms/step" in profile.describe(mm)
+    bar = slow.thresholds["op"]
+    assert profile.MIN_THRESHOLD_US <= bar < 4000
+    # A change below the bar is not shown.
+    small = profile.diff(a, [_step(mm_us=520.0, jitter=0.1, seed=3), _step(mm_us=520.0, jitter=0.1, seed=4)])
+    assert 20 < small.thresholds["op"]
+    assert not small.level("op")
+
+
+def test_an_a_a_of_the_explanation_rarely_shows_anything() -> None:
+    """Four profiles of one stack, each entry ±5% at random: no count changes, and a time beyond the bar
+    in about one A/A in twenty (a factor of 1 would show one in three)."""
+    shown = 0
+    for seed in range(200):
+        profiles = [_step(sleep_us=4000.0, jitter=0.1, seed=seed * 4 + i) for i in range(4)]
+        diff = profile.diff(profiles[0::2], profiles[1::2])
+        assert not [c for c in diff.changes if c.counted]
+        shown += bool(diff.changes)
+    assert shown <= 14  # 10 of 200 at the factor of 3; 23 at 2, 77 at 1
+
+
+def test_new_and_vanished_functions_are_named() -> None:
+    a = [_step(jitter=0.1, seed=1), _step(jitter=0.1, seed=2)]
+    b = [_step(sleep_us=4000.0, jitter=0.1, seed=3), _step(sleep_us=4000.0, jitter=0.1, seed=4)]
+    python = profile.diff(a, b).level("python")
+    assert python[0].key == f"{HOOK} → {SLEEP}"
+    assert python[0].status == "new"
+    assert re.fullmatch(
+        r"new: acme/hooks.py:slow_hook → sleep 0 → 1 calls/step, \+[34]\.\d\d ms/step", profile.describe(python[0])
+    )
+    assert profile.diff(b, a).level("python")[0].status == "vanished"
+    assert profile.diff(a, b).level("package")[0].key == "acme"
+
+
+def test_a_count_that_varies_within_one_side_is_no_evidence() -> None:
+    a = [_step(mm_calls=2), _step(mm_calls=3)]
+    diff = profile.diff(a, [_step(mm_calls=4), _step(mm_calls=4)])
+    assert not [c for c in diff.level("op") if c.counted]
+    assert diff.unstable["op"] == 1
+
+
+def test_one_profile_per_side_shows_counts_only() -> None:
+    diff = profile.diff([_step()], [_step(mm_calls=3, mm_us=90000.0)])
+    assert diff.thresholds == {}
+    (mm,) = diff.level("op")
+    assert mm.counted
+    assert not mm.timed
+
+
+def test_a_function_that_moved_lines_is_still_the_same_function() -> None:
+    moved = "acme/hooks.py(9): slow_hook"
+    a = [_profile({(STEP, HOOK): (10.0, 1)}), _profile({(STEP, HOOK): (10.0, 1)})]
+    b = [_profile({(STEP, moved): (10.0, 2)}), _profile({(STEP, moved): (10.0, 2)})]
+    (change,) = profile.diff(a, b).level("python")
+    assert change.key == "acme/hooks.py(3 → 9): slow_hook"
+    assert change.status == "changed"
+
+
+def test_changes_rank_by_time_then_by_what_their_calls_cost() -> None:
+    a = [_step(), _step()]
+    b = [
+        _profile(
+            {
+                **{k: v for k, v in _rows(_step()).items()},
+                (STEP, "aten::mm"): (750.0, 3),
+                (STEP, "aten::add_"): (55.0, 11),
+            }
+        )
+        for _ in range(2)
+    ]
+    ops = profile.diff(a, b).level("op")
+    assert [c.key for c in ops] == ["aten::mm", "aten::add_"]  # one 250 µs call before one 5 µs call
+
+
+def _rows(p: StepProfile) -> dict[tuple[str, ...], tuple[float, int]]:
+    return {tuple(p.frames[i] for i in r.path): (r.self_us, r.calls) for r in p.stacks}
+
+
+# The flame graph
+
+
+def test_the_flame_graph_keeps_vanished_frames_and_drops_module_plumbing() -> None:
+    call = "torch/nn/modules/module.py(1782): _call_impl"
+    a = [_profile({(STEP, call, LINEAR): (600.0, 1), (STEP, "aten::mm"): (400.0, 1)})]
+    b = [_profile({(STEP, call, LINEAR): (600.0, 1), (STEP, HOOK): (400.0, 1)})]
+    found = {box.name: box for box in flame.boxes(a, b)}
+    assert call not in found
+    assert found[STEP].width == pytest.approx(1.0)
+    assert found[LINEAR].depth == 1
+    assert (found["aten::mm"].us_a, found["aten::mm"].us_b) == (400.0, 0.0)  # vanished, still drawn
+    assert found["aten::mm"].width == pytest.approx(0.2)
+    # Children left to right by name: acme's hook, the op, torch's linear.
+    assert [found[n].start for n in (HOOK, "aten::mm", LINEAR)] == pytest.approx([0.0, 0.2, 0.4])
+    assert not found["aten::mm"].moved  # one profile a side: no bar, nothing coloured
+    twice = {box.name: box for box in flame.boxes(a * 2, b * 2)}
+    assert twice["aten::mm"].moved
+    assert not twice[LINEAR].moved  # the same on both sides
+
+
+# A GPU's trace and allocator
+
+
+def test_a_gpu_trace_gives_kernels_copies_and_collectives_with_bytes() -> None:
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_tn", "dur": 10.0},
+        {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_tn", "dur": 12.0},
+        {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": "Memcpy HtoD (Pageable -> Device)",
+            "dur": 5.0,
+            "args": {"bytes": 4096},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            "dur": 30.0,
+            "args": {"In msg nelems": 1000, "dtype": "Float"},
+        },  # fmt: skip
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 3.0},
+    ]
+    rows = {(r.kind, r.name): r for r in traces.device_rows({"traceEvents": events})}
+    assert rows[("kernel", "ampere_sgemm_128x64_tn")].calls == 2
+    assert rows[("kernel", "ampere_sgemm_128x64_tn")].us == 22.0
+    assert rows[("memcpy", "Memcpy HtoD (Pageable -> Device)")].bytes == 4096
+    assert rows[("collective", "ncclDevKernel_AllReduce_Sum_f32_RING_LL")].bytes == 4000
+    assert len(rows) == 3
+    diff = profile.diff(
+        [StepProfile(1, (), (), device=tuple(traces.device_rows({"traceEvents": events})))],
+        [StepProfile(1, (), (), device=tuple(traces.device_rows({"traceEvents": events + events[2:3]})))],
+    )
+    (copy,) = diff.level("device")
+    assert "memcpy: Memcpy HtoD (Pageable -> Device) 1 → 2 calls/step, 0.00 → 0.01 MiB/step" in profile.describe(copy)
+
+
+def test_allocation_sites_are_the_first_frames_outside_torch() -> None:
+    frames = [
+        {"filename": "/v/site-packages/torch/nn/modules/module.py", "line": 1, "name": "_call_impl"},
+        {"filename": "/v/site-packages/transformers/cache_utils.py", "line": 80, "name": "update"},
+    ]
+    segments = [
+        {
+            "blocks": [
+                {"size": 1024, "state": "active_allocated", "frames": frames},
+                {"size": 512, "state": "inactive", "frames": frames},
+                {"size": 256, "state": "active_allocated", "frames": frames[:1]},
+            ]
+        },  # fmt: skip
+    ]
+    sites = traces.allocation_sites(segments)
+    assert [(s.frame, s.bytes, s.blocks) for s in sites] == [
+        ("transformers/cache_utils.py:80 update", 1024, 1),
+        ("(no Python frame outside torch)", 256, 1),
+    ]
