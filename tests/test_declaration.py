@@ -297,3 +297,23 @@ def test_perfsuite_commands_stop_on_a_bad_declaration_naming_the_file_and_key(
         assert main(command) == 2
         err = capsys.readouterr().err
         assert f"{project / 'pyproject.toml'}: tool.perfsuite.matrix.cases[0]: unknown model 'acme'" in err
+
+
+def test_reading_a_model_declared_from_a_config_class_imports_no_torch(tmp_path: Path) -> None:
+    """A team's pytest reads its declarations at every start (``--collect-only`` too): naming a
+    transformers config class is checked against transformers' exports, not by resolving the class,
+    which imports torch (1.8 s of a 2.8 s collection on 2 cores)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "pyproject.toml"
+    path.write_text(
+        '[tool.perfsuite.models.widget]\nconfig = { class = "GPT2Config", n_embd = 32 }\ntask = "causal_lm"\n'
+    )
+    script = (
+        "import sys\nfrom pathlib import Path\nfrom perfsuite.core.declaration import load\n"
+        f"assert load(Path({str(path)!r}))\nprint(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['transformers']"]

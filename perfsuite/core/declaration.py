@@ -15,6 +15,7 @@ the worker side checks what they return before the first case, :mod:`perfsuite.w
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import os
 import sys
@@ -183,9 +184,7 @@ def _config_source(path: Path, root: Path, key: str, value: Any) -> dict[str, An
         name = fields.pop("class", None)
         if not isinstance(name, str):
             raise DeclarationError(f'{path}: {key}: a config table needs class = "<transformers config class>"')
-        import transformers
-
-        if not hasattr(transformers, name) or not name.endswith("Config"):
+        if not name.endswith("Config") or name not in _transformers_names():
             raise DeclarationError(f"{path}: {key}.class: transformers has no config class {name!r}")
         return {"config_class": name, "config": fields}
     if not isinstance(value, str):
@@ -203,6 +202,15 @@ def _config_source(path: Path, root: Path, key: str, value: Any) -> dict[str, An
         f"{path}: {key}: {value!r} is neither a directory holding config.json (relative to {path.name}) "
         "nor a hub id in the local Hugging Face cache (nothing is downloaded)"
     )
+
+
+@functools.cache
+def _transformers_names() -> frozenset[str]:
+    """The names transformers exports, read without resolving any: its module is lazy, and resolving a
+    config class imports torch (a second on 2 cores, at every collection of a project's tests)."""
+    import transformers
+
+    return frozenset(dir(transformers))
 
 
 def _hub_cache_config(repo_id: str) -> Path | None:
