@@ -141,6 +141,7 @@ def _ab(tmp_path: Path, candidate: str, inject: str = "") -> tuple[int, dict[str
 
 
 @pytest.mark.nightly
+@pytest.mark.alone  # a time change is named only beyond the profiles' own noise
 def test_regressions_injected_into_one_side_are_named_by_their_mechanism(tmp_path: Path) -> None:
     """An extra matmul, a sleep in a module hook, a 50 MiB buffer and a loss ×1.01 in the candidate's step."""
     code, payload, err = _ab(tmp_path, str(INJECTING), "matmul,sleep,buffer,loss")
@@ -173,6 +174,7 @@ def test_regressions_injected_into_one_side_are_named_by_their_mechanism(tmp_pat
 
 
 @pytest.mark.nightly
+@pytest.mark.alone  # a time change is named only beyond the profiles' own noise
 def test_an_a_a_of_the_explanation_shows_nothing(tmp_path: Path) -> None:
     code, payload, err = _ab(tmp_path, "current")
     assert code == 0, err

@@ -42,7 +42,6 @@ def _ab(tmp_path: Path, *args: str, pairs: int = 1) -> tuple[int, dict[str, Any]
     return code, json.loads(out.read_text()) if out.exists() else {}
 
 
-@pytest.mark.alone  # its verdicts are on time
 def test_each_side_runs_its_own_commit_of_the_teams_code(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -140,6 +139,7 @@ def test_bisect_own_names_the_commit_that_changed_the_case(
 
 
 @pytest.mark.nightly
+@pytest.mark.alone  # its verdicts are on time
 def test_a_slower_step_is_called_slower_and_an_unchanged_commit_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
