@@ -189,8 +189,8 @@ class PerfsuiteSession:
         ]
         if not drifting:
             return  # no case is gated against the drift (time_drift_limit 0): each runs in its test
-        progress(f"perfsuite: running {len(unique)} CPU case(s) first; their median change is the session's drift")
-        self.runs.run_each_once(unique, progress)
+        heading = f"perfsuite: running {len(unique)} CPU case(s) first; their median change is the session's drift"
+        self.runs.run_each_once(unique, progress, heading)
         self.drifts.measured = [(spec, self.runs.get(spec)[0]) for spec in unique]
 
     def drift(self, record: CaseRecord) -> Drift | None:

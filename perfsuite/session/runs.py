@@ -107,14 +107,18 @@ class RunCache:
         fitting = [spec for spec in specs if spec.world_size <= len(gpus)]
         self._pending.update(submit_cases(self._runner, pool, fitting, self.run))
 
-    def run_each_once(self, specs: list[CaseSpec], progress: Callable[[str], None]) -> None:
+    def run_each_once(self, specs: list[CaseSpec], progress: Callable[[str], None], heading: str = "") -> None:
         """Run each case once, reporting each: the one-process CPU cases :func:`lanes` at a time, each
-        lane a core of its own, then the rest one after another."""
+        lane a core of its own, then the rest one after another. ``heading`` is reported first, once
+        the machine is this process's alone (under pytest-xdist no other test's outcome is printed
+        among these lines)."""
         one_process = [s for s in specs if s.device == "cpu" and s.world_size == 1]
         count = lanes(self.config.getoption("perfsuite_lanes", "auto"), one_process)
         side_by_side = one_process if count > 1 else []
         alone = [s for s in specs if s not in side_by_side]
         with self.alone():
+            if heading:
+                progress(heading)
             self._each_once(side_by_side, alone, count, len(specs), progress)
 
     def _each_once(
