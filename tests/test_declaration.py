@@ -311,9 +311,13 @@ def test_reading_a_model_declared_from_a_config_class_imports_no_torch(tmp_path:
         '[tool.perfsuite.models.widget]\nconfig = { class = "GPT2Config", n_embd = 32 }\ntask = "causal_lm"\n'
     )
     script = (
-        "import sys\nfrom pathlib import Path\nfrom perfsuite.core.declaration import load\n"
-        f"assert load(Path({str(path)!r}))\nprint(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+        "import sys\nfrom pathlib import Path\nimport transformers\nprint('torch' in sys.modules)\n"
+        "from perfsuite.core.declaration import load\n"
+        f"assert load(Path({str(path)!r}))\nprint('torch' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["['transformers']"]
+    by_transformers, after_load = done.stdout.split()
+    if by_transformers == "True":
+        pytest.skip("this transformers imports torch itself (4.x)")
+    assert after_load == "False"
