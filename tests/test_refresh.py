@@ -110,6 +110,14 @@ def test_an_interrupted_refresh_leaves_the_old_files(project: pytest.Pytester, m
     assert after == before  # same files, same bytes, no temporary files left behind
 
 
+def _limited_refresh(project: pytest.Pytester, seconds: int) -> pytest.RunResult:
+    """A refresh of the three cases, one repeat each, with a time limit of ``seconds``."""
+    return project.runpytest_subprocess(
+        "-m", "cpu and not trainer", "-k", CASES, "--perfsuite-refresh", "--perfsuite-repeats=1",
+        f"--perfsuite-refresh-time-limit={seconds}",
+    )  # fmt: skip
+
+
 def test_a_refresh_with_a_time_limit_writes_the_cases_it_finished_and_reports_the_rest(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -117,15 +125,7 @@ def test_a_refresh_with_a_time_limit_writes_the_cases_it_finished_and_reports_th
     before = baseline_files(project)
     # The first case takes 3 s of a 5 s limit: 2 s left, less than that case, so no other starts.
     monkeypatch.setenv("FAKE_SLEEP", "tiny-bert-vanilla=3")
-    result = project.runpytest_subprocess(
-        "-m",
-        "cpu and not trainer",
-        "-k",
-        CASES,
-        "--perfsuite-refresh",
-        "--perfsuite-repeats=1",
-        "--perfsuite-refresh-time-limit=5",
-    )
+    result = _limited_refresh(project, 5)
     assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(passed=1, skipped=2)
     result.stdout.fnmatch_lines(
@@ -147,10 +147,7 @@ def test_a_case_still_running_at_the_time_limit_is_stopped_and_the_finished_ones
     before = baseline_files(project)
     # The second case would take 60 s; its run's timeout is cut to what is left of the 6 s.
     monkeypatch.setenv("FAKE_SLEEP", "tiny-bert-fp16=60")
-    result = project.runpytest_subprocess(
-        "-m", "cpu and not trainer", "-k", CASES, "--perfsuite-refresh", "--perfsuite-repeats=1",
-        "--perfsuite-refresh-time-limit=6",
-    )  # fmt: skip
+    result = _limited_refresh(project, 6)
     assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(passed=1, skipped=2)
     result.stdout.fnmatch_lines(
@@ -169,10 +166,7 @@ def test_a_first_case_longer_than_the_whole_limit_fails_saying_it_does_not_fit(
 ) -> None:
     before = baseline_files(project)
     monkeypatch.setenv("FAKE_SLEEP", "tiny-bert-vanilla=60")
-    result = project.runpytest_subprocess(
-        "-m", "cpu and not trainer", "-k", CASES, "--perfsuite-refresh", "--perfsuite-repeats=1",
-        "--perfsuite-refresh-time-limit=3",
-    )  # fmt: skip
+    result = _limited_refresh(project, 3)
     result.assert_outcomes(failed=1, skipped=2)
     result.stdout.fnmatch_lines(["*tiny-bert-vanilla: does not fit in the 3 s time limit: it had all of it*"])
     assert changed(project, before) == set()
