@@ -7,6 +7,7 @@ so ``pytest --help`` and collection stay fast.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import tempfile
@@ -78,6 +79,7 @@ def pytest_configure(config: pytest.Config) -> None:
         worker = parallel.Worker(config)
         config.pluginmanager.register(worker, _WORKER)
         session.runs.alone, session.runs.beside_others = worker.alone, True
+        session.runs.ahead = functools.partial(_boot_ahead, config)
     elif parallel.distributing(config):
         config.pluginmanager.register(parallel.Controller(config), "perfsuite-xdist-controller")
     for marker in sorted({m for case in registry.matrix_cases() for m in case.markers} - set(MARKERS)):
@@ -218,6 +220,19 @@ def pytest_perfsuite_run_case(
     from perfsuite.worker.process import run_isolated
 
     return run_isolated(spec, timeout_s=timeout_s, env=env)
+
+
+def _boot_ahead(config: pytest.Config, renew: bool) -> None:
+    """Boot this process's forkserver (renewed first with ``renew``), unless a conftest's
+    ``pytest_perfsuite_run_case`` serves too: its runs may start no worker of ours."""
+    runners = config.hook.pytest_perfsuite_run_case.get_hookimpls()
+    if any(impl.function is not pytest_perfsuite_run_case for impl in runners):
+        return
+    from perfsuite.worker.process import renew_forkserver, start_forkserver
+
+    if renew:
+        renew_forkserver()
+    start_forkserver()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -91,7 +91,16 @@ def imported_at_start(spec: CaseSpec) -> dict[str, Any]:
         "imported": sorted(n for n in optional if n in sys.modules),
         "cpu_info_known": asked is not None and asked().currsize == 1,
         "ops_probed": ops is not None and "__compatible_ops__" in vars(ops),
+        "ops_loaded": sorted(_deepspeed_ops_loaded()),
     }
+
+
+def _deepspeed_ops_loaded() -> dict[str, Any]:
+    """The DeepSpeed ops this process has loaded (DeepSpeed keeps them per process), without importing DeepSpeed."""
+    import sys
+
+    builder = sys.modules.get("deepspeed.ops.op_builder.builder")
+    return getattr(getattr(builder, "OpBuilder", None), "_loaded_ops", {})
 
 
 def start_method(spec: CaseSpec) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import fault_cases
 import pytest
 
 from perfsuite.core.engines import OWN_ENGINES
-from perfsuite.core.preloads import CUDA_AT_IMPORT, ENV, preload_for, preload_modules
+from perfsuite.core.preloads import CPU_ADAM_ENV, CUDA_AT_IMPORT, ENV, MODEL_CLASSES_ENV, preload_for, preload_modules
 from perfsuite.core.spec import CaseSpec
 
 TRAINER_MODULE = OWN_ENGINES["trainer"].module
@@ -18,6 +18,17 @@ TRAINER_MODULE = OWN_ENGINES["trainer"].module
 
 def _spec(strategy: str, engine: str = "loop") -> CaseSpec:
     return CaseSpec(model="tiny-bert", strategy=strategy, engine=engine, device="cpu")
+
+
+def test_only_a_session_with_an_optimizer_offloaded_loads_deepspeeds_cpu_adam(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSpeed builds its CPU Adam only to offload the optimizer: ZeRO without offload wraps torch's
+    AdamW, and a first build on a machine costs 30 s on 2 cores."""
+    for name in (ENV, MODEL_CLASSES_ENV, CPU_ADAM_ENV):  # restored after
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+    sessions = [(["vanilla", "zero2", "zero3"], "0"), (["zero2", "zero2_offload"], "1"), (["zero3_offload"], "1")]
+    for strategies, loads in sessions:
+        preload_for([_spec(s) for s in strategies])
+        assert os.environ[CPU_ADAM_ENV] == loads, strategies
 
 
 def test_each_case_names_what_it_imports_beyond_the_base_set() -> None:
@@ -66,6 +77,7 @@ def fresh_forkserver(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     from perfsuite.worker.process import renew_forkserver
 
     monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.delenv(CPU_ADAM_ENV, raising=False)
     renew_forkserver()
     yield
     renew_forkserver()  # the next test's workers get a forkserver of the environment they set
@@ -77,6 +89,8 @@ def test_a_worker_starts_with_what_its_session_preloaded_from_a_forkserver_boote
     """A worker has imported what the session named, no more. ``perfsuite ab`` boots both sides'
     forkservers before a round, so that no run shares the machine with an import: the boot must be
     over when start_forkserver returns, and the next worker must fork from that forkserver at once.
+    An offload case's CPU Adam is loaded there too (built first on a machine that has not), so that no
+    worker compiles it beside another's timed steps.
     The forkserver's objects are frozen, and the memory profile's search finds the same tensors."""
     import multiprocessing.forkserver
 
@@ -109,9 +123,12 @@ def test_a_worker_starts_with_what_its_session_preloaded_from_a_forkserver_boote
     ]
     assert not plain["cpu_info_known"]
     assert not plain["ops_probed"]
-    # What DeepSpeed asks about the machine was asked in the forkserver, once for every worker.
+    assert plain["ops_loaded"] == []
+    # What DeepSpeed asks about the machine was asked in the forkserver, once for every worker, and
+    # the offload case's CPU Adam loaded there.
     assert preloaded["cpu_info_known"]
     assert preloaded["ops_probed"]
+    assert preloaded["ops_loaded"] == ["cpu_adam"]
     assert "Setting accelerator to CPU" in preloaded["output"]  # DeepSpeed's import log: the case's, not the terminal's
     # What the forkserver made is frozen: a worker's search for live tensors lists only its own
     # objects and finds what it finds with every object listed, the preloaded bitsandbytes
@@ -133,7 +150,6 @@ def test_a_session_of_a_projects_own_models_leaves_transformers_model_classes_al
     import os
     from typing import Any, cast
 
-    from perfsuite.core.preloads import MODEL_CLASSES_ENV
     from perfsuite.worker.process import renew_forkserver, run_in_worker
 
     @dataclasses.dataclass

@@ -53,6 +53,58 @@ def test_a_gpu_case_repeats_on_the_same_forkserver(monkeypatch: pytest.MonkeyPat
     assert log == ["run"] * 4
 
 
+def test_under_xdist_a_timed_cpu_run_boots_its_forkserver_before_it_waits_for_the_machine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The boot (seconds of imports, and a first CPU Adam build) runs beside the other workers' tests
+    instead of holding them up; a retry's renewal with it, once. A run that is not timed, or on a GPU,
+    takes no turn of the machine and boots nothing ahead."""
+    import contextlib
+
+    cache, log = _logging_cache(monkeypatch)
+    cache.ahead = lambda renew: log.append("ahead, renewed" if renew else "ahead")
+
+    @contextlib.contextmanager
+    def alone() -> Any:
+        log.append("alone")
+        yield
+
+    cache.alone = alone
+    cache.get(SPEC, 2)
+    assert log == ["ahead", "alone", "run", "ahead, renewed", "alone", "run"]
+    log.clear()
+    cache.run(SPEC, fresh_layout=True, timed=False)
+    cache.run(CaseSpec(model="bert-base-uncased", strategy="vanilla", device="cuda"))
+    assert log == ["renew", "run", "alone", "run"]
+    log.clear()
+    cache.config.getoption = lambda *a: 1  # the up-front runs, one lane
+    cache.run_each_once([SPEC], lambda line: None)
+    assert log == ["ahead", "alone", "run"]
+
+
+def test_only_perfsuites_own_runner_has_its_forkserver_booted_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A conftest's ``pytest_perfsuite_run_case`` (a test project's fake one, a team's own) may start
+    no worker of ours: booting one for it would cost seconds for nothing."""
+    from perfsuite import plugin
+
+    booted: list[str] = []
+    process = importlib.import_module("perfsuite.worker.process")
+    monkeypatch.setattr(process, "renew_forkserver", lambda: booted.append("renew"))
+    monkeypatch.setattr(process, "start_forkserver", lambda: booted.append("boot"))
+
+    def config(*runners: Any) -> Any:
+        impls = [SimpleNamespace(function=runner) for runner in runners]
+        return SimpleNamespace(
+            hook=SimpleNamespace(pytest_perfsuite_run_case=SimpleNamespace(get_hookimpls=lambda: impls))
+        )
+
+    plugin._boot_ahead(config(plugin.pytest_perfsuite_run_case), False)
+    plugin._boot_ahead(config(plugin.pytest_perfsuite_run_case), True)
+    assert booted == ["boot", "renew", "boot"]
+    plugin._boot_ahead(config(plugin.pytest_perfsuite_run_case, lambda **kw: None), True)
+    assert booted == ["boot", "renew", "boot"]
+
+
 def test_cpu_cases_are_measured_two_at_a_time_and_multi_rank_ones_alone() -> None:
     """Before the tests, one-process CPU cases run side by side, a core each; a case on two ranks, which
     takes both cores, runs after them, alone. Every run is kept, each reported once."""

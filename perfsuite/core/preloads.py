@@ -24,6 +24,11 @@ MODEL_CLASSES_ENV = "PERFSUITE_PRELOAD_MODEL_CLASSES"
 """``0`` when none of the session's cases builds a transformers model (a project's own models
 only): its forkserver then leaves transformers' model classes unresolved, 1.4 s of its 2.8 s boot
 on a 2-core CPU, which a refresh pays once per repeat."""
+CPU_ADAM_ENV = "PERFSUITE_PRELOAD_CPU_ADAM"
+"""``1`` when a case offloads its optimizer, which DeepSpeed then builds as its CPU Adam: the
+forkserver loads that op (:func:`perfsuite.worker.engines.deepspeed.load_cpu_adam`), compiling it
+first on a machine that has not (30 s on a 2-core CPU), so that no case compiles it beside
+another's timed steps and every worker starts with it loaded."""
 
 CUDA_AT_IMPORT = frozenset(
     {
@@ -66,4 +71,6 @@ def preload_for(specs: Iterable[CaseSpec]) -> tuple[str, ...]:
     os.environ[ENV] = ",".join(names)
     transformers = not specs or any(spec.model_spec.factory is None for spec in specs)
     os.environ[MODEL_CLASSES_ENV] = "1" if transformers else "0"
+    offload = any(spec.strategy_spec.offload_optimizer for spec in specs)
+    os.environ[CPU_ADAM_ENV] = "1" if offload else "0"
     return names

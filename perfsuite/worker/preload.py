@@ -16,7 +16,7 @@ import importlib
 import os
 import warnings
 
-from perfsuite.core.preloads import CUDA_AT_IMPORT, ENV, MODEL_CLASSES_ENV
+from perfsuite.core.preloads import CPU_ADAM_ENV, CUDA_AT_IMPORT, ENV, MODEL_CLASSES_ENV
 from perfsuite.worker.capture import captured_output
 
 
@@ -72,7 +72,9 @@ with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
     with captured_output() as _printed:
         PRELOADED = import_extras(os.environ.get(ENV, "").split(","), gpu=perfsuite.worker.device.cuda_built())
         if "deepspeed" in PRELOADED:
-            from perfsuite.worker.engines.deepspeed import deepspeed_asks_once
+            from perfsuite.worker.engines.deepspeed import deepspeed_asks_once, load_cpu_adam
 
             deepspeed_asks_once(now=True)
+            if os.environ.get(CPU_ADAM_ENV) == "1":
+                load_cpu_adam()
     IMPORT_OUTPUT = _printed["output"]

@@ -3,7 +3,8 @@ what it asks about the machine (once), and where its engine keeps parameters and
 
 Both engines hand :func:`deepspeed_setup`'s config to accelerate (the loop) or the Trainer, read
 :func:`deepspeed_state` as their evidence and end with :func:`end_process_group`; the forkserver asks what
-DeepSpeed asks about the machine before it forks (:func:`deepspeed_asks_once`), and a rank launcher
+DeepSpeed asks about the machine, and loads its CPU Adam, before it forks (:func:`deepspeed_asks_once`,
+:func:`load_cpu_adam`), and a rank launcher
 skips the op a world of one never uses (:func:`skip_shm_comm_build`). DeepSpeed itself is imported
 only inside the functions that use it.
 """
@@ -115,6 +116,20 @@ def deepspeed_asks_once(*, now: bool = False) -> None:
             import deepspeed.ops
 
             deepspeed.ops.__compatible_ops__  # noqa: B018  # probed on first access, kept in the module
+
+
+def load_cpu_adam() -> None:
+    """Load DeepSpeed's CPU Adam op, compiling it first where this machine has not (a JIT build, 30 s
+    on a 2-core CPU). The forkserver of a session with an offload case calls it, so that the build
+    never runs beside a case's timed steps, and every worker forked after it has the op loaded
+    (DeepSpeed keeps a process's loaded ops; 0.4 s a worker otherwise). Where it cannot be built, each
+    offload case fails on its own, saying why, as it would without this."""
+    try:
+        from deepspeed.ops.op_builder import CPUAdamBuilder
+
+        CPUAdamBuilder().load()
+    except Exception:  # noqa: BLE001, S110  # the case's own load raises it again, in its record
+        pass
 
 
 def skip_shm_comm_build() -> None:
