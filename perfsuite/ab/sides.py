@@ -75,10 +75,12 @@ class Side:
         names = [Requirement(pin).name for pin in env.pins]
         try:
             self.probe: dict[str, Any] = self._ask({"op": "probe", "names": names})["probe"]
+            self.extensions = extensions_dir(self.probe["libraries"])
+            # Before its forkserver boots, which builds and loads CPU Adam there for every worker.
+            self._ask({"op": "environ", "env": {"TORCH_EXTENSIONS_DIR": self.extensions}})
         except EnvError:
             self.close()
             raise
-        self.extensions = extensions_dir(self.probe["libraries"])
 
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None
@@ -132,8 +134,7 @@ class Side:
     def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> CaseRecord:
         """One run of a case (a :class:`CaseSpec`'s fields) in a fresh worker; ``env`` is set in that worker.
         Its record comes back as JSON from the side's environment and is checked and typed here, once."""
-        env = {"TORCH_EXTENSIONS_DIR": self.extensions, **(env or {})}
-        answer = self._ask({"op": "run", "spec": spec, "timeout_s": timeout_s, "env": env})
+        answer = self._ask({"op": "run", "spec": spec, "timeout_s": timeout_s, "env": env or {}})
         try:
             return CaseRecord.from_json(answer.get("record"), f"{self.name} ({self.env.label}): its record")
         except ValueError as exc:  # a side that answers what no perfsuite writes: the side's fault, as a dead one's
@@ -142,7 +143,7 @@ class Side:
     def explain(self, spec: dict[str, Any], ask: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """An explanation run of a case (:mod:`perfsuite.worker.explain`; ``ask``: an ``ExplainAsk``'s JSON)."""
         request = {"op": "explain", "spec": spec, "ask": ask, "timeout_s": timeout_s}
-        record: dict[str, Any] = self._ask({**request, "env": {"TORCH_EXTENSIONS_DIR": self.extensions}})["record"]
+        record: dict[str, Any] = self._ask(request)["record"]
         return record
 
     def close(self) -> None:

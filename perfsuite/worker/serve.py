@@ -8,6 +8,9 @@ line on its protocol stream (the original stdout; anything else printed goes to 
 - ``{"op": "probe", "names": [...]}``: this environment as its workers see it: the interpreter, and per
   library its version and the file it imports from, so an overlay that did not take is
   caught before anything is compared;
+- ``{"op": "environ", "env": {...}}``: set in this process, before its forkserver boots, so that the
+  forkserver and every worker have it: the side's torch extensions directory, where the forkserver
+  builds and loads DeepSpeed's CPU Adam (:func:`perfsuite.worker.engines.deepspeed.load_cpu_adam`);
 - ``{"op": "run", "spec": {...CaseSpec fields}, "timeout_s": T, "env": {...}}``: the case's record
   (:func:`perfsuite.worker.process.run_isolated`; a crash or hang is a failed record); the names
   resolve against perfsuite's registry and the declarations of the project around the working
@@ -93,6 +96,9 @@ def project_code() -> dict[str, Any]:
 def _answer(request: dict[str, Any]) -> dict[str, Any]:
     if request.get("op") == "probe":
         return {"ok": True, "probe": {**probe(request.get("names", ())), "project": project_code()}}
+    if request.get("op") == "environ":
+        os.environ.update({str(k): str(v) for k, v in dict(request["env"]).items()})
+        return {"ok": True}
     if request.get("op") == "reset":
         from perfsuite.worker.process import renew_forkserver, start_forkserver
 
