@@ -222,17 +222,18 @@ def pytest_perfsuite_run_case(
     return run_isolated(spec, timeout_s=timeout_s, env=env)
 
 
-def _boot_ahead(config: pytest.Config, renew: bool) -> None:
+def _boot_ahead(config: pytest.Config, renew: bool) -> bool:
     """Boot this process's forkserver (renewed first with ``renew``), unless a conftest's
-    ``pytest_perfsuite_run_case`` serves too: its runs may start no worker of ours."""
+    ``pytest_perfsuite_run_case`` serves too: its runs may start no worker of ours (``False``)."""
     runners = config.hook.pytest_perfsuite_run_case.get_hookimpls()
     if any(impl.function is not pytest_perfsuite_run_case for impl in runners):
-        return
+        return False
     from perfsuite.worker.process import renew_forkserver, start_forkserver
 
     if renew:
         renew_forkserver()
     start_forkserver()
+    return True
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

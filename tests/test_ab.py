@@ -282,35 +282,45 @@ def test_a_cpu_adam_build_per_deepspeed_and_torch_version_and_install() -> None:
     assert "deepspeed0.19.8-torch2.13.0+cpu-" in here
 
 
+@pytest.mark.parametrize("server", ["current", "older"])
 def test_a_sides_server_builds_and_loads_cpu_adam_in_that_sides_own_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: str
 ) -> None:
     """A side's forkserver loads CPU Adam for its workers, so the side's directory is set in its server
     before anything boots a forkserver there, not only in each worker: built in the caller's
-    directory, two sides of different torch installs would rebuild it over each other."""
+    directory, two sides of different torch installs would rebuild it over each other. A side whose
+    perfsuite predates that request (a venv of its own) still runs, its workers told the directory."""
     from perfsuite.ab.envs import Env
     from perfsuite.ab.sides import Side
     from perfsuite.worker import serve
 
     requests = tmp_path / "requests.jsonl"
-    server = tmp_path / "server.py"  # answers what a side's server answers, and keeps what it was asked
-    server.write_text(
-        "import json, sys\n"
+    script = tmp_path / "server.py"  # answers what a side's server answers, and keeps what it was asked
+    script.write_text(
+        "import json, os, sys\n"
         "for line in sys.stdin:\n"
-        f"    open({str(requests)!r}, 'a').write(line)\n"
-        "    if json.loads(line)['op'] == 'exit':\n"
+        "    asked = json.loads(line)\n"
+        f"    open({str(requests)!r}, 'a').write(json.dumps({{**asked, 'seen': os.environ.get('SEEN')}}) + '\\n')\n"
+        "    if asked['op'] == 'exit':\n"
         "        break\n"
         "    probe = {'libraries': {'torch': {'version': '2.13.0', 'file': '/t'}, 'deepspeed': None}}\n"
-        "    print(json.dumps({'ok': True, 'probe': probe}), flush=True)\n"
+        "    record = {'model': 'tiny-bert', 'strategy': 'vanilla', 'status': 'ok'}\n"
+        "    answer = {'ok': True, 'probe': probe, 'record': record}\n"
+        f"    if asked['op'] == 'environ' and {server == 'older'}:\n"
+        "        answer = {'ok': False, 'error': 'unknown request ' + repr(asked['op'])}\n"
+        "    print(json.dumps(answer), flush=True)\n"
     )
     python = tmp_path / "python"
-    python.write_text(f"#!/bin/sh\nexec {sys.executable} {server}\n")
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")
     python.chmod(0o755)
-    side = Side("base", Env(label="fake", python=str(python)))
+    side = Side("base", Env(label="fake", python=str(python)), server_env={"SEEN": "this side's"})
+    assert side.run({"model": "tiny-bert", "strategy": "vanilla"}, 60.0).ok
     side.close()
     asked = [json.loads(line) for line in requests.read_text().splitlines()]
-    assert [a["op"] for a in asked[:2]] == ["probe", "environ"]
+    assert [a["op"] for a in asked] == ["probe", "environ", "run", "exit"]
+    assert asked[0]["seen"] == "this side's"  # the server's environment, from the start
     assert asked[1]["env"] == {"TORCH_EXTENSIONS_DIR": side.extensions}
+    assert asked[2]["env"] == {"TORCH_EXTENSIONS_DIR": side.extensions}
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "elsewhere")  # restored after
-    assert serve._answer(asked[1]) == {"ok": True}
+    assert serve._answer({k: v for k, v in asked[1].items() if k != "seen"}) == {"ok": True}
     assert os.environ["TORCH_EXTENSIONS_DIR"] == side.extensions  # what its forkserver then inherits

@@ -98,10 +98,12 @@ def test_the_same_versions_explain_from_one_run_of_this_stack(monkeypatch: pytes
 def test_other_versions_rebuild_the_baseline_s_stack_beside_this_one(monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[str] = []
     closed: list[str] = []
+    preloads: list[dict[str, str]] = []
 
     class FakeSide:
-        def __init__(self, name: str, env: str) -> None:
+        def __init__(self, name: str, env: str, server_env: dict[str, str]) -> None:
             self.name, self.env = name, env
+            preloads.append(server_env)
 
         def explain(self, spec: dict[str, Any], ask: dict[str, Any], timeout_s: float) -> dict[str, Any]:
             tensors = (CACHE,) if self.env == "current" else ()
@@ -123,6 +125,11 @@ def test_other_versions_rebuild_the_baseline_s_stack_beside_this_one(monkeypatch
     lines = explaining.explain_failure(explaining.Failure(SPEC, BASELINE, RECORD, CHECKS, Tolerance()), timeout_s=60)
     assert made == ["accelerate==1.10.0", "current"]
     assert closed == ["accelerate==1.10.0", "current"]
+    # Each side's forkserver preloads what this case needs, not what the whole session's cases do
+    # (a session with an offload case would have a rebuilt stack compile DeepSpeed's CPU Adam).
+    from perfsuite.core.preloads import CPU_ADAM_ENV, ENV
+
+    assert [(p[ENV], p[CPU_ADAM_ENV]) for p in preloads] == [("", "0"), ("", "0")]
     assert lines[0] == "explain: against the baseline's stack rebuilt (accelerate==1.10.0), run beside this one:"
     assert any(
         line.startswith("memory: buffers +50.00 MiB = 13.1 M elements × 4 B (float32): new buffer injected_cache")

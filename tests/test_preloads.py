@@ -10,7 +10,15 @@ import fault_cases
 import pytest
 
 from perfsuite.core.engines import OWN_ENGINES
-from perfsuite.core.preloads import CPU_ADAM_ENV, CUDA_AT_IMPORT, ENV, MODEL_CLASSES_ENV, preload_for, preload_modules
+from perfsuite.core.preloads import (
+    CPU_ADAM_ENV,
+    CUDA_AT_IMPORT,
+    ENV,
+    MODEL_CLASSES_ENV,
+    preload_environ,
+    preload_for,
+    preload_modules,
+)
 from perfsuite.core.spec import CaseSpec
 
 TRAINER_MODULE = OWN_ENGINES["trainer"].module
@@ -29,6 +37,29 @@ def test_only_a_session_with_an_optimizer_offloaded_loads_deepspeeds_cpu_adam(mo
     for strategies, loads in sessions:
         preload_for([_spec(s) for s in strategies])
         assert os.environ[CPU_ADAM_ENV] == loads, strategies
+    assert preload_environ([_spec("vanilla")])[CPU_ADAM_ENV] == "0"
+    assert os.environ[CPU_ADAM_ENV] == "1"  # for a side's server (perfsuite.ab.sides), not this process
+
+
+@pytest.mark.deepspeed
+def test_a_forkserver_leaves_cpu_adam_to_the_cases_where_a_build_lock_is_left(tmp_path: Path) -> None:
+    """torch waits for ever on a build's lock: one left by a build killed half-way (Ctrl-C in the first
+    build on a machine) would hang the forkserver, and every case behind it, where a case waits
+    within its time limit."""
+    import subprocess
+    import sys
+
+    (tmp_path / "cpu_adam").mkdir()
+    (tmp_path / "cpu_adam" / "lock").touch()
+    code = (
+        "from perfsuite.worker.engines.deepspeed import load_cpu_adam; load_cpu_adam(); "
+        "from deepspeed.ops.op_builder.builder import OpBuilder; print(sorted(OpBuilder._loaded_ops))"
+    )
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), "DS_ACCELERATOR": "cpu"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
+    assert not (tmp_path / "cpu_adam" / "cpu_adam.so").exists()
 
 
 def test_each_case_names_what_it_imports_beyond_the_base_set() -> None:
@@ -76,8 +107,8 @@ def test_the_forkserver_asks_cuda_nothing() -> None:
 def fresh_forkserver(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     from perfsuite.worker.process import renew_forkserver
 
-    monkeypatch.delenv(ENV, raising=False)
-    monkeypatch.delenv(CPU_ADAM_ENV, raising=False)
+    for name in (ENV, CPU_ADAM_ENV):  # none preloaded; restored after, whatever the test sets
+        monkeypatch.setenv(name, "")
     renew_forkserver()
     yield
     renew_forkserver()  # the next test's workers get a forkserver of the environment they set

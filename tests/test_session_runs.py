@@ -62,7 +62,12 @@ def test_under_xdist_a_timed_cpu_run_boots_its_forkserver_before_it_waits_for_th
     import contextlib
 
     cache, log = _logging_cache(monkeypatch)
-    cache.ahead = lambda renew: log.append("ahead, renewed" if renew else "ahead")
+
+    def ahead(renew: bool) -> bool:
+        log.append("ahead, renewed" if renew else "ahead")
+        return True
+
+    cache.ahead = ahead
 
     @contextlib.contextmanager
     def alone() -> Any:
@@ -80,6 +85,10 @@ def test_under_xdist_a_timed_cpu_run_boots_its_forkserver_before_it_waits_for_th
     cache.config.getoption = lambda *a: 1  # the up-front runs, one lane
     cache.run_each_once([SPEC], lambda line: None)
     assert log == ["ahead", "alone", "run"]
+    log.clear()
+    cache.ahead = lambda renew: False  # a conftest's runner: nothing booted, so the run renews itself
+    cache.run(SPEC, fresh_layout=True)
+    assert log == ["alone", "renew", "run"]
 
 
 def test_only_perfsuites_own_runner_has_its_forkserver_booted_ahead(monkeypatch: pytest.MonkeyPatch) -> None:

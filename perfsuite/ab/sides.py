@@ -9,7 +9,7 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from packaging.requirements import Requirement
@@ -54,12 +54,16 @@ class Side:
     """One long-lived server per side; both sides' cases cost the same start-up.
 
     ``cores``: where the server, its forkserver and its workers run (a lane's cores,
-    :mod:`perfsuite.ab.lanes`); by default wherever this process may."""
+    :mod:`perfsuite.ab.lanes`); by default wherever this process may. ``server_env``: the
+    server's environment over this process's (what its forkserver preloads, where this process's
+    settings are not for the side's cases)."""
 
-    def __init__(self, name: str, env: Env, cores: Sequence[int] = ()) -> None:
+    def __init__(
+        self, name: str, env: Env, cores: Sequence[int] = (), server_env: Mapping[str, str] | None = None
+    ) -> None:
         self.name = name
         self.env = env
-        environ = dict(os.environ)
+        environ = {**os.environ, **(server_env or {})}
         if env.path:
             environ["PYTHONPATH"] = os.pathsep.join([*env.path, *filter(None, [environ.get("PYTHONPATH")])])
         with _on_cores(cores):
@@ -76,13 +80,15 @@ class Side:
         try:
             self.probe: dict[str, Any] = self._ask({"op": "probe", "names": names})["probe"]
             self.extensions = extensions_dir(self.probe["libraries"])
-            # Before its forkserver boots, which builds and loads CPU Adam there for every worker.
-            self._ask({"op": "environ", "env": {"TORCH_EXTENSIONS_DIR": self.extensions}})
+            # Before its forkserver boots, which builds and loads CPU Adam there for every worker. A
+            # perfsuite too old to take it (a venv of its own) still sets it in each worker, below.
+            told = {"TORCH_EXTENSIONS_DIR": self.extensions}
+            self._ask({"op": "environ", "env": told}, unknown_ok=True)
         except EnvError:
             self.close()
             raise
 
-    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _ask(self, request: dict[str, Any], *, unknown_ok: bool = False) -> dict[str, Any]:
         assert self.proc.stdin is not None
         assert self.proc.stdout is not None
         try:
@@ -98,7 +104,7 @@ class Side:
                 f"does `{self.env.python} -c 'import perfsuite.worker.serve'` work?"
             )
         answer: dict[str, Any] = json.loads(line)
-        if not answer.get("ok"):
+        if not answer.get("ok") and not (unknown_ok and str(answer.get("error", "")).startswith("unknown request")):
             raise EnvError(f"{self.name} ({self.env.label}): {answer.get('error')}")
         return answer
 
@@ -134,7 +140,8 @@ class Side:
     def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> CaseRecord:
         """One run of a case (a :class:`CaseSpec`'s fields) in a fresh worker; ``env`` is set in that worker.
         Its record comes back as JSON from the side's environment and is checked and typed here, once."""
-        answer = self._ask({"op": "run", "spec": spec, "timeout_s": timeout_s, "env": env or {}})
+        env = {"TORCH_EXTENSIONS_DIR": self.extensions, **(env or {})}
+        answer = self._ask({"op": "run", "spec": spec, "timeout_s": timeout_s, "env": env})
         try:
             return CaseRecord.from_json(answer.get("record"), f"{self.name} ({self.env.label}): its record")
         except ValueError as exc:  # a side that answers what no perfsuite writes: the side's fault, as a dead one's
@@ -143,7 +150,7 @@ class Side:
     def explain(self, spec: dict[str, Any], ask: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """An explanation run of a case (:mod:`perfsuite.worker.explain`; ``ask``: an ``ExplainAsk``'s JSON)."""
         request = {"op": "explain", "spec": spec, "ask": ask, "timeout_s": timeout_s}
-        record: dict[str, Any] = self._ask(request)["record"]
+        record: dict[str, Any] = self._ask({**request, "env": {"TORCH_EXTENSIONS_DIR": self.extensions}})["record"]
         return record
 
     def close(self) -> None:

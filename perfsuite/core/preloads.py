@@ -25,10 +25,11 @@ MODEL_CLASSES_ENV = "PERFSUITE_PRELOAD_MODEL_CLASSES"
 only): its forkserver then leaves transformers' model classes unresolved, 1.4 s of its 2.8 s boot
 on a 2-core CPU, which a refresh pays once per repeat."""
 CPU_ADAM_ENV = "PERFSUITE_PRELOAD_CPU_ADAM"
-"""``1`` when a case offloads its optimizer, which DeepSpeed then builds as its CPU Adam: the
-forkserver loads that op (:func:`perfsuite.worker.engines.deepspeed.load_cpu_adam`), compiling it
-first on a machine that has not (30 s on a 2-core CPU), so that no case compiles it beside
-another's timed steps and every worker starts with it loaded."""
+"""``1`` when a case offloads its optimizer, which DeepSpeed then builds as its CPU Adam: a
+forkserver that preloads DeepSpeed (with a CPU build of torch, :data:`CUDA_AT_IMPORT`) loads
+that op (:func:`perfsuite.worker.engines.deepspeed.load_cpu_adam`), compiling it first on a
+machine that has not (30 s on a 2-core CPU), so that no case compiles it beside another's timed
+steps and every worker starts with it loaded."""
 
 CUDA_AT_IMPORT = frozenset(
     {
@@ -62,15 +63,22 @@ def preload_modules(specs: Iterable[CaseSpec]) -> tuple[str, ...]:
     return tuple(sorted(set(names)))
 
 
+def preload_environ(specs: Iterable[CaseSpec]) -> dict[str, str]:
+    """The variables that have a forkserver preload what ``specs`` need."""
+    specs = list(specs)
+    transformers = not specs or any(spec.model_spec.factory is None for spec in specs)
+    offload = any(spec.strategy_spec.offload_optimizer for spec in specs)
+    return {
+        ENV: ",".join(preload_modules(specs)),
+        MODEL_CLASSES_ENV: "1" if transformers else "0",
+        CPU_ADAM_ENV: "1" if offload else "0",
+    }
+
+
 def preload_for(specs: Iterable[CaseSpec]) -> tuple[str, ...]:
     """Have the forkservers started from now on (this process's, and those of processes it
     starts) import what ``specs`` need; returns those names. A forkserver already running keeps
     what it has: a worker imports whatever else its case needs itself."""
-    specs = list(specs)
-    names = preload_modules(specs)
-    os.environ[ENV] = ",".join(names)
-    transformers = not specs or any(spec.model_spec.factory is None for spec in specs)
-    os.environ[MODEL_CLASSES_ENV] = "1" if transformers else "0"
-    offload = any(spec.strategy_spec.offload_optimizer for spec in specs)
-    os.environ[CPU_ADAM_ENV] = "1" if offload else "0"
-    return names
+    environ = preload_environ(specs)
+    os.environ.update(environ)
+    return tuple(filter(None, environ[ENV].split(",")))

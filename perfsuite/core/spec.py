@@ -32,9 +32,9 @@ TIER_THREADS = 1
 
 # CPU runs the tiny models briefly; a GPU the full-size ones longer.
 DEFAULTS = {
-    # A fresh machine JIT-compiles DeepSpeedCPUAdam in the forkserver of a session with an offload
-    # case (30 s on 2 cores; perfsuite.worker.engines.deepspeed.load_cpu_adam; .ci/run compiles it
-    # before the tests).
+    # A fresh machine JIT-compiles DeepSpeedCPUAdam: with a CPU build of torch in the forkserver of a
+    # session with an offload case (30 s on 2 cores; perfsuite.worker.engines.deepspeed.load_cpu_adam),
+    # with a CUDA build in the case's worker; .ci/run compiles it before the tests.
     # 12 timed steps: single steps spike on a shared machine, and the median of 12
     # calibrated steps moved 3% between repeats where 8 moved up to 10% (measured).
     # A CPU's layout moves a case's step time by a few percent the same way in every run forked

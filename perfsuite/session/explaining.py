@@ -99,12 +99,14 @@ def _against_reference(failure: Failure, pins: Sequence[str], timeout_s: float) 
     from perfsuite.ab.explain import explain_case
     from perfsuite.ab.rounds import CaseResult
     from perfsuite.ab.sides import Side
+    from perfsuite.core.preloads import preload_environ
 
     rebuilt = ", ".join(pins)
     sides: list[Side] = []
     try:
         for name, env in ((f"the baseline's stack ({rebuilt})", rebuilt), ("this stack", "current")):
-            sides.append(Side(name, make_env(env, name="base" if env != "current" else "candidate")))
+            made = make_env(env, name="base" if env != "current" else "candidate")
+            sides.append(Side(name, made, server_env=preload_environ([failure.spec])))  # not the session's
         memory = failure.baseline.get("memory") or {}
         result = CaseResult(
             case=failure.spec.id,

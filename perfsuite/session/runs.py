@@ -33,11 +33,12 @@ class RunCache:
         run in other processes, a turn of :class:`perfsuite.session.parallel.MachineLock`."""
         self.beside_others = False
         """Whether a run that is not timed runs beside other tests (under pytest-xdist)."""
-        self.ahead: Callable[[bool], None] | None = None
+        self.ahead: Callable[[bool], bool] | None = None
         """Called before a timed CPU run waits for the machine, with whether to renew the forkserver
         first: under pytest-xdist, where perfsuite's own runner serves, it boots the forkserver there,
         so that its imports (and a first offload case's CPU Adam build) run beside other tests
-        instead of holding them up."""
+        instead of holding them up. ``False`` where it booted nothing (a conftest's runner): a
+        renewal is then left to the run."""
         self._beside: set[CaseSpec] = set()
         self.first: Callable[[], None] | None = None
         """What runs before this session's first run (under pytest-xdist, the CPU cases measured
@@ -67,8 +68,8 @@ class RunCache:
         """One more run of ``spec``, not cached; a ``timed`` one has the machine alone (:attr:`alone`)."""
         self._start()
         if timed and spec.device == "cpu" and self.ahead is not None:
-            self.ahead(fresh_layout and DEFAULTS["cpu"].fresh_layout)
-            fresh_layout = False  # renewed already
+            if self.ahead(fresh_layout and DEFAULTS["cpu"].fresh_layout):
+                fresh_layout = False  # renewed already
         with self.alone() if timed else contextlib.nullcontext():
             return self._run(spec, env, fresh_layout=fresh_layout)
 

@@ -16,6 +16,7 @@ import functools
 import os
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -123,11 +124,19 @@ def load_cpu_adam() -> None:
     on a 2-core CPU). The forkserver of a session with an offload case calls it, so that the build
     never runs beside a case's timed steps, and every worker forked after it has the op loaded
     (DeepSpeed keeps a process's loaded ops; 0.4 s a worker otherwise). Where it cannot be built, each
-    offload case fails on its own, saying why, as it would without this."""
+    offload case fails on its own, saying why, as it would without this.
+
+    Left to the cases, as before, where torch's build lock is there: a build under way in another
+    process, or one killed half-way, whose lock torch would wait on for ever. A case waits within
+    its own time limit, and says so in its record; a forkserver would hang every case behind it."""
     try:
         from deepspeed.ops.op_builder import CPUAdamBuilder
+        from torch.utils.cpp_extension import _get_build_directory
 
-        CPUAdamBuilder().load()
+        builder = CPUAdamBuilder()
+        if (Path(_get_build_directory(builder.name, False)) / "lock").exists():
+            return
+        builder.load()
     except Exception:  # noqa: BLE001, S110  # the case's own load raises it again, in its record
         pass
 
