@@ -228,11 +228,14 @@ def _boot_ahead(config: pytest.Config, renew: bool) -> bool:
     runners = config.hook.pytest_perfsuite_run_case.get_hookimpls()
     if any(impl.function is not pytest_perfsuite_run_case for impl in runners):
         return False
-    from perfsuite.worker.process import renew_forkserver, start_forkserver
+    from perfsuite.worker.process import ForkserverHung, renew_forkserver, start_forkserver
 
     if renew:
         renew_forkserver()
-    start_forkserver()
+    try:
+        start_forkserver()
+    except ForkserverHung:  # each run tries again, failing its case within its limit, saying why
+        return False
     return True
 
 

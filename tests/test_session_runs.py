@@ -107,11 +107,17 @@ def test_only_perfsuites_own_runner_has_its_forkserver_booted_ahead(monkeypatch:
             hook=SimpleNamespace(pytest_perfsuite_run_case=SimpleNamespace(get_hookimpls=lambda: impls))
         )
 
-    plugin._boot_ahead(config(plugin.pytest_perfsuite_run_case), False)
-    plugin._boot_ahead(config(plugin.pytest_perfsuite_run_case), True)
+    assert plugin._boot_ahead(config(plugin.pytest_perfsuite_run_case), False)
+    assert plugin._boot_ahead(config(plugin.pytest_perfsuite_run_case), True)
     assert booted == ["boot", "renew", "boot"]
-    plugin._boot_ahead(config(plugin.pytest_perfsuite_run_case, lambda **kw: None), True)
+    assert not plugin._boot_ahead(config(plugin.pytest_perfsuite_run_case, lambda **kw: None), True)
     assert booted == ["boot", "renew", "boot"]
+
+    def hangs() -> None:
+        raise process.ForkserverHung("its imports hang")
+
+    monkeypatch.setattr(process, "start_forkserver", hangs)  # each run then fails its case, saying so
+    assert not plugin._boot_ahead(config(plugin.pytest_perfsuite_run_case), False)
 
 
 def test_cpu_cases_are_measured_two_at_a_time_and_multi_rank_ones_alone() -> None:

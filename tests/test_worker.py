@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import fault_cases
 import pytest
@@ -47,6 +48,30 @@ def test_crash_hang_and_oom_fail_their_case_and_the_run_continues() -> None:
     assert (records[3].error or "").startswith("out of memory: CUDA out of memory")
     assert all(r.model == "tiny-bert" and r.strategy == "vanilla" for r in records)
     assert time.monotonic() - started < 30  # the hang was cut at its timeout
+
+
+def test_a_forkserver_whose_imports_hang_fails_the_case_at_its_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker starts once its forkserver has imported everything; an import or a CPU Adam build
+    that hangs there would hang the run with no word. The case's time limit covers its worker's start."""
+    from perfsuite.core.preloads import ENV
+    from perfsuite.worker.process import ForkserverHung, renew_forkserver, start_forkserver
+
+    monkeypatch.setenv(ENV, "hangs_at_import")
+    here = str(Path(fault_cases.__file__).parent)  # for the forkserver's own interpreter
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
+    renew_forkserver()
+    try:
+        started = time.monotonic()
+        record = run_isolated(SPEC, timeout_s=3, target=fault_cases.ok)
+        assert time.monotonic() - started < 15
+        assert record.status == "failed"
+        assert (record.error or "").startswith("the worker's forkserver did not finish its imports in 3 s")
+        with pytest.raises(ForkserverHung):
+            start_forkserver(limit_s=1)
+    finally:
+        monkeypatch.undo()
+        renew_forkserver()
+    assert run_isolated(SPEC, timeout_s=60, target=fault_cases.ok).status == "ok"  # a new forkserver
 
 
 def test_a_record_of_the_wrong_shape_fails_its_case_saying_which_value() -> None:

@@ -68,14 +68,54 @@ def _ready() -> None:
     """What :func:`start_forkserver` forks: nothing."""
 
 
-def start_forkserver() -> float:
+BOOT_LIMIT_S = 600.0
+"""The longest :func:`start_forkserver` waits for a forkserver's boot (a first CPU Adam build included)."""
+
+
+def start_forkserver(limit_s: float = BOOT_LIMIT_S) -> float:
     """Boot the forkserver now, and return once it has imported everything (seconds taken), so that
-    no case's run shares the machine with its imports. A worker started later forks at once."""
+    no case's run shares the machine with its imports. A worker started later forks at once.
+    Raises :class:`ForkserverHung` after ``limit_s``."""
     started = time.perf_counter()
     probe = _context().Process(target=_ready)
-    probe.start()  # answered only once the forkserver has finished its preloads
+    _start_within(probe, limit_s)  # answered only once the forkserver has finished its preloads
     probe.join()
     return time.perf_counter() - started
+
+
+class ForkserverHung(RuntimeError):
+    """The forkserver did not finish its imports in time: one of them, or a build, hangs."""
+
+
+def _start_within(proc: multiprocessing.process.BaseProcess, limit_s: float) -> None:
+    """``proc.start()``, which waits for the forkserver's preloads; past ``limit_s`` the forkserver is
+    killed (renewed for the next worker) and :class:`ForkserverHung` says so, instead of a wait for ever."""
+    done = threading.Event()
+
+    def stop() -> None:
+        pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+        if not done.is_set() and pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    watchdog = threading.Timer(limit_s, stop)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        proc.start()
+    except (EOFError, OSError) as exc:
+        if not watchdog.finished.is_set():
+            raise
+        renew_forkserver()
+        raise ForkserverHung(
+            f"the worker's forkserver did not finish its imports in {limit_s:g} s and was stopped "
+            f"(an import or DeepSpeed's CPU Adam build hangs; a build lock left by an interrupted one?)"
+        ) from exc
+    finally:
+        done.set()
+        watchdog.cancel()
 
 
 def stop_workers() -> None:
@@ -263,7 +303,14 @@ def _run(spec: CaseSpec, *, timeout_s: float, target: CaseFn | None, env: dict[s
     with _RUNNING_LOCK:
         _RUNNING.add(proc)
         stops = _STOPS
-    proc.start()
+    try:
+        _start_within(proc, timeout_s)  # the case's limit covers its worker's start
+    except ForkserverHung as exc:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
+        receiver.close()
+        sender.close()
+        return _Ran("timeout", str(exc), None, time.monotonic() - launched, {})
     sender.close()
     with _RUNNING_LOCK:
         stopped_while_starting = _STOPS != stops
