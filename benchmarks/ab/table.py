@@ -18,9 +18,13 @@ where the case stood last.
 from __future__ import annotations
 
 import json
+import math
 import re
+import statistics
 import sys
 from pathlib import Path
+
+from resample import robust_sd  # this directory's
 
 ORDER = (
     "uniform-5",
@@ -39,8 +43,11 @@ ORDER = (
 
 def cell(case: dict) -> str:
     t = case.get("time")
-    if case.get("error") or not t:
-        return case.get("error") or "—"
+    if case.get("error"):
+        return case["error"]
+    if not t:  # stopped before its first look: the pairs' median so far
+        ratios = case.get("ratios") or []
+        return f"(interrupted) {statistics.median(ratios):.3f} before the first look, {len(ratios)}" if ratios else "—"
     low = "0" if not t["low"] else f"{t['low']:.3f}"
     high = "∞" if t["high"] is None else f"{t['high']:.3f}"
     verdict = f"**{t['verdict']}**" if t["verdict"] in ("slower", "faster") else t["verdict"]
@@ -107,8 +114,13 @@ def main(directory: Path) -> None:
     for name, payload in runs.items():
         counts = ", ".join(f"{n} {v}" for v, n in payload["verdicts"].items() if n)
         pairs = sum(len(c["ratios"]) for c in payload["cases"])
+        sds = sorted(
+            100 * robust_sd([math.log(r) for r in c["ratios"]]) for c in payload["cases"] if len(c["ratios"]) >= 5
+        )
+        spread = f"; a case's robust sd {statistics.median(sds):.1f}% ({sds[0]:.1f}-{sds[-1]:.1f}%)" if sds else ""
         print(
             f"{name}: {counts}; {pairs} pairs in {payload['wall_s']:.0f} s ({payload['wall_s'] / pairs:.1f} s a pair)"
+            + spread
         )
 
 

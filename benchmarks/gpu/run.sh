@@ -22,6 +22,9 @@
 #   ab [PAIRS [MAX]]  an A/A perfsuite ab of bert-base-uncased vanilla, fp16 and grad_ckpt
 #   inject [PAIRS [MAX]]  perfsuite ab of bert-base-uncased vanilla and grad_ckpt with a 5% slowdown injected
 #                     into the candidate (benchmarks/ab/slow-python against control-python)
+#   jobs K [aa|inject]  perfsuite ab on the host's CPU with K duet lanes (--jobs K), over the CPU quick set
+#                     (tiny-bert's 10 cases): an A/A, then a 5% slowdown injected (or only the one named), each
+#                     stopped at $AB_LIMIT_S seconds (default 270); their table in $OUT/ab-jobs-K/table.md
 #   cuda-imports      what each module a GPU forkserver leaves to its workers asks of CUDA at import, with
 #                     torch's NVML-based check and with its default (benchmarks/gpu/cuda_imports.py)
 #   xlmr [SEQ]        the XLM-R base/large table of "Training large model with your GPU": vanilla, fp16, fp16+grad_ckpt at batch 8, SEQ tokens
@@ -113,6 +116,21 @@ case "$stage" in
             --candidate benchmarks/ab/slow-python --device cuda --models bert-base-uncased \
             --strategies vanilla,grad_ckpt --pairs "${1:-8}" --max-pairs "${2:-30}" --json "$OUT/inject.json" 2>&1 |
             tee "$OUT/inject.log" || rc=$?
+        ;;
+    jobs)
+        # The same limit for each K: K lanes buy more cases decided and more pairs in it; at what spread, the table says.
+        jobs=${1:?usage: run.sh jobs K [aa|inject]}
+        case "${2:-}" in "" | aa | inject) ;; *) echo "usage: run.sh jobs K [aa|inject]" >&2 && exit 2 ;; esac
+        dir="$OUT/ab-jobs-$jobs"
+        mkdir -p "$dir"
+        lanes() {  # lanes NAME BASE CANDIDATE
+            timed "jobs-$jobs-$1" timeout -s TERM "${AB_LIMIT_S:-270}" perfsuite ab --base "$2" --candidate "$3" \
+                --device cpu --jobs "$jobs" --json "$dir/$1.json" 2>&1 | tee "$dir/$1.log" || rc=$?
+        }
+        [ "${2:-aa}" = aa ] && lanes aa-1 current current
+        [ "${2:-inject}" = inject ] &&
+            PERFSUITE_SLOWDOWN=0.05 lanes uniform-5 benchmarks/ab/control-python benchmarks/ab/slow-python
+        python3 benchmarks/ab/table.py "$dir" 2>&1 | tee "$dir/table.md"
         ;;
     cuda-imports)
         timed cuda-imports python3 benchmarks/gpu/cuda_imports.py --json "$OUT/cuda-imports-nvml.json" 2>&1 |
