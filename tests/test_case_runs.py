@@ -97,6 +97,24 @@ def test_a_missing_package_skips_the_case_naming_the_install(monkeypatch: pytest
         run_case(CaseSpec(model="tiny-bert", strategy="adamw_8bit", device="cpu"))
 
 
+def test_a_case_that_needs_no_deepspeed_runs_where_deepspeed_is_not_installed() -> None:
+    """DeepSpeed is an extra (``perfsuite[deepspeed]``): without it, accelerate exports none of its
+    DeepSpeed names, and the loop engine must not ask for one a case does not use."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['deepspeed'] = None\n"  # what importlib and accelerate see without it
+        "from perfsuite.core.spec import CaseSpec\n"
+        "from perfsuite.worker.run import run_case\n"
+        "spec = CaseSpec(model='tiny-bert', strategy='vanilla', device='cpu', steps=2, warmup_steps=1, profile=False)\n"
+        "print(run_case(spec)['status'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "ok"
+
+
 def test_a_record_says_where_its_wall_time_went() -> None:
     from perfsuite.core.spec import PHASES
     from perfsuite.reports.walltime import wall_time_line

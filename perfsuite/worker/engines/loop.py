@@ -42,7 +42,7 @@ class LoopEngine:
 
     def __init__(self, case: OwnCase) -> None:
         from accelerate import Accelerator
-        from accelerate.utils import DeepSpeedPlugin, DummyOptim
+        from accelerate.utils import DeepSpeedPlugin
 
         from perfsuite.worker.data import RankShare, build_loader
 
@@ -108,6 +108,8 @@ class LoopEngine:
             # DTensors sharded across the ranks, before the optimizer sees them.
             model = shard_model(model, precision=strategy.precision)  # type: ignore[assignment]
         if strategy.uses_deepspeed and deepspeed_builds_optimizer(strategy):
+            from accelerate.utils import DummyOptim  # accelerate has it only where DeepSpeed is installed
+
             optimizer: Any = DummyOptim(model.parameters(), lr=lr)
         else:
             optimizer = optimizers.build_optimizer(strategy.optimizer, model, lr)
