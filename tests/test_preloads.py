@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -235,3 +236,108 @@ def test_the_cuda_import_probe_names_what_an_import_asks_of_cuda(
     assert exited.startswith("the probe exited 7:")
     assert "gone for good" in exited
     assert "library" not in exited  # what it said, not the loader's search
+
+
+def test_under_the_nvml_check_a_gpu_forkserver_imports_each_cuda_asking_module_whose_import_starts_no_cuda(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With PERFSUITE_PRELOAD_NVML=1 a CUDA build's forkserver tries the modules it would leave to
+    the workers, under torch's NVML check: each first in a child forked from it, and only those
+    whose import started no CUDA there in the forkserver itself; the variable is gone again for the
+    workers."""
+    from perfsuite.worker import device, preload
+
+    _modules(tmp_path, monkeypatch, "asks_cuda", "starts_cuda", "ends_the_process", "after_it")
+    monkeypatch.setattr(device, "cuda_started", lambda driver_before: FLAG if "starts_cuda" in sys.modules else None)
+    names = ["asks_cuda", "starts_cuda", "ends_the_process", "after_it", "lion_pytorch"]
+
+    assert preload.import_extras(names, gpu=True) == ["lion_pytorch"]
+    assert "asks_cuda" not in sys.modules  # left to the workers, as without the check
+    assert preload.import_extras(names, gpu=True, nvml=True) == ["lion_pytorch", "asks_cuda", "after_it"]
+    assert sys.modules["asks_cuda"].SEEN == "1"
+    assert "starts_cuda" not in sys.modules  # only its child imported it
+    assert preload.CUDA_STARTED is None
+    assert capsys.readouterr().out.splitlines() == [
+        f"perfsuite: starts_cuda left to each worker: imported in a child of the forkserver, {FLAG}",
+        "perfsuite: ends_the_process left to each worker: imported in a child of the forkserver, "
+        "it ended the child with status 3",
+    ]
+    assert "PYTORCH_NVML_BASED_CUDA_CHECK" not in os.environ
+
+
+def test_a_module_whose_import_starts_cuda_in_the_forkserver_alone_stops_its_preloads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the child's import started nothing and the forkserver's did all the same, the forkserver
+    imports no more and says which (its GPU cases then fail naming it)."""
+    from perfsuite.worker import device, preload
+
+    _modules(tmp_path, monkeypatch, "starts_late", "after_it")
+    here = os.getpid()
+    started = lambda driver_before: FLAG if "starts_late" in sys.modules and os.getpid() == here else None  # noqa: E731
+    monkeypatch.setattr(device, "cuda_started", started)
+    assert preload.import_extras(["starts_late", "after_it"], gpu=True, nvml=True) == ["starts_late"]
+    assert "after_it" not in sys.modules
+    assert preload.CUDA_STARTED == f"importing starts_late: {FLAG}"
+
+
+FLAG = "torch.cuda.is_initialized() is true"
+
+
+def _modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+    """Importable modules ``names`` that the preloads take for ones whose import asks CUDA about the GPUs
+    (``asks_cuda`` keeps the NVML check's variable as its import saw it; ``ends_the_process`` ends it)."""
+    from perfsuite.worker import preload
+
+    for name in names:
+        body = {
+            "asks_cuda": "import os; SEEN = os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK')",
+            "ends_the_process": "import os; os._exit(3)",  # a crash in a library's native code, say
+        }.get(name, "")
+        (tmp_path / f"{name}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(preload, "CUDA_AT_IMPORT", frozenset(names))
+    monkeypatch.setattr(preload, "CUDA_STARTED", None)
+    monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
+    for name in names:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+def test_cuda_is_started_by_torchs_context_or_by_the_drivers_library_loaded_after_the_check_began(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    from perfsuite.worker import device
+
+    assert not device.driver_loaded()  # no GPU here: nothing has loaded the driver
+    assert device.cuda_started(driver_before=False) is None
+    monkeypatch.setattr(device, "driver_loaded", lambda: True)
+    assert device.cuda_started(driver_before=False) == "the CUDA driver (libcuda.so) is loaded"
+    assert device.cuda_started(driver_before=True) is None  # loaded before: only torch's flag can tell
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert device.cuda_started(driver_before=True) == "torch.cuda.is_initialized() is true"
+
+
+@pytest.mark.usefixtures("fresh_forkserver")
+def test_a_gpu_case_forked_from_a_forkserver_that_started_cuda_fails_saying_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker forked from a process that started CUDA cannot use it: its GPU case fails at once,
+    naming the preload, instead of failing somewhere in the training with CUDA's own error. Its CPU
+    cases run."""
+    from perfsuite.worker.process import renew_forkserver, run_isolated
+
+    monkeypatch.setenv(ENV, "starts_cuda_at_import")
+    here = str(Path(fault_cases.__file__).parent)  # for the forkserver's own interpreter
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
+    renew_forkserver()
+    gpu = CaseSpec(model="bert-base-uncased", strategy="vanilla", device="cuda")
+    record = run_isolated(gpu, timeout_s=60, target=fault_cases.ok)
+    assert record.status == "failed"
+    assert (record.error or "").startswith(
+        "RuntimeError: this worker's forkserver started CUDA (importing starts_cuda_at_import: "
+        "torch.cuda.is_initialized() is true) under PERFSUITE_PRELOAD_NVML=1, so no worker forked from it "
+        "can use the GPU: unset PERFSUITE_PRELOAD_NVML"
+    )
+    assert run_isolated(_spec("vanilla"), timeout_s=60, target=fault_cases.ok).status == "ok"

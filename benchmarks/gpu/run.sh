@@ -25,6 +25,8 @@
 #   jobs K [aa|inject]  perfsuite ab on the host's CPU with K duet lanes (--jobs K), over the CPU quick set
 #                     (tiny-bert's 10 cases): an A/A, then a 5% slowdown injected (or only the one named), each
 #                     stopped at $AB_LIMIT_S seconds (default 270); their table in $OUT/ab-jobs-K/table.md
+#   nvml-preload [C]  the push scope's compare (stopped at C seconds, default 240) twice: as it is, then with
+#                     PERFSUITE_PRELOAD_NVML=1; then benchmarks/gpu/preload_diff.py of the two
 #   cuda-imports      what each module a GPU forkserver leaves to its workers asks of CUDA at import, with
 #                     torch's NVML-based check and with its default (benchmarks/gpu/cuda_imports.py)
 #   xlmr [SEQ]        the XLM-R base/large table of "Training large model with your GPU": vanilla, fp16, fp16+grad_ckpt at batch 8, SEQ tokens
@@ -47,6 +49,12 @@ rc=0  # the stage's exit status: its last failing command's (a pipe's, under pip
 
 keep_baselines() {
     tar czf "$OUT/baselines.tgz" --exclude baselines/cpu baselines
+}
+
+push_compare() {  # push_compare NAME C: the push scope's compare, stopped (SIGINT: what it compared is kept) at C s
+    timed "$1" timeout -s INT "$2" python3 -m pytest -m gpu --perfsuite-scope push -p no:cacheprovider \
+        tests/test_matrix.py -rs --perfsuite-missing=skip --benchmark-compare --perfsuite-json "$OUT/$1.json" 2>&1 |
+        tee "$OUT/$1.log" || rc=$?
 }
 
 case "$stage" in
@@ -87,9 +95,7 @@ case "$stage" in
             tee "$OUT/push-refresh.log" || rc=$?
         keep_baselines
         # A refused case makes the refresh exit 1; the compare runs anyway, skipping cases with no baseline.
-        timed push-compare timeout -s INT "${2:-170}" python3 -m pytest -m gpu --perfsuite-scope push \
-            -p no:cacheprovider tests/test_matrix.py -rs --perfsuite-missing=skip --benchmark-compare \
-            --perfsuite-json "$OUT/push-compare.json" 2>&1 | tee "$OUT/push-compare.log" || rc=$?
+        push_compare push-compare "${2:-170}"
         ;;
     layout)
         timed layout python3 benchmarks/gpu/layout.py --blocks "${1:-4}" --runs "${2:-2}" --json "$OUT/layout.json" \
@@ -132,6 +138,14 @@ case "$stage" in
         [ "${2:-inject}" = inject ] &&
             PERFSUITE_SLOWDOWN=0.05 lanes uniform-5 benchmarks/ab/control-python benchmarks/ab/slow-python
         python3 benchmarks/ab/table.py "$dir" 2>&1 | tee "$dir/table.md"
+        ;;
+    nvml-preload)
+        # The push scope's compare with the forkserver's preloads as they are, then with the modules that ask CUDA
+        # about the GPUs tried there too (PERFSUITE_PRELOAD_NVML=1); then each case's build, start, losses and peak.
+        push_compare push-compare-default "${1:-240}"
+        PERFSUITE_PRELOAD_NVML=1 push_compare push-compare-nvml "${1:-240}"
+        python3 benchmarks/gpu/preload_diff.py "$OUT/push-compare-default.json" "$OUT/push-compare-nvml.json" 2>&1 |
+            tee "$OUT/preload-diff.md" || rc=$?
         ;;
     cuda-imports)
         timed cuda-imports python3 benchmarks/gpu/cuda_imports.py --json "$OUT/cuda-imports-nvml.json" 2>&1 |

@@ -31,6 +31,16 @@ that op (:func:`perfsuite.worker.engines.deepspeed.load_cpu_adam`), compiling it
 machine that has not (30 s on a 2-core CPU), so that no case compiles it beside another's timed
 steps and every worker starts with it loaded."""
 
+NVML_ENV = "PERFSUITE_PRELOAD_NVML"
+"""``1``: with a CUDA build of torch, the forkserver imports the :data:`CUDA_AT_IMPORT` modules the
+session's cases need too, under torch's NVML-based CUDA check (``PYTORCH_NVML_BASED_CUDA_CHECK=1``:
+``torch.cuda.is_available()`` answered without a CUDA context). Each is imported first in a child
+forked from the forkserver; those whose import started CUDA there
+(:func:`perfsuite.worker.device.cuda_started`) are left to the workers, saying so in every case's
+output, and the rest imported in the forkserver, each checked again after. Should one start CUDA
+there all the same, it imports no more, and every GPU case forked from it fails, naming it. Off
+unless set, until a GPU has shown what it saves (``benchmarks/gpu/run.sh nvml-preload``)."""
+
 CUDA_AT_IMPORT = frozenset(
     {
         "transformers.optimization",

@@ -266,6 +266,24 @@ def cuda_built() -> bool:
     return bool(torch.backends.cuda.is_built())  # type: ignore[no-untyped-call]
 
 
+def driver_loaded() -> bool:
+    """Whether this process has loaded the CUDA driver's library (a CUDA runtime that started:
+    ``cuInit``, torch's or a library's own). Asks nothing."""
+    with open("/proc/self/maps", encoding="utf-8") as maps:
+        return "libcuda.so" in maps.read()
+
+
+def cuda_started(*, driver_before: bool) -> str | None:
+    """How this process has started CUDA, if it has: torch's context (``torch.cuda.is_initialized()``,
+    a flag), or the CUDA driver's library loaded since ``driver_before`` said it was not (where it
+    was, only torch's flag can tell). A worker forked from a process that started CUDA cannot use it."""
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        return "torch.cuda.is_initialized() is true"
+    if not driver_before and driver_loaded():
+        return "the CUDA driver (libcuda.so) is loaded"
+    return None
+
+
 def cuda_usable() -> bool:
     """Whether torch can train on a CUDA GPU here."""
     return bool(torch.cuda.is_available())

@@ -16,24 +16,114 @@ import importlib
 import os
 import warnings
 
-from perfsuite.core.preloads import CPU_ADAM_ENV, CUDA_AT_IMPORT, ENV, MODEL_CLASSES_ENV
+from perfsuite.core.preloads import CPU_ADAM_ENV, CUDA_AT_IMPORT, ENV, MODEL_CLASSES_ENV, NVML_ENV
+from perfsuite.core.spec import CaseSpec
 from perfsuite.worker.capture import captured_output
 
+CUDA_STARTED: str | None = None
+"""Which preload started CUDA, and how (:data:`perfsuite.core.preloads.NVML_ENV`); ``None``: none did."""
 
-def import_extras(names: list[str], *, gpu: bool) -> list[str]:
+
+def import_extras(names: list[str], *, gpu: bool, nvml: bool = False) -> list[str]:
     """Import ``names`` (empty ones ignored) and return those imported; with ``gpu``, none that
-    would create a CUDA context (:data:`perfsuite.core.preloads.CUDA_AT_IMPORT`). A package that
-    is not installed is left to the case, which skips itself saying what to install."""
-    imported = []
+    would create a CUDA context (:data:`perfsuite.core.preloads.CUDA_AT_IMPORT`), unless ``nvml``:
+    then those last, each that starts no CUDA (:func:`import_asking_nvml`). A package that is not
+    installed is left to the case, which skips itself saying what to install."""
+    imported, asking = [], []
     for name in filter(None, names):
         if gpu and name in CUDA_AT_IMPORT:
-            continue
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            continue
-        imported.append(name)
+            asking += [name] if nvml else []
+        elif _imported(name, gpu=gpu):
+            imported.append(name)
+    return imported + import_asking_nvml(asking)
+
+
+def import_asking_nvml(names: list[str]) -> list[str]:
+    """Import those of ``names`` whose import starts no CUDA, with torch asking NVML whether CUDA is
+    there. Each is first imported in a child forked from here, all at once, and left to the workers
+    where that started CUDA (said in the output every case carries); the rest are imported here,
+    each checked again after, and after one that started CUDA all the same (:data:`CUDA_STARTED`)
+    none more."""
+    global CUDA_STARTED
+    from perfsuite.worker.device import cuda_started, driver_loaded
+
+    imported: list[str] = []
+    if not names:
+        return imported
+    driver_before = driver_loaded()
+    before = os.environ.get(_NVML_CHECK)
+    os.environ[_NVML_CHECK] = "1"
+    try:
+        for name, started in zip(names, _each_in_a_child(names, driver_before), strict=True):
+            if started:
+                print(f"perfsuite: {name} left to each worker: imported in a child of the forkserver, {started}")
+                continue
+            if _imported(name, gpu=True):
+                imported.append(name)
+            started = cuda_started(driver_before=driver_before)
+            if started:
+                CUDA_STARTED = f"importing {name}: {started}"
+                break
+    finally:  # the workers see the environment they would without this
+        if before is None:
+            del os.environ[_NVML_CHECK]
+        else:
+            os.environ[_NVML_CHECK] = before
     return imported
+
+
+_NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+
+
+def _each_in_a_child(names: list[str], driver_before: bool) -> list[str | None]:
+    """For each of ``names``, how importing it in a child forked from here started CUDA, or that the
+    import killed the child (``None``: neither, or it is not installed); the children run at once."""
+    from perfsuite.worker.device import cuda_started
+
+    children = []
+    for name in names:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: answer, then leave without Python's exit (nothing of the parent's runs)
+            answer = "its import failed"
+            try:
+                _imported(name, gpu=True)
+                answer = cuda_started(driver_before=driver_before) or ""
+            finally:
+                os.write(write, answer.encode())
+                os._exit(0)
+        os.close(write)
+        children.append((pid, read))
+    answers = []
+    for pid, read in children:
+        with os.fdopen(read, "rb") as pipe:
+            answer = pipe.read().decode()
+        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        answers.append(answer or None if status == 0 else f"it ended the child with status {status}")
+    return answers
+
+
+def _imported(name: str, *, gpu: bool) -> bool:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    if name == "deepspeed":  # its answers about this machine, asked once here
+        from perfsuite.worker.engines.deepspeed import deepspeed_asks_once, load_cpu_adam
+
+        deepspeed_asks_once(now=True)
+        if os.environ.get(CPU_ADAM_ENV) == "1" and not gpu:  # a CPU build's (CPU_ADAM_ENV)
+            load_cpu_adam()
+    return True
+
+
+def check_gpu_usable(spec: CaseSpec) -> None:
+    """Raise, saying why, where this worker's forkserver started CUDA and ``spec`` runs on a GPU."""
+    if CUDA_STARTED and spec.device != "cpu":
+        raise RuntimeError(
+            f"this worker's forkserver started CUDA ({CUDA_STARTED}) under {NVML_ENV}=1, so no worker "
+            f"forked from it can use the GPU: unset {NVML_ENV}"
+        )
 
 
 with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
@@ -66,15 +156,13 @@ with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
 
     # What this session's cases import beyond the above (perfsuite.core.preloads), each once
     # here instead of in every worker; with a CUDA build of torch none that asks CUDA about the
-    # GPUs (nor may this: device.cuda_built asks nothing). What they print (DeepSpeed logs its
-    # accelerator) goes with every case's output, as it did when each worker imported them,
-    # not onto the caller's terminal.
+    # GPUs (nor may this: device.cuda_built asks nothing), unless NVML_ENV has those tried, each
+    # checked. What they print (DeepSpeed logs its accelerator) goes with every case's output, as
+    # it did when each worker imported them, not onto the caller's terminal.
     with captured_output() as _printed:
-        PRELOADED = import_extras(os.environ.get(ENV, "").split(","), gpu=perfsuite.worker.device.cuda_built())
-        if "deepspeed" in PRELOADED:
-            from perfsuite.worker.engines.deepspeed import deepspeed_asks_once, load_cpu_adam
-
-            deepspeed_asks_once(now=True)
-            if os.environ.get(CPU_ADAM_ENV) == "1":
-                load_cpu_adam()
+        PRELOADED = import_extras(
+            os.environ.get(ENV, "").split(","),
+            gpu=perfsuite.worker.device.cuda_built(),
+            nvml=os.environ.get(NVML_ENV) == "1",
+        )
     IMPORT_OUTPUT = _printed["output"]

@@ -163,6 +163,7 @@ def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Conn
     with captured_output() as captured, warnings.catch_warnings(record=True) as caught, teardown.deferred():
         warnings.simplefilter("always")
         try:
+            preload.check_gpu_usable(spec)
             message: tuple[str, Any] = ("result", target(spec))
         except CaseSkipped as exc:
             message = ("skipped", str(exc))

@@ -1,0 +1,73 @@
+"""benchmarks/gpu/preload_diff.py, the comparison behind docs/gpu.md's figures for the forkserver's
+preloads under torch's NVML check: it pairs the cases of two runs, says what each build and start
+took, and fails where a loss or a peak moved or a case ran in one run only."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+DIFF = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "preload_diff.py"
+
+
+def _case(strategy: str, build: float, loss: list[float], peak: int, preloaded: list[str]) -> dict[str, Any]:
+    return {
+        "model": "bert-base-uncased",
+        "strategy": strategy,
+        "status": "ok",
+        "step_time_s": {"median": 0.06, "samples": [0.06]},
+        "phases_s": {"build": build},
+        "worker_startup_s": 0.02,
+        "wall_s": build + 10,
+        "loss": loss,
+        "peak_memory_bytes": peak,
+        "preloaded": preloaded,
+    }
+
+
+Cases = list[dict[str, Any]]
+
+
+def _diff(tmp_path: Path, first: Cases, second: Cases) -> subprocess.CompletedProcess[str]:
+    paths = []
+    for name, cases in (("default", first), ("nvml", second)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"schema_version": 1, "cases": cases}))
+        paths.append(str(path))
+    return subprocess.run([sys.executable, str(DIFF), *paths], capture_output=True, text=True, timeout=120)
+
+
+def test_the_same_losses_and_peaks_with_less_build_pass_and_a_moved_loss_fails(tmp_path: Path) -> None:
+    before = [_case("adafactor", 3.5, [1.0, 0.5], 100, []), _case("vanilla", 1.5, [1.0, 0.9], 50, [])]
+    after = [_case("adafactor", 0.5, [1.0, 0.5], 100, ["transformers.optimization"]), before[1]]
+    done = _diff(tmp_path, before, after)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "| bert-base-uncased-adafactor | 3.50 → 0.50 | 0.02 → 0.02 | 13.50 → 10.50 | same | same "
+        "| transformers.optimization |" in done.stdout
+    )
+    assert "2 cases in both: build 5.0 → 2.0 s, in workers 25.0 → 22.0 s" in done.stdout
+
+    moved = [_case("adafactor", 0.5, [1.0, 0.5004], 104, [])]
+    done = _diff(tmp_path, before, moved)
+    assert done.returncode == 1
+    assert "| 100 → 104 | max \\|Δ\\| 0.0004 |" in done.stdout
+    assert "ran in " in done.stdout
+    assert "default.json only: bert-base-uncased-vanilla" in done.stdout
+
+
+def test_a_file_that_is_not_a_results_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "default.json").write_text("[]")
+    done = subprocess.run(
+        [sys.executable, str(DIFF), str(tmp_path / "default.json"), str(tmp_path / "default.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "not a perfsuite results file" in done.stderr
