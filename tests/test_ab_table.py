@@ -28,14 +28,21 @@ def test_interrupted_cases_and_each_comparisons_spread(tmp_path: Path) -> None:
         "cases": [
             _case("tiny-bert-vanilla", early, interrupted=True, time=None),
             _case("tiny-bert-fp16", decided, interrupted=False, time=look),
+            _case("tiny-bert-bf16", [1.0, 1.1], interrupted=False, time=None),  # its memory decided it at once
         ],
     }
     (tmp_path / "uniform-5.json").write_text(json.dumps(payload))
+    never = _case("tiny-bert-vanilla", [], interrupted=True, time=None)
+    nothing = {"wall_s": 5.0, "verdicts": {"undecided": 1}, "cases": [never]}
+    (tmp_path / "aa-1.json").write_text(json.dumps(nothing))  # stopped before its first pair
     out = subprocess.run(
         [sys.executable, str(AB / "table.py"), str(tmp_path)], capture_output=True, text=True, check=True
     ).stdout
-    assert "| tiny-bert-vanilla | (interrupted) 1.040 before the first look, 5 |" in out
-    assert "| tiny-bert-fp16 | **slower** 1.051 [1.020, 1.080], 7 |" in out
-    # 12 pairs in 36 s. `early`'s robust sd: 1.4826 x the median |log r - log 1.04| (0.01942, from
-    # 1.02's), 2.9%, which its 1.30 does not move; the median of it and `decided`'s 0 is 1.4%.
-    assert "12 pairs in 36 s (3.0 s a pair); a case's robust sd 1.4% (0.0-2.9%)" in out
+    assert "| tiny-bert-vanilla | (interrupted) 1.040 before the first look, 5 | — |" in out
+    assert "| tiny-bert-fp16 | **slower** 1.051 [1.020, 1.080], 7 |  |" in out
+    assert "| tiny-bert-bf16 | 1.050 before the first look, 2 |  |" in out
+    assert "aa-1: 1 undecided; 0 pairs in 5 s (none)" in out
+    # 14 pairs in 36 s; a case of fewer than 5 pairs has no spread. `early`'s robust sd: 1.4826 x
+    # the median |log r - log 1.04| (0.01942, from 1.02's), 2.9%, which its 1.30 does not move;
+    # the median of it and `decided`'s 0 is 1.4%.
+    assert "14 pairs in 36 s (2.6 s a pair); a case's robust sd 1.4% (0.0-2.9%)" in out

@@ -40,23 +40,33 @@ def _diff(tmp_path: Path, first: Cases, second: Cases) -> subprocess.CompletedPr
     return subprocess.run([sys.executable, str(DIFF), *paths], capture_output=True, text=True, timeout=120)
 
 
-def test_the_same_losses_and_peaks_with_less_build_pass_and_a_moved_loss_fails(tmp_path: Path) -> None:
-    before = [_case("adafactor", 3.5, [1.0, 0.5], 100, []), _case("vanilla", 1.5, [1.0, 0.9], 50, [])]
-    after = [_case("adafactor", 0.5, [1.0, 0.5], 100, ["transformers.optimization"]), before[1]]
+def test_losses_and_peaks_within_the_gates_tolerance_pass_and_beyond_it_fail(tmp_path: Path) -> None:
+    """A GPU's reductions differ in the last bits from run to run: the gate's tolerance for the
+    case's precision decides (fp32: 1e-4 + 1e-3 x the loss a step; peaks 1% or 64 KiB)."""
+    before = [
+        _case("adafactor", 3.5, [1.0, 0.5], 100_000_000, []),
+        _case("vanilla", 1.5, [1.0, 0.9], 50_000_000, []),
+    ]
+    after = [
+        _case("adafactor", 0.5, [1.0, 0.5], 100_000_000, ["transformers.optimization"]),
+        _case("vanilla", 1.5, [1.0, 0.9000005], 50_000_512, []),
+    ]
     done = _diff(tmp_path, before, after)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
     assert (
         "| bert-base-uncased-adafactor | 3.50 → 0.50 | 0.02 → 0.02 | 13.50 → 10.50 | same | same "
         "| transformers.optimization |" in done.stdout
     )
+    assert "| 50000000 → 50000512 | max \\|Δ\\| 5e-07 | — |" in done.stdout
     assert "2 cases in both: build 5.0 → 2.0 s, in workers 25.0 → 22.0 s" in done.stdout
 
-    moved = [_case("adafactor", 0.5, [1.0, 0.5004], 104, [])]
+    moved = [_case("adafactor", 0.5, [1.0, 0.51], 102_000_000, [])]  # one case: the other is reported, not judged
     done = _diff(tmp_path, before, moved)
     assert done.returncode == 1
-    assert "| 100 → 104 | max \\|Δ\\| 0.0004 |" in done.stdout
-    assert "ran in " in done.stdout
-    assert "default.json only: bert-base-uncased-vanilla" in done.stdout
+    assert "| 100000000 → 102000000 (beyond tolerance) | max \\|Δ\\| 0.01 (beyond tolerance) |" in done.stdout
+    assert "default.json only (not compared): bert-base-uncased-vanilla" in done.stdout
+    done = _diff(tmp_path, before, [after[0]])
+    assert done.returncode == 0  # a case that ran in one file only fails nothing
 
 
 def test_a_file_that_is_not_a_results_file_is_one_line_and_exit_2(tmp_path: Path) -> None:

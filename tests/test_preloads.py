@@ -293,6 +293,8 @@ def _modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *names: str) -> No
         body = {
             "asks_cuda": "import os; SEEN = os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK')",
             "ends_the_process": "import os; os._exit(3)",  # a crash in a library's native code, say
+            "hangs": "import time; time.sleep(60)",
+            "prints": "import os; os.write(1, b'printed at import\\n')",
         }.get(name, "")
         (tmp_path / f"{name}.py").write_text(body)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -310,13 +312,38 @@ def test_cuda_is_started_by_torchs_context_or_by_the_drivers_library_loaded_afte
 
     from perfsuite.worker import device
 
-    assert not device.driver_loaded()  # no GPU here: nothing has loaded the driver
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(device, "driver_loaded", lambda: False)
     assert device.cuda_started(driver_before=False) is None
     monkeypatch.setattr(device, "driver_loaded", lambda: True)
     assert device.cuda_started(driver_before=False) == "the CUDA driver (libcuda.so) is loaded"
     assert device.cuda_started(driver_before=True) is None  # loaded before: only torch's flag can tell
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     assert device.cuda_started(driver_before=True) == "torch.cuda.is_initialized() is true"
+
+
+def test_a_probe_that_does_not_end_is_killed_and_its_module_left_to_the_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A child whose import hangs would hang the forkserver's boot, and every case behind it: past
+    the probes' deadline its module is left to the workers and the child killed. What a child
+    prints is discarded; the forkserver's own import prints it once."""
+    from perfsuite.worker import device, preload
+
+    _modules(tmp_path, monkeypatch, "hangs", "prints")
+    monkeypatch.setattr(device, "cuda_started", lambda driver_before: None)
+    monkeypatch.setattr(preload, "PROBE_LIMIT_S", 1.0)
+    before = _children()
+    assert preload.import_extras(["hangs", "prints"], gpu=True, nvml=True) == ["prints"]
+    out = capfd.readouterr().out
+    assert "perfsuite: hangs left to each worker: imported in a child of the forkserver, it did not end in 1 s" in out
+    assert out.count("printed at import") == 1
+    assert _children() <= before  # every probe ended and reaped: none running, no zombie
+
+
+def _children() -> set[int]:
+    """This process's children, as the kernel lists them (running or not yet reaped)."""
+    return {int(pid) for task in Path("/proc/self/task").iterdir() for pid in (task / "children").read_text().split()}
 
 
 @pytest.mark.usefixtures("fresh_forkserver")

@@ -45,9 +45,12 @@ def cell(case: dict) -> str:
     t = case.get("time")
     if case.get("error"):
         return case["error"]
+    ratios = case.get("ratios") or []
     if not t:  # stopped before its first look: the pairs' median so far
-        ratios = case.get("ratios") or []
-        return f"(interrupted) {statistics.median(ratios):.3f} before the first look, {len(ratios)}" if ratios else "—"
+        if not ratios:
+            return "—"
+        stopped = "(interrupted) " if case.get("interrupted") else ""
+        return f"{stopped}{statistics.median(ratios):.3f} before the first look, {len(ratios)}"
     low = "0" if not t["low"] else f"{t['low']:.3f}"
     high = "∞" if t["high"] is None else f"{t['high']:.3f}"
     verdict = f"**{t['verdict']}**" if t["verdict"] in ("slower", "faster") else t["verdict"]
@@ -118,10 +121,8 @@ def main(directory: Path) -> None:
             100 * robust_sd([math.log(r) for r in c["ratios"]]) for c in payload["cases"] if len(c["ratios"]) >= 5
         )
         spread = f"; a case's robust sd {statistics.median(sds):.1f}% ({sds[0]:.1f}-{sds[-1]:.1f}%)" if sds else ""
-        print(
-            f"{name}: {counts}; {pairs} pairs in {payload['wall_s']:.0f} s ({payload['wall_s'] / pairs:.1f} s a pair)"
-            + spread
-        )
+        each = f"{payload['wall_s'] / pairs:.1f} s a pair" if pairs else "none"
+        print(f"{name}: {counts}; {pairs} pairs in {payload['wall_s']:.0f} s ({each}){spread}")
 
 
 if __name__ == "__main__":

@@ -269,8 +269,8 @@ def cuda_built() -> bool:
 def driver_loaded() -> bool:
     """Whether this process has loaded the CUDA driver's library (a CUDA runtime that started:
     ``cuInit``, torch's or a library's own). Asks nothing."""
-    with open("/proc/self/maps", encoding="utf-8") as maps:
-        return "libcuda.so" in maps.read()
+    with open("/proc/self/maps", "rb") as maps:  # paths are bytes: a mapped file's need not decode
+        return b"libcuda.so" in maps.read()
 
 
 def cuda_started(*, driver_before: bool) -> str | None:

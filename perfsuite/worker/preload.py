@@ -12,8 +12,12 @@ session's extra imports print in :data:`IMPORT_OUTPUT`, both reported with every
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import select
+import signal
+import time
 import warnings
 
 from perfsuite.core.preloads import CPU_ADAM_ENV, CUDA_AT_IMPORT, ENV, MODEL_CLASSES_ENV, NVML_ENV
@@ -24,26 +28,28 @@ CUDA_STARTED: str | None = None
 """Which preload started CUDA, and how (:data:`perfsuite.core.preloads.NVML_ENV`); ``None``: none did."""
 
 
-def import_extras(names: list[str], *, gpu: bool, nvml: bool = False) -> list[str]:
+def import_extras(names: list[str], *, gpu: bool, nvml: bool = False, deepspeed_setup: bool = False) -> list[str]:
     """Import ``names`` (empty ones ignored) and return those imported; with ``gpu``, none that
     would create a CUDA context (:data:`perfsuite.core.preloads.CUDA_AT_IMPORT`), unless ``nvml``:
     then those last, each that starts no CUDA (:func:`import_asking_nvml`). A package that is not
-    installed is left to the case, which skips itself saying what to install."""
+    installed is left to the case, which skips itself saying what to install. ``deepspeed_setup``
+    (the forkserver's): right after DeepSpeed's import, its questions about the machine asked and,
+    with a CPU build, its CPU Adam loaded, for every worker (and checked with its import)."""
     imported, asking = [], []
     for name in filter(None, names):
         if gpu and name in CUDA_AT_IMPORT:
             asking += [name] if nvml else []
-        elif _imported(name, gpu=gpu):
+        elif _imported(name, cpu_adam=deepspeed_setup and not gpu, asks=deepspeed_setup):
             imported.append(name)
-    return imported + import_asking_nvml(asking)
+    return imported + import_asking_nvml(asking, asks=deepspeed_setup)
 
 
-def import_asking_nvml(names: list[str]) -> list[str]:
+def import_asking_nvml(names: list[str], *, asks: bool = False) -> list[str]:
     """Import those of ``names`` whose import starts no CUDA, with torch asking NVML whether CUDA is
     there. Each is first imported in a child forked from here, all at once, and left to the workers
     where that started CUDA (said in the output every case carries); the rest are imported here,
     each checked again after, and after one that started CUDA all the same (:data:`CUDA_STARTED`)
-    none more."""
+    none more. ``asks``: DeepSpeed's questions asked with its import (:func:`import_extras`)."""
     global CUDA_STARTED
     from perfsuite.worker.device import cuda_started, driver_loaded
 
@@ -54,11 +60,11 @@ def import_asking_nvml(names: list[str]) -> list[str]:
     before = os.environ.get(_NVML_CHECK)
     os.environ[_NVML_CHECK] = "1"
     try:
-        for name, started in zip(names, _each_in_a_child(names, driver_before), strict=True):
+        for name, started in zip(names, _each_in_a_child(names, driver_before, asks=asks), strict=True):
             if started:
                 print(f"perfsuite: {name} left to each worker: imported in a child of the forkserver, {started}")
                 continue
-            if _imported(name, gpu=True):
+            if _imported(name, cpu_adam=False, asks=asks):
                 imported.append(name)
             started = cuda_started(driver_before=driver_before)
             if started:
@@ -73,46 +79,83 @@ def import_asking_nvml(names: list[str]) -> list[str]:
 
 
 _NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+PROBE_LIMIT_S = 120.0
+"""How long a child's import may take before its module is left to the workers (3-11 s on a GPU host)."""
 
 
-def _each_in_a_child(names: list[str], driver_before: bool) -> list[str | None]:
+def _each_in_a_child(names: list[str], driver_before: bool, *, asks: bool) -> list[str | None]:
     """For each of ``names``, how importing it in a child forked from here started CUDA, or that the
-    import killed the child (``None``: neither, or it is not installed); the children run at once."""
+    import killed the child or did not end within :data:`PROBE_LIMIT_S` (``None``: neither, or it
+    is not installed); the children run at once, their output discarded (the forkserver's own
+    imports print theirs)."""
+    children: dict[str, tuple[int, int]] = {}  # name: the child's pid, the read end of its pipe
+    reaped: set[int] = set()
+    try:
+        for name in names:
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                _probe(name, write, driver_before, asks)  # never returns
+            os.close(write)
+            children[name] = (pid, read)
+        return _answers(children, reaped)
+    finally:  # a child still there (past the deadline, or an error here) is killed, and none left a zombie
+        for pid, read in children.values():
+            os.close(read)
+            if pid not in reaped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+
+
+def _probe(name: str, write: int, driver_before: bool, asks: bool) -> None:
+    """In the child: import ``name``, write how that started CUDA (empty: it did not), and leave
+    without Python's exit (nothing of the forkserver's runs)."""
     from perfsuite.worker.device import cuda_started
 
-    children = []
-    for name in names:
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: answer, then leave without Python's exit (nothing of the parent's runs)
-            answer = "its import failed"
-            try:
-                _imported(name, gpu=True)
-                answer = cuda_started(driver_before=driver_before) or ""
-            finally:
-                os.write(write, answer.encode())
-                os._exit(0)
-        os.close(write)
-        children.append((pid, read))
-    answers = []
-    for pid, read in children:
-        with os.fdopen(read, "rb") as pipe:
-            answer = pipe.read().decode()
+    answer = "its import failed"
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        _imported(name, cpu_adam=False, asks=asks)
+        answer = cuda_started(driver_before=driver_before) or ""
+    finally:
+        os.write(write, answer.encode())
+        os._exit(0)
+
+
+def _answers(children: dict[str, tuple[int, int]], reaped: set[int]) -> list[str | None]:
+    """Each child's answer, in order (the pid of each that ended, in ``reaped``); one that has not
+    ended by the deadline is left to the caller to kill."""
+    deadline = time.monotonic() + PROBE_LIMIT_S
+    answers: dict[str, str | None] = {}
+    for name, (pid, read) in children.items():
+        ready, _, _ = select.select([read], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            answers[name] = f"it did not end in {PROBE_LIMIT_S:.0f} s"
+            continue
+        answer = b""
+        while chunk := os.read(read, 4096):
+            answer += chunk
         status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        answers.append(answer or None if status == 0 else f"it ended the child with status {status}")
-    return answers
+        reaped.add(pid)
+        answers[name] = answer.decode() or None if status == 0 else f"it ended the child with status {status}"
+    return [answers[name] for name in children]
 
 
-def _imported(name: str, *, gpu: bool) -> bool:
+def _imported(name: str, *, cpu_adam: bool, asks: bool) -> bool:
+    """Import ``name``; for DeepSpeed, with ``asks`` its questions about the machine asked once here,
+    and with ``cpu_adam`` its CPU Adam loaded where a case offloads (:data:`CPU_ADAM_ENV`)."""
     try:
         importlib.import_module(name)
     except ImportError:
         return False
-    if name == "deepspeed":  # its answers about this machine, asked once here
+    if name == "deepspeed" and asks:
         from perfsuite.worker.engines.deepspeed import deepspeed_asks_once, load_cpu_adam
 
         deepspeed_asks_once(now=True)
-        if os.environ.get(CPU_ADAM_ENV) == "1" and not gpu:  # a CPU build's (CPU_ADAM_ENV)
+        if cpu_adam and os.environ.get(CPU_ADAM_ENV) == "1":
             load_cpu_adam()
     return True
 
@@ -164,5 +207,6 @@ with warnings.catch_warnings(record=True) as IMPORT_WARNINGS:
             os.environ.get(ENV, "").split(","),
             gpu=perfsuite.worker.device.cuda_built(),
             nvml=os.environ.get(NVML_ENV) == "1",
+            deepspeed_setup=True,
         )
     IMPORT_OUTPUT = _printed["output"]
