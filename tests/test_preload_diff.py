@@ -58,7 +58,7 @@ def test_losses_and_peaks_within_the_gates_tolerance_pass_and_beyond_it_fail(tmp
         "| transformers.optimization |" in done.stdout
     )
     assert "| 50000000 → 50000512 | max \\|Δ\\| 5e-07 | — |" in done.stdout
-    assert "2 cases in both: build 5.0 → 2.0 s, in workers 25.0 → 22.0 s" in done.stdout
+    assert "2 cases ran in both: build 5.0 → 2.0 s, in workers 25.0 → 22.0 s" in done.stdout
 
     moved = [_case("adafactor", 0.5, [1.0, 0.51], 102_000_000, [])]  # one case: the other is reported, not judged
     done = _diff(tmp_path, before, moved)
@@ -67,6 +67,18 @@ def test_losses_and_peaks_within_the_gates_tolerance_pass_and_beyond_it_fail(tmp
     assert "default.json only (not compared): bert-base-uncased-vanilla" in done.stdout
     done = _diff(tmp_path, before, [after[0]])
     assert done.returncode == 0  # a case that ran in one file only fails nothing
+
+
+def test_a_case_that_failed_in_either_run_fails_the_comparison(tmp_path: Path) -> None:
+    """A forkserver that started CUDA fails every GPU case: those cases ran in neither file as ok."""
+    ok = _case("vanilla", 1.5, [1.0, 0.9], 50_000_000, [])
+    failed = {**ok, "status": "failed", "error": "RuntimeError: this worker's forkserver started CUDA"}
+    done = _diff(tmp_path, [ok, _case("fp16", 1.5, [1.0], 1, [])], [failed, _case("fp16", 1.5, [1.0], 1, [])])
+    assert done.returncode == 1
+    assert "failed: bert-base-uncased-vanilla (" in done.stdout
+    assert "nvml.json: RuntimeError: this worker's forkserver started CUDA)" in done.stdout
+    assert "1 cases ran in both" in done.stdout
+    assert _diff(tmp_path, [ok], [failed]).returncode == 1  # and none ran in both
 
 
 def test_a_file_that_is_not_a_results_file_is_one_line_and_exit_2(tmp_path: Path) -> None:

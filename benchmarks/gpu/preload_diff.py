@@ -5,11 +5,12 @@ whether every loss and the peak are the same, and what the second preloaded beyo
     python benchmarks/gpu/preload_diff.py push-compare-default.json push-compare-nvml.json
 
 Either kind of results file (``perfsuite run --json``, ``pytest --perfsuite-json``: its first run
-of each case). Losses and peaks are held to the gate's tolerances for the case's precision and
-hardware (a GPU's reductions differ from run to run in the last bits); exactly equal reads
-``same``. A markdown table, then the totals and the cases that ran in one file only (two runs
-stopped at one time limit reach different cases); exit 1 where a loss or a peak moved beyond
-its tolerance, 2 where a file cannot be read.
+of each case). Losses and peaks are held to the gate's default tolerances for the case's
+precision and hardware (a GPU's reductions differ from run to run in the last bits); exactly
+equal reads ``same``. A markdown table, then the totals and the cases that ran in one file only
+(two runs stopped at one time limit reach different cases); exit 1 where a case failed in either file
+(a forkserver that started CUDA fails every GPU case), a loss or a peak moved beyond its
+tolerance, or no case ran in both; 2 where a file cannot be read.
 """
 
 from __future__ import annotations
@@ -19,12 +20,16 @@ from pathlib import Path
 
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.results import ResultsError, load_results
-from perfsuite.core.strategies import resolve
 from perfsuite.core.tolerance import Tolerance, resolve_tolerance
 
 
 def _runs(path: str) -> dict[str, CaseRecord]:
-    return {case.id: case.record for case in load_results(Path(path)).cases if case.record and case.record.ok}
+    """Each case's first run that reached a worker (ok or failed; a skipped one is left out)."""
+    return {
+        case.id: case.record
+        for case in load_results(Path(path)).cases
+        if case.record is not None and case.record.status in ("ok", "failed")
+    }
 
 
 def _seconds(a: float | None, b: float | None) -> str:
@@ -32,8 +37,8 @@ def _seconds(a: float | None, b: float | None) -> str:
 
 
 def _tolerance(case: str, record: CaseRecord) -> Tolerance:
-    precision = resolve(record.strategy or "vanilla").precision
-    return resolve_tolerance({}, hardware=record.hardware or "cpu", case_id=case, precision=precision)
+    """The gate's default tolerance for the case's precision and hardware (perfsuite's own settings)."""
+    return resolve_tolerance({}, hardware=record.hardware or "cpu", case_id=case, precision=record.precision or "fp32")
 
 
 def _loss(a: CaseRecord, b: CaseRecord, tol: Tolerance) -> tuple[str, bool]:
@@ -57,7 +62,8 @@ def _peak(a: int | None, b: int | None, tol: Tolerance) -> tuple[str, bool]:
 
 
 def compare(first: str, second: str) -> tuple[list[str], bool]:
-    """The table's lines, and whether every case that ran in both kept its losses and peak."""
+    """The table's lines, and whether some case ran in both, none failed in either file, and every
+    one that ran in both kept its losses and peak."""
     a, b = _runs(first), _runs(second)
     lines = [
         "| case | build s | worker start s | wall s | peak bytes | loss | preloaded beyond the first |",
@@ -65,7 +71,10 @@ def compare(first: str, second: str) -> tuple[list[str], bool]:
     ]
     kept = True
     totals = [0.0, 0.0, 0.0, 0.0]
-    for case in [c for c in a if c in b]:
+    failed = [f"{case} ({name}: {run[case].error})" for name, run in ((first, a), (second, b)) for case in run
+              if not run[case].ok]  # fmt: skip
+    both = [c for c in a if c in b and a[c].ok and b[c].ok]
+    for case in both:
         x, y = a[case], b[case]
         tol = _tolerance(case, x)
         (peak, peak_ok), (loss, loss_ok) = _peak(x.peak_memory_bytes, y.peak_memory_bytes, tol), _loss(x, y, tol)
@@ -79,13 +88,15 @@ def compare(first: str, second: str) -> tuple[list[str], bool]:
         for i, value in enumerate((*build, x.wall_s, y.wall_s)):
             totals[i] += value or 0.0
     lines.append(
-        f"{len(set(a) & set(b))} cases in both: build {totals[0]:.1f} → {totals[1]:.1f} s, "
+        f"{len(both)} cases ran in both: build {totals[0]:.1f} → {totals[1]:.1f} s, "
         f"in workers {totals[2]:.1f} → {totals[3]:.1f} s"
     )
-    for name, only in ((first, set(a) - set(b)), (second, set(b) - set(a))):
+    lines += [f"failed: {line}" for line in failed]
+    for name, run, other in ((first, a, b), (second, b, a)):
+        only = sorted(case for case in run if run[case].ok and case not in other)
         if only:
-            lines.append(f"ran in {name} only (not compared): {', '.join(sorted(only))}")
-    return lines, kept
+            lines.append(f"ran in {name} only (not compared): {', '.join(only)}")
+    return lines, kept and not failed and bool(both)
 
 
 def main(argv: list[str]) -> int:

@@ -54,6 +54,7 @@ def import_asking_nvml(names: list[str], *, asks: bool = False) -> list[str]:
     from perfsuite.worker.device import cuda_started, driver_loaded
 
     imported: list[str] = []
+    names = list(dict.fromkeys(names))  # one child a module
     if not names:
         return imported
     driver_before = driver_loaded()
@@ -87,61 +88,81 @@ def _each_in_a_child(names: list[str], driver_before: bool, *, asks: bool) -> li
     """For each of ``names``, how importing it in a child forked from here started CUDA, or that the
     import killed the child or did not end within :data:`PROBE_LIMIT_S` (``None``: neither, or it
     is not installed); the children run at once, their output discarded (the forkserver's own
-    imports print theirs)."""
-    children: dict[str, tuple[int, int]] = {}  # name: the child's pid, the read end of its pipe
-    reaped: set[int] = set()
+    imports print theirs). No wait here is unbounded: a child that will not end is killed and left."""
+    children: list[tuple[str, int, int]] = []  # name, the child's pid, the read end of its pipe
+    ended: set[int] = set()
     try:
         for name in names:
             read, write = os.pipe()
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError:
+                os.close(read)
+                os.close(write)
+                raise
             if pid == 0:
-                _probe(name, write, driver_before, asks)  # never returns
+                _probe(name, write, driver_before, asks)
+                os._exit(1)  # never reached: _probe leaves the process
             os.close(write)
-            children[name] = (pid, read)
-        return _answers(children, reaped)
-    finally:  # a child still there (past the deadline, or an error here) is killed, and none left a zombie
-        for pid, read in children.values():
+            children.append((name, pid, read))
+        return _answers(children, ended)
+    finally:  # a child still there (past the deadline, or an error here) is killed; none left unread
+        for _name, pid, read in children:
             os.close(read)
-            if pid not in reaped:
+            if pid not in ended:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+                _ended(pid, time.monotonic() + 5)
 
 
 def _probe(name: str, write: int, driver_before: bool, asks: bool) -> None:
     """In the child: import ``name``, write how that started CUDA (empty: it did not), and leave
-    without Python's exit (nothing of the forkserver's runs)."""
-    from perfsuite.worker.device import cuda_started
-
+    without Python's exit (nothing of the forkserver's runs), whatever happens."""
     answer = "its import failed"
     try:
+        from perfsuite.worker.device import cuda_started
+
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
         _imported(name, cpu_adam=False, asks=asks)
         answer = cuda_started(driver_before=driver_before) or ""
     finally:
-        os.write(write, answer.encode())
-        os._exit(0)
+        try:
+            os.write(write, answer.encode())  # under PIPE_BUF: one write, read in one
+        finally:
+            os._exit(0)
 
 
-def _answers(children: dict[str, tuple[int, int]], reaped: set[int]) -> list[str | None]:
-    """Each child's answer, in order (the pid of each that ended, in ``reaped``); one that has not
-    ended by the deadline is left to the caller to kill."""
+def _answers(children: list[tuple[str, int, int]], ended: set[int]) -> list[str | None]:
+    """Each child's answer, in order (the pid of each that ended, in ``ended``); one that has not
+    answered and ended by the deadline is left to the caller to kill."""
     deadline = time.monotonic() + PROBE_LIMIT_S
-    answers: dict[str, str | None] = {}
-    for name, (pid, read) in children.items():
+    answers: list[str | None] = []
+    for _name, pid, read in children:
         ready, _, _ = select.select([read], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
-            answers[name] = f"it did not end in {PROBE_LIMIT_S:.0f} s"
+        status = _ended(pid, deadline) if ready else None
+        if status is None:
+            answers.append(f"it did not end in {PROBE_LIMIT_S:.0f} s")
             continue
-        answer = b""
-        while chunk := os.read(read, 4096):
-            answer += chunk
-        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        reaped.add(pid)
-        answers[name] = answer.decode() or None if status == 0 else f"it ended the child with status {status}"
-    return [answers[name] for name in children]
+        ended.add(pid)
+        answer = os.read(read, 4096).decode()
+        answers.append(answer or None if status == 0 else f"it ended the child with status {status}")
+    return answers
+
+
+def _ended(pid: int, until: float) -> int | None:
+    """``pid``'s exit code once it has ended (reaped), or ``None`` if it has not by ``until``."""
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # reaped already (the forkserver's own loop reaps what it finds)
+            return -1
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() >= until:
+            return None
+        time.sleep(0.01)
 
 
 def _imported(name: str, *, cpu_adam: bool, asks: bool) -> bool:
