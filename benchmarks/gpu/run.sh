@@ -143,9 +143,11 @@ case "$stage" in
         # The push scope's compare with the forkserver's preloads as they are, then with the modules that ask CUDA
         # about the GPUs tried there too (PERFSUITE_PRELOAD_NVML=1); then each case's build, start, losses and peak.
         # Alike but for that: the modules read from disk once before either, each compare with a FLOP cache of its own.
-        for module in bitsandbytes peft deepspeed transformers.optimization perfsuite.worker.engines.hf_trainer; do
-            python3 -c "import $module" > /dev/null 2>&1 || true
-        done
+        python3 -c 'import contextlib, importlib
+from perfsuite.core.preloads import CUDA_AT_IMPORT
+for module in sorted(CUDA_AT_IMPORT):
+    with contextlib.suppress(Exception):
+        importlib.import_module(module)' > /dev/null 2>&1
         PERFSUITE_CACHE=$(mktemp -d) push_compare push-compare-default "${1:-240}"
         PERFSUITE_CACHE=$(mktemp -d) PERFSUITE_PRELOAD_NVML=1 push_compare push-compare-nvml "${1:-240}"
         python3 benchmarks/gpu/preload_diff.py "$OUT/push-compare-default.json" "$OUT/push-compare-nvml.json" 2>&1 |

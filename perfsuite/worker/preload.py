@@ -39,7 +39,7 @@ def import_extras(names: list[str], *, gpu: bool, nvml: bool = False, deepspeed_
     for name in filter(None, names):
         if gpu and name in CUDA_AT_IMPORT:
             asking += [name] if nvml else []
-        elif _imported(name, cpu_adam=deepspeed_setup and not gpu, asks=deepspeed_setup):
+        elif _imported(name, asks=deepspeed_setup):
             imported.append(name)
     return imported + import_asking_nvml(asking, asks=deepspeed_setup)
 
@@ -65,7 +65,7 @@ def import_asking_nvml(names: list[str], *, asks: bool = False) -> list[str]:
             if started:
                 print(f"perfsuite: {name} left to each worker: imported in a child of the forkserver, {started}")
                 continue
-            if _imported(name, cpu_adam=False, asks=asks):
+            if _imported(name, asks=asks):
                 imported.append(name)
             started = cuda_started(driver_before=driver_before)
             if started:
@@ -125,7 +125,7 @@ def _probe(name: str, write: int, driver_before: bool, asks: bool) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
-        _imported(name, cpu_adam=False, asks=asks)
+        _imported(name, asks=asks)
         answer = cuda_started(driver_before=driver_before) or ""
     finally:
         try:
@@ -165,18 +165,19 @@ def _ended(pid: int, until: float) -> int | None:
         time.sleep(0.01)
 
 
-def _imported(name: str, *, cpu_adam: bool, asks: bool) -> bool:
+def _imported(name: str, *, asks: bool) -> bool:
     """Import ``name``; for DeepSpeed, with ``asks`` its questions about the machine asked once here,
-    and with ``cpu_adam`` its CPU Adam loaded where a case offloads (:data:`CPU_ADAM_ENV`)."""
+    and with a CPU build of torch its CPU Adam loaded where a case offloads (:data:`CPU_ADAM_ENV`)."""
     try:
         importlib.import_module(name)
     except ImportError:
         return False
     if name == "deepspeed" and asks:
+        from perfsuite.worker.device import cuda_built
         from perfsuite.worker.engines.deepspeed import deepspeed_asks_once, load_cpu_adam
 
         deepspeed_asks_once(now=True)
-        if cpu_adam and os.environ.get(CPU_ADAM_ENV) == "1":
+        if os.environ.get(CPU_ADAM_ENV) == "1" and not cuda_built():
             load_cpu_adam()
     return True
 
