@@ -31,13 +31,13 @@ def _case(strategy: str, build: float, loss: list[float], peak: int, preloaded: 
 Cases = list[dict[str, Any]]
 
 
-def _diff(tmp_path: Path, first: Cases, second: Cases) -> subprocess.CompletedProcess[str]:
+def _diff(tmp_path: Path, first: Cases, second: Cases, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     paths = []
     for name, cases in (("default", first), ("nvml", second)):
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps({"schema_version": 1, "cases": cases}))
         paths.append(str(path))
-    return subprocess.run([sys.executable, str(DIFF), *paths], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, str(DIFF), *paths], capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
 def test_losses_and_peaks_within_the_gates_tolerance_pass_and_beyond_it_fail(tmp_path: Path) -> None:
@@ -93,3 +93,22 @@ def test_a_file_that_is_not_a_results_file_is_one_line_and_exit_2(tmp_path: Path
     assert done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1
     assert "not a perfsuite results file" in done.stderr
+
+
+def test_the_projects_tolerances_decide_as_its_gate_does(tmp_path: Path) -> None:
+    """The nearest pyproject.toml above the working directory: an override for the case's hardware
+    decides a peak that moved by 2%, one way and the other; a bad setting is one line and exit 2."""
+    project = tmp_path / "project"
+    (project / "results").mkdir(parents=True)
+    before = [{**_case("vanilla", 1.5, [1.0, 0.9], 100_000_000, []), "hardware": "nvidia-h200"}]
+    after = [{**before[0], "peak_memory_bytes": 102_000_000}]
+    (project / "pyproject.toml").write_text('[tool.perfsuite.overrides."nvidia-h200/*"]\nmemory_rtol = 0.03\n')
+    assert _diff(tmp_path, before, after, cwd=project / "results").returncode == 0
+    assert _diff(tmp_path, before, after, cwd=tmp_path).returncode == 1  # the defaults: 1%
+    (project / "pyproject.toml").write_text('[tool.perfsuite.overrides."nvidia-h200/*"]\nmemory_rtol = "3%"\n')
+    done = _diff(tmp_path, before, after, cwd=project)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "pyproject.toml" in done.stderr
+    assert "memory_rtol" in done.stderr

@@ -5,22 +5,27 @@ whether every loss and the peak are the same, and what the second preloaded beyo
     python benchmarks/gpu/preload_diff.py push-compare-default.json push-compare-nvml.json
 
 Either kind of results file (``perfsuite run --json``, ``pytest --perfsuite-json``: its first run
-of each case). Losses and peaks are held to the gate's default tolerances for the case's
-precision and hardware (a GPU's reductions differ from run to run in the last bits); exactly
-equal reads ``same``. A markdown table, then the totals and the cases that ran in one file only
-(two runs stopped at one time limit reach different cases); exit 1 where a case failed in either file
-(a forkserver that started CUDA fails every GPU case), a loss or a peak moved beyond its
-tolerance, or no case ran in both; 2 where a file cannot be read.
+of each case). Losses and peaks are held to the tolerances the gate gives the case (a GPU's
+reductions differ from run to run in the last bits): its precision's and hardware's defaults,
+then the nearest ``pyproject.toml``'s ``[tool.perfsuite]`` above the working directory, as
+``pytest`` there reads them; exactly equal reads ``same``. A markdown table, then the totals and
+the cases that ran in one file only (two runs stopped at one time limit reach different cases);
+exit 1 where a case failed in either file (a forkserver that started CUDA fails every GPU case),
+a loss or a peak moved beyond its tolerance, or no case ran in both;
+2 where a file or the project's settings cannot be read.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from perfsuite.core.declaration import DeclarationError, find_pyproject, read_pyproject
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.results import ResultsError, load_results
-from perfsuite.core.tolerance import Tolerance, resolve_tolerance
+from perfsuite.core.tolerance import ConfigError, Tolerance, resolve_tolerance, validate_config
 
 
 def _runs(path: str) -> dict[str, CaseRecord]:
@@ -36,9 +41,23 @@ def _seconds(a: float | None, b: float | None) -> str:
     return "—" if a is None or b is None else f"{a:.2f} → {b:.2f}"
 
 
-def _tolerance(case: str, record: CaseRecord) -> Tolerance:
-    """The gate's default tolerance for the case's precision and hardware (perfsuite's own settings)."""
-    return resolve_tolerance({}, hardware=record.hardware or "cpu", case_id=case, precision=record.precision or "fp32")
+def _settings() -> dict[str, Any]:
+    """The nearest project's ``[tool.perfsuite]``, checked as the gate checks it (raises
+    :class:`DeclarationError` or :class:`ConfigError`)."""
+    pyproject = find_pyproject(Path.cwd())
+    settings = read_pyproject(pyproject) if pyproject is not None else {}
+    try:
+        validate_config(settings)
+    except ConfigError as exc:
+        raise ConfigError(f"{pyproject}: {exc}") from None
+    return settings
+
+
+def _tolerance(settings: Mapping[str, Any], case: str, record: CaseRecord) -> Tolerance:
+    """The gate's tolerance of the case, for its precision and hardware."""
+    return resolve_tolerance(
+        settings, hardware=record.hardware or "cpu", case_id=case, precision=record.precision or "fp32"
+    )
 
 
 def _loss(a: CaseRecord, b: CaseRecord, tol: Tolerance) -> tuple[str, bool]:
@@ -61,7 +80,7 @@ def _peak(a: int | None, b: int | None, tol: Tolerance) -> tuple[str, bool]:
     return f"{a} → {b}{'' if within else ' (beyond tolerance)'}", within
 
 
-def compare(first: str, second: str) -> tuple[list[str], bool]:
+def compare(first: str, second: str, settings: Mapping[str, Any]) -> tuple[list[str], bool]:
     """The table's lines, and whether some case ran in both, none failed in either file, and every
     one that ran in both kept its losses and peak."""
     a, b = _runs(first), _runs(second)
@@ -76,7 +95,7 @@ def compare(first: str, second: str) -> tuple[list[str], bool]:
     both = [c for c in a if c in b and a[c].ok and b[c].ok]
     for case in both:
         x, y = a[case], b[case]
-        tol = _tolerance(case, x)
+        tol = _tolerance(settings, case, x)
         (peak, peak_ok), (loss, loss_ok) = _peak(x.peak_memory_bytes, y.peak_memory_bytes, tol), _loss(x, y, tol)
         kept &= peak_ok and loss_ok
         extra = ", ".join(sorted(set(y.preloaded) - set(x.preloaded))) or "—"
@@ -104,8 +123,8 @@ def main(argv: list[str]) -> int:
         print("usage: preload_diff.py FIRST.json SECOND.json", file=sys.stderr)
         return 2
     try:
-        lines, same = compare(*argv)
-    except ResultsError as exc:
+        lines, same = compare(*argv, _settings())
+    except (ResultsError, DeclarationError, ConfigError) as exc:
         print(f"preload_diff: {exc}", file=sys.stderr)
         return 2
     print("\n".join(lines))
