@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -340,6 +341,33 @@ def test_a_probe_that_does_not_end_is_killed_and_its_module_left_to_the_workers(
     assert "perfsuite: hangs left to each worker: imported in a child of the forkserver, it did not end in 3 s" in out
     assert out.count("printed at import") == 1
     assert _children() <= before  # every probe ended and reaped: none running, no zombie
+
+
+def test_a_probes_fork_adds_no_warning_to_the_cases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.12 warns of a fork in a process with threads (a forkserver with torch has them), and
+    the forkserver's import warnings go with every case: the probes' forks leave none there."""
+    from perfsuite.worker import device, preload
+
+    _modules(tmp_path, monkeypatch, "asks_cuda")
+    monkeypatch.setattr(device, "cuda_started", lambda driver_before: None)
+    fork = os.fork
+
+    def warning_fork() -> int:  # as Python 3.12's os.fork, which warns in the parent
+        pid = fork()
+        if pid:
+            warnings.warn(
+                f"This process (pid={os.getpid()}) is multi-threaded, use of fork() may lead to deadlocks in the "
+                "child.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        return pid
+
+    monkeypatch.setattr(os, "fork", warning_fork)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert preload.import_extras(["asks_cuda"], gpu=True, nvml=True) == ["asks_cuda"]
+    assert [str(w.message) for w in caught] == []
 
 
 def _children() -> set[int]:

@@ -80,6 +80,7 @@ def import_asking_nvml(names: list[str], *, asks: bool = False) -> list[str]:
 
 
 _NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+_FORK_WITH_THREADS = r".*multi-threaded, use of fork\(\) may lead to deadlocks"
 PROBE_LIMIT_S = 120.0
 """How long a child's import may take before its module is left to the workers (3-11 s on a GPU host)."""
 
@@ -95,7 +96,10 @@ def _each_in_a_child(names: list[str], driver_before: bool, *, asks: bool) -> li
         for name in names:
             read, write = os.pipe()
             try:
-                pid = os.fork()
+                with warnings.catch_warnings():  # Python 3.12+ warns of any fork with threads; this
+                    # child only imports, under a deadline, and the warning would join every case's
+                    warnings.filterwarnings("ignore", _FORK_WITH_THREADS, DeprecationWarning)
+                    pid = os.fork()
             except OSError:
                 os.close(read)
                 os.close(write)
