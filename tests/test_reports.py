@@ -3,7 +3,7 @@ committed CPU baselines of the tiny matrix replayed as a gated run (tests/replay
 two cases changed so that the failures show, and a history of nights.
 
 Every push renders the every-push CPU matrix (32 cases, about 5 s); the nightly tier
-renders all 111 tiny-model cases."""
+renders all 121 tiny-model cases with baselines."""
 
 from __future__ import annotations
 
@@ -331,7 +331,7 @@ def test_a_bad_results_file_is_named(
 
 @pytest.mark.nightly
 def test_the_whole_tiny_matrix_renders(tmp_path: Path) -> None:
-    """All 111 tiny-model cases (loop and Trainer), every table's three charts, under 2 MB, no
+    """All 121 tiny-model cases with baselines (loop and Trainer), every table's three charts, under 2 MB, no
     time-against-memory label over another, a point or the legend."""
     rendered = _render(tmp_path, None)
     text = rendered["html"].read_text()

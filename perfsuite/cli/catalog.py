@@ -25,7 +25,9 @@ def add_init(sub: Any) -> None:
         "init",
         help="set up perfsuite in this repository",
         description="Writes the [tool.perfsuite] section of pyproject.toml (with a commented example), the matrix "
-        "test, the CPU CI, GPU nightly and baseline-refresh workflows, baselines/ and a README section. An "
+        "test, the workflows (CPU tier, GPU nightly, baseline refresh, the side-by-side verdict of a pull "
+        "request, and the upgrade verdict of a dependency bump, on CPU and GPU, with its comment), "
+        "dependabot.yml, baselines/ and a README section. An "
         "existing file is kept unless --force; every path written or kept is printed.",
     )
     init.add_argument("--force", action="store_true", help="overwrite files perfsuite init wrote before")
