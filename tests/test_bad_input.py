@@ -32,6 +32,14 @@ RUN = [
     (["--gpus", "two"], "--gpus"),
     (["--json", "{tmp}"], "--json: {tmp}: is a directory, expected a file to write"),
     (["--report", "{tmp}/file.txt"], "--report: {tmp}/file.txt: is a file, expected a directory"),
+    # A place nothing can be written is refused before any case runs, not after them all
+    (["--json", "{tmp}/file.txt/out.json"], "--json: {tmp}/file.txt/out.json: {tmp}/file.txt is not a directory"),
+    (["--report", "{tmp}/file.txt/out"], "--report: {tmp}/file.txt/out: {tmp}/file.txt is not a directory"),
+    (["--json", "/proc/perfsuite/out.json"], "--json: /proc/perfsuite/out.json: cannot write in /proc"),
+    (["--strategies", ","], "--strategies: expected one or more comma-separated names, got ','"),
+    (["--models", ""], "--models: expected one or more comma-separated names, got ''"),
+    (["--engine", ""], "--engine: expected one or more comma-separated names, got ''"),
+    (["--timeout", "inf"], "--timeout: must be at most 604800 seconds (a week), got inf"),
 ]
 OVERHEAD = [
     (["--rounds", "-1"], "--rounds: must be at least 0, got -1"),
@@ -43,6 +51,9 @@ OVERHEAD = [
     (["--cases", "grad_ckpt"], "no bare loop for 'grad_ckpt'"),
     (["--models", "bert-huge"], "unknown model 'bert-huge'"),
     (["--json", "{tmp}"], "--json: {tmp}: is a directory, expected a file to write"),
+    (["--json", "{tmp}/file.txt/x.json"], "--json: {tmp}/file.txt/x.json: {tmp}/file.txt is not a directory"),
+    (["--cases", ","], "--cases: expected one or more comma-separated names"),
+    (["--timeout", "1e300"], "--timeout: must be at most 604800 seconds"),
 ]
 REPORT = [
     (["{tmp}", "-o", "{tmp}/out"], "{tmp}: is a directory; expected `pytest --perfsuite-json`'s file"),
@@ -53,6 +64,7 @@ REPORT = [
     (["{tmp}/ok-untimed.json", "-o", "{tmp}/out"], "ok-untimed.json: cases[0]: status 'ok' but no 'step_time_s'"),
     (["{tmp}/missing.json", "-o", "{tmp}/out"], "missing.json: no such results file"),
     (["{tmp}/other.json", "-o", "{tmp}/file.txt"], "--out: {tmp}/file.txt: is a file, expected a directory"),
+    (["{tmp}/other.json", "-o", "/proc/perfsuite"], "--out: /proc/perfsuite: cannot write in /proc"),
     (["{tmp}/other.json", "-o", "{tmp}/out", "--history", "{tmp}/none"], "--history: {tmp}/none: no such directory"),
     (["{tmp}/other.json", "-o", "{tmp}/out", "--baselines", "{tmp}/none"], "--baselines: {tmp}/none: no such"),
     ([], "the following arguments are required: results, -o/--out"),
@@ -62,6 +74,7 @@ MERGE = [
     (["{tmp}/empty.json", "-o", "{tmp}/merged.json"], "empty.json: is empty"),
     (["{tmp}", "-o", "{tmp}/merged.json"], "is a directory"),
     (["{tmp}/other.json", "-o", "{tmp}"], "--out: {tmp}: is a directory, expected a file to write"),
+    (["{tmp}/other.json", "-o", "{tmp}/file.txt/m.json"], "--out: {tmp}/file.txt/m.json: {tmp}/file.txt is not a"),
     (["{tmp}/other.json", "-o", "{tmp}/merged.json", "--expect", "0"], "--expect: must be at least 1, got 0"),
     (["{tmp}/other.json", "-o", "{tmp}/merged.json", "--expect", "2"], "1 shard results for 2 shards"),
 ]
@@ -69,6 +82,7 @@ BASELINES = [
     (["refresh", "--repeats", "0"], "--repeats: must be at least 1, got 0"),
     (["refresh", "--tests", "{tmp}/none.py"], "no matrix test at {tmp}/none.py"),
     (["refresh", "--markdown", "{tmp}"], "--markdown: {tmp}: is a directory, expected a file to write"),
+    (["refresh", "--markdown", "{tmp}/file.txt/x.md"], "--markdown: {tmp}/file.txt/x.md: {tmp}/file.txt is not"),
     (["refresh", "--device", "tpu"], "--device: invalid choice: 'tpu'"),
     (["refresh", "--time-limit", "0"], "--time-limit: must be more than 0 seconds, got 0"),
     (["refresh", "--time-limit", "soon"], "--time-limit: expected a number of seconds, got 'soon'"),
@@ -81,6 +95,8 @@ if not cuda_usable():  # the GPU tier asked for on a machine without one
 HISTORY = [
     (["record", "{tmp}/other.json", "--dir", "{tmp}/history"], "other.json: case 0 has no"),
     (["record", "{tmp}/other.json", "--dir", "{tmp}/file.txt"], "--dir: {tmp}/file.txt: is a file"),
+    (["record", "{tmp}/other.json", "--dir", "/proc/perfsuite"], "--dir: /proc/perfsuite: cannot write in /proc"),
+    (["judge", "--dir", "{tmp}", "--markdown", "{tmp}/file.txt/v.md"], "{tmp}/file.txt is not a directory"),
     (["record", "{tmp}/other.json", "--dir", "{tmp}/h", "--night", "yesterday"], "expected a date YYYY-MM-DD"),
     (["judge", "--dir", "{tmp}/none"], "--dir: {tmp}/none: no such directory"),
     (["judge", "--dir", "{tmp}", "--results", "{tmp}/empty.json"], "empty.json: is empty"),
@@ -105,6 +121,8 @@ AB = [
     (["--base", "current", "--candidate", "current", "--models", "bert-huge"], "unknown model 'bert-huge'"),
     (["--base", "current", "--candidate", "current", "--steps", "0"], "--steps: must be at least 1, got 0"),
     (["--base", "current", "--candidate", "current", "--json", "{tmp}"], "--json: {tmp}: is a directory"),
+    (["--base", "current", "--candidate", "current", "--json", "{tmp}/file.txt/a.json"], "file.txt is not a"),
+    (["--base", "current", "--candidate", "current", "--strategies", ","], "--strategies: expected one or more"),
     (["--base", "current", "--candidate", "current", "--report", "{tmp}/file.txt"], "--report: {tmp}/file.txt: is"),
     (["--base", "current", "--candidate", "current", "--explain", "--no-explain"], "--no-explain: not allowed with"),
 ]

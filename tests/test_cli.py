@@ -139,6 +139,30 @@ def test_a_first_run_is_a_quick_set_and_all_is_the_matrix() -> None:
     assert any(ws == 2 for _, _, _, ws in push)
 
 
+def test_models_alone_through_an_engine_that_launches_no_ranks_take_the_strategies_it_can_run() -> None:
+    """Every registered strategy through --engine, but a case whose ranks are processes of their own
+    runs through the loop engine only: through the Trainer (or a project's engine) those are left
+    out, not refused as a whole."""
+    from argparse import Namespace
+
+    from perfsuite.cli.selection import matrix_selection
+    from perfsuite.core.spec import CaseSpec
+
+    args = Namespace(models=["tiny-bert"], strategies=None, engine=["loop", "trainer"], all=False, every_push=False)
+    chosen = matrix_selection(Namespace(**vars(args), world_size=1), "cpu")
+    loop = {s for _, s, e, _ in chosen if e == "loop"}
+    trainer = {s for _, s, e, _ in chosen if e == "trainer"}
+    assert {"ddp", "fsdp2", "zero2", "vanilla", "zero2_offload"} <= loop
+    assert loop - trainer == {"ddp", "fsdp2"}  # DeepSpeed at one rank stays in the worker, a world of one
+    for model, strategy, engine, ranks in chosen:
+        CaseSpec(model=model, strategy=strategy, engine=engine, world_size=ranks)  # each one can be built
+    two = matrix_selection(Namespace(**vars(args), world_size=2), "cpu")
+    assert {e for _, _, e, _ in two} == {"loop"}
+    assert {s for _, s, _, _ in two} == {"ddp", "fsdp2", "zero2", "zero3", "zero2_offload", "zero3_offload"}
+    with pytest.raises(ValueError, match=r"tiny-bert-ddp through trainer: a case whose ranks are processes"):
+        CaseSpec(model="tiny-bert", strategy="ddp", engine="trainer")
+
+
 @pytest.mark.parametrize("flag", ["--all", "--every-push"])
 def test_run_all_takes_no_selection(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", flag, "--models", "tiny-bert"]) == 2

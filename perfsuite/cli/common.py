@@ -25,8 +25,12 @@ class Parser(argparse.ArgumentParser):
 
 
 def names(value: str) -> list[str]:
-    """An option's comma-separated names, blanks dropped."""
-    return [v.strip() for v in value.split(",") if v.strip()]
+    """An option's comma-separated names, blanks dropped; none at all is an error (an empty list would
+    read as "the default", a different and often longer run than the one asked for)."""
+    chosen = [v.strip() for v in value.split(",") if v.strip()]
+    if not chosen:
+        raise argparse.ArgumentTypeError(f"expected one or more comma-separated names, got {value!r}")
+    return chosen
 
 
 def fail(message: str) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,13 @@ def positive_seconds(value: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
     if not number > 0:
         raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {value}")
+    if number > MAX_SECONDS:  # inf included: a deadline the clock cannot hold
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS:.0f} seconds (a week), got {value}")
     return number
+
+
+MAX_SECONDS = 7 * 24 * 3600.0
+"""The longest time limit an option takes."""
 
 
 def existing_dir(value: str) -> Path:
@@ -52,19 +59,39 @@ def existing_dir(value: str) -> Path:
 
 
 def not_a_file(value: str) -> Path:
-    """An option's type: a directory to write into, existing or not, but not a file."""
+    """An option's type: a directory to write into, existing or not (then made), but not a file; checked
+    before anything runs, so that no measured result is lost to a path it cannot be written to."""
     path = Path(value)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{value}: is a file, expected a directory")
+    _writable(path, value)
     return path
 
 
 def output_file(value: str) -> Path:
-    """An option's type: a file to write (its directory is made), not a directory."""
+    """An option's type: a file to write (its directory is made), not a directory; checked as
+    :func:`not_a_file` checks its directory."""
     path = Path(value)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{value}: is a directory, expected a file to write")
+    _writable(path.parent, value)
     return path
+
+
+def _writable(directory: Path, value: str) -> None:
+    """Raise where nothing can be written in ``directory``: its nearest existing ancestor (itself when it
+    exists) must be a directory in which a file can be made (tried, and removed at once)."""
+    for existing in (directory, *directory.parents):
+        if not existing.exists():
+            continue
+        if not existing.is_dir():
+            raise argparse.ArgumentTypeError(f"{value}: {existing} is not a directory")
+        try:
+            with tempfile.TemporaryFile(dir=existing, prefix=".perfsuite-"):
+                pass
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"{value}: cannot write in {existing}: {exc.strerror}") from None
+        return
 
 
 def gpu_selection(value: str) -> str:
@@ -213,12 +240,16 @@ def add_plugin_options(group: Any) -> None:
         "time; default auto: 2 where the machine has 2 cores for them (perfsuite.session.runs.LANES)",
     )
     group.addoption("--perfsuite-scope", **SCOPE)
-    group.addoption("--perfsuite-json", metavar="PATH", type=Path, help="write every case's records and checks here")
-    group.addoption("--perfsuite-markdown", metavar="PATH", type=Path, help="write the summary table as markdown")
+    group.addoption(
+        "--perfsuite-json", metavar="PATH", type=output_file, help="write every case's records and checks here"
+    )
+    group.addoption(
+        "--perfsuite-markdown", metavar="PATH", type=output_file, help="write the summary table as markdown"
+    )
     group.addoption(
         "--perfsuite-report",
         metavar="DIR",
-        type=Path,
+        type=not_a_file,
         help="write report.html (charts; needs perfsuite[report]) and summary.md for the gated cases there",
     )
     group.addoption(

@@ -144,8 +144,23 @@ def matrix_selection(args: argparse.Namespace, device_type: str) -> list[tuple[s
         # A project's own cases always run; perfsuite's built-in matrix is cut to its quick set.
         return (builtin if args.all or scope else first_run(builtin)) + declared
     models = args.models or list(dict.fromkeys(c.model for c in on_device))
-    strategies = args.strategies or [n for n in STRATEGIES if args.world_size == 1 or resolve(n).distributed]
-    return [(m, s, e, args.world_size) for e in (args.engine or ["loop"]) for m in models for s in strategies]
+    return [
+        (m, s, e, args.world_size)
+        for e in (args.engine or ["loop"])
+        for m in models
+        for s in args.strategies or _every_strategy(e, args.world_size)
+    ]
+
+
+def _every_strategy(engine: str, world_size: int) -> list[str]:
+    """The registered strategies a case of ``world_size`` ranks through ``engine`` can take (ranks
+    launched as processes of their own run through the loop engine only)."""
+    return [
+        name
+        for name in STRATEGIES
+        if (world_size == 1 or resolve(name).distributed)
+        and (engine == "loop" or (world_size == 1 and resolve(name).data_parallel == "none"))
+    ]
 
 
 def scope_of(args: argparse.Namespace) -> str | None:

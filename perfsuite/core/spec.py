@@ -149,7 +149,10 @@ class CaseSpec:
                 f"combine it with one of {', '.join(MULTI_RANK_STRATEGIES)} (e.g. {self.strategy}+ddp)"
             )
         if self.launches_ranks and self.engine != "loop":
-            raise ValueError("multi-rank cases run through the loop engine (the Trainer's launch is not mapped yet)")
+            raise ValueError(
+                f"{self.model}-{self.strategy} through {self.engine}: a case whose ranks are processes of their "
+                "own runs through the loop engine (--engine loop); no other engine launches ranks"
+            )
 
     @property
     def launches_ranks(self) -> bool:
