@@ -51,3 +51,27 @@ def test_a_case_stopped_before_its_first_look_shows_its_pairs_mean_without_a_ver
     assert row[1:4] == ["undecided (interrupted)", "1.062 before the first look", "4 alternate"]
     (row,) = rows({"cases": [{**case, "ratios": []}]})
     assert row[2:4] == ["—", "0 alternate"]
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "interrupted", "head"),
+    [
+        ({"regressed": 1, "same": 1}, 1, "REGRESSED: "),
+        ({"same": 1, "undecided": 1}, 1, "INTERRUPTED, no regression called before it stopped: "),
+        ({"same": 1, "undecided": 1}, 0, "no regression called: "),
+        ({"same": 1, "cannot test": 1}, 0, "no regression called: "),
+        ({"same": 1, "improved": 1}, 0, "no regression: "),
+    ],
+)
+def test_the_headline_says_no_regression_only_where_every_case_was_decided(
+    verdicts: dict[str, int], interrupted: int, head: str
+) -> None:
+    """The line a pull request's comment leads with: a comparison stopped half-way, or one that left a
+    case undecided, may have missed a regression, and says so."""
+    from perfsuite.reports.ab import verdict_line
+
+    counts = {"regressed": 0, "improved": 0, "same": 0, "undecided": 0, "cannot test": 0, **verdicts}
+    side = {"probe": {"libraries": {"torch": {"version": "2.13.0"}}}, "code": None}
+    line = verdict_line({"verdicts": counts, "interrupted": interrupted, "sides": {"base": side, "candidate": side}})
+    assert line.startswith(head)
+    assert line.endswith(f"; INTERRUPTED with {interrupted} case(s) unfinished" if interrupted else "versions)")

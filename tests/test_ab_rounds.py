@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from perfsuite.ab import pairs
+from perfsuite.ab import pairs, rounds
 from perfsuite.ab.pairs import duet_fits, step_log_ratio
 from perfsuite.ab.rounds import compare_cases
 from perfsuite.core.paired import Schedule
@@ -297,3 +297,40 @@ def test_an_alternating_pair_whose_side_answers_no_record_fails_that_pair_not_th
     pair = pairs.alternate((FakeSide("A", {}, log), Dying("B", {}, log)), fields, 0, 30)  # type: ignore[arg-type]
     assert pair.error == "B: its server answered: applied is None, not an object"
     assert math.isnan(pair.log_ratio)
+
+
+class Skipping(FakeSide):
+    """A side that skips ``skip`` as the suite skips a strategy its engine does not apply."""
+
+    def __init__(self, name: str, log: list[str], skip: str) -> None:
+        super().__init__(name, {}, log)
+        self.skip = skip
+
+    def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> CaseRecord:
+        case = f"{spec['model']}-{spec['strategy']}"
+        if case != self.skip:
+            return super().run(spec, timeout_s, env)
+        self.log.append(f"{self.name} {case} skipped")
+        return CaseRecord.from_json({**_identity(spec), "status": "skipped", "error": "its engine skips it"}, case)
+
+
+def test_a_case_both_sides_skip_is_skipped_and_one_side_skips_is_cannot_test() -> None:
+    """A strategy a project's engine does not apply is *skipped* on both sides, as the suite reports it,
+    not *cannot test*; where only one side skips it, the two cannot be compared."""
+    log: list[str] = []
+    fields = {"model": "tiny-bert", "strategy": "fp16", "profile": False, "calibrate": False}
+    both = (Skipping("A", log, "tiny-bert-fp16"), Skipping("B", log, "tiny-bert-fp16"))
+    for index, order in ((0, "AB"), (1, "BA")):  # whichever side runs first, the other runs too
+        log.clear()
+        pair = pairs.alternate(both, fields, index, 30)  # type: ignore[arg-type]
+        assert (pair.skipped, pair.error) == (True, "its engine skips it")
+        assert log == [f"{side} tiny-bert-fp16 skipped" for side in order]
+    one = (Skipping("A", log, "tiny-bert-fp16"), FakeSide("B", {}, log))
+    pair = pairs.alternate(one, fields, 0, 30)  # type: ignore[arg-type]
+    assert (pair.skipped, pair.error) == (False, "A: its engine skips it")
+    result = rounds.CaseResult(case="tiny-bert-fp16")
+    rounds._add(result, pairs.alternate(both, fields, 0, 30), 0, Tolerance())  # type: ignore[arg-type]
+    assert (result.verdict, result.as_json()["error"]) == ("skipped", "its engine skips it")
+    result = rounds.CaseResult(case="tiny-bert-fp16")
+    rounds._add(result, pairs.alternate(one, fields, 0, 30), 0, Tolerance())  # type: ignore[arg-type]
+    assert result.verdict == "cannot test"

@@ -40,6 +40,12 @@ RUN = [
     (["--models", ""], "--models: expected one or more comma-separated names, got ''"),
     (["--engine", ""], "--engine: expected one or more comma-separated names, got ''"),
     (["--timeout", "inf"], "--timeout: must be at most 604800 seconds (a week), got inf"),
+    # What the cases would read is checked before the first of them runs
+    (["--models", "tiny-bert", "--pretrained", "{tmp}/none"], "--pretrained {tmp}/none: no config.json there"),
+    (["--models", "tiny-bert", "--pretrained", "hub-cache"], "--pretrained hub-cache: tiny-bert has no hub id"),
+    (["--models", "tiny-bert", "--tokenizer", "{tmp}"], "--tokenizer is the tokenizer of --dataset"),
+    (["--dataset", "{tmp}/none.csv", "--tokenizer", "{tmp}"], "--dataset {tmp}/none.csv: no such file"),
+    (["--dataset", "{tmp}/empty.json", "--tokenizer", "{tmp}/none"], "--tokenizer {tmp}/none: no such directory"),
 ]
 OVERHEAD = [
     (["--rounds", "-1"], "--rounds: must be at least 0, got -1"),

@@ -92,6 +92,21 @@ def test_each_side_runs_its_own_commit_of_the_teams_code(
     assert payload["sides"]["candidate"]["code"].startswith("the working tree (")
 
 
+def test_show_sides_names_the_code_each_side_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both sides run this environment, so what tells them apart is the project's code: each commit."""
+    root = repository(tmp_path / "repo")
+    commit(root, "Document the step", readme="The step is cross-entropy, clipped.")
+    monkeypatch.chdir(root)
+    assert main(["ab", "--base-ref", "HEAD^1", "--show-sides", *ONE_CASE]) == 0
+    parent, head = (git(root, "log", "-1", "--format=%h %s", ref) for ref in ("HEAD^1", "HEAD"))
+    assert capsys.readouterr().out.splitlines() == [
+        f"base: current, the project's code: HEAD^1 ({parent})",
+        f"candidate: current, the project's code: the working tree ({head})",
+    ]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -256,4 +256,4 @@ class AbRun:
         return 1 if counts["regressed"] else 0
 
 
-_VERDICTS = ("regressed", "improved", "same", "undecided", "cannot test")
+_VERDICTS = ("regressed", "improved", "same", "undecided", "skipped", "cannot test")

@@ -68,17 +68,25 @@ def trees(refs: list[str | None], what: str, start: Path | None = None) -> Itera
         for ref in refs:
             if ref is None:
                 head = commits.describe(top, commits.commit(top, "HEAD", what))
-                changed = commits.git(top, "status", "--porcelain", "--untracked-files=no", what=what).stdout.strip()
-                label = f"{WORKING_TREE} ({head.describe()}{', with uncommitted changes' if changed else ''})"
                 root = _copy_working_tree(top, scratch / f"working-tree-{head.sha[:27]}", what)
-                made.append(Tree(label, root / inside))
+                made.append(Tree(code_label(top, None, what), root / inside))
                 continue
             found = commits.describe(top, commits.commit(top, commits.check_revision(ref, what), what))
             tree = at_commit(top, found, inside, scratch, what)
-            made.append(dataclasses.replace(tree, label=f"{ref} ({tree.label})"))
+            made.append(dataclasses.replace(tree, label=code_label(top, ref, what)))
         yield made
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def code_label(top: Path, ref: str | None, what: str) -> str:
+    """How a side's code is named: ``<ref> (<short> <subject>)``, or the working tree with the commit
+    it is at and whether it has uncommitted changes (``ref`` ``None``)."""
+    if ref is not None:
+        return f"{ref} ({commits.describe(top, commits.commit(top, ref, what)).describe()})"
+    head = commits.describe(top, commits.commit(top, "HEAD", what))
+    changed = commits.git(top, "status", "--porcelain", "--untracked-files=no", what=what).stdout.strip()
+    return f"{WORKING_TREE} ({head.describe()}{', with uncommitted changes' if changed else ''})"
 
 
 def _copy_working_tree(top: Path, into: Path, what: str) -> Path:

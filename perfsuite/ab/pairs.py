@@ -49,6 +49,8 @@ class Pair:
     log_ratio: float
     """``log(B / A)``: the median per-step log ratio of a duet, the ratio of the two medians otherwise."""
     error: str | None = None
+    skipped: bool = False
+    """Both sides skipped the case (a strategy its engine does not apply, say): ``error`` says why."""
 
 
 def duet_cores() -> tuple[int, int] | None:
@@ -96,6 +98,20 @@ def _failed(side: Side, record: CaseRecord | None, error: str | None = None) -> 
     return None if record.ok else f"{side.name}: {record.error or record.status}"
 
 
+def _unpaired(
+    sides: tuple[Side, Side], records: tuple[CaseRecord | None, CaseRecord | None], errors: list[str | None], mode: Mode
+) -> Pair | None:
+    """The pair whose two runs did not both time their steps: both skipped (the case is *skipped*, as
+    the suite skips it), else the first side's error; ``None`` where both ran."""
+    if all(r is not None and r.status == "skipped" for r in records):
+        return Pair(records, mode, math.nan, (records[0] and records[0].error) or "skipped", skipped=True)
+    for which in (0, 1):
+        error = _failed(sides[which], records[which], errors[which])
+        if error:
+            return Pair(records, mode, math.nan, error)
+    return None
+
+
 def alternate(
     sides: tuple[Side, Side], fields: dict[str, Any], index: int, timeout_s: float, env: dict[str, str] | None = None
 ) -> Pair:
@@ -105,9 +121,11 @@ def alternate(
             records[which] = sides[which].run(fields, timeout_s, env=env)
         except EnvError as exc:  # its server died or answered no record: this side's error, not a traceback
             return Pair((records.get(0), records.get(1)), "alternate", math.nan, _failed(sides[which], None, str(exc)))
-        error = _failed(sides[which], records[which])
-        if error:
-            return Pair((records.get(0), records.get(1)), "alternate", math.nan, error)
+        if records[which].status != "skipped" and _failed(sides[which], records[which]):  # a skip: the other says
+            return Pair((records.get(0), records.get(1)), "alternate", math.nan, _failed(sides[which], records[which]))
+    ended = _unpaired(sides, (records[0], records[1]), [None, None], "alternate")
+    if ended is not None:
+        return ended
     a, b = records[0], records[1]
     ratio = math.log(float(b.timed().median) / float(a.timed().median))
     return Pair((a, b), "alternate", ratio)
@@ -163,10 +181,9 @@ def duet(
             for thread in threads:
                 thread.join(timeout_s / 10)
             raise
-    for which in (0, 1):
-        error = _failed(sides[which], records[which], errors[which])
-        if error:
-            return Pair((records[0], records[1]), "duet", math.nan, error)
+    ended = _unpaired(sides, (records[0], records[1]), errors, "duet")
+    if ended is not None:
+        return ended
     return Pair((records[0], records[1]), "duet", step_log_ratio(step_times(records[0]), step_times(records[1])))
 
 

@@ -50,7 +50,9 @@ class CaseResult:
     loss_a: list[float] = field(default_factory=list)
     loss_b: list[float] = field(default_factory=list)
     error: str | None = None
-    """Why the case could not be compared (a side's run failed: its error)."""
+    """Why the case could not be compared (a side's run failed: its error; or why both skipped it)."""
+    skipped: bool = False
+    """Both sides skipped the case, as the suite skips it (``error`` says why): not compared, not a failure."""
     interrupted: bool = False
     """The comparison was stopped (Ctrl-C, SIGTERM) before this case's verdict: undecided, its pairs kept."""
     explanation: Explanation | None = None
@@ -79,10 +81,10 @@ class CaseResult:
 
     @property
     def verdict(self) -> str:
-        """``regressed`` (slower, more memory or another loss), ``improved``, ``same``, ``undecided``
-        or ``cannot test``."""
+        """``regressed`` (slower, more memory or another loss), ``improved``, ``same``, ``undecided``,
+        ``skipped`` or ``cannot test``."""
         if self.error is not None:
-            return "cannot test"
+            return "skipped" if self.skipped else "cannot test"
         if self.checks_regressed or (self.time is not None and self.time.verdict == "slower"):
             return "regressed"
         if any(not c.ok for c in self.checks) or (self.time is not None and self.time.verdict == "faster"):
@@ -255,7 +257,7 @@ def compare_cases(
 
 def _add(result: CaseResult, pair: Pair, index: int, tolerance: Tolerance) -> None:
     if pair.error is not None:
-        result.error = pair.error
+        result.error, result.skipped = pair.error, pair.skipped
         return
     if index == 0:
         a, b = pair.records

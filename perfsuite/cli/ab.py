@@ -186,7 +186,8 @@ def run(args: argparse.Namespace) -> int:
                 say(f"wrote {_note(options, headline)}")
             return 0
     if args.show_sides:
-        print(f"base: {options.base}\ncandidate: {options.candidate}")
+        runs = ["", ""] if own is None else [f", the project's code: {_code(rev)}" for rev in own[1]]
+        print(f"base: {options.base}{runs[0]}\ncandidate: {options.candidate}{runs[1]}")
         return 0
     if note:
         say(note)
@@ -281,6 +282,14 @@ def _own_refs(args: argparse.Namespace) -> tuple[str, list[str | None]] | None:
     if from_merge_base:
         base = commits.merge_base(top, shas[0], shas[1], f"{option} {args.own}")
     return option, [base, head]
+
+
+def _code(revision: str | None) -> str:
+    """The revision of the project's code a side runs, as the comparison names it."""
+    from perfsuite.ab import commits
+    from perfsuite.ab.own import code_label, project_root
+
+    return code_label(commits.check_repository(project_root(), "--show-sides"), revision, "--show-sides")
 
 
 def _note(options: AbOptions, headline: str) -> Path:

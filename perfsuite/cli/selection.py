@@ -4,6 +4,7 @@ the cases they select (the named ones, else the matrix's on this device), checke
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from perfsuite.cli.common import check_project_code, load_project, names
@@ -122,10 +123,31 @@ def select(
             )
     if args.pretrained and args.pretrained != "hub-cache" and len({m for m, _, _, _ in selection}) != 1:
         raise ValueError("--pretrained PATH needs exactly one --models name")
+    _check_inputs(args, [m for m, _, _, _ in selection])
     defaults = DEFAULTS[device_type]
     specs = _specs(args, selection, device_type, defaults, threads)
     check_project_code(specs)
     return specs, device_type, defaults, note
+
+
+_DATA_FILES = (".csv", ".json", ".jsonl", ".parquet", ".txt")
+"""Suffixes that make ``--dataset`` a local file (anything else may be a cached ``datasets`` name)."""
+
+
+def _check_inputs(args: argparse.Namespace, models: list[str]) -> None:
+    """The files and directories the cases would read, checked before any of them runs."""
+    if args.pretrained == "hub-cache":
+        without = sorted({m for m in models if get_model_spec(m).hub_id is None})
+        if without:
+            raise ValueError(f"--pretrained hub-cache: {', '.join(without)} has no hub id to look up")
+    elif args.pretrained and not (Path(args.pretrained) / "config.json").is_file():
+        raise ValueError(f"--pretrained {args.pretrained}: no config.json there (a directory save_pretrained wrote)")
+    if args.tokenizer and not args.dataset:
+        raise ValueError("--tokenizer is the tokenizer of --dataset; give --dataset too")
+    if args.tokenizer and not Path(args.tokenizer).is_dir():
+        raise ValueError(f"--tokenizer {args.tokenizer}: no such directory")
+    if args.dataset and Path(args.dataset).suffix in _DATA_FILES and not Path(args.dataset).is_file():
+        raise ValueError(f"--dataset {args.dataset}: no such file")
 
 
 def matrix_selection(args: argparse.Namespace, device_type: str) -> list[tuple[str, str, str, int]]:

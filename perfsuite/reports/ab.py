@@ -77,7 +77,13 @@ def _versions(payload: Mapping[str, Any], side: str) -> dict[str, str | None]:
 
 def verdict_line(payload: Mapping[str, Any]) -> str:
     counts = payload["verdicts"]
-    head = "REGRESSED" if counts["regressed"] else "no regression"
+    undecided = sum(n for v, n in counts.items() if v not in ("same", "improved", "skipped"))
+    if counts["regressed"]:
+        head = "REGRESSED"
+    elif payload.get("interrupted"):  # a case stopped half-way may have been on its way to a regression
+        head = "INTERRUPTED, no regression called before it stopped"
+    else:  # "no regression" only where every case was decided
+        head = "no regression called" if undecided else "no regression"
     parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     moved = ", ".join(differing(_versions(payload, "base"), _versions(payload, "candidate")))
     code = [payload["sides"][name].get("code") for name in ("base", "candidate")]
