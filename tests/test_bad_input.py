@@ -60,6 +60,7 @@ OVERHEAD = [
     (["--json", "{tmp}/file.txt/x.json"], "--json: {tmp}/file.txt/x.json: {tmp}/file.txt is not a directory"),
     (["--cases", ","], "--cases: expected one or more comma-separated names"),
     (["--timeout", "1e300"], "--timeout: must be at most 604800 seconds"),
+    (["--rounds", "0", "--cases", "zero2_offload,vanilla"], "--rounds 0: tiny-bert-zero2_offload measured in rounds"),
 ]
 REPORT = [
     (["{tmp}", "-o", "{tmp}/out"], "{tmp}: is a directory; expected `pytest --perfsuite-json`'s file"),

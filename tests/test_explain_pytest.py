@@ -92,7 +92,17 @@ def test_the_same_versions_explain_from_one_run_of_this_stack(monkeypatch: pytes
     assert lines[0].startswith("explain: the baseline was recorded on this stack's versions, so there is no reference")
     assert lines[1].startswith("loss: parts from the baseline's at step 0")
     assert "memory: buffers +50.00 MiB, the size of buffer injected_cache" in lines[2]
-    assert lines[-1].endswith("--models tiny-bert --strategies vanilla --explain")
+    assert lines[-1] == (
+        "explain: to diff this code against a commit where it passed: perfsuite ab --base-ref REF "
+        "--models tiny-bert --strategies vanilla --explain"
+    )
+    # The commit the baseline was recorded at, and a case's engine and ranks, in the command
+    recorded = {**BASELINE, "provenance": {**BASELINE["provenance"], "commit": "0ca34e1bd6868f2a"}}  # type: ignore[dict-item]
+    ranks = CaseSpec(model="tiny-bert", strategy="ddp", world_size=2, steps=2, warmup_steps=1, device="cpu")
+    assert explaining._hint(ranks, recorded) == (
+        "explain: to diff this code against the commit its baseline was recorded at: perfsuite ab --base-ref "
+        "0ca34e1bd686 --models tiny-bert --strategies ddp --world-size 2 --device cpu --explain"
+    )
 
 
 def test_other_versions_rebuild_the_baseline_s_stack_beside_this_one(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -41,9 +41,7 @@ def add_parser(sub: Any) -> None:
     overhead.add_argument(
         "--rounds", type=at_least(0), default=6, help="rounds of separate workers per case (default 6; 0: pairs only)"
     )
-    overhead.add_argument(
-        "--threads", type=at_least(1), help="torch intra-op threads (default: torch's)"
-    )
+    overhead.add_argument("--threads", type=at_least(1), help="torch intra-op threads (default: torch's)")
     overhead.add_argument("--steps", type=at_least(1), help="timed steps per run (default 12 on CPU, 20 on GPU)")
     overhead.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     overhead.add_argument(
@@ -70,10 +68,13 @@ def run(args: Any) -> int:
     """``perfsuite overhead``: the table, and ``--json``; exit 1 when a side failed, 2 for bad arguments."""
     import sys
 
+    from perfsuite.cli.common import load_project
     from perfsuite.cli.overhead_rounds import measure
     from perfsuite.core.models import get_model_spec
+    from perfsuite.core.registry import DeclarationError
     from perfsuite.core.spec import DEFAULTS, CaseSpec
     from perfsuite.core.strategies import UnknownNameError
+    from perfsuite.worker.bare import INTERLEAVED
     from perfsuite.worker.device import asked_device_type
     from perfsuite.worker.process import run_isolated, stop_workers
 
@@ -97,9 +98,14 @@ def run(args: Any) -> int:
         return error(str(exc))
     defaults = DEFAULTS[device_type]
     try:
+        load_project()  # a model the project declares from a config has a bare loop too
         models = args.models or ["tiny-bert" if device_type == "cpu" else "bert-base-uncased"]
         for model in models:
-            get_model_spec(model)
+            if get_model_spec(model).factory is not None:
+                return error(
+                    f"no bare loop for {model}: a model the project builds with a factory trains through its own "
+                    "engine, whose step is the project's code (a bare loop would be perfsuite's)"
+                )
         specs = [
             CaseSpec(
                 model=model,
@@ -113,7 +119,11 @@ def run(args: Any) -> int:
             for model in models
             for strategy, engine in _selection(args.cases)
         ]
-    except (UnknownNameError, ValueError) as exc:
+        if args.rounds == 0 and (alone := [s.id for s in specs if s.engine != "loop" or s.strategy not in INTERLEAVED]):
+            return error(
+                f"--rounds 0: {', '.join(alone)} measured in rounds only (in-process pairs: {', '.join(INTERLEAVED)})"
+            )
+    except (UnknownNameError, ValueError, DeclarationError) as exc:
         return error(str(exc))
 
     def progress(result: Overhead, round_: int) -> None:

@@ -39,9 +39,10 @@ def _weights_not_compared(case_id: str, recorded: str, observed: Observation, ha
         "not compared",
         "same initial weights",
         f"{case_id}: loss not compared: this run started from other initial weights than the baseline's "
-        f"({now} against {recorded}: the random generator or the model's initialisation changed), so its "
-        "curve differs from the first step whatever the training step does (time and memory were gated); "
-        f"record this stack's curve with {refresh_command(case_id, hardware=hardware)}",
+        f"({now} against {recorded}: the random generator, a library's or this code's initialisation "
+        "changed), so its curve differs from the first step whatever the training step does (time and memory "
+        "were gated); where the change is this code's, `perfsuite ab --base-ref BASE` compares the two side by "
+        f"side; then record this stack's curve with {refresh_command(case_id, hardware=hardware)}",
         compared=False,
     )
 

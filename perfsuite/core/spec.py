@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfsuite.core.engines import EngineSpec, check_engine, project_engine
+from perfsuite.core.engines import PROJECT_ENGINES, EngineSpec, check_engine, project_engine
 from perfsuite.core.models import ModelSpec, get_model_spec
 from perfsuite.core.strategies import Strategy, resolve
 
@@ -131,9 +131,11 @@ class CaseSpec:
         object.__setattr__(self, "strategy_spec", resolve(self.strategy))
         object.__setattr__(self, "engine_spec", project_engine(check_engine(self.engine)))
         if (self.model_spec.factory is not None) != (self.engine_spec is not None):
+            own = ", ".join(PROJECT_ENGINES) or "none declared"
             raise ValueError(
                 f"{self.model} through {self.engine}: a model the project builds with a factory trains through "
-                "an engine of the project's, and only such a model does"
+                f"an engine of the project's (--engine: {own}), and only such a model does "
+                f"(its case ids end in the engine's name: {self.model}-{self.strategy}-<engine>)"
             )
         if self.steps < 1 or self.warmup_steps < 0:
             raise ValueError("steps must be >= 1 and warmup_steps >= 0")

@@ -276,8 +276,9 @@ def outcomes_verdict(outcomes: Sequence[Any]) -> str:
     if other:
         line += (
             f"; loss NOT gated for {other} (they started from other initial weights than their baselines': "
-            "the random generator or a model's initialisation changed; "
-            "`perfsuite baselines refresh` records this stack's)"
+            "the random generator, a library's or this code's initialisation changed; where it is this code's, "
+            "`perfsuite ab --base-ref BASE` compares it with its base before `perfsuite baselines refresh` "
+            "records this stack's)"
         )
     return line
 

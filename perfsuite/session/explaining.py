@@ -51,16 +51,25 @@ def explain_failure(failure: Failure, *, timeout_s: float) -> list[str]:
     pins = reference_pins((failure.baseline.get("provenance") or {}).get("versions") or {}, library_versions())
     if pins:
         return _against_reference(failure, pins, timeout_s)
-    spec = failure.spec
     head = (
         "explain: the baseline was recorded on this stack's versions, so there is no reference stack to run "
         "(the change is in this repository's code or the machine); one instrumented run of this stack shows:"
     )
-    hint = (
-        "explain: to diff against a reference, name its environment: perfsuite ab --base ENV --candidate current "
-        f"--models {spec.model} --strategies {spec.strategy} --explain"
+    return [head, *_alone(failure, timeout_s), _hint(failure.spec, failure.baseline)]
+
+
+def _hint(spec: CaseSpec, baseline: Mapping[str, Any]) -> str:
+    """The ``perfsuite ab`` command that diffs the case against the commit its baseline was recorded at."""
+    commit = (baseline.get("provenance") or {}).get("commit")
+    ref = str(commit)[:12] if isinstance(commit, str) and commit else "REF"
+    where = "the commit its baseline was recorded at" if ref != "REF" else "a commit where it passed"
+    shape = f" --engine {spec.engine}" if spec.engine != "loop" else ""
+    shape += f" --world-size {spec.world_size}" if spec.world_size > 1 else ""
+    shape += f" --device {spec.device}" if spec.device != "auto" else ""
+    return (
+        f"explain: to diff this code against {where}: perfsuite ab --base-ref {ref} "
+        f"--models {spec.model} --strategies {spec.strategy}{shape} --explain"
     )
-    return [head, *_alone(failure, timeout_s), hint]
 
 
 def _moved(failure: Failure) -> dict[str, int]:

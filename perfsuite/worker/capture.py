@@ -1,4 +1,4 @@
-"""What a worker's case prints and warns: kept for its record, not written between the caller's lines.
+"""What a worker's case prints, warns and raises: kept for its record, not written between the caller's lines.
 
 Used by the worker process (:mod:`perfsuite.worker.process`) and by each rank of a
 multi-rank case (:mod:`perfsuite.worker.distributed.launch`).
@@ -10,6 +10,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import traceback
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -48,3 +49,9 @@ def warning_list(caught: list[warnings.WarningMessage]) -> list[dict[str, Any]]:
         {"category": category, "message": message, "where": f"{filename}:{lineno}", "count": count}
         for (category, message, filename, lineno), count in counts.items()
     ]
+
+
+def raised_at(exc: BaseException) -> str:
+    """`` (at file.py:line)``: where ``exc`` was raised (its traceback's innermost frame), or ``""``."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" (at {frames[-1].filename.rsplit(os.sep, 1)[-1]}:{frames[-1].lineno})" if frames else ""

@@ -30,7 +30,7 @@ from typing import Any
 from perfsuite.core.record import CaseRecord, CaughtWarning
 from perfsuite.core.spec import CaseSkipped, CaseSpec
 from perfsuite.worker import duet
-from perfsuite.worker.capture import captured_output, warning_list
+from perfsuite.worker.capture import captured_output, raised_at, warning_list
 from perfsuite.worker.start_method import platform_start_method
 
 CaseFn = Callable[[CaseSpec], dict[str, Any]]
@@ -145,9 +145,7 @@ def _describe_error(exc: BaseException) -> str:
     name = type(exc).__name__
     if "OutOfMemory" in name or "out of memory" in str(exc).lower():
         return f"out of memory: {exc}"
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" (at {frames[-1].filename.rsplit(os.sep, 1)[-1]}:{frames[-1].lineno})" if frames else ""
-    return f"{name}: {exc}{where}"
+    return f"{name}: {exc}{raised_at(exc)}"
 
 
 def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Connection, env: dict[str, str]) -> None:

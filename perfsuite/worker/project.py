@@ -27,6 +27,7 @@ import torch
 from perfsuite.core.project_code import BATCH, BATCH_ARGUMENTS, FACTORY, split_reference
 from perfsuite.core.registry import DeclarationError
 from perfsuite.core.spec import CaseSkipped, CaseSpec
+from perfsuite.worker.capture import raised_at
 from perfsuite.worker.engines.interface import ENGINE_API_VERSION, EngineCase, case_fields
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def _call(fn: Any, reference: str, where: str, expected: str, kwargs: Mapping[st
         raise
     except Exception as exc:
         raise DeclarationError(
-            f"{where}: {reference}({shown}) raised {type(exc).__name__}: {exc}; expected {expected}"
+            f"{where}: {reference}({shown}) raised {type(exc).__name__}: {exc}{raised_at(exc)}; expected {expected}"
         ) from None
 
 
@@ -213,7 +214,8 @@ def build_engine(
         raise
     except Exception as exc:  # the project's constructor, whatever it raises
         raise DeclarationError(
-            f"{where}: {engine_spec.engine_class}(case) raised {type(exc).__name__}: {exc}; expected {ENGINE}"
+            f"{where}: {engine_spec.engine_class}(case) raised {type(exc).__name__}: {exc}{raised_at(exc)}; "
+            f"expected {ENGINE}"
         ) from None
     if not isinstance(getattr(engine, "model", None), torch.nn.Module):
         raise DeclarationError(
