@@ -174,5 +174,23 @@ def test_a_loss_not_compared_for_other_initial_weights_says_so_in_the_row_and_th
     )
     text = gate_text([outcome], refresh=False)
     assert "loss NOT gated for 1 (they started from other initial weights" in text.splitlines()[0]
+    assert "this code's initialisation changed; where it is this code's, `perfsuite ab --base-ref BASE`" in text
     assert "loss not compared: other initial weights" in text
     assert "ok, not compared" not in text
+
+
+def test_under_the_compare_table_a_key_says_what_delta_time_is() -> None:
+    """Δ time is the gate's step-by-step change, which can differ from the two medians beside it, even
+    in sign: the key under the table (and the markdown's first note) says so; a refresh has none."""
+    from types import SimpleNamespace
+
+    from perfsuite.core.check import Check
+    from perfsuite.reports.tables import GATE_KEY, gate_markdown, gate_text
+
+    time = Check("step time", True, "1.285× calibration", "1.297× calibration", "-3.4%", "±15%", "")
+    record = CaseRecord.from_json({"model": "tiny-bert", "strategy": "vanilla", "status": "ok", "time_class": "x"}, "r")
+    outcome = SimpleNamespace(case="tiny-bert-vanilla", status="passed", checks=[time], records=[record], message="")
+    assert GATE_KEY in gate_text([outcome], refresh=False).replace("\n", "")
+    assert f"\n- {GATE_KEY}" in gate_markdown([outcome], refresh=False)
+    refreshed = SimpleNamespace(case="tiny-bert-vanilla", status="refreshed", diff=[], message="", checks=[])
+    assert GATE_KEY not in gate_text([refreshed], refresh=True)

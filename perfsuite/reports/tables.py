@@ -165,6 +165,11 @@ def render(cases: Sequence[CaseRecord], console: Console | None = None) -> None:
 # "catches ≥": the step-time tolerance, i.e. the smallest change of this case's step time the gate fails on.
 _GATE_COLUMNS = ("case", "status", "step time", "Δ time", "catches ≥", "peak memory", "Δ mem", "loss", "note")
 _REFRESH_COLUMNS = ("case", "status", "metric", "old", "new", "change")
+GATE_KEY = (
+    "step time: the baseline's median → this run's; Δ time: what the gate judges, the median of each timed "
+    "step's change against the baseline's same step, less the session's drift where a CPU's applies"
+)
+"""Under the compare table: why Δ time is not the ratio of the two medians beside it."""
 
 
 def _check(outcome: Any, metric: str) -> Any:
@@ -299,7 +304,8 @@ def gate_text(outcomes: Sequence[Any], *, refresh: bool, width: int = LOG_WIDTH,
     buffer = io.StringIO()
     Console(file=buffer, width=width, force_terminal=False, color_system=None).print(table)
     first = "" if refresh else outcomes_verdict(outcomes) + "\n"
-    return first + buffer.getvalue() + "".join(f"{line}\n" for line in notes)
+    key = "" if refresh or not outcomes else f"{GATE_KEY}\n"
+    return first + buffer.getvalue() + key + "".join(f"{line}\n" for line in notes)
 
 
 def _uncompared(outcomes: Sequence[Any]) -> list[str]:
@@ -319,7 +325,8 @@ def gate_markdown(outcomes: Sequence[Any], *, refresh: bool, notes: Sequence[str
         counts[outcome.status] = counts.get(outcome.status, 0) + 1
     heading = "perfsuite: baselines " + ("refreshed" if refresh else "compared")
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    below = "".join(f"\n- {line}" for line in [*notes, *_uncompared(outcomes)])
+    key = [] if refresh or not outcomes else [GATE_KEY]
+    below = "".join(f"\n- {line}" for line in [*key, *notes, *_uncompared(outcomes)])
     if not refresh:
         summary = outcomes_verdict(outcomes)
     return f"### {heading}\n\n{summary}\n\n" + "\n".join(lines) + "\n" + below + ("\n" if below else "")
