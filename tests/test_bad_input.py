@@ -27,6 +27,8 @@ RUN = [
     (["--seed", "-1"], "--seed: must be at least 0, got -1"),
     (["--models", "bert-huge"], "unknown model 'bert-huge'; valid: bert-base-uncased"),
     (["--strategies", "fp8"], "unknown strategy 'fp8'"),
+    (["--strategies", "fp16++grad_ckpt"], "unknown strategy 'fp16++grad_ckpt': '+' joins two names"),
+    (["--strategies", "fp16+grad_ckpt+fp16"], "strategy 'fp16+grad_ckpt+fp16' names fp16 more than once"),
     (["--engine", "keras"], "unknown engine 'keras'; valid engines: loop, trainer"),
     (["--device", "tpu"], "--device: invalid choice: 'tpu'"),
     (["--gpus", "two"], "--gpus"),
@@ -120,9 +122,12 @@ AB = [
     (["--base", "current", "--candidate", "{tmp}/file.txt"], "not executable; give a Python interpreter"),
     (["--base", "current", "--candidate", "{tmp}"], "a directory without bin/python"),
     (["--base", "current", "--candidate", "transformers=="], "'transformers==' is not a requirement"),
+    (["--base", "current", "--candidate", "transformers==5.24.0,Transformers==5.23.0"], "pinned more than once"),
+    (["--base", "", "--candidate", "current"], "--base is empty: give an interpreter"),
     (["--base", "current"], "the following arguments are required: --candidate"),
     (["--base", "current", "--candidate", "current", "--floor", "2"], "--floor: 2 must lie in [0, 1)"),
     (["--base", "current", "--candidate", "current", "--alpha", "0"], "--alpha: must be above 0"),
+    (["--base", "current", "--candidate", "current", "--alpha", "1"], "--alpha: 1 must lie in (0, 1) (0.05 is 5%)"),
     (["--base", "current", "--candidate", "current", "--pairs", "0"], "--pairs: must be at least 1, got 0"),
     (["--base", "current", "--candidate", "current", "--pairs", "6", "--max-pairs", "4"], "--max-pairs 4 is below"),
     (["--base", "current", "--candidate", "current", "--models", "bert-huge"], "unknown model 'bert-huge'"),
@@ -143,6 +148,12 @@ BISECT = [
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "c", "--metric", "speed"], "invalid choice"),
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "c", "--threads", "0"], "--threads: must be"),
     (["transformers", "--good", "4.57.6"], "the following arguments are required: --bad, --case"),
+    (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "c", "--repo", "{tmp}"], "not a git clone"),
+    (
+        ["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "tiny-bert-vanilla"]
+        + ["--with", "transformers<5"],
+        "--with holds transformers, the package bisected",
+    ),
 ]
 COMMENT = [
     (["--workflow", "w.yml"], "the following arguments are required: --artifact"),

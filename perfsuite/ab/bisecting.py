@@ -150,7 +150,8 @@ class Bisection:
                 result = self._compare(good, version)
                 verdict = changed(result, metric)
                 judgement: Judgement = "cannot" if result.error or verdict is None else ("bad" if verdict else "good")
-                self.say(f"  {version}: {judgement}: {evidence(result, metric)}")
+                shown = "cannot test" if judgement == "cannot" else judgement
+                self.say(f"  {version}: {shown}: {evidence(result, metric)}")
                 return judgement, evidence(result, metric)
 
             found = search(self.versions, judge)
@@ -164,9 +165,10 @@ class Bisection:
                 f"(last good {self.describe(found.last_good)}) for {self.spec.id}'s {metric}"
             )
             return 0
+        untested = "the other could not be tested" if len(found.candidates) == 2 else "the others could not be tested"
         self.say(
             f"perfsuite: the first bad {package} is one of {', '.join(map(self.describe, found.candidates))}; "
-            "the others in between could not be tested"
+            f"{untested}"
         )
         return 1
 

@@ -120,7 +120,10 @@ def first_parent_range(repo: Path, good: str, bad: str, what: str) -> list[Commi
         raise GitError(f"{what}: git cannot list the commits {good[:12]}..{bad[:12]}")
     shas = done.stdout.split()
     if not shas:
-        raise GitError(f"{what}: {bad[:12]} has no commit after {good[:12]} on its first-parent history")
+        raise GitError(
+            f"{what}: {bad[:12]} has no commit after {good[:12]} on its first-parent history "
+            "(--good must be an earlier commit than --bad, one it descends from)"
+        )
     return [describe(repo, sha) for sha in shas]
 
 

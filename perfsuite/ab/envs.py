@@ -29,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from perfsuite.core.cache import cache_root
 
@@ -71,6 +72,8 @@ def split_spec(text: str) -> list[str]:
 
 def parse_env(text: str, *, name: str) -> Env | list[Requirement]:
     """An interpreter, a virtual environment's interpreter, ``current``, or the requirements of a spec."""
+    if not text.strip():
+        raise EnvError(f"--{name} is empty: give an interpreter, a virtual environment, 'current' or pins")
     if text in ("current", "."):
         return Env(label="current", python=sys.executable)
     path = Path(text).expanduser()
@@ -88,13 +91,16 @@ def parse_env(text: str, *, name: str) -> Env | list[Requirement]:
             f"--{name} {text!r}: neither an interpreter, a virtual environment, 'current', "
             "nor requirement pins such as transformers==4.57.6 or 'torch==2.12.0,accelerate==1.10.0'"
         )
-    requirements = []
+    requirements: list[Requirement] = []
     for part in split_spec(text):
         try:
-            requirements.append(Requirement(part))
+            requirement = Requirement(part)
         except InvalidRequirement as exc:
             reason = str(exc).splitlines()[0]
             raise EnvError(f"--{name} {text!r}: {part!r} is not a requirement ({reason})") from None
+        if any(canonicalize_name(r.name) == canonicalize_name(requirement.name) for r in requirements):
+            raise EnvError(f"--{name} {text!r}: {requirement.name} is pinned more than once; give it once")
+        requirements.append(requirement)
     return requirements
 
 

@@ -76,6 +76,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from packaging.utils import canonicalize_name
+
     from perfsuite.ab.bisect import BisectError, between, check_order, index_versions
     from perfsuite.ab.bisecting import Bisection, case_spec
     from perfsuite.ab.envs import EnvError, make_env, parse_held
@@ -95,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--repo is a package's clone; --own bisects the project's own repository")
         if args.commits and not args.repo:
             raise ValueError("--commits bisects a clone's commits: give the clone with --repo")
+        if args.repo is not None and not (args.repo / ".git").exists():
+            raise ValueError(f"--repo {args.repo}: not a git clone (no .git there)")
         spec = case_spec(args.case, steps=args.steps, threads=args.threads)
         options = BisectOptions(
             package=args.package,
@@ -108,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
             held=parse_held(args.with_),
             json=args.json,
         )
+        bisected = canonicalize_name(args.package) if args.package else None
+        if any(canonicalize_name(r.name) == bisected for r in options.held):
+            raise ValueError(f"--with holds {args.package}, the package bisected: each side installs its own release")
         if args.own:
             return _commits(options, spec, say, *_project_commits(args, options))
         if args.commits:
@@ -194,7 +201,7 @@ def _commits(
     from perfsuite.ab.bisecting import Bisection
 
     points = list(found)
-    say(f"perfsuite: {what}s: {len(points)} from {points[0]} (good) to {points[-1]} (bad)")
+    say(f"perfsuite: {what}s: {len(points) - 1} after {points[0]} (good), up to {points[-1]} (bad)")
     try:
         return Bisection(
             options, spec, points, say, env_for=env_for, what=what, describe=lambda p: found[p].describe()

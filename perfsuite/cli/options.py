@@ -155,9 +155,12 @@ def fraction(text: str) -> float:
 
 def positive_fraction(text: str) -> float:
     """A share in (0, 1), for ``--alpha``."""
-    value = fraction(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be above 0")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must lie in (0, 1) (0.05 is 5%)" if value else "must be above 0")
     return value
 
 

@@ -351,10 +351,13 @@ def resolve(name: str) -> Strategy:
     if name in STRATEGIES:
         return STRATEGIES[name]
     parts = name.split("+")
+    valid = f"valid: {', '.join(STRATEGIES)} (or a combination like fp16+grad_ckpt)"
+    if "" in parts:
+        raise UnknownNameError(f"unknown strategy {name!r}: '+' joins two names; {valid}")
+    if len(set(parts)) < len(parts):
+        twice = sorted({p for p in parts if parts.count(p) > 1})
+        raise UnknownNameError(f"strategy {name!r} names {', '.join(twice)} more than once")
     unknown = [p for p in parts if p not in STRATEGIES]
     if unknown or len(parts) < 2:
-        raise UnknownNameError(
-            f"unknown strategy {', '.join(repr(p) for p in unknown or [name])}; "
-            f"valid: {', '.join(STRATEGIES)} (or a combination like fp16+grad_ckpt)"
-        )
+        raise UnknownNameError(f"unknown strategy {', '.join(repr(p) for p in unknown or [name])}; {valid}")
     return compose(*(STRATEGIES[p] for p in parts), name=name)
