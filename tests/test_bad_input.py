@@ -24,6 +24,7 @@ RUN = [
     (["--timeout", "0"], "--timeout: must be more than 0 seconds, got 0"),
     (["--timeout", "soon"], "--timeout: expected a number of seconds, got 'soon'"),
     (["--world-size", "0"], "--world-size: must be at least 1, got 0"),
+    (["--world-size", "2", "--all"], "--world-size is the ranks of the cases --models/--strategies name"),
     (["--seed", "-1"], "--seed: must be at least 0, got -1"),
     (["--models", "bert-huge"], "unknown model 'bert-huge'; valid: bert-base-uncased"),
     (["--strategies", "fp8"], "unknown strategy 'fp8'"),

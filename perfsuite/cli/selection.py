@@ -106,6 +106,8 @@ def select(
     for flag, chosen in (("--all", args.all), ("--every-push", args.every_push), ("--scope", args.scope)):
         if chosen and (args.models or args.strategies):
             raise ValueError(f"{flag} runs the matrix's cases; it takes no --models or --strategies")
+    if args.world_size > 1 and not (args.models or args.strategies):
+        raise ValueError("--world-size is the ranks of the cases --models/--strategies name; the matrix has its own")
     if args.all and args.every_push:
         raise ValueError("--all already holds --every-push's cases; give one of them")
     if args.scope and (args.all or args.every_push):
