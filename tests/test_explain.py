@@ -37,6 +37,18 @@ def test_a_new_buffer_is_named_with_its_size() -> None:
     )
 
 
+def test_a_category_whose_peak_moved_less_than_its_tensors_says_both_for_what_they_are() -> None:
+    """The breakdown is taken at the step's peak; the tensors named are every live one that differs:
+    where the two part, the line says which figure is which."""
+    b = [*PARAMS, _t("gradient", "w.grad_copy", (364_544,))]  # 1.39 MiB more, the peak 0.19 MiB
+    cause = tensors.memory_cause(
+        {"gradients": 0}, {"gradients": 200_000}, PARAMS, b, moved=["gradients"], num_parameters=1_101_000
+    )
+    assert tensors.describe(cause.categories[0]).startswith(
+        "gradients +0.19 MiB at the peak (the tensors that differ, taken together: +1.39 MiB"
+    )
+
+
 def test_one_fp32_copy_of_the_parameters_is_said_so() -> None:
     masters = [_t("optimizer_state", f"{p.name}:master", p.shape) for p in PARAMS]
     cause = tensors.memory_cause(

@@ -193,7 +193,11 @@ def describe(category: CategoryCause) -> str:
     net = sum(c.delta for c in category.changes)
     if category.arithmetic:
         same = moved is not None and abs(net - moved) <= max(64 * 1024, 0.01 * abs(moved))
-        head = f"{name} {category.arithmetic}" if same else f"{head} (the tensors named: {category.arithmetic})"
+        head = (
+            f"{name} {category.arithmetic}"
+            if same  # the breakdown's peak and the live tensors' sum can part: both are said, each for what it is
+            else f"{head} at the peak (the tensors that differ, taken together: {category.arithmetic})"
+        )
     named = "; ".join(describe_change(c) for c in category.changes[:SHOWN])
     more = f"; and {len(category.changes) - SHOWN} more" if len(category.changes) > SHOWN else ""
     return f"{head}: {named}{more}"
