@@ -162,6 +162,19 @@ def test_gradients_apart_at_a_step_whose_loss_agrees_are_no_forward_of_another_k
         atol=1e-4,
     )
     assert "the forward differs" in gradients.describe(other_weights)  # a loss may agree from other weights
+    # Step 0's loss within the tolerance but not the same (label smoothing's 1.10684 → 1.10736): another
+    # forward or loss function, not gradients computed otherwise
+    smoothed = gradients.loss_cause(
+        [1.10684, 1.0],
+        [1.10736, 1.05],
+        _run([GRADS, GRADS], losses=(1.10684, 1.0)),
+        _run([moved, GRADS], losses=(1.10736, 1.05)),
+        rtol=1e-3,
+        atol=1e-4,
+    )
+    assert (smoothed.step, smoothed.grad_step) == (1, 0)
+    assert "the forward differs" in gradients.describe(smoothed)
+    assert "accumulated otherwise" not in gradients.describe(smoothed)
 
 
 def test_an_update_that_used_its_last_micro_batch_alone_is_said() -> None:

@@ -81,6 +81,8 @@ class LossCause:
     """``A`` or ``B``: the side whose update at ``grad_step`` used its last micro-batch's gradient
     alone while the other side's did not (the earlier micro-batches dropped); ``None`` otherwise or
     where the engine records no micro-batch's gradient apart."""
+    first_losses: tuple[float, float] | None = None
+    """Step 0's loss on each side (the compared runs'), where both have one."""
 
 
 def first_apart(a: Sequence[float], b: Sequence[float], *, rtol: float, atol: float) -> int | None:
@@ -169,6 +171,7 @@ def loss_cause(
         reproduced=reproduced,
         started_otherwise=started,
         parameters=max(len(run_a.initial), len(run_b.initial)),
+        first_losses=(loss_a[0], loss_b[0]) if loss_a and loss_b else None,
     )
     for index, grads_a, grads_b in compared:
         assert grads_a is not None
@@ -245,9 +248,10 @@ def _shape_said(cause: LossCause) -> str:
         return f"{len(cause.apart)} of {len(cause.ratios)} gradients apart {where}: {named}{more}"
     if not cause.ratios:
         return f"the sides' gradients name different parameters {where}"
-    if cause.grad_step == 0 and cause.step is not None and cause.step > 0 and not cause.differ:
-        # Step 0 from the same weights and data, its loss agreeing: not the forward. (Past step 0 an
-        # earlier update may already have moved the weights within the loss's tolerance.)
+    if cause.grad_step == 0 and cause.step is not None and cause.step > 0 and not cause.differ and _equal_first(cause):
+        # Step 0 from the same weights and data, its loss the same: not the forward. (Past step 0 an
+        # earlier update may already have moved the weights within the loss's tolerance; a step-0 loss
+        # within the tolerance but not equal is another forward or loss, as label smoothing's is.)
         furthest = sorted(cause.ratios, key=lambda r: -_off(r.ratio, 1.0))[:FURTHEST_SHOWN]
         named = ", ".join(f"{r.name} ×{r.ratio:.3g}" for r in furthest)
         return (
@@ -256,6 +260,11 @@ def _shape_said(cause: LossCause) -> str:
             "accumulated otherwise"
         )
     return f"every gradient at its own ratio {where} ({_range(cause.ratios)}): the forward differs"
+
+
+def _equal_first(cause: LossCause) -> bool:
+    """Whether step 0's losses are the same but for rounding (not merely within the loss's tolerance)."""
+    return cause.first_losses is not None and math.isclose(*cause.first_losses, rel_tol=1e-6, abs_tol=1e-9)
 
 
 def _range(found: Sequence[Ratio]) -> str:
