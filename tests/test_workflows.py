@@ -377,3 +377,16 @@ def test_the_gpu_pull_request_summary_says_first_which_goalposts_moved(tmp_path:
     text = (tmp_path / "results" / "summary.md").read_text()
     assert text.startswith("> **This change moves the goalposts**")
     assert text.endswith("### perfsuite: 13 passed\n")
+
+
+def test_a_projects_workflows_install_the_gates_tools_not_perfsuites_own_test_suites() -> None:
+    """``perfsuite[test]`` is perfsuite's own tests' (a browser driver, a pretrained model package);
+    what ``perfsuite init`` writes installs ``perfsuite[pytest]``, the gate's tools, in every job."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "playwright" not in " ".join(extras["pytest"])
+    templates = [*(ROOT / "perfsuite" / "templates").iterdir()]
+    installs = [line for path in templates for line in path.read_text().splitlines() if "perfsuite[" in line]
+    assert installs
+    assert all("perfsuite[pytest" in line for line in installs), installs
