@@ -129,7 +129,7 @@ def test_a_record_says_where_its_wall_time_went() -> None:
     assert sum(phases.values()) + profiled.worker_startup_s <= profiled.wall_s
     line = wall_time_line([profiled])
     assert line is not None
-    assert line.startswith("where the time went, 1 ok case(s), ")
+    assert line.startswith("where the time went, 1 ok run, ")
     for label in ("worker start", "build", "warm-up", "timed steps", "memory profile", "FLOP count"):
         assert f"{label} " in line
     bare = run_isolated(

@@ -98,7 +98,7 @@ def test_where_the_time_went_sums_the_ok_cases_and_names_the_rest_other() -> Non
     failed = CaseRecord.from_json({**case, "status": "failed", "wall_s": 99.0, "error": "worker killed"}, "failed")
     line = wall_time_line([ok, ok, failed])
     assert line == (
-        "where the time went, 2 ok case(s), 20.0 s in workers: worker start 1.0 s (5%), build 4.0 s (20%), "
+        "where the time went, 2 ok runs, 20.0 s in workers: worker start 1.0 s (5%), build 4.0 s (20%), "
         "warm-up 2.0 s (10%), timed steps 8.0 s (40%), memory profile 2.0 s (10%), FLOP count 1.0 s (5%), "
         "close 1.0 s (5%), other 1.0 s (5%)"
     )

@@ -182,7 +182,8 @@ class AbRun:
                 line += f", B/A {t.ratio:.3f} [{t.low:.3f}, {t.high:.3f}] → {t.verdict}"
             if finished:
                 done.add(result.case)
-                line += f" · {result.verdict}" + (f" ({result.error})" if result.error else "")
+                if t is None or result.verdict != t.verdict or result.error:  # the case's, where the time's is not
+                    line += f" · {result.verdict}" + (f" ({result.error})" if result.error else "")
             self.say(f"{line} · {len(done)}/{total} done · {time.monotonic() - started:.0f} s")
 
         return compare_cases(

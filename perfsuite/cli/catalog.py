@@ -61,7 +61,8 @@ def run_list(args: Any) -> int:
             print(f"  {name:<26} {PROJECT_ENGINES[name].engine_class}{_where(source)}")
     cases = registry.matrix_cases()
     builtin = "perfsuite's built-in cases and " if declared["builtin_matrix"] else ""
-    print(f"matrix: {len(cases)} cases ({builtin}{len(declared['entries'])} declared entries)")
+    entries = len(declared["entries"])
+    print(f"matrix: {len(cases)} cases ({builtin}{entries} declared entr{'y' if entries == 1 else 'ies'})")
     for entry in declared["entries"]:
         marks = f" [{', '.join(entry['markers'])}]" if entry["markers"] else ""
         print(

@@ -185,7 +185,7 @@ def note_markdown(
 def write_note(out: Path, text: str) -> Path:
     """``summary.md`` alone (:func:`note_markdown`'s) into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / "summary.md", text)
+    write_text_atomic(out / "summary.md", text if text.endswith("\n") else text + "\n")
     return out / "summary.md"
 
 

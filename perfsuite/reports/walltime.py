@@ -26,4 +26,4 @@ def wall_time_line(records: Iterable[CaseRecord]) -> str | None:
         parts[label] = sum(float(r.phases_s.get(name, 0.0)) for r in ok)
     parts["other"] = max(0.0, wall - sum(parts.values()))
     shown = ", ".join(f"{label} {seconds:.1f} s ({seconds / wall:.0%})" for label, seconds in parts.items() if seconds)
-    return f"where the time went, {len(ok)} ok case(s), {wall:.1f} s in workers: {shown}"
+    return f"where the time went, {len(ok)} ok run{'' if len(ok) == 1 else 's'}, {wall:.1f} s in workers: {shown}"
