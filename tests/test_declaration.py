@@ -151,6 +151,33 @@ BAD = [
         '[tool.perfsuite.models.acme]\nconfig = "models/acme"\ntask = "regression"\n',
         "tool.perfsuite.models.acme: acme: task must be one of",
     ),
+    *(
+        (
+            f'[tool.perfsuite.models.acme]\nconfig = "models/acme"\ntask = "classification"\nnum_labels = 3\n{line}\n',
+            f"tool.perfsuite.models.acme{where}: acme{variant}: {message}",
+        )
+        for line, where, variant, message in [
+            ("batch_size = -4", "", "", "batch_size must be a positive integer, not -4"),  # its worker hung
+            ('batch_size = "x"', "", "", "batch_size must be a positive integer, not 'x'"),
+            ("batch_size = 2.5", "", "", "batch_size must be a positive integer, not 2.5"),
+            ("seq_len = 0", "", "", "seq_len must be a positive integer, not 0"),
+            ("target_len = true", "", "", "target_len must be a positive integer, not True"),
+            ("first_token_id = -1", "", "", "first_token_id must be an integer >= 0, not -1"),
+            ("tiny = { seq_len = 0 }", ".tiny", "-tiny", "seq_len must be a positive integer, not 0"),
+        ]
+    ),
+    (
+        '[tool.perfsuite.models.acme]\nconfig = "models/acme"\ntask = "classification"\nnum_labels = "3"\n',
+        "tool.perfsuite.models.acme: acme: num_labels must be an integer >= 0, not '3'",
+    ),
+    (
+        "[tool.perfsuite.strategies.team-recipe]\ncompose = ['bf16']\ngrad_accum_steps = 'four'\n",
+        "tool.perfsuite.strategies.team-recipe: team-recipe: grad_accum_steps must be an integer, not 'four'",
+    ),
+    (
+        "[tool.perfsuite.strategies.fast]\ngrad_checkpointing = 1\n",
+        "tool.perfsuite.strategies.fast: fast: grad_checkpointing must be true or false, not 1",
+    ),
     (
         "[tool.perfsuite.strategies.fast]\nprecison = 'bf16'\n",
         "tool.perfsuite.strategies.fast: unknown key 'precison'; valid: compose, description, precision",

@@ -157,7 +157,7 @@ def test_tolerance_layers_defaults_precision_config_and_overrides() -> None:
     [
         ({"tolerance": {"time_flor": 1}}, "unknown key(s) time_flor"),
         ({"tolerance": {"loss": {"fp8": {}}}}, "unknown precision(s) fp8"),
-        ({"overrides": {"*": {"memory_rtol": -1}}}, "memory_rtol must be a non-negative number"),
+        ({"overrides": {"*/*": {"memory_rtol": -1}}}, "memory_rtol must be a finite number >= 0, not -1"),
     ],
 )
 def test_bad_config_is_a_clear_error(config: dict[str, Any], message: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -152,3 +153,52 @@ def test_init_example_leaves_a_section_it_cannot_extend_alone(tmp_path: Path) ->
         line.startswith("kept      pyproject.toml (the example's declarations would not fit it") for line in lines
     )
     assert (tmp_path / "pyproject.toml").read_text() == own
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize(
+    ("make", "argv", "expected"),
+    [
+        (
+            lambda root: (root / "pyproject.toml").write_text('[project]\nname = "acme"\n[tool.perfsuite\n'),
+            [],
+            "{root}/pyproject.toml: not valid TOML: Expected ']' at the end of a table declaration",
+        ),
+        (
+            lambda root: (root / "pyproject.toml").write_bytes(b'[project]\nname = "caf\xe9"\n'),
+            [],
+            "{root}/pyproject.toml: not UTF-8 text (byte 21)",
+        ),
+        (lambda root: (root / "pyproject.toml").mkdir(), [], "{root}/pyproject.toml: is a directory, where"),
+        (lambda root: (root / TESTS).mkdir(parents=True), ["--force"], f"{{root}}/{TESTS}: is a directory, where"),
+        (
+            lambda root: (root / ".github").write_text("a file"),
+            [],
+            "{root}/.github/workflows/perfsuite-cpu.yml: {root}/.github is not a directory",
+        ),
+        (lambda root: (root / "README.md").write_bytes(b"# caf\xe9\n"), [], "{root}/README.md: not UTF-8 text"),
+    ],
+    ids=["invalid TOML", "not UTF-8", "pyproject a directory", "test a directory", "a file on the way", "README"],
+)
+def test_init_refuses_what_it_cannot_write_in_one_line_writing_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Any, argv: list[str], expected: str
+) -> None:
+    make(tmp_path)
+    before = _tree(tmp_path)
+    assert main(["init", "--dir", str(tmp_path), "--example", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1, captured.err
+    assert captured.err.startswith(f"perfsuite: error: {expected.format(root=tmp_path)}"), captured.err
+    assert captured.err.endswith("; nothing written\n")
+    assert _tree(tmp_path) == before
+
+
+def test_init_example_in_a_configured_project_says_one_thing_of_pyproject(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.perfsuite]\nbaselines = "baselines"\n')
+    said = [line for line in init(tmp_path, example=True) if " pyproject.toml " in f"{line} "]
+    assert said == ["appended  pyproject.toml ([tool.perfsuite.models.example-mlp] and its engine and cases)"]
+    assert read_pyproject(tmp_path / "pyproject.toml")["baselines"] == "baselines"

@@ -102,6 +102,10 @@ def test_strategies_are_frozen_and_keyword_only() -> None:
         ({"zero_stage": 2, "offload_params": True}, "zero_stage 3"),
         ({"length_grouped": True}, "padding"),
         ({"optimizer": "sgd"}, "optimizer"),
+        ({"grad_accum_steps": "four"}, "grad_accum_steps must be an integer, not 'four'"),
+        ({"batch_size": 8.0}, "batch_size must be an integer, not 8.0"),
+        ({"compile": 1}, "compile must be true or false, not 1"),
+        ({"padding": None}, "padding must be a string, not None"),
     ],
 )
 def test_validation_errors(fields: dict[str, object], message: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfsuite.cli.common import load_project
+from perfsuite.cli.common import fail, load_project
 from perfsuite.cli.options import existing_dir
 from perfsuite.core import registry
 from perfsuite.core.engines import PROJECT_ENGINES
@@ -73,9 +73,13 @@ def run_list(args: Any) -> int:
 
 
 def run_init(args: Any) -> int:
-    from perfsuite.cli.scaffold import init
+    from perfsuite.cli.scaffold import InitError, init
 
-    for line in init(args.dir, force=args.force, example=args.example, gpu=_has_gpu()):
+    try:
+        lines = init(args.dir, force=args.force, example=args.example, gpu=_has_gpu())
+    except InitError as exc:
+        return fail(str(exc))
+    for line in lines:
         print(line)
     return 0
 

@@ -40,7 +40,8 @@ def fail(message: str) -> int:
 
 
 def project_baselines() -> tuple[dict[str, Any], Path | None]:
-    """The nearest project's ``[tool.perfsuite]`` and its baselines directory (``None`` when there is none)."""
+    """The nearest project's ``[tool.perfsuite]`` and its baselines directory (``None`` when there is none);
+    a mistake in the settings is a :class:`DeclarationError` (:func:`~perfsuite.core.declaration.read_pyproject`)."""
     pyproject = find_pyproject(Path.cwd())
     settings = read_pyproject(pyproject) if pyproject is not None else {}
     baselines = project_baselines_dir(pyproject.parent if pyproject else Path.cwd(), settings)

@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
     console = log_console(stderr=True)
     try:
+        project = project_baselines()  # what --report compares with, checked before any case runs
         specs, device_type, defaults, note = select(args)
     except ValueError as exc:  # UnknownNameError and DeclarationError included
         console.print(f"perfsuite: error: {exc}", markup=False, highlight=False, soft_wrap=True)
@@ -156,8 +157,8 @@ def run(args: argparse.Namespace) -> int:
                 results = [records[s] or _not_run(s, True) if s in records else _not_run(s, False) for s in specs]
             else:
                 results += [_not_run(spec, spec is in_flight) for spec in specs[len(results) :]]
-            return _finish(args, results, time.monotonic() - started, device_type, interrupt)
-    return _finish(args, results, time.monotonic() - started, device_type, None)
+            return _finish(args, results, time.monotonic() - started, device_type, interrupt, project)
+    return _finish(args, results, time.monotonic() - started, device_type, None, project)
 
 
 def _not_run(spec: Any, started: bool) -> CaseRecord:
@@ -167,9 +168,15 @@ def _not_run(spec: Any, started: bool) -> CaseRecord:
 
 
 def _finish(
-    args: argparse.Namespace, results: list[CaseRecord], wall: float, device_type: str, interrupt: Interrupt | None
+    args: argparse.Namespace,
+    results: list[CaseRecord],
+    wall: float,
+    device_type: str,
+    interrupt: Interrupt | None,
+    project: tuple[dict[str, Any], Path | None],
 ) -> int:
-    """The table and summary of what finished, then ``--json`` and ``--report`` with every case."""
+    """The table and summary of what finished, then ``--json`` and ``--report`` with every case (compared
+    with ``project``'s baselines: its ``[tool.perfsuite]`` and their directory)."""
     from perfsuite.reports.tables import render
 
     finished = [r for r in results if not r.interrupted]
@@ -205,18 +212,18 @@ def _finish(
         if interrupt is not None:
             payload["interrupted"] = interrupt.name
         write_results(
-            payload, json_file=args.json, report_dir=args.report, render=lambda out: _run_report(payload, out)
+            payload, json_file=args.json, report_dir=args.report, render=lambda out: _run_report(payload, out, project)
         )
     return interrupt.exit_code if interrupt is not None else 1 if failed else 0
 
 
-def _run_report(payload: dict[str, Any], out: Path) -> list[Path]:
+def _run_report(payload: dict[str, Any], out: Path, project: tuple[dict[str, Any], Path | None]) -> list[Path]:
     """``perfsuite run --report``: the report of this run, each case compared with its baseline when one exists."""
     from perfsuite.core.results import parse_results
     from perfsuite.reports import write_report
     from perfsuite.reports.charts import ReportExtraMissing
 
-    settings, baselines = project_baselines()
+    settings, baselines = project
     try:
         return write_report(parse_results(payload, "perfsuite run"), out, baselines=baselines, settings=settings)
     except ReportExtraMissing as exc:

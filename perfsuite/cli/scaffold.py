@@ -9,7 +9,9 @@ actions' commit pins current),
 ``baselines/`` and a README section; with ``example``, a model and a training step
 of the project's own to start from (``perfsuite_example/``) and their declarations. Nothing
 that exists is overwritten without ``force``; a section is appended to an existing
-``pyproject.toml`` or README only when it is not there yet. Pure: no torch, no pytest.
+``pyproject.toml`` or README only when it is not there yet; a path it cannot write, or a
+``pyproject.toml`` or README it cannot read and parse, stops it before it writes anything
+(:class:`InitError`). Pure: no torch, no pytest.
 """
 
 from __future__ import annotations
@@ -58,31 +60,59 @@ def template(name: str) -> str:
     return text.replace("__TESTS__", TESTS).replace("__VERSION__", version("perfsuite"))
 
 
+class InitError(ValueError):
+    """What stops ``perfsuite init`` before it writes anything (:func:`refusal`)."""
+
+
 def _has_tool_table(text: str) -> bool:
-    try:
-        return "perfsuite" in tomllib.loads(text).get("tool", {})
-    except tomllib.TOMLDecodeError:
-        return "[tool.perfsuite" in text
+    """Whether ``text``, a ``pyproject.toml`` that parses (:func:`refusal` checked it), has ``[tool.perfsuite]``."""
+    return "perfsuite" in tomllib.loads(text).get("tool", {})
+
+
+def refusal(root: Path, destinations: list[str]) -> str | None:
+    """Why ``init`` cannot write ``destinations`` under ``root`` as it would (``None``: it can): a file's
+    place that is a directory or lies under a file, or a file it appends to that it cannot read, that is
+    not UTF-8, or, for ``pyproject.toml``, that is not valid TOML (its sections could not be told apart)."""
+    for destination in destinations:
+        path = root / destination
+        for parent in reversed(Path(destination).parents[:-1]):
+            if (root / parent).exists() and not (root / parent).is_dir():
+                return f"{path}: {root / parent} is not a directory"
+        if path.is_dir():
+            return f"{path}: is a directory, where perfsuite init writes a file"
+        if destination not in ("pyproject.toml", "README.md") or not path.exists():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+            if path.suffix == ".toml":
+                tomllib.loads(text)
+        except OSError as exc:
+            return f"{path}: cannot read it: {exc.strerror or exc}"
+        except UnicodeDecodeError as exc:
+            return f"{path}: not UTF-8 text (byte {exc.start})"
+        except tomllib.TOMLDecodeError as exc:
+            return f"{path}: not valid TOML: {exc}"
+    return None
 
 
 def _append_section(path: Path, marker: str, text: str) -> str:
     """Append ``text`` to ``path`` unless it already holds ``marker``; what was done, as one line."""
     if not path.exists():
-        path.write_text(text.lstrip("\n"))
+        path.write_text(text.lstrip("\n"), encoding="utf-8")
         return f"wrote     {path.name}"
-    current = path.read_text()
+    current = path.read_text(encoding="utf-8")
     present = _has_tool_table(current) if path.suffix == ".toml" else marker in current
     if present:
         # A section in a hand-edited file is the user's: even --force leaves it to them.
         return f"kept      {path.name} (it has {marker} already; edit it there)"
-    path.write_text(current.rstrip("\n") + "\n" + text)
+    path.write_text(current.rstrip("\n") + "\n" + text, encoding="utf-8")
     return f"appended  {path.name} ({marker})"
 
 
 def _append_example(path: Path) -> str:
     """Append the example's declarations to ``path``'s ``[tool.perfsuite]``, unless they are there or
     would not be valid TOML there (a matrix written inline); what was done, as one line."""
-    current = path.read_text()
+    current = path.read_text(encoding="utf-8")
     if _EXAMPLE_TABLE in current:
         return f"kept      {path.name} (it declares the example already)"
     text = current.rstrip("\n") + "\n" + template("example-section.toml")
@@ -90,7 +120,7 @@ def _append_example(path: Path) -> str:
         tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         return f"kept      {path.name} (the example's declarations would not fit it: {exc}; add them by hand)"
-    path.write_text(text)
+    path.write_text(text, encoding="utf-8")
     return f"appended  {path.name} ({_EXAMPLE_TABLE} and its engine and cases)"
 
 
@@ -103,7 +133,7 @@ def _write_files(root: Path, files: Mapping[str, str | None], force: bool) -> li
             continue
         verb = "rewrote  " if path.exists() else "wrote    "
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(template(name) if name is not None else "")
+        path.write_text(template(name) if name is not None else "", encoding="utf-8")
         lines.append(f"{verb} {destination}")
     return lines
 
@@ -122,8 +152,13 @@ def init(root: Path, *, force: bool = False, example: bool = False, gpu: bool = 
     machine has a GPU, whose step-time gates are written too."""
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a directory")
+    problem = refusal(root, ["pyproject.toml", *_FILES, *(_EXAMPLE_FILES if example else ()), "README.md"])
+    if problem is not None:
+        raise InitError(f"{problem}; nothing written")
     pyproject = root / "pyproject.toml"
     lines = [_append_section(pyproject, "[tool.perfsuite]", section(gpu=gpu))]
+    if example and lines[0].startswith("kept"):
+        lines = []  # the section is there: the example's line says what became of the file
     lines += _write_files(root, _FILES, force)
     if example:
         lines += _write_files(root, _EXAMPLE_FILES, force)

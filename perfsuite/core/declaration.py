@@ -44,6 +44,7 @@ from perfsuite.core.registry import (
 )
 from perfsuite.core.scopes import check_scope
 from perfsuite.core.strategies import Strategy, compose, resolve
+from perfsuite.core.tolerance import ConfigError, validate_config
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -78,24 +79,41 @@ _CASE_KEYS = ("models", "strategies", "engines", "markers", "world_sizes", "scop
 
 
 def read_pyproject(path: Path) -> dict[str, Any]:
-    """``[tool.perfsuite]`` of ``path`` (empty when the file or the table is absent)."""
-    if not path.is_file():
+    """``[tool.perfsuite]`` of ``path`` (empty when the file or the table is absent), its settings checked:
+    a file that cannot be read or is not UTF-8 TOML, a setting of the wrong type, a tolerance out of range
+    or a ``baselines`` that is not a directory is a :class:`DeclarationError` naming the file and the key."""
+    if not path.exists():
         return {}
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DeclarationError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise DeclarationError(f"{path}: not UTF-8 text (byte {exc.start}), as TOML must be") from None
     except tomllib.TOMLDecodeError as exc:
         raise DeclarationError(f"{path}: not valid TOML: {exc}") from None
     settings = data.get("tool", {}).get("perfsuite", {})
     if not isinstance(settings, dict):
         raise DeclarationError(f"{path}: tool.perfsuite must be a table")
     _unknown(path, "tool.perfsuite", settings, KEYS)
+    for key in ("baselines", "tests"):
+        if key in settings and not (isinstance(settings[key], str) and settings[key]):
+            raise DeclarationError(f"{path}: tool.perfsuite.{key} must be a path (a string), not {settings[key]!r}")
+    baselines = _local(path.parent, settings.get("baselines", "baselines"))
+    if "baselines" in settings and baselines.exists() and not baselines.is_dir():
+        raise DeclarationError(f"{path}: tool.perfsuite.baselines: {baselines} is not a directory")
+    try:
+        validate_config(settings)
+    except ConfigError as exc:
+        raise DeclarationError(f"{path}: {exc}") from None
     return settings
 
 
 def find_pyproject(start: Path) -> Path | None:
-    """The nearest ``pyproject.toml`` at or above ``start`` (how ``perfsuite run`` finds the project)."""
+    """The nearest ``pyproject.toml`` at or above ``start`` (how ``perfsuite run`` finds the project); one
+    that is not a readable file is found too, so that reading it says what is wrong."""
     for directory in (start, *start.parents):
-        if (directory / "pyproject.toml").is_file():
+        if (directory / "pyproject.toml").exists():
             return directory / "pyproject.toml"
     return None
 

@@ -23,6 +23,10 @@ TASKS: tuple[Task, ...] = ("classification", "seq2seq", "causal_lm")
 Auto class). A model a project builds with its own factory has the task ``custom``: its engine
 knows what it trains for."""
 
+_LEAST = {"batch_size": 1, "seq_len": 1, "target_len": 1, "num_labels": 0, "first_token_id": 0}
+""":class:`ModelSpec`'s numbers, each an integer of at least this (``first_token_id`` may be ``None``): a
+batch of -4 would hang its worker, a length of 0 fail only once the case runs."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
@@ -78,6 +82,12 @@ class ModelSpec:
     """Where the model was declared (``pyproject.toml: tool.perfsuite.models.acme``), for error messages."""
 
     def __post_init__(self) -> None:
+        for name, least in _LEAST.items():
+            value = getattr(self, name)
+            if (value is not None or name != "first_token_id") and (type(value) is not int or value < least):
+                raise ValueError(
+                    f"{self.name}: {name} must be {'a positive integer' if least else 'an integer >= 0'}, not {value!r}"
+                )
         if self.factory is not None:
             if self.config_class or self.config_dir or self.task != "custom":
                 raise ValueError(f"{self.name}: a model built by a factory has no config and the task 'custom'")

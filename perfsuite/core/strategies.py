@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -98,6 +99,12 @@ class Strategy:
     case's ``world_size`` says how many ranks (see :mod:`perfsuite.worker.distributed`)."""
 
     def __post_init__(self) -> None:
+        for name, types in _FIELD_TYPES.items():
+            value = getattr(self, name)
+            if type(value) not in types:  # exactly: true is no integer, 2 no flag
+                raise ValueError(
+                    f"{self.name}: {name} must be {_TYPE_WORDS.get(types[0], types[0].__name__)}, not {value!r}"
+                )
         if self.precision not in PRECISIONS:
             raise ValueError(f"{self.name}: precision must be one of {PRECISIONS}, not {self.precision!r}")
         if self.optimizer not in OPTIMIZERS:
@@ -189,6 +196,20 @@ class Strategy:
         if not missing:
             return None
         return f"{self.name} needs {', '.join(missing)}: {install_hint(missing)}"
+
+
+def _field_types() -> dict[str, tuple[type, ...]]:
+    """Each :class:`Strategy` field's types, from its annotation (a choice of names: a string; ``int | None``:
+    an integer, or unset)."""
+    hints = typing.get_type_hints(Strategy)
+    return {
+        name: (str,) if typing.get_origin(hint) is Literal else typing.get_args(hint) or (hint,)
+        for name, hint in hints.items()
+    }
+
+
+_FIELD_TYPES = _field_types()
+_TYPE_WORDS = {str: "a string", int: "an integer", bool: "true or false"}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -54,13 +56,9 @@ class Tolerance:
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
-                raise ConfigError(f"tolerance {field.name} must be a non-negative number, got {value!r}")
-        if isinstance(self.refresh_max_repeats, float) or self.refresh_max_repeats < 1:
-            raise ConfigError(
-                f"tolerance refresh_max_repeats must be a whole number >= 1, got {self.refresh_max_repeats!r}"
-            )
+            problem = _value_problem(field.name, getattr(self, field.name))
+            if problem is not None:
+                raise ConfigError(f"tolerance {field.name} {problem}")
 
     def wanted_tolerance(self, spread: float | None) -> float:
         """max(floor, k × spread): the gate a baseline's spread asks for, before the ceiling."""
@@ -106,52 +104,92 @@ GATE_SENSITIVE = 0.15
 """A verdict line counts the cases whose gate catches a change of this size or smaller."""
 
 
-def _apply(values: dict[str, Any], table: Mapping[str, Any], where: str) -> None:
-    unknown = sorted(set(table) - _FIELDS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(_FIELDS))}")
-    values.update(table)
-
-
-def _defaults(config: Mapping[str, Any], *, hardware: str, precision: str) -> dict[str, Any]:
-    """Built-in defaults, the device's, the precision's loss tolerance, then ``[tool.perfsuite.tolerance]``."""
-    values: dict[str, Any] = dict(LOSS_TOLERANCE.get(precision, LOSS_TOLERANCE["fp32"]))
-    if hardware not in ("cpu", ""):
-        values.update(DEVICE_DEFAULTS["gpu"])
-    table = dict(config.get("tolerance", {}))
-    loss_tables = table.pop("loss", {})
-    _apply(values, table, "[tool.perfsuite.tolerance]")
-    unknown = sorted(set(loss_tables) - set(LOSS_TOLERANCE))
-    if unknown:
-        raise ConfigError(f"[tool.perfsuite.tolerance.loss]: unknown precision(s) {', '.join(unknown)}")
-    for key, value in loss_tables.get(precision, {}).items():
-        if key not in ("rtol", "atol"):
-            raise ConfigError(f"[tool.perfsuite.tolerance.loss.{precision}]: unknown key {key}; valid: atol, rtol")
-        values[f"loss_{key}"] = value
-    return values
-
-
 def resolve_tolerance(config: Mapping[str, Any], *, hardware: str, case_id: str, precision: str) -> Tolerance:
     """The tolerance of one case: built-in defaults (a GPU's: :data:`DEVICE_DEFAULTS`), the precision's
-    loss tolerance, then ``pyproject.toml``.
+    loss tolerance, then ``pyproject.toml`` (checked: :func:`validate_config`).
 
     ``[tool.perfsuite.tolerance]`` sets defaults for every case;
     ``[tool.perfsuite.tolerance.loss.<precision>]`` the loss tolerance of a precision;
     ``[tool.perfsuite.overrides."<hardware>/<case-id glob>"]`` any field for matching
     cases, later tables winning (e.g. ``"cpu/*"``, ``"*/tiny-gpt2-fp16"``).
     """
-    values = _defaults(config, hardware=hardware, precision=precision)
+    validate_config(config)
+    values: dict[str, Any] = dict(LOSS_TOLERANCE.get(precision, LOSS_TOLERANCE["fp32"]))
+    if hardware not in ("cpu", ""):
+        values.update(DEVICE_DEFAULTS["gpu"])
+    table = dict(config.get("tolerance", {}))
+    losses = table.pop("loss", {})
+    values.update(table)
+    values.update({f"loss_{key}": value for key, value in losses.get(precision, {}).items()})
     for pattern, override in config.get("overrides", {}).items():
         if fnmatch.fnmatchcase(f"{hardware}/{case_id}", pattern):
-            _apply(values, override, f'[tool.perfsuite.overrides."{pattern}"]')
+            values.update(override)
     return Tolerance(**values)
 
 
 def validate_config(config: Mapping[str, Any]) -> None:
-    """Raise :class:`ConfigError` for any unknown key or bad value, before a case runs."""
-    for precision in (*LOSS_TOLERANCE, *config.get("tolerance", {}).get("loss", {})):
-        resolve_tolerance(config, hardware="", case_id="", precision=precision)
-    for pattern, override in config.get("overrides", {}).items():
-        values: dict[str, Any] = {}
-        _apply(values, override, f'[tool.perfsuite.overrides."{pattern}"]')
-        Tolerance(**values)
+    """Raise :class:`ConfigError` naming the table and key of any unknown key, a value of the wrong type
+    or out of range, or an override pattern that cannot match a case, in ``[tool.perfsuite]``'s
+    ``tolerance`` and ``overrides``: read once, before a case runs."""
+    tolerance = _table(config.get("tolerance", {}), "tool.perfsuite.tolerance")
+    _check_fields({k: v for k, v in tolerance.items() if k != "loss"}, "[tool.perfsuite.tolerance]")
+    losses = _table(tolerance.get("loss", {}), "tool.perfsuite.tolerance.loss")
+    unknown = sorted(set(losses) - set(LOSS_TOLERANCE))
+    if unknown:
+        raise ConfigError(f"[tool.perfsuite.tolerance.loss]: unknown precision(s) {', '.join(unknown)}")
+    for precision, value in losses.items():
+        where = f"[tool.perfsuite.tolerance.loss.{precision}]"
+        for key, number in _table(value, where.strip("[]")).items():
+            if key not in ("rtol", "atol"):
+                raise ConfigError(f"{where}: unknown key {key}; valid: atol, rtol")
+            _check_value(f"loss_{key}", number, f"{where}: {key}")
+    for pattern, override in _table(config.get("overrides", {}), "tool.perfsuite.overrides").items():
+        where = f'[tool.perfsuite.overrides."{pattern}"]'
+        if "/" not in pattern or re.search(r"\[[^\]]*$", pattern):
+            reason = 'an unclosed "["' if "/" in pattern else 'no "/"'
+            raise ConfigError(f"{where}: the pattern has {reason}; an override's is {_PATTERN}")
+        _check_fields(_table(override, where.strip("[]")), where)
+
+
+_PATTERN = '"<hardware>/<case-id glob>", e.g. "cpu/*" or "*/tiny-bert-fp16"'
+_WHOLE = ("refresh_max_repeats", "memory_atol_bytes", "time_retries")
+"""The fields that count something: whole numbers."""
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "refresh_max_repeats": (1, 100),
+    "time_retries": (0, 10),
+    "time_retry_pause_s": (0, 600),
+}
+"""The fields whose range is other than [0, ∞): each repeat, retry and pause costs a case's time, so a
+slip (``time_retries = 1000000000``) would keep a session running for ever."""
+
+
+def _value_problem(name: str, value: object) -> str | None:
+    """What is wrong with ``value`` for the :class:`Tolerance` field ``name`` (``None``: nothing)."""
+    low, high = _BOUNDS.get(name, (0, math.inf))
+    whole = name in _WHOLE
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and (isinstance(value, int) or not whole):
+        if math.isfinite(value) and low <= value <= high:
+            return None
+    within = f"from {low:g} to {high:g}" if high < math.inf else f">= {low:g}"
+    return f"must be {'a whole number' if whole else 'a finite number'} {within}, not {value!r}"
+
+
+def _check_value(name: str, value: object, where: str) -> None:
+    problem = _value_problem(name, value)
+    if problem is not None:
+        raise ConfigError(f"{where} {problem}")
+
+
+def _check_fields(table: Mapping[str, Any], where: str) -> None:
+    """Each of ``table``'s keys a :class:`Tolerance` field, and each value one that field takes."""
+    unknown = sorted(set(table) - _FIELDS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(_FIELDS))}")
+    for name, value in table.items():
+        _check_value(name, value, f"{where}: {name}")
+
+
+def _table(value: object, key: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key} must be a table, not {type(value).__name__} ({value!r})")
+    return value

@@ -41,7 +41,7 @@ from perfsuite.core.observation import Observation, observe
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.registry import DeclarationError
 from perfsuite.core.spec import CaseSpec
-from perfsuite.core.tolerance import ConfigError, resolve_tolerance, validate_config
+from perfsuite.core.tolerance import resolve_tolerance
 from perfsuite.session.benchmark import record_benchmark
 from perfsuite.session.drifts import SessionDrift
 from perfsuite.session.gating import gate
@@ -71,7 +71,7 @@ def project_file(config: pytest.Config) -> Path:
 
 
 def load_settings(path: Path) -> dict[str, Any]:
-    """``[tool.perfsuite]`` of ``path`` (empty when there is none)."""
+    """``[tool.perfsuite]`` of ``path`` (empty when there is none), checked: a mistake is a usage error."""
     try:
         return read_pyproject(path)
     except DeclarationError as exc:
@@ -86,21 +86,21 @@ class PerfsuiteSession:
         self.pyproject = project_file(config)
         self.settings = load_settings(self.pyproject)
         try:
-            validate_config(self.settings)
-        except ConfigError as exc:
-            raise pytest.UsageError(f"{self.pyproject}: {exc}") from None
-        try:
             load_declaration(self.pyproject, self.settings)
         except DeclarationError as exc:
             raise pytest.UsageError(str(exc)) from None
+        self.refresh: bool = config.getoption("perfsuite_refresh")
         chosen = config.getoption("perfsuite_baselines")
         self.root = project_baselines_dir(
             self.pyproject.parent, self.settings, (config.invocation_params.dir / chosen).resolve() if chosen else None
         )
+        if chosen and not self.root.is_dir() and (self.root.exists() or not self.refresh):
+            # A refresh makes the directory; a comparison would run every case to find no baseline there.
+            what = "not a directory" if self.root.exists() else "no such directory (a refresh makes one)"
+            raise pytest.UsageError(f"--perfsuite-baselines {chosen}: {what}")
         self.missing: str = config.getoption("perfsuite_missing")
         self.time_mode: str = config.getoption("perfsuite_time")
         self.fail_uncompared: bool = config.getoption("perfsuite_uncompared_time") == "fail"
-        self.refresh: bool = config.getoption("perfsuite_refresh")
         self.repeats: int = config.getoption("perfsuite_repeats") if self.refresh else 1
         if self.repeats < 1:
             raise pytest.UsageError("--perfsuite-repeats must be at least 1")
