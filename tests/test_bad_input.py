@@ -68,6 +68,16 @@ REPORT = [
     (["{tmp}/other.json", "-o", "{tmp}/out", "--history", "{tmp}/none"], "--history: {tmp}/none: no such directory"),
     (["{tmp}/other.json", "-o", "{tmp}/out", "--baselines", "{tmp}/none"], "--baselines: {tmp}/none: no such"),
     ([], "the following arguments are required: results, -o/--out"),
+    # A results file's values are data: each checked when it is read, before anything is written
+    (["{tmp}/case-int.json", "-o", "{tmp}/out"], "case-int.json: cases[0]: case is 123 (int), not a string"),
+    (["{tmp}/status-int.json", "-o", "{tmp}/out"], "status-int.json: cases[0]: status is 5 (int), not a string"),
+    (["{tmp}/status-weird.json", "-o", "{tmp}/out"], "tiny-bert-vanilla: status is 'weird', not one of passed"),
+    (["{tmp}/checks-str.json", "-o", "{tmp}/out"], "tiny-bert-vanilla: checks is 'x' (str), not a list"),
+    (["{tmp}/env-str.json", "-o", "{tmp}/out"], "env-str.json: env is 'nope' (str), not an object"),
+    (["{tmp}/schema-99.json", "-o", "{tmp}/out"], "schema_version is 99 (int); this perfsuite reads 1 (`perfsuite"),
+    (["{tmp}/schema-two.json", "-o", "{tmp}/out"], "schema_version is 'two' (str); this perfsuite reads 1"),
+    (["{tmp}/huge.json", "-o", "{tmp}/out"], "huge.json: cases[0].peak_memory_bytes is 100000"),
+    (["{tmp}/nan.json", "-o", "{tmp}/out"], "nan.json: cases[0].records[0].step_time_s.median is nan (float)"),
 ]
 MERGE = [
     (["{tmp}/other.json", "-o", "{tmp}/merged.json"], "other.json: not a pytest --perfsuite-json results file"),
@@ -77,6 +87,12 @@ MERGE = [
     (["{tmp}/other.json", "-o", "{tmp}/file.txt/m.json"], "--out: {tmp}/file.txt/m.json: {tmp}/file.txt is not a"),
     (["{tmp}/other.json", "-o", "{tmp}/merged.json", "--expect", "0"], "--expect: must be at least 1, got 0"),
     (["{tmp}/other.json", "-o", "{tmp}/merged.json", "--expect", "2"], "1 shard results for 2 shards"),
+    (["{tmp}/nan.json", "-o", "{tmp}/merged.json"], "nan.json: cases[0].records[0].step_time_s.median is nan"),
+    (["{tmp}/case-int.json", "-o", "{tmp}/merged.json"], "case-int.json: cases[0]: case is 123 (int)"),
+    (["{tmp}/status-int.json", "-o", "{tmp}/merged.json"], "status-int.json: cases[0]: status is 5 (int)"),
+    (["{tmp}/records-str.json", "-o", "{tmp}/merged.json"], "tiny-bert-vanilla: records is 'oops' (str), not a list"),
+    (["{tmp}/gate.json", "{tmp}/gate.json", "-o", "{tmp}/m.json"], "gate.json: given twice ({tmp}/gate.json is the"),
+    (["{tmp}/gate.json", "-o", "{tmp}/gate.json"], "--out: {tmp}/gate.json is one of the shards it merges"),
 ]
 BASELINES = [
     (["refresh", "--repeats", "0"], "--repeats: must be at least 1, got 0"),
@@ -102,6 +118,9 @@ HISTORY = [
     (["judge", "--dir", "{tmp}", "--results", "{tmp}/empty.json"], "empty.json: is empty"),
     (["judge", "--dir", "{tmp}", "--markdown", "{tmp}"], "--markdown: {tmp}: is a directory"),
     (["track", "--dir", "{tmp}/none", "--repo", "a/b"], "--dir: {tmp}/none: no such directory"),
+    (["record", "{tmp}/case-int.json", "--dir", "{tmp}/h"], "case-int.json: cases[0]: case is 123 (int)"),
+    (["record", "{tmp}/status-int.json", "--dir", "{tmp}/h"], "status-int.json: cases[0]: status is 5 (int)"),
+    (["record", "{tmp}/records-str.json", "--dir", "{tmp}/h"], "records is 'oops' (str), not a list"),
 ]
 INIT = [
     (["--dir", "{tmp}/none"], "--dir: {tmp}/none: no such directory"),
@@ -161,6 +180,15 @@ CASES = [
     *((["init", *a], m) for a, m in INIT),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
 ]
+
+
+def _gate(changes: dict[str, object] | None = None, **case: object) -> str:
+    """A ``pytest --perfsuite-json`` file of one passed case, ``case`` changed in it and ``changes`` in the file."""
+    outcome = {"case": "tiny-bert-vanilla", "status": "passed", "checks": [], "records": []} | case
+    return json.dumps({"schema_version": 2, "refresh": False, "env": {}, "cases": [outcome]} | (changes or {}))
+
+
+_RECORD = {"model": "tiny-bert", "strategy": "vanilla", "status": "ok", "step_time_s": {"median": 0.1}}
 INPUTS = {
     "empty.json": "",
     "not-json.json": "{",
@@ -168,6 +196,17 @@ INPUTS = {
     "list.json": json.dumps([1, 2]),
     "ok-untimed.json": json.dumps({"cases": [{"model": "tiny-bert", "strategy": "vanilla", "status": "ok"}]}),
     "file.txt": "a file",
+    "gate.json": _gate(),
+    "case-int.json": _gate(case=123),
+    "status-int.json": _gate(status=5),
+    "status-weird.json": _gate(status="weird"),
+    "checks-str.json": _gate(checks="x"),
+    "records-str.json": _gate(records="oops"),
+    "env-str.json": _gate({"env": "nope"}),
+    "schema-99.json": _gate({"schema_version": 99}),
+    "schema-two.json": _gate({"schema_version": "two"}),
+    "nan.json": _gate(records=[_RECORD | {"step_time_s": {"median": float("nan")}}]),
+    "huge.json": json.dumps({"cases": [_RECORD | {"peak_memory_bytes": 10**400}]}),
 }
 
 

@@ -63,8 +63,12 @@ def run_report(args: Any) -> int:
 
 
 def run_merge(args: Any) -> int:
-    from perfsuite.core.results import ResultsError, merge_results
+    from perfsuite.core.results import ResultsError
+    from perfsuite.core.shards import merge_results
 
+    if args.out.resolve() in {Path(path).resolve() for path in args.results}:
+        print(f"perfsuite: error: --out: {args.out} is one of the shards it merges; write elsewhere", file=sys.stderr)
+        return 2
     try:
         merged = merge_results(args.results, expect=args.expect)
     except ResultsError as exc:
