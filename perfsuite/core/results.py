@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfsuite.core.baselines import BaselineError, baseline_path, load_baseline, write_json_atomic
+from perfsuite.core.baselines import BaselineError, MissingBaseline, baseline_path, load_baseline, write_json_atomic
 from perfsuite.core.drift import drift_group, estimate
 from perfsuite.core.gates import baseline_figures, compare, time_change
 from perfsuite.core.observation import Observation, observe
@@ -346,7 +346,8 @@ def gate_runs(results: Results, baselines: Path, settings: Mapping[str, Any] | N
     """Compare the cases of a ``perfsuite run`` file with ``baselines`` as the pytest gate does,
     a CPU case's step time against the run's drift (:mod:`perfsuite.core.drift`).
 
-    A case without a baseline keeps no checks and says why in its message; nothing fails.
+    A case without a baseline keeps no checks and says why in its message; nothing fails. A case whose
+    baseline cannot be read (or whose record cannot be compared) fails, as its gate would, and says why.
     """
     ready: list[tuple[ReportCase, dict[str, Any], Observation, Tolerance, str]] = []
     for case in results.cases:
@@ -357,14 +358,12 @@ def gate_runs(results: Results, baselines: Path, settings: Mapping[str, Any] | N
         hardware = str(record.hardware)
         try:
             stored = load_baseline(baseline_path(baselines, hardware, case.id), case_id=case.id, hardware=hardware)
-        except BaselineError as exc:
+            observed = observe(record, time_unit="calibrated" if record.device == "cpu" else "s")
+        except MissingBaseline as exc:
             case.message = str(exc)
             continue
-        unit = "calibrated" if record.device == "cpu" else "s"
-        try:
-            observed = observe(record, time_unit=unit)
-        except ValueError as exc:
-            case.message = str(exc)
+        except (BaselineError, ValueError) as exc:
+            case.status, case.message = "failed", str(exc)
             continue
         tolerance: Tolerance = resolve_tolerance(
             settings or {}, hardware=hardware, case_id=case.id, precision=str(record.precision or "fp32")
