@@ -78,6 +78,7 @@ REPORT = [
     (["{tmp}/schema-two.json", "-o", "{tmp}/out"], "schema_version is 'two' (str); this perfsuite reads 1"),
     (["{tmp}/huge.json", "-o", "{tmp}/out"], "huge.json: cases[0].peak_memory_bytes is 100000"),
     (["{tmp}/nan.json", "-o", "{tmp}/out"], "nan.json: cases[0].records[0].step_time_s.median is nan (float)"),
+    (["{tmp}/run.json", "-o", "{tmp}/out", "--history", "{tmp}/history/trunc"], "m/2026-01-01_abc1234.json: not JSON"),
 ]
 MERGE = [
     (["{tmp}/other.json", "-o", "{tmp}/merged.json"], "other.json: not a pytest --perfsuite-json results file"),
@@ -121,6 +122,14 @@ HISTORY = [
     (["record", "{tmp}/case-int.json", "--dir", "{tmp}/h"], "case-int.json: cases[0]: case is 123 (int)"),
     (["record", "{tmp}/status-int.json", "--dir", "{tmp}/h"], "status-int.json: cases[0]: status is 5 (int)"),
     (["record", "{tmp}/records-str.json", "--dir", "{tmp}/h"], "records is 'oops' (str), not a list"),
+    (["judge", "--dir", "{tmp}"], "no history records in {tmp}"),
+    (["track", "--dir", "{tmp}", "--repo", "a/b", "--dry-run"], "no history records in {tmp}"),
+    (["judge", "--dir", "{tmp}/history/good", "--results", "{tmp}/env-str.json"], "env is 'nope' (str)"),
+    (["judge", "--dir", "{tmp}/history/good", "--results", "{tmp}/run.json"], "needs the gate's results"),
+    (
+        ["judge", "--dir", "{tmp}/history/good", "--markdown", "{tmp}/v.md", "--results", "{tmp}/case-int.json"],
+        "case is 123",
+    ),
 ]
 INIT = [
     (["--dir", "{tmp}/none"], "--dir: {tmp}/none: no such directory"),
@@ -156,6 +165,7 @@ BISECT = [
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "c", "--threads", "0"], "--threads: must be"),
     (["transformers", "--good", "4.57.6"], "the following arguments are required: --bad, --case"),
 ]
+_COMMENTING = ["--artifact", "{tmp}", "--workflow", "w.yml", "--repo", "o/r"]
 COMMENT = [
     (["--workflow", "w.yml"], "the following arguments are required: --artifact"),
     (
@@ -166,6 +176,11 @@ COMMENT = [
         ["--artifact", "{tmp}", "--workflow", "w.yml", "--event", "{tmp}/list.json", "--repo", "o/r"],
         "not a workflow_run",
     ),
+    # The event is data: each field read is checked (a head commit goes into API paths)
+    (["--event", "{tmp}/ev-int.json", *_COMMENTING], "ev-int.json: workflow_run is not an object naming its event"),
+    (["--event", "{tmp}/ev-nosha.json", "--stale-on", "w.yml", *_COMMENTING], "workflow_run has no 'head_sha'"),
+    (["--event", "{tmp}/ev-path.json", *_COMMENTING], "ev-path.json: workflow_run.path is ['x'], not a string"),
+    (["--event", "{tmp}/ev-sha.json", *_COMMENTING], "ev-sha.json: workflow_run.head_sha is '../x', not a commit"),
 ]
 CASES = [
     *((["ab", *a], m) for a, m in AB),
@@ -189,6 +204,9 @@ def _gate(changes: dict[str, object] | None = None, **case: object) -> str:
 
 
 _RECORD = {"model": "tiny-bert", "strategy": "vanilla", "status": "ok", "step_time_s": {"median": 0.1}}
+_NIGHT = {"schema_version": 1, "night": "2026-01-01", "commit": "abc1234", "cases": {}}
+_NIGHT |= {"fingerprint": {"machine": "m"}, "fingerprint_id": "m@1"}
+_EVENT = {"event": "pull_request", "path": "w.yml", "head_sha": "a" * 40, "html_url": "https://x"}
 INPUTS = {
     "empty.json": "",
     "not-json.json": "{",
@@ -197,6 +215,7 @@ INPUTS = {
     "ok-untimed.json": json.dumps({"cases": [{"model": "tiny-bert", "strategy": "vanilla", "status": "ok"}]}),
     "file.txt": "a file",
     "gate.json": _gate(),
+    "run.json": json.dumps({"schema_version": 1, "cases": [_RECORD]}),
     "case-int.json": _gate(case=123),
     "status-int.json": _gate(status=5),
     "status-weird.json": _gate(status="weird"),
@@ -207,6 +226,12 @@ INPUTS = {
     "schema-two.json": _gate({"schema_version": "two"}),
     "nan.json": _gate(records=[_RECORD | {"step_time_s": {"median": float("nan")}}]),
     "huge.json": json.dumps({"cases": [_RECORD | {"peak_memory_bytes": 10**400}]}),
+    "history/good/m/2026-01-01_abc1234.json": json.dumps(_NIGHT),
+    "history/trunc/m/2026-01-01_abc1234.json": json.dumps(_NIGHT)[:40],
+    "ev-int.json": json.dumps({"workflow_run": 5}),
+    "ev-nosha.json": json.dumps({"workflow_run": {k: v for k, v in _EVENT.items() if k != "head_sha"}}),
+    "ev-path.json": json.dumps({"workflow_run": _EVENT | {"path": ["x"]}}),
+    "ev-sha.json": json.dumps({"workflow_run": _EVENT | {"head_sha": "../x"}}),
 }
 
 
@@ -225,6 +250,7 @@ def test_bad_input_is_one_line_and_exit_2(
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     for name, text in INPUTS.items():
+        (inputs / name).parent.mkdir(parents=True, exist_ok=True)
         (inputs / name).write_text(text)
     before = sorted(p.name for p in tmp_path.rglob("*"))
     args = [a.replace("{tmp}", str(inputs)) for a in argv]

@@ -47,6 +47,7 @@ def add_merge(sub: Any) -> None:
 
 def run_report(args: Any) -> int:
     from perfsuite.core.results import ResultsError
+    from perfsuite.history.records import HistoryError
     from perfsuite.reports import write_report
     from perfsuite.reports.charts import ReportExtraMissing
 
@@ -54,7 +55,7 @@ def run_report(args: Any) -> int:
     baselines = args.baselines or found
     try:
         written = write_report(args.results, args.out, history=args.history, baselines=baselines, settings=settings)
-    except (ResultsError, ReportExtraMissing) as exc:
+    except (ResultsError, HistoryError, ReportExtraMissing) as exc:
         print(f"perfsuite: error: {exc}", file=sys.stderr)
         return 2
     for path in written:
