@@ -366,13 +366,13 @@ def _summarize(terminalreporter: Any, exitstatus: int, config: pytest.Config) ->
 
         write_json_atomic(results, payload)
     if report is not None and not state.refresh:
-        from perfsuite.core.results import parse_results
+        from perfsuite.core.results import ResultsError, parse_results
         from perfsuite.reports import write_report
         from perfsuite.reports.charts import ReportExtraMissing
 
         try:
             written = write_report(parse_results(payload, "this pytest session"), report)
-        except ReportExtraMissing as exc:
+        except (ResultsError, ReportExtraMissing) as exc:  # its own payload, read as any results file is
             terminalreporter.write_line(f"perfsuite: no report: {exc}")
         else:
             terminalreporter.write_line("wrote " + ", ".join(str(p) for p in written))

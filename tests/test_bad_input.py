@@ -78,6 +78,17 @@ REPORT = [
     (["{tmp}/other.json", "-o", "{tmp}/out", "--history", "{tmp}/none"], "--history: {tmp}/none: no such directory"),
     (["{tmp}/other.json", "-o", "{tmp}/out", "--baselines", "{tmp}/none"], "--baselines: {tmp}/none: no such"),
     ([], "the following arguments are required: results, -o/--out"),
+    # A results file's values are data: each checked when it is read, before anything is written
+    (["{tmp}/case-int.json", "-o", "{tmp}/out"], "case-int.json: cases[0]: case is 123 (int), not a string"),
+    (["{tmp}/status-int.json", "-o", "{tmp}/out"], "status-int.json: cases[0]: status is 5 (int), not a string"),
+    (["{tmp}/status-weird.json", "-o", "{tmp}/out"], "tiny-bert-vanilla: status is 'weird', not one of passed"),
+    (["{tmp}/checks-str.json", "-o", "{tmp}/out"], "tiny-bert-vanilla: checks is 'x' (str), not a list"),
+    (["{tmp}/env-str.json", "-o", "{tmp}/out"], "env-str.json: env is 'nope' (str), not an object"),
+    (["{tmp}/schema-99.json", "-o", "{tmp}/out"], "schema_version is 99 (int); this perfsuite reads 1 (`perfsuite"),
+    (["{tmp}/schema-two.json", "-o", "{tmp}/out"], "schema_version is 'two' (str); this perfsuite reads 1"),
+    (["{tmp}/huge.json", "-o", "{tmp}/out"], "huge.json: cases[0].peak_memory_bytes is 100000"),
+    (["{tmp}/nan.json", "-o", "{tmp}/out"], "nan.json: cases[0].records[0].step_time_s.median is nan (float)"),
+    (["{tmp}/run.json", "-o", "{tmp}/out", "--history", "{tmp}/history/trunc"], "m/2026-01-01_abc1234.json: not JSON"),
 ]
 MERGE = [
     (["{tmp}/other.json", "-o", "{tmp}/merged.json"], "other.json: not a pytest --perfsuite-json results file"),
@@ -87,6 +98,12 @@ MERGE = [
     (["{tmp}/other.json", "-o", "{tmp}/file.txt/m.json"], "--out: {tmp}/file.txt/m.json: {tmp}/file.txt is not a"),
     (["{tmp}/other.json", "-o", "{tmp}/merged.json", "--expect", "0"], "--expect: must be at least 1, got 0"),
     (["{tmp}/other.json", "-o", "{tmp}/merged.json", "--expect", "2"], "1 shard results for 2 shards"),
+    (["{tmp}/nan.json", "-o", "{tmp}/merged.json"], "nan.json: cases[0].records[0].step_time_s.median is nan"),
+    (["{tmp}/case-int.json", "-o", "{tmp}/merged.json"], "case-int.json: cases[0]: case is 123 (int)"),
+    (["{tmp}/status-int.json", "-o", "{tmp}/merged.json"], "status-int.json: cases[0]: status is 5 (int)"),
+    (["{tmp}/records-str.json", "-o", "{tmp}/merged.json"], "tiny-bert-vanilla: records is 'oops' (str), not a list"),
+    (["{tmp}/gate.json", "{tmp}/gate.json", "-o", "{tmp}/m.json"], "gate.json: given twice ({tmp}/gate.json is the"),
+    (["{tmp}/gate.json", "-o", "{tmp}/gate.json"], "--out: {tmp}/gate.json is one of the shards it merges"),
 ]
 BASELINES = [
     (["refresh", "--repeats", "0"], "--repeats: must be at least 1, got 0"),
@@ -112,6 +129,17 @@ HISTORY = [
     (["judge", "--dir", "{tmp}", "--results", "{tmp}/empty.json"], "empty.json: is empty"),
     (["judge", "--dir", "{tmp}", "--markdown", "{tmp}"], "--markdown: {tmp}: is a directory"),
     (["track", "--dir", "{tmp}/none", "--repo", "a/b"], "--dir: {tmp}/none: no such directory"),
+    (["record", "{tmp}/case-int.json", "--dir", "{tmp}/h"], "case-int.json: cases[0]: case is 123 (int)"),
+    (["record", "{tmp}/status-int.json", "--dir", "{tmp}/h"], "status-int.json: cases[0]: status is 5 (int)"),
+    (["record", "{tmp}/records-str.json", "--dir", "{tmp}/h"], "records is 'oops' (str), not a list"),
+    (["judge", "--dir", "{tmp}"], "no history records in {tmp}"),
+    (["track", "--dir", "{tmp}", "--repo", "a/b", "--dry-run"], "no history records in {tmp}"),
+    (["judge", "--dir", "{tmp}/history/good", "--results", "{tmp}/env-str.json"], "env is 'nope' (str)"),
+    (["judge", "--dir", "{tmp}/history/good", "--results", "{tmp}/run.json"], "needs the gate's results"),
+    (
+        ["judge", "--dir", "{tmp}/history/good", "--markdown", "{tmp}/v.md", "--results", "{tmp}/case-int.json"],
+        "case is 123",
+    ),
 ]
 INIT = [
     (["--dir", "{tmp}/none"], "--dir: {tmp}/none: no such directory"),
@@ -156,6 +184,7 @@ BISECT = [
         "--with holds transformers, the package bisected",
     ),
 ]
+_COMMENTING = ["--artifact", "{tmp}", "--workflow", "w.yml", "--repo", "o/r"]
 COMMENT = [
     (["--workflow", "w.yml"], "the following arguments are required: --artifact"),
     (
@@ -166,6 +195,11 @@ COMMENT = [
         ["--artifact", "{tmp}", "--workflow", "w.yml", "--event", "{tmp}/list.json", "--repo", "o/r"],
         "not a workflow_run",
     ),
+    # The event is data: each field read is checked (a head commit goes into API paths)
+    (["--event", "{tmp}/ev-int.json", *_COMMENTING], "ev-int.json: workflow_run is not an object naming its event"),
+    (["--event", "{tmp}/ev-nosha.json", "--stale-on", "w.yml", *_COMMENTING], "workflow_run has no 'head_sha'"),
+    (["--event", "{tmp}/ev-path.json", *_COMMENTING], "ev-path.json: workflow_run.path is ['x'], not a string"),
+    (["--event", "{tmp}/ev-sha.json", *_COMMENTING], "ev-sha.json: workflow_run.head_sha is '../x', not a commit"),
 ]
 CASES = [
     *((["ab", *a], m) for a, m in AB),
@@ -180,6 +214,18 @@ CASES = [
     *((["init", *a], m) for a, m in INIT),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
 ]
+
+
+def _gate(changes: dict[str, object] | None = None, **case: object) -> str:
+    """A ``pytest --perfsuite-json`` file of one passed case, ``case`` changed in it and ``changes`` in the file."""
+    outcome = {"case": "tiny-bert-vanilla", "status": "passed", "checks": [], "records": []} | case
+    return json.dumps({"schema_version": 2, "refresh": False, "env": {}, "cases": [outcome]} | (changes or {}))
+
+
+_RECORD = {"model": "tiny-bert", "strategy": "vanilla", "status": "ok", "step_time_s": {"median": 0.1}}
+_NIGHT = {"schema_version": 1, "night": "2026-01-01", "commit": "abc1234", "cases": {}}
+_NIGHT |= {"fingerprint": {"machine": "m"}, "fingerprint_id": "m@1"}
+_EVENT = {"event": "pull_request", "path": "w.yml", "head_sha": "a" * 40, "html_url": "https://x"}
 INPUTS = {
     "empty.json": "",
     "not-json.json": "{",
@@ -187,6 +233,24 @@ INPUTS = {
     "list.json": json.dumps([1, 2]),
     "ok-untimed.json": json.dumps({"cases": [{"model": "tiny-bert", "strategy": "vanilla", "status": "ok"}]}),
     "file.txt": "a file",
+    "gate.json": _gate(),
+    "run.json": json.dumps({"schema_version": 1, "cases": [_RECORD]}),
+    "case-int.json": _gate(case=123),
+    "status-int.json": _gate(status=5),
+    "status-weird.json": _gate(status="weird"),
+    "checks-str.json": _gate(checks="x"),
+    "records-str.json": _gate(records="oops"),
+    "env-str.json": _gate({"env": "nope"}),
+    "schema-99.json": _gate({"schema_version": 99}),
+    "schema-two.json": _gate({"schema_version": "two"}),
+    "nan.json": _gate(records=[_RECORD | {"step_time_s": {"median": float("nan")}}]),
+    "huge.json": json.dumps({"cases": [_RECORD | {"peak_memory_bytes": 10**400}]}),
+    "history/good/m/2026-01-01_abc1234.json": json.dumps(_NIGHT),
+    "history/trunc/m/2026-01-01_abc1234.json": json.dumps(_NIGHT)[:40],
+    "ev-int.json": json.dumps({"workflow_run": 5}),
+    "ev-nosha.json": json.dumps({"workflow_run": {k: v for k, v in _EVENT.items() if k != "head_sha"}}),
+    "ev-path.json": json.dumps({"workflow_run": _EVENT | {"path": ["x"]}}),
+    "ev-sha.json": json.dumps({"workflow_run": _EVENT | {"head_sha": "../x"}}),
 }
 
 
@@ -205,6 +269,7 @@ def test_bad_input_is_one_line_and_exit_2(
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     for name, text in INPUTS.items():
+        (inputs / name).parent.mkdir(parents=True, exist_ok=True)
         (inputs / name).write_text(text)
     before = sorted(p.name for p in tmp_path.rglob("*"))
     args = [a.replace("{tmp}", str(inputs)) for a in argv]

@@ -106,6 +106,12 @@ def test_a_missing_baseline_names_the_refresh_command(tmp_path: Path) -> None:
         load_baseline(path, case_id="bert-base-uncased-fp16", hardware="nvidia-h100-80gb-hbm3")
 
 
+def _time(**entry: Any) -> dict[str, Any]:
+    """A valid baseline whose step time for its class has ``entry``'s values."""
+    valid = _valid()
+    return dict(valid, time={"amd-25.1-avx2": valid["time"]["amd-25.1-avx2"] | entry})
+
+
 @pytest.mark.parametrize(
     ("payload", "problem"),
     [
@@ -116,6 +122,14 @@ def test_a_missing_baseline_names_the_refresh_command(tmp_path: Path) -> None:
         (json.dumps(dict(_valid(), loss=[])), "`loss` must be a non-empty list"),
         (json.dumps(dict(_valid(), memory={"peak_bytes": "10", "breakdown": {}})), "`memory` needs peak_bytes"),
         ('{"truncated": ', "not JSON"),
+        # figures no run measures: a gate against them would show "+inf%", or divide by zero
+        (json.dumps(dict(_valid(), memory={"peak_bytes": -5, "breakdown": {}})), "none below 0"),
+        (json.dumps(dict(_valid(), memory={"peak_bytes": 10, "breakdown": {"activations": -1}})), "none below 0"),
+        (json.dumps(_time(median=0)), "a median above 0"),
+        (json.dumps(_time(median=-5)), "a median above 0"),
+        (json.dumps(_time(spread=-1)), "a spread of 0 or more"),
+        (json.dumps(_time(steps=[1.0, 0])), "the steps' times, each above 0"),
+        (json.dumps(dict(_valid(), spec="x")), "`spec`, the case it was recorded from, is not an object"),
     ],
 )
 def test_a_bad_baseline_names_its_path_and_the_fix(tmp_path: Path, payload: str, problem: str) -> None:

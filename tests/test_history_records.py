@@ -253,3 +253,112 @@ def test_a_corrupt_record_is_named(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["history", "judge", "--dir", str(tmp_path)]) == 2
     assert str(bad) in capsys.readouterr().err
     assert bad.exists()
+
+
+def _metrics(change: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    """A corruption of :data:`CASE`'s metrics in a record."""
+    return lambda record: change(record["cases"][CASE]["metrics"])
+
+
+CORRUPTIONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "no night": (lambda r: r.pop("night"), "no 'night': a date (YYYY-MM-DD) is needed"),
+    "a night that is a number": (lambda r: r.update(night=5), "night is 5, not a date"),
+    "no fingerprint": (lambda r: r.pop("fingerprint"), "no 'fingerprint': an object naming its machine"),
+    "cases as a list": (lambda r: r.update(cases=[1]), "cases is [1], not an object of each case's figures"),
+    "metrics as a list": (
+        lambda r: r["cases"][CASE].update(metrics=[1]),
+        f"cases.{CASE}.metrics is [1], not an object",
+    ),
+    "a value that is a string": (
+        _metrics(lambda m: m["loss"].update(value="x")),
+        f"cases.{CASE}.metrics.loss is {{'value': 'x'",
+    ),
+    "a NaN value": (_metrics(lambda m: m["loss"].update(value=float("nan"))), "'value': nan"),
+    "a tolerance of 0": (
+        _metrics(lambda m: m["loss"].update(tolerance=0)),
+        "not a finite value with a tolerance above",
+    ),
+    "a metric no gate has": (_metrics(lambda m: m.update(speed=m["loss"])), "metrics has 'speed', not one of"),
+}
+
+
+@pytest.mark.parametrize("corruption", [*CORRUPTIONS, "binary", "a directory", "unreadable"])
+def test_every_command_that_reads_the_history_names_a_corrupt_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, corruption: str
+) -> None:
+    """judge, track and report --history: one line naming the file and what is wrong, exit 2, never a traceback."""
+    history = tmp_path / "history"
+    _night(history, 1)
+    tonight = tmp_path / "tonight.json"
+    tonight.write_text(json.dumps(_night(history, 2)))
+    bad = sorted(history.glob("*/*.json"))[-1]
+    if corruption in CORRUPTIONS:
+        record = json.loads(bad.read_text())
+        change, problem = CORRUPTIONS[corruption]
+        change(record)
+        bad.write_text(json.dumps(record))
+    elif corruption == "binary":
+        bad.write_bytes(b"\xff\xfe\x00")
+        problem = "cannot be read ('utf-8' codec can't decode"
+    elif corruption == "a directory":
+        bad.unlink()
+        bad.mkdir()
+        problem = "a directory where a night's record belongs"
+    else:  # as a runner's other user would find it (the tests may run as root, whom no mode stops)
+        read = Path.read_text
+
+        def refused(path: Path, *args: Any, **kwargs: Any) -> str:
+            if path == bad:
+                raise PermissionError(13, "Permission denied", str(path))
+            return read(path, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "read_text", refused)
+        problem = "cannot be read ([Errno 13] Permission denied"
+    for argv in (
+        ["history", "judge", "--dir", str(history)],
+        ["history", "track", "--dir", str(history), "--repo", "o/r", "--dry-run"],
+        ["report", str(tonight), "-o", str(tmp_path / "report"), "--history", str(history)],
+    ):
+        assert main(argv) == 2, argv
+        out, err = capsys.readouterr()
+        assert (out, err.count("\n")) == ("", 1), err
+        assert err.startswith(f"perfsuite: error: {bad}: "), err
+        assert problem in err, err
+    assert not (tmp_path / "report").exists()
+
+
+def test_judge_reads_every_input_before_it_prints_or_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad --results is found before the verdicts are printed and --markdown is written, not after."""
+    history, markdown, results = tmp_path / "history", tmp_path / "verdicts.md", tmp_path / "tonight.json"
+    _night(history, 1)
+    markdown.write_text("yesterday's verdicts\n")
+    tonight = replay(date="2026-10-02T02:00:00+00:00")
+    results.write_text(json.dumps(tonight | {"cases": [tonight["cases"][0] | {"case": 123}]}))
+    assert (
+        main(["history", "judge", "--dir", str(history), "--markdown", str(markdown), "--results", str(results)]) == 2
+    )
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"perfsuite: error: {results}: cases[0]: case is 123 (int), not a string\n"
+    assert markdown.read_text() == "yesterday's verdicts\n"
+
+
+def test_tracking_says_in_one_line_that_it_needs_gh_or_that_gh_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history, tools = tmp_path / "history", tmp_path / "bin"
+    _night(history, 1)
+    tools.mkdir()
+    monkeypatch.setenv("PATH", str(tools))
+    assert main(["history", "track", "--dir", str(history), "--repo", "o/r"]) == 2
+    needs = "perfsuite: error: `perfsuite history track` needs the GitHub CLI (gh) on PATH: https://cli.github.com\n"
+    assert capsys.readouterr() == ("", needs)
+    gh = tools / "gh"
+    gh.write_text("#!/bin/sh\necho 'HTTP 401: Bad credentials (https://api.github.com/graphql)' >&2\nexit 1\n")
+    gh.chmod(0o755)
+    assert main(["history", "track", "--dir", str(history), "--repo", "o/r"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert (
+        err == "perfsuite: error: `gh issue list` failed: HTTP 401: Bad credentials (https://api.github.com/graphql)\n"
+    )

@@ -295,6 +295,42 @@ def test_a_perfsuite_run_file_is_gated_against_the_baselines_when_given(tmp_path
     assert f"| {DIVERGED_CASE} | failed |" in head
 
 
+def test_a_case_whose_baseline_cannot_be_read_fails_the_report_as_it_fails_the_gate(tmp_path: Path) -> None:
+    """Counted in the headline, not only noted in its row (a baseline whose spec is not an object, too)."""
+    cases = ["tiny-bert-vanilla", "tiny-bert-grad_ckpt", "tiny-bert-fp16"]
+    gated = replay(only=set(cases))
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"schema_version": 1, "cases": [c["records"][0] for c in gated["cases"]]}))
+    (tmp_path / "cpu").mkdir()
+    for case in cases:
+        data = json.loads((Path(__file__).parents[1] / "baselines" / "cpu" / f"{case}.json").read_text())
+        text = json.dumps(data | {"spec": "x"} if case == "tiny-bert-grad_ckpt" else data)
+        (tmp_path / "cpu" / f"{case}.json").write_text(text[:500] if case == "tiny-bert-vanilla" else text)
+    assert main(["report", str(run), "-o", str(tmp_path / "out"), "--baselines", str(tmp_path)]) == 0
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "**perfsuite: FAILED: 2 failed, 1 passed" in summary
+    for case in cases[:2]:  # the two whose baselines are unreadable fail, each saying why
+        assert f"\n| {case} | failed | — | — | — | — |  | {tmp_path}/cpu/{case}.json: corrupt baseline (" in summary
+
+
+def test_a_reports_files_appear_together_or_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A summary that cannot be drawn leaves the last report as it was: never a new page beside an old summary."""
+    results, out = tmp_path / "results.json", tmp_path / "out"
+    results.write_text(json.dumps(replay(only={"tiny-bert-vanilla"})))
+    out.mkdir()
+    (out / "report.html").write_text("last night's page")
+    (out / "summary.md").write_text("last night's summary")
+
+    def cannot(*args: Any, **kwargs: Any) -> str:
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr("perfsuite.reports.summary.summary_markdown", cannot)
+    with pytest.raises(OSError, match="no space left"):
+        write_report(results, out)
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "summary.md"]  # and no half-written file
+    assert (out / "report.html").read_text() == "last night's page"
+
+
 def _run_blocked(blocked: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
     code = f"import sys; sys.modules[{blocked!r}] = None\nfrom perfsuite.cli import main\nsys.exit(main({argv!r}))\n"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300)

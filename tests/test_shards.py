@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from perfsuite.cli import main
-from perfsuite.core.results import ResultsError, merge_results
-from perfsuite.core.shards import assign, parse_shard
+from perfsuite.core.results import ResultsError
+from perfsuite.core.shards import assign, merge_results, parse_shard
 
 
 def test_a_shard_is_i_of_n() -> None:

@@ -337,6 +337,17 @@ def test_mentions_are_defused_and_nothing_compared_opens_no_comment(
     assert "thanks &#64;someone and &#64;org/team" in fake.comments()[0]
 
 
+def test_without_gh_it_says_so_in_one_line(
+    fake: Fake, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (fake.root / "event.json").write_text(json.dumps({"workflow_run": fake.run}))
+    monkeypatch.setenv("PATH", str(fake.root / "nowhere"))
+    argv = ["comment", "--artifact", str(fake.artifact), "--event", str(fake.root / "event.json"), "--repo", REPO]
+    assert main([*argv, "--workflow", WORKFLOWS[0]]) == 2
+    needs = "perfsuite: error: `perfsuite comment` needs the GitHub CLI (gh) on PATH: https://cli.github.com\n"
+    assert capsys.readouterr() == ("", needs)
+
+
 def test_no_artifact_is_nothing_to_post_and_bad_arguments_are_one_line(
     fake: Fake, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

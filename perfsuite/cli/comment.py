@@ -12,13 +12,16 @@ comment stale instead of posting; a run of a ``--stale-on`` workflow (one that r
 a pull request) marks stale every verdict of an older head. The pull request's number always comes
 from the API, its text never reaches the log, and nothing is checked out or run.
 
-Refused: one line (``::error::``), exit 1. Bad arguments: one line, exit 2.
+Refused: one line (``::error::``), exit 1. Bad arguments, an event file whose fields are not what
+GitHub sends, or no ``gh``: one line, exit 2.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -206,6 +209,35 @@ def post(args: Any, gh: GitHub, run: dict[str, Any]) -> str:
     return f"commented on #{number}"
 
 
+_SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+"""A commit as GitHub names one: 40 hex digits (SHA-1), or 64 (SHA-256)."""
+
+
+def workflow_run(event_path: str) -> dict[str, Any]:
+    """The event's ``workflow_run``, each field this step reads checked: the event is data, and its
+    ``head_sha`` goes into API paths. A bad one raises ``ValueError`` naming the file and the field."""
+    try:
+        run = json.loads(Path(event_path).read_text())["workflow_run"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"{event_path} is not a workflow_run event") from None
+    if not isinstance(run, dict) or not isinstance(run.get("event"), str):
+        raise ValueError(f"{event_path}: workflow_run is not an object naming its event: not a workflow_run event")
+    if run["event"] not in _EVENTS:
+        return run
+    for key in ("path", "head_sha", "html_url"):
+        if key not in run:
+            raise ValueError(f"{event_path}: workflow_run has no {key!r}: not a workflow_run event")
+        if not isinstance(run[key], str):
+            raise ValueError(f"{event_path}: workflow_run.{key} is {run[key]!r:.60}, not a string")
+    if not _SHA.fullmatch(run["head_sha"]):
+        raise ValueError(f"{event_path}: workflow_run.head_sha is {run['head_sha']!r:.60}, not a commit")
+    if not isinstance(run.get("conclusion"), (str, type(None))):
+        raise ValueError(f"{event_path}: workflow_run.conclusion is {run['conclusion']!r:.60}, not a string")
+    if not isinstance(run.get("head_repository"), (dict, type(None))):
+        raise ValueError(f"{event_path}: workflow_run.head_repository is {run['head_repository']!r:.60}, not an object")
+    return run
+
+
 def run(args: Any) -> int:
     event_path = args.event or os.environ.get("GITHUB_EVENT_PATH")
     repo = args.repo or os.environ.get("GITHUB_REPOSITORY")
@@ -213,16 +245,23 @@ def run(args: Any) -> int:
         print("perfsuite: error: needs the workflow_run event (--event) and the repository (--repo)", file=sys.stderr)
         return 2
     try:
-        run = json.loads(Path(event_path).read_text())["workflow_run"]
-    except (OSError, ValueError, KeyError, TypeError):
-        print(f"perfsuite: error: {event_path} is not a workflow_run event", file=sys.stderr)
+        run = workflow_run(event_path)
+    except ValueError as exc:
+        print(f"perfsuite: error: {exc}", file=sys.stderr)
+        return 2
+    if run["event"] not in _EVENTS:
+        print(f"a {run['event']} run: no pull request to comment on")
+        return 0
+    if shutil.which("gh") is None:
+        print(
+            "perfsuite: error: `perfsuite comment` needs the GitHub CLI (gh) on PATH: https://cli.github.com",
+            file=sys.stderr,
+        )
         return 2
     gh = GitHub(repo)
-    path = str(run.get("path") or "").split("@", 1)[0]
+    path = run["path"].split("@", 1)[0]
     try:
-        if run.get("event") not in _EVENTS:
-            print(f"a {run.get('event')} run: no pull request to comment on")
-        elif path in args.stale_on and run["event"] == "pull_request":
+        if path in args.stale_on and run["event"] == "pull_request":
             current = _pull_requests_of(gh, run["head_sha"], head=True)
             marked = sum(mark_stale(gh, int(p["number"]), run["head_sha"]) for p in current)
             print(f"{marked} verdict(s) of an older head marked stale")

@@ -47,6 +47,7 @@ def add_merge(sub: Any) -> None:
 
 def run_report(args: Any) -> int:
     from perfsuite.core.results import ResultsError
+    from perfsuite.history.records import HistoryError
     from perfsuite.reports import write_report
     from perfsuite.reports.charts import ReportExtraMissing
 
@@ -54,7 +55,7 @@ def run_report(args: Any) -> int:
     baselines = args.baselines or found
     try:
         written = write_report(args.results, args.out, history=args.history, baselines=baselines, settings=settings)
-    except (ResultsError, ReportExtraMissing) as exc:
+    except (ResultsError, HistoryError, ReportExtraMissing) as exc:
         print(f"perfsuite: error: {exc}", file=sys.stderr)
         return 2
     for path in written:
@@ -63,8 +64,12 @@ def run_report(args: Any) -> int:
 
 
 def run_merge(args: Any) -> int:
-    from perfsuite.core.results import ResultsError, merge_results
+    from perfsuite.core.results import ResultsError
+    from perfsuite.core.shards import merge_results
 
+    if args.out.resolve() in {Path(path).resolve() for path in args.results}:
+        print(f"perfsuite: error: --out: {args.out} is one of the shards it merges; write elsewhere", file=sys.stderr)
+        return 2
     try:
         merged = merge_results(args.results, expect=args.expect)
     except ResultsError as exc:

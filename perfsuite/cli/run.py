@@ -219,14 +219,14 @@ def _finish(
 
 def _run_report(payload: dict[str, Any], out: Path, project: tuple[dict[str, Any], Path | None]) -> list[Path]:
     """``perfsuite run --report``: the report of this run, each case compared with its baseline when one exists."""
-    from perfsuite.core.results import parse_results
+    from perfsuite.core.results import ResultsError, parse_results
     from perfsuite.reports import write_report
     from perfsuite.reports.charts import ReportExtraMissing
 
     settings, baselines = project
     try:
         return write_report(parse_results(payload, "perfsuite run"), out, baselines=baselines, settings=settings)
-    except ReportExtraMissing as exc:
+    except (ResultsError, ReportExtraMissing) as exc:
         print(f"perfsuite: no report: {exc}", file=sys.stderr)
         return []
 

@@ -76,17 +76,29 @@ def _umask() -> int:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) so that an interrupted write leaves the old file (or none), never half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    write_texts_atomic({path: text})
+
+
+def write_texts_atomic(texts: Mapping[Path, str]) -> None:
+    """Write each file of ``texts`` (path: its UTF-8 text) so that they appear together: each is written
+    in full beside its place first, and only once all are written are they moved into place, so a
+    failure on the way leaves the old files (or none), never some new ones beside old ones."""
+    staged: list[tuple[Path, Path]] = []
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        Path(tmp).chmod(0o666 & ~_umask())  # mkstemp's 0600 would make a report or baseline private
-        Path(tmp).replace(path)
+        for path, text in texts.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            staged.append((Path(tmp), path))
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            Path(tmp).chmod(0o666 & ~_umask())  # mkstemp's 0600 would make a report or baseline private
+        for tmp_path, path in staged:
+            tmp_path.replace(path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for tmp_path, _ in staged:
+            tmp_path.unlink(missing_ok=True)
         raise
 
 
@@ -142,22 +154,32 @@ def load_baseline(path: Path, *, case_id: str, hardware: str) -> dict[str, Any]:
         and all(
             isinstance(entry, dict)
             and entry.get("unit") in TIME_UNITS
-            and _is_number(entry.get("median"))
-            and (entry.get("spread") is None or _is_number(entry.get("spread")))
+            and _is_number(entry.get("median"), above=0)
+            and (entry.get("spread") is None or _is_number(entry.get("spread"), at_least=0))
+            and isinstance(entry.get("steps") or [], list)
+            and all(_is_number(step, above=0) for step in entry.get("steps") or [])
             for entry in time.values()
         ),
         path,
-        "corrupt baseline (`time` maps each time class to its unit, median and spread)",
+        "corrupt baseline (`time` maps each time class to its unit, a median above 0, a spread of 0 or more "
+        "and the steps' times, each above 0)",
         case_id,
         hardware,
     )
     _require(
         isinstance(memory, dict)
-        and _is_number(memory.get("peak_bytes"))
+        and _is_number(memory.get("peak_bytes"), at_least=0)
         and isinstance(memory.get("breakdown"), dict)
-        and all(_is_number(v) for v in memory["breakdown"].values()),
+        and all(_is_number(v, at_least=0) for v in memory["breakdown"].values()),
         path,
-        "corrupt baseline (`memory` needs peak_bytes and a breakdown of numbers)",
+        "corrupt baseline (`memory` needs peak_bytes and a breakdown of bytes, none below 0)",
+        case_id,
+        hardware,
+    )
+    _require(
+        isinstance(data.get("spec") or {}, dict),
+        path,
+        "corrupt baseline (`spec`, the case it was recorded from, is not an object)",
         case_id,
         hardware,
     )
@@ -191,8 +213,15 @@ def incomplete(
     return None
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def _is_number(value: object, *, above: float | None = None, at_least: float | None = None) -> bool:
+    """A finite number (not a bool), more than ``above`` and no less than ``at_least`` where given."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer past a float's range
+        return False
+    return finite and (above is None or value > above) and (at_least is None or value >= at_least)
 
 
 def relative_spread(values: Sequence[float]) -> float | None:
@@ -264,9 +293,7 @@ def cannot_fit(deviations: Sequence[float], widest: float, most_repeats: int) ->
         return False
     ratio = (1 + wide) / (1 - wide)
     ordered = sorted(1 + d for d in deviations)
-    return not any(
-        low > 0 and high <= low * ratio for low, high in zip(ordered, ordered[needed - 1 :], strict=False)
-    )
+    return not any(low > 0 and high <= low * ratio for low, high in zip(ordered, ordered[needed - 1 :], strict=False))
 
 
 FIT_WINDOW_MARGIN = 1.5

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -364,11 +364,20 @@ def failed_json(spec: CaseSpec, *, status: str, error: str) -> RecordJson:
     }
 
 
-def records_of(data: Sequence[Any], where: str) -> list[CaseRecord]:
-    """Each of ``data``'s case records, typed (``where[i]`` names one that is not a record, or one whose
-    status is ``ok`` without the step times every reader of a results file takes from it)."""
+STATUSES = ("ok", "failed", "skipped")
+"""A record's ``status`` in a results file."""
+
+
+def records_of(data: Any, where: str) -> list[CaseRecord]:
+    """Each of ``data``'s case records, typed (``where[i]`` names one that is not a record, one of a
+    status no run gives, or one whose status is ``ok`` without the step times every reader of a
+    results file takes from it; ``where`` itself, a value that is not a list of them)."""
+    if not isinstance(data, list):
+        raise _fail(where, data, "a list")
     records = [CaseRecord.from_json(item, f"{where}[{i}]") for i, item in enumerate(data)]
     for i, record in enumerate(records):
+        if record.status not in STATUSES:
+            raise ValueError(f"{where}[{i}]: status is {record.status!r}, not one of {', '.join(STATUSES)}")
         if record.ok and record.step_time_s is None:
             raise ValueError(f"{where}[{i}]: status 'ok' but no 'step_time_s'")
     return records

@@ -6,17 +6,22 @@ Two files hold results:
   the baseline's figures, the tolerance and the checks (what the gate saw);
 - ``perfsuite run --json PATH``: every case's run record, no gate. Given the baselines
   directory, the report compares them itself (:func:`gate_runs`), as pytest would.
+
+Either is data anyone can write: every value a report, a merge or the history reads is checked
+here as the file is read (records by :mod:`perfsuite.core.record`), and a wrong one is a
+:class:`ResultsError` naming the file and the key, never a traceback deep inside a report.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfsuite.core.baselines import BaselineError, baseline_path, load_baseline, write_json_atomic
+from perfsuite.core.baselines import BaselineError, MissingBaseline, baseline_path, load_baseline, write_json_atomic
 from perfsuite.core.drift import drift_group, estimate
 from perfsuite.core.gates import baseline_figures, compare, time_change
 from perfsuite.core.observation import Observation, observe
@@ -27,6 +32,14 @@ RUN_RESULTS_SCHEMA_VERSION = 1
 """``schema_version`` of ``perfsuite run --json``'s file."""
 PYTEST_RESULTS_SCHEMA_VERSION = 2
 """``schema_version`` of ``pytest --perfsuite-json``'s file (and of ``perfsuite merge``'s)."""
+SCHEMA_VERSIONS = {
+    RUN_RESULTS_SCHEMA_VERSION: "perfsuite run --json",
+    PYTEST_RESULTS_SCHEMA_VERSION: "pytest --perfsuite-json",
+}
+"""The ``schema_version`` values this perfsuite reads, and whose file each first was (either file is read
+under either: a file is told by its cases)."""
+GATE_STATUSES = ("passed", "failed", "skipped", "missing", "refreshed", "refused", "not reached")
+"""An outcome's ``status`` in ``pytest --perfsuite-json``'s file (:class:`perfsuite.core.gates.Outcome`)."""
 
 
 class ResultsError(ValueError):
@@ -192,9 +205,103 @@ def read_results_json(path: Path) -> Any:
     if not text.strip():
         raise ResultsError(f"{path}: is empty; {EXPECTED}")
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}: not a perfsuite results file (not JSON: {exc})") from None
+    except RecursionError:
+        raise ResultsError(f"{path}: not a perfsuite results file (nested too deep)") from None
+    found = _unwritable(data, "")
+    if found is not None:
+        raise ResultsError(
+            f"{path}: {found[0] or 'the file'} is {_shown(found[1])}: not a number perfsuite writes "
+            "(a results file holds finite numbers only)"
+        )
+    return data
+
+
+def _unwritable(value: Any, where: str) -> tuple[str, Any] | None:
+    """The key and value of the first number in ``value`` that no results file holds: NaN, an infinity,
+    or an integer past a float's range (perfsuite writes its files without them: ``allow_nan=False``)."""
+    if isinstance(value, dict):
+        items: Any = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return None if math.isfinite(value) else (where, value)
+        except OverflowError:  # an integer no float holds
+            return where, value
+    else:
+        return None
+    return next((found for key, item in items if (found := _unwritable(item, key)) is not None), None)
+
+
+def _shown(value: Any) -> str:
+    """``value`` as an error shows it: its repr (cut at 60 characters) and its type."""
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    return f"{shown} ({type(value).__name__})"
+
+
+_TEXT, _FLAG, _NUMBER, _OBJECT, _LIST = "a string", "true or false", "a number", "an object", "a list"
+_KINDS: dict[str, Callable[[Any], bool]] = {
+    _TEXT: lambda v: isinstance(v, str),
+    _FLAG: lambda v: isinstance(v, bool),
+    _NUMBER: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    _OBJECT: lambda v: isinstance(v, dict),
+    _LIST: lambda v: isinstance(v, list),
+}
+# What a report, a merge and the history read of a file, and so check: its env, each outcome and each check.
+_ENV = {"date": _TEXT, "commit": _TEXT, "dirty": _FLAG, "python": _TEXT, "versions": _OBJECT}
+_OUTCOME = {"hardware": _TEXT, "message": _TEXT, "checks": _LIST, "records": _LIST, "baseline": _OBJECT}
+_OUTCOME |= {"tolerance": _OBJECT}
+_CHECK = {"metric": _TEXT, "ok": _FLAG, "compared": _FLAG, "change": _TEXT, "rel": _NUMBER, "limit": _NUMBER}
+_CHECK |= {"baseline": _TEXT, "measured": _TEXT, "tolerance": _TEXT, "message": _TEXT}
+_FIGURES = {"recorded": _TEXT, "time_class": _TEXT, "time": _OBJECT, "memory": _OBJECT, "loss": _LIST}
+
+
+def _typed(data: Mapping[str, Any], kinds: Mapping[str, str], where: str, required: Sequence[str] = ()) -> None:
+    """Each key of ``kinds`` that ``data`` holds (and the ``required`` ones, which it must) of its kind, or
+    ``null`` where not required; a wrong one raises :class:`ResultsError` naming ``where`` and the key."""
+    for key, kind in kinds.items():
+        value = data.get(key)
+        if key in required and key not in data:
+            raise ResultsError(f"{where.rstrip('. ').rstrip(':')} has no {key!r}: not a file perfsuite writes")
+        if (value is not None or key in required) and not _KINDS[kind](value):
+            raise ResultsError(f"{where}{key} is {_shown(value)}, not {kind}")
+
+
+def _check_file(data: Mapping[str, Any], path: str) -> None:
+    """The file-wide keys: a ``schema_version`` this perfsuite reads, and an ``env`` of the kinds it writes."""
+    version = data.get("schema_version", RUN_RESULTS_SCHEMA_VERSION)  # absent from the earliest files
+    if type(version) is not int or version not in SCHEMA_VERSIONS:
+        understood = " and ".join(f"{v} (`{name}`)" for v, name in SCHEMA_VERSIONS.items())
+        raise ResultsError(f"{path}: schema_version is {_shown(version)}; this perfsuite reads {understood}")
+    _typed(data, {"env": _OBJECT, "refresh": _FLAG, "drift": _LIST}, f"{path}: ")
+    _typed(data.get("env") or {}, _ENV, f"{path}: env.")
+
+
+def _check_outcome(outcome: Mapping[str, Any], path: str, index: int) -> None:
+    """An outcome of ``pytest --perfsuite-json``'s file: its id, a status the gate gives, and checks and
+    figures of the kinds it writes (its records are :func:`records_of`'s)."""
+    _typed(outcome, {"case": _TEXT, "status": _TEXT}, f"{path}: cases[{index}]: ", required=("case", "status"))
+    where = f"{path}: {outcome['case']}: "
+    if not outcome["case"]:
+        raise ResultsError(f"{path}: cases[{index}]: case is '', not a case id")
+    if outcome["status"] not in GATE_STATUSES:
+        raise ResultsError(f"{where}status is {outcome['status']!r}, not one of {', '.join(GATE_STATUSES)}")
+    _typed(outcome, _OUTCOME, where)
+    for i, check in enumerate(outcome.get("checks") or []):
+        if not isinstance(check, dict):
+            raise ResultsError(f"{where}checks[{i}] is {_shown(check)}, not an object")
+        _typed(check, _CHECK, f"{where}checks[{i}].", required=("metric", "ok", "change"))
+    figures = outcome.get("baseline") or {}
+    _typed(figures, _FIGURES, f"{where}baseline.")
+    _typed(figures.get("memory") or {}, {"peak_bytes": _NUMBER}, f"{where}baseline.memory.")
+    numbers = {f"baseline.loss[{i}]": v for i, v in enumerate(figures.get("loss") or [])}
+    numbers |= {f"tolerance.{k}": v for k, v in (outcome.get("tolerance") or {}).items()}
+    for key, value in numbers.items():
+        if not _KINDS[_NUMBER](value):
+            raise ResultsError(f"{where}{key} is {_shown(value)}, not a number")
 
 
 def load_results(path: Path) -> Results:
@@ -218,6 +325,9 @@ def parse_results(data: Any, path: str) -> Results:
                 f"{path}: case {i} has no {', '.join(repr(k) for k in missing)}: not a perfsuite results file; "
                 f"{EXPECTED}"
             )
+    _check_file(data, path)
+    for i, case in enumerate(cases if gate else []):
+        _check_outcome(case, path, i)
     try:
         if gate:
             parsed = [_case_from_outcome(c, path) for c in cases]
@@ -236,7 +346,8 @@ def gate_runs(results: Results, baselines: Path, settings: Mapping[str, Any] | N
     """Compare the cases of a ``perfsuite run`` file with ``baselines`` as the pytest gate does,
     a CPU case's step time against the run's drift (:mod:`perfsuite.core.drift`).
 
-    A case without a baseline keeps no checks and says why in its message; nothing fails.
+    A case without a baseline keeps no checks and says why in its message; nothing fails. A case whose
+    baseline cannot be read (or whose record cannot be compared) fails, as its gate would, and says why.
     """
     ready: list[tuple[ReportCase, dict[str, Any], Observation, Tolerance, str]] = []
     for case in results.cases:
@@ -247,14 +358,12 @@ def gate_runs(results: Results, baselines: Path, settings: Mapping[str, Any] | N
         hardware = str(record.hardware)
         try:
             stored = load_baseline(baseline_path(baselines, hardware, case.id), case_id=case.id, hardware=hardware)
-        except BaselineError as exc:
+            observed = observe(record, time_unit="calibrated" if record.device == "cpu" else "s")
+        except MissingBaseline as exc:
             case.message = str(exc)
             continue
-        unit = "calibrated" if record.device == "cpu" else "s"
-        try:
-            observed = observe(record, time_unit=unit)
-        except ValueError as exc:
-            case.message = str(exc)
+        except (BaselineError, ValueError) as exc:
+            case.status, case.message = "failed", str(exc)
             continue
         tolerance: Tolerance = resolve_tolerance(
             settings or {}, hardware=hardware, case_id=case.id, precision=str(record.precision or "fp32")
@@ -284,35 +393,3 @@ def regressions_first(cases: Sequence[ReportCase]) -> list[ReportCase]:
     """Failures first (then missing baselines), then the rest, each group in its original order."""
     rank = {"failed": 0, "missing": 1, "refused": 1}
     return sorted(cases, key=lambda c: rank.get(c.status, 2))
-
-
-def merge_results(paths: Sequence[Path], *, expect: int | None = None) -> dict[str, Any]:
-    """One pytest results file from the shards' (``pytest --perfsuite-json``, one per machine):
-    their cases together, each exactly once; ``env`` is the first shard's, with every shard's
-    under ``shards``. A missing shard (``expect``), a case in two shards or a file that is not
-    a results file raises :class:`ResultsError` naming it."""
-    if expect is not None and len(paths) != expect:
-        raise ResultsError(f"{len(paths)} shard results for {expect} shards: {', '.join(map(str, paths)) or 'none'}")
-    if not paths:
-        raise ResultsError("no results files to merge")
-    merged: dict[str, Any] = {}
-    seen: dict[str, str] = {}
-    shards = []
-    for path in paths:
-        data = read_results_json(path)
-        if not isinstance(data, dict) or not isinstance(data.get("cases"), list) or "refresh" not in data:
-            raise ResultsError(f"{path}: not a pytest --perfsuite-json results file")
-        if not all(isinstance(c, dict) and "case" in c for c in data["cases"]):
-            raise ResultsError(f"{path}: a case has no 'case' name: not a pytest --perfsuite-json results file")
-        for case in data["cases"]:
-            name = str(case.get("case"))
-            if name in seen:
-                raise ResultsError(f"{name} is in two shards' results: {seen[name]} and {path}")
-            seen[name] = str(path)
-        if not merged:
-            merged = {k: v for k, v in data.items() if k != "cases"} | {"cases": []}
-        merged["refresh"] = bool(merged["refresh"] or data["refresh"])
-        merged["cases"].extend(data["cases"])
-        shards.append({"file": str(path), "cases": len(data["cases"]), "env": data.get("env")})
-    merged["env"] = dict(merged.get("env") or {}) | {"shards": shards}
-    return merged

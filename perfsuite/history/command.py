@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 from perfsuite.core.baselines import write_text_atomic
 from perfsuite.core.results import Results, ResultsError, load_results
@@ -42,13 +45,30 @@ def not_judged_by_history(results: Results) -> list[str]:
     return lines
 
 
+def _tonight(path: Path) -> Results:
+    """``judge --results``: tonight's gate file (a ``perfsuite run`` file has no gate to have failed)."""
+    results = load_results(path)
+    if results.kind != "gate":
+        raise ResultsError(
+            f"{path}: `history judge --results` needs the gate's results (`pytest --perfsuite-json`), "
+            "not `perfsuite run --json`'s"
+        )
+    return results
+
+
 def run_history(args: argparse.Namespace) -> int:
+    # Every input read and checked before anything is printed or written.
     try:
         if args.action == "record":
             path = write_record(night_record(load_results(args.results), night=args.night), args.dir)
             print(f"wrote {path}")
             return 0
+        tonight = _tonight(args.results) if args.action == "judge" and args.results is not None else None
+        if args.action == "track" and not args.dry_run and shutil.which("gh") is None:
+            raise HistoryError("`perfsuite history track` needs the GitHub CLI (gh) on PATH: https://cli.github.com")
         records = load_records(args.dir)
+        if not records:
+            raise HistoryError(f"no history records in {args.dir} (<machine>/<night>_<commit>.json files)")
     except (HistoryError, ResultsError) as exc:
         print(f"perfsuite: error: {exc}", file=sys.stderr)
         return 2
@@ -61,20 +81,19 @@ def run_history(args: argparse.Namespace) -> int:
         failing = sorted(k for k, j in verdicts.items() if j.verdict in FAILING)
         for machine, case, metric in failing:
             print(f"regression: {case} {metric} on {machine}", file=sys.stderr)
-        broken = []
-        if args.results is not None:
-            try:
-                broken = not_judged_by_history(load_results(args.results))
-            except ResultsError as exc:
-                print(f"perfsuite: error: {exc}", file=sys.stderr)
-                return 2
+        broken = not_judged_by_history(tonight) if tonight is not None else []
         for line in broken:
             print(line, file=sys.stderr)
         return 1 if failing or broken else 0
     commits = commits_by_night(records)
-    actions = plan(verdicts, [] if args.dry_run else open_tracking_issues(args.repo), commits)
-    for action in actions:
-        print(f"{action.kind}: {action.title}" + (f" (#{action.number})" if action.number else ""))
-    if not args.dry_run:
-        apply(actions, args.repo)
+    try:
+        actions = plan(verdicts, [] if args.dry_run else open_tracking_issues(args.repo), commits)
+        for action in actions:
+            print(f"{action.kind}: {action.title}" + (f" (#{action.number})" if action.number else ""))
+        if not args.dry_run:
+            apply(actions, args.repo)
+    except subprocess.CalledProcessError as exc:
+        said = (exc.stderr or "").strip().splitlines()
+        print(f"perfsuite: error: `{' '.join(exc.cmd[:3])}` failed: {said[-1] if said else exc}", file=sys.stderr)
+        return 1
     return 0

@@ -19,10 +19,11 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from perfsuite.core.baselines import write_text_atomic
 from perfsuite.core.results import Results
@@ -115,17 +116,21 @@ def night_record(results: Results, *, night: str | None = None) -> dict[str, Any
     }
 
 
+def _is_night(value: Any) -> bool:
+    """Whether ``value`` is a date as a record's night: ``YYYY-MM-DD``."""
+    try:
+        return isinstance(value, str) and datetime.date.fromisoformat(value).isoformat() == value
+    except ValueError:
+        return False
+
+
 def record_path(record: Mapping[str, Any], directory: Path) -> Path:
     """Where ``record`` goes under ``directory``: ``<machine>/<night>_<commit7>.json``, each part checked,
     since a results file (and so a record) is data anyone can write."""
     machine, night, commit = str(record["fingerprint"]["machine"]), str(record["night"]), record.get("commit")
     if not _MACHINE.fullmatch(machine):
         raise HistoryError(f"machine {machine!r} is not a directory name (letters, digits, single . or - between)")
-    try:
-        valid_night = datetime.date.fromisoformat(night).isoformat() == night
-    except ValueError:
-        valid_night = False
-    if not valid_night:
+    if not _is_night(night):
         raise HistoryError(f"night {night!r} is not a date (YYYY-MM-DD)")
     if commit and not _COMMIT.fullmatch(str(commit)):
         raise HistoryError(f"commit {commit!r} is not a git commit (7 to 40 lower-case hex digits)")
@@ -139,7 +144,7 @@ def write_record(record: Mapping[str, Any], directory: Path) -> Path:
     """Append ``record`` under ``directory``; refuse to overwrite a different record of the same night and commit."""
     path = record_path(record, directory)
     if path.exists():
-        if json.loads(path.read_text()) == json.loads(json.dumps(record)):
+        if read_record(path) == json.loads(json.dumps(record)):
             return path
         raise HistoryError(f"{path} exists with other figures; history is append-only (a rerun needs another commit)")
     # One compact line: a few KB a night even for a hundred cases (git compresses the rest).
@@ -148,17 +153,76 @@ def write_record(record: Mapping[str, Any], directory: Path) -> Path:
 
 
 def load_records(directory: Path) -> list[dict[str, Any]]:
-    """Every record under ``directory``, oldest night first."""
-    records = []
-    for path in sorted(Path(directory).glob("*/*.json")):
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise HistoryError(f"{path}: not JSON ({exc}); restore it from the perf-history branch") from None
-        if not isinstance(data, dict) or data.get("schema_version") != RECORD_VERSION:
-            raise HistoryError(f"{path}: not a perfsuite history record of version {RECORD_VERSION}")
-        records.append(data)
+    """Every record under ``directory`` (:func:`read_record`: each one checked), oldest night first."""
+    records = [read_record(path) for path in sorted(Path(directory).glob("*/*.json"))]
     return sorted(records, key=lambda r: (r["night"], r.get("commit") or ""))
+
+
+_RESTORE = "restore it from the perf-history branch"
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """The record at ``path``, every value the history reads checked: a file that cannot be read, is not
+    JSON or is not a record of this version raises :class:`HistoryError` naming it and the key."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except IsADirectoryError:
+        raise HistoryError(f"{path}: a directory where a night's record belongs; {_RESTORE}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HistoryError(f"{path}: cannot be read ({exc}); {_RESTORE}") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise HistoryError(f"{path}: not JSON ({exc}); {_RESTORE}") from None
+    if not isinstance(data, dict) or data.get("schema_version") != RECORD_VERSION:
+        raise HistoryError(f"{path}: not a perfsuite history record of version {RECORD_VERSION}")
+    problem = _problem(data)
+    if problem is not None:
+        raise HistoryError(f"{path}: {problem}; {_RESTORE}")
+    return data
+
+
+def _problem(record: Mapping[str, Any]) -> str | None:
+    """What is wrong with a record's values, as :func:`night_record` writes them (``None``: nothing)."""
+
+    def wrong(key: str, value: Any, expected: str) -> str:
+        return f"{key} is {value!r:.80}, not {expected}" if value is not None else f"no {key!r}: {expected} is needed"
+
+    night, commit, fingerprint, cases = (record.get(k) for k in ("night", "commit", "fingerprint", "cases"))
+    if not _is_night(night):
+        return wrong("night", night, "a date (YYYY-MM-DD)")
+    if not isinstance(commit, (str, type(None))):
+        return wrong("commit", commit, "a git commit")
+    if not isinstance(fingerprint, dict) or not isinstance(fingerprint.get("machine"), str):
+        return wrong("fingerprint", fingerprint, "an object naming its machine")
+    if not isinstance(record.get("fingerprint_id"), str):
+        return wrong("fingerprint_id", record.get("fingerprint_id"), "a string")
+    if not isinstance(cases, dict):
+        return wrong("cases", cases, "an object of each case's figures")
+    for case_id, entry in cases.items():
+        if not isinstance(entry, dict):
+            return wrong(f"cases.{case_id}", entry, "an object of its figures")
+        if not isinstance(entry.get("metrics", {}), dict):
+            return wrong(f"cases.{case_id}.metrics", entry["metrics"], "an object of each metric's figure")
+        if not isinstance(entry.get("baseline"), (str, type(None))):
+            return wrong(f"cases.{case_id}.baseline", entry["baseline"], "the baseline's date")
+        for metric, figure in entry.get("metrics", {}).items():
+            if metric not in METRICS:
+                return f"cases.{case_id}.metrics has {metric!r}, not one of {', '.join(METRICS)}"
+            if not _is_figure(figure):
+                return wrong(f"cases.{case_id}.metrics.{metric}", figure, "a finite value with a tolerance above 0")
+    return None
+
+
+def _is_figure(figure: Any) -> bool:
+    """Whether ``figure`` is one metric's figure of a night: a finite value ÷ baseline and the gate's
+    tolerance, above 0 (a record holds a metric only where the gate had one)."""
+    if not isinstance(figure, dict):
+        return False
+    value, tolerance = figure.get("value"), figure.get("tolerance")
+    return _is_finite(value) and _is_finite(tolerance) and tolerance > 0
+
+
+def _is_finite(value: Any) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 SeriesKey = tuple[str, str, str]

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from perfsuite.core.baselines import write_text_atomic
+from perfsuite.core.baselines import write_texts_atomic
 from perfsuite.core.results import Results, ResultsError, gate_runs, parse_results, read_results_json
 from perfsuite.reports.ab import is_ab
 from perfsuite.reports.ab import write_report as write_ab_report
@@ -25,7 +25,8 @@ def write_report(
     baselines: Path | None = None,
     settings: Mapping[str, Any] | None = None,
 ) -> list[Path]:
-    """Write ``report.html`` and ``summary.md`` into ``out_dir``; return their paths.
+    """Write ``report.html`` and ``summary.md`` into ``out_dir``, both or neither (each is drawn first,
+    then the two are written together: :func:`~perfsuite.core.baselines.write_texts_atomic`); return their paths.
 
     ``results``: a results file or its parsed form; ``perfsuite ab --json``'s file gets the
     comparison's page (:mod:`perfsuite.reports.ab`).
@@ -51,9 +52,8 @@ def write_report(
     records = load_records(history) if history is not None else None
     if records is not None and machine is None and any(c.ran for c in results.cases):
         machine = machine_of(results)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    page = out_dir / "report.html"
-    summary = out_dir / "summary.md"
-    write_text_atomic(page, report_html(results, records, machine))
-    write_text_atomic(summary, summary_markdown(results, records, machine))
+    # Both drawn before either is written, and written together: never a new page beside an old summary.
+    page, summary = out_dir / "report.html", out_dir / "summary.md"
+    texts = {page: report_html(results, records, machine), summary: summary_markdown(results, records, machine)}
+    write_texts_atomic(texts)
     return [page, summary]
