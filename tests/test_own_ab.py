@@ -159,7 +159,8 @@ def test_a_slower_step_is_called_slower_and_an_unchanged_commit_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The pull request's verdict: three matmuls a step for a diagnostic make both cases slower (their
-    memory and loss as before); a commit that changes only documentation is the same."""
+    loss as before, their memory at most the diagnostic's tensors more); a commit that changes only
+    documentation is the same."""
     root = repository(tmp_path / "repo")
     docs = commit(root, "Document the step", readme="The step is cross-entropy, clipped.")
     slower = commit(root, "Log a probe each step", change=SLOWER)
@@ -173,7 +174,13 @@ def test_a_slower_step_is_called_slower_and_an_unchanged_commit_same(
         CASE: "slower",
         "convnet-grad_accum-conv_step": "slower",
     }
-    assert all(c["memory"]["a"] == c["memory"]["b"] and c["loss"]["max_abs_diff"] == 0 for c in cases)
+    assert all(c["loss"]["max_abs_diff"] == 0 for c in cases)
+    # The diagnostic's probe and a product (576 KiB each) are live at the step's peak where the peak
+    # falls inside the step (grad_accum's does: +384 KiB there); no more than those two, and vanilla's
+    # peak, elsewhere, does not move.
+    moved = {c["case"]: c["memory"]["b"] - c["memory"]["a"] for c in cases}
+    assert moved[CASE] == 0
+    assert 0 <= moved["convnet-grad_accum-conv_step"] <= 2 * 384 * 384 * 4
     out = tmp_path / "same.json"
     assert main(["ab", "--own", f"{docs}~1..{docs}", *both, "--json", str(out)]) == 0
     assert {c["time"]["verdict"] for c in json.loads(out.read_text())["cases"]} == {"same"}
