@@ -61,6 +61,9 @@ def test_a_case_stopped_before_its_first_look_shows_its_pairs_mean_without_a_ver
         ({"same": 1, "undecided": 1}, 0, "no regression called: "),
         ({"same": 1, "cannot test": 1}, 0, "no regression called: "),
         ({"same": 1, "improved": 1}, 0, "no regression: "),
+        ({"same": 1, "skipped": 1}, 0, "no regression: "),
+        ({"skipped": 2}, 0, "nothing compared: "),
+        ({"skipped": 1, "cannot test": 1}, 0, "nothing compared: "),
     ],
 )
 def test_the_headline_says_no_regression_only_where_every_case_was_decided(
@@ -70,7 +73,7 @@ def test_the_headline_says_no_regression_only_where_every_case_was_decided(
     case undecided, may have missed a regression, and says so."""
     from perfsuite.reports.ab import verdict_line
 
-    counts = {"regressed": 0, "improved": 0, "same": 0, "undecided": 0, "cannot test": 0, **verdicts}
+    counts = {"regressed": 0, "improved": 0, "same": 0, "undecided": 0, "skipped": 0, "cannot test": 0, **verdicts}
     side = {"probe": {"libraries": {"torch": {"version": "2.13.0"}}}, "code": None}
     line = verdict_line({"verdicts": counts, "interrupted": interrupted, "sides": {"base": side, "candidate": side}})
     assert line.startswith(head)

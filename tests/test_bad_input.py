@@ -25,6 +25,10 @@ RUN = [
     (["--timeout", "soon"], "--timeout: expected a number of seconds, got 'soon'"),
     (["--world-size", "0"], "--world-size: must be at least 1, got 0"),
     (["--world-size", "2", "--all"], "--world-size is the ranks of the cases --models/--strategies name"),
+    (
+        ["--models", "tiny-bert", "--engine", "loop,trainer", "--world-size", "2"],
+        "--engine trainer runs no case of 2 ranks: ranks launched as processes of their own run through the loop",
+    ),
     (["--seed", "-1"], "--seed: must be at least 0, got -1"),
     (["--models", "bert-huge"], "unknown model 'bert-huge'; valid: bert-base-uncased"),
     (["--strategies", "fp8"], "unknown strategy 'fp8'"),
@@ -73,6 +77,7 @@ REPORT = [
     (["{tmp}/list.json", "-o", "{tmp}/out"], "list.json: not a perfsuite results file (no 'cases' list)"),
     (["{tmp}/ok-untimed.json", "-o", "{tmp}/out"], "ok-untimed.json: cases[0]: status 'ok' but no 'step_time_s'"),
     (["{tmp}/missing.json", "-o", "{tmp}/out"], "missing.json: no such results file"),
+    (["{tmp}/deep.json", "-o", "{tmp}/out"], "deep.json: not a perfsuite results file (nested too deep)"),
     (["{tmp}/other.json", "-o", "{tmp}/file.txt"], "--out: {tmp}/file.txt: is a file, expected a directory"),
     (["{tmp}/other.json", "-o", "/proc/perfsuite"], "--out: /proc/perfsuite: cannot write in /proc"),
     (["{tmp}/other.json", "-o", "{tmp}/out", "--history", "{tmp}/none"], "--history: {tmp}/none: no such directory"),
@@ -177,7 +182,6 @@ BISECT = [
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "c", "--metric", "speed"], "invalid choice"),
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "c", "--threads", "0"], "--threads: must be"),
     (["transformers", "--good", "4.57.6"], "the following arguments are required: --bad, --case"),
-    (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "c", "--repo", "{tmp}"], "not a git clone"),
     (
         ["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "tiny-bert-vanilla"]
         + ["--with", "transformers<5"],
@@ -233,6 +237,7 @@ INPUTS = {
     "list.json": json.dumps([1, 2]),
     "ok-untimed.json": json.dumps({"cases": [{"model": "tiny-bert", "strategy": "vanilla", "status": "ok"}]}),
     "file.txt": "a file",
+    "deep.json": '{"cases": ' + "[" * 700 + "]" * 700 + "}",  # JSON that json reads, past a walk's depth
     "gate.json": _gate(),
     "run.json": json.dumps({"schema_version": 1, "cases": [_RECORD]}),
     "case-int.json": _gate(case=123),

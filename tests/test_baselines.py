@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import statistics
 import time
 from pathlib import Path
@@ -141,6 +142,22 @@ def test_a_bad_baseline_names_its_path_and_the_fix(tmp_path: Path, payload: str,
     assert message.startswith(f"{path}: ")
     assert problem in message
     assert "perfsuite baselines refresh -k tiny-bert-vanilla" in message
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda path: path.mkdir(), "cannot read the baseline (Is a directory)"),
+        (lambda path: path.write_bytes(b'{"caf\xe9": 1}'), "cannot read the baseline (not UTF-8 text)"),
+        (lambda path: path.write_text("[" * 100_000 + "]" * 100_000), "corrupt baseline (not JSON: nested too deeply)"),
+    ],
+    ids=["a directory", "not UTF-8", "nested too deeply"],
+)
+def test_a_baseline_that_cannot_be_read_is_one_line_naming_it(tmp_path: Path, make: Any, problem: str) -> None:
+    path = tmp_path / "tiny-bert-vanilla.json"
+    make(path)
+    with pytest.raises(BaselineError, match=rf"^{re.escape(str(path))}: {re.escape(problem)}"):
+        load_baseline(path, case_id="tiny-bert-vanilla", hardware="cpu")
 
 
 def test_atomic_write_keeps_the_old_file_on_failure(tmp_path: Path) -> None:

@@ -4,6 +4,9 @@ set up on the CPU torch."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from perfsuite.ab.bisect import BisectError, Judgement, between, search
@@ -136,3 +139,18 @@ def installed_torch() -> str:
     from importlib.metadata import version
 
     return version("torch")
+
+
+def test_repo_that_git_cannot_read_is_refused_and_a_bare_clone_is_taken(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--repo is checked before any release is installed: a directory git cannot read is one line
+    and exit 2; a bare clone passes that check (what follows, here the versions' order, decides)."""
+    from perfsuite.cli import main
+
+    args = ["bisect", "transformers", "--good", "5.0.0", "--bad", "4.57.6", "--case", "tiny-bert-vanilla"]
+    assert main([*args, "--repo", str(tmp_path)]) == 2
+    assert f"--repo: git cannot read {tmp_path}" in capsys.readouterr().err
+    subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "clone.git")], check=True)
+    assert main([*args, "--repo", str(tmp_path / "clone.git")]) == 2
+    assert "versions in the wrong order" in capsys.readouterr().err

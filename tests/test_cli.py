@@ -156,9 +156,10 @@ def test_models_alone_through_an_engine_that_launches_no_ranks_take_the_strategi
     assert loop - trainer == {"ddp", "fsdp2"}  # DeepSpeed at one rank stays in the worker, a world of one
     for model, strategy, engine, ranks in chosen:
         CaseSpec(model=model, strategy=strategy, engine=engine, world_size=ranks)  # each one can be built
-    two = matrix_selection(Namespace(**vars(args), world_size=2), "cpu")
-    assert {e for _, _, e, _ in two} == {"loop"}
+    two = matrix_selection(Namespace(**{**vars(args), "engine": ["loop"]}, world_size=2), "cpu")
     assert {s for _, s, _, _ in two} == {"ddp", "fsdp2", "zero2", "zero3", "zero2_offload", "zero3_offload"}
+    with pytest.raises(ValueError, match="--engine trainer runs no case of 2 ranks"):  # said, not dropped
+        matrix_selection(Namespace(**vars(args), world_size=2), "cpu")
     with pytest.raises(ValueError, match=r"tiny-bert-ddp through trainer: a case whose ranks are processes"):
         CaseSpec(model="tiny-bert", strategy="ddp", engine="trainer")
 

@@ -274,9 +274,9 @@ CORRUPTIONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         f"cases.{CASE}.metrics.loss is {{'value': 'x'",
     ),
     "a NaN value": (_metrics(lambda m: m["loss"].update(value=float("nan"))), "'value': nan"),
-    "a tolerance of 0": (
-        _metrics(lambda m: m["loss"].update(tolerance=0)),
-        "not a finite value with a tolerance above",
+    "a negative tolerance": (
+        _metrics(lambda m: m["loss"].update(tolerance=-0.01)),
+        "not a finite value with a tolerance of 0 or more",
     ),
     "a metric no gate has": (_metrics(lambda m: m.update(speed=m["loss"])), "metrics has 'speed', not one of"),
 }
@@ -362,3 +362,19 @@ def test_tracking_says_in_one_line_that_it_needs_gh_or_that_gh_failed(
     assert (
         err == "perfsuite: error: `gh issue list` failed: HTTP 401: Bad credentials (https://api.github.com/graphql)\n"
     )
+
+
+def test_a_tiny_tolerance_is_kept_above_zero_and_read_back(tmp_path: Path) -> None:
+    """A gate's limit far below 1e-6 (a memory tolerance of a few bytes against a peak of 141 GB) is
+    written to six significant digits, not six decimals, so the night the writer keeps is one the
+    reader takes."""
+    from perfsuite.core.results import parse_results
+    from perfsuite.history.records import night_record, read_record, write_record
+
+    results = replay(only={"tiny-bert-vanilla"})
+    for check in results["cases"][0]["checks"]:
+        if check["metric"] == "peak memory":
+            check["limit"] = 2.5e-8
+    record = night_record(parse_results(results, "night"))
+    assert record["cases"]["tiny-bert-vanilla"]["metrics"]["peak memory"]["tolerance"] == 2.5e-8
+    assert read_record(write_record(record, tmp_path))["cases"] == record["cases"]

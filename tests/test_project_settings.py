@@ -55,12 +55,16 @@ def test_a_bad_setting_names_the_file_and_the_key(tmp_path: Path, text: str, mes
 
 
 def test_an_override_pattern_is_hardware_and_a_case_glob_that_can_match(tmp_path: Path) -> None:
-    """A pattern without its hardware, or with a bracket left open, matched no case and was ignored."""
+    """A pattern without its hardware, or with a bracket left open, matched no case and was ignored; one
+    that starts with "*" matches across the "/" (fnmatch's "*" does), and stays as it was."""
     path = tmp_path / "pyproject.toml"
-    for pattern in ("tiny-bert-*", "*", "cpu/[tiny", "*/tiny-[bg*"):
+    for pattern in ("tiny-bert-*", "cpu/[tiny", "*/tiny-[bg*"):
         path.write_text(GATES.replace("cpu/*", pattern))
         with pytest.raises(DeclarationError, match="the pattern has"):
             read_pyproject(path)
+    for pattern in ("*", "*fp16*"):
+        path.write_text(GATES.replace("cpu/*", pattern))
+        assert pattern in read_pyproject(path)["overrides"]
     path.write_text('[tool.perfsuite]\nbaselines = "not-yet"\n' + GATES.replace("cpu/*", "*/tiny-[bg]*"))
     settings = read_pyproject(path)
     assert settings["baselines"] == "not-yet"  # no directory yet: a refresh makes it
@@ -175,3 +179,16 @@ def test_pytest_compares_with_no_baselines_directory_only_by_refusing(pytester: 
         "--collect-only", "-q", "-p", "no:cacheprovider", "--perfsuite-refresh", "--perfsuite-baselines=nowhere"
     )
     assert refresh.ret == pytest.ExitCode.OK, refresh.stdout.str() + refresh.stderr.str()
+
+
+def test_a_count_written_as_a_whole_float_is_the_integer_it_is() -> None:
+    """TOML reads 1e6 as a float: a count of bytes or retries given so is taken, as an integer; 2.5 is not."""
+    from perfsuite.core.tolerance import ConfigError, resolve_tolerance
+
+    tolerance = resolve_tolerance(
+        {"tolerance": {"memory_atol_bytes": 1e6, "time_retries": 2.0}}, hardware="cpu", case_id="c", precision="fp32"
+    )
+    assert (tolerance.memory_atol_bytes, tolerance.time_retries) == (1_000_000, 2)
+    assert isinstance(tolerance.time_retries, int)
+    with pytest.raises(ConfigError, match="time_retries must be a whole number"):
+        resolve_tolerance({"tolerance": {"time_retries": 2.5}}, hardware="cpu", case_id="c", precision="fp32")

@@ -313,6 +313,20 @@ def test_a_case_whose_baseline_cannot_be_read_fails_the_report_as_it_fails_the_g
         assert f"\n| {case} | failed | — | — | — | — |  | {tmp_path}/cpu/{case}.json: corrupt baseline (" in summary
 
 
+def test_a_run_without_a_figure_the_gate_needs_is_noted_not_failed(tmp_path: Path) -> None:
+    """`perfsuite run --no-profile` measures no peak on a CPU: against a readable baseline its cases are
+    not compared, saying why, and fail nothing (the pytest gate never runs without the profile step)."""
+    gated = replay(only={"tiny-bert-vanilla"})
+    record = gated["cases"][0]["records"][0] | {"peak_memory_bytes": None, "memory_breakdown_bytes": None}
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"schema_version": 1, "cases": [record]}))
+    baselines = Path(__file__).parents[1] / "baselines"
+    assert main(["report", str(run), "-o", str(tmp_path / "out"), "--baselines", str(baselines)]) == 0
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "FAILED" not in summary
+    assert "not compared with its baseline" in summary
+
+
 def test_a_reports_files_appear_together_or_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A summary that cannot be drawn leaves the last report as it was: never a new page beside an old summary."""
     results, out = tmp_path / "results.json", tmp_path / "out"

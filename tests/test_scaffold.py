@@ -180,8 +180,21 @@ def _tree(root: Path) -> dict[str, bytes | None]:
             "{root}/.github/workflows/perfsuite-cpu.yml: {root}/.github is not a directory",
         ),
         (lambda root: (root / "README.md").write_bytes(b"# caf\xe9\n"), [], "{root}/README.md: not UTF-8 text"),
+        (
+            lambda root: (root / ".github").symlink_to("/proc"),  # a directory that takes no new file, even as root
+            [],
+            "{root}/.github/workflows/perfsuite-cpu.yml: cannot write in {root}/.github",
+        ),
     ],
-    ids=["invalid TOML", "not UTF-8", "pyproject a directory", "test a directory", "a file on the way", "README"],
+    ids=[
+        "invalid TOML",
+        "not UTF-8",
+        "pyproject a directory",
+        "test a directory",
+        "a file on the way",
+        "README",
+        "unwritable",
+    ],
 )
 def test_init_refuses_what_it_cannot_write_in_one_line_writing_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Any, argv: list[str], expected: str

@@ -98,7 +98,10 @@ def parse_env(text: str, *, name: str) -> Env | list[Requirement]:
         except InvalidRequirement as exc:
             reason = str(exc).splitlines()[0]
             raise EnvError(f"--{name} {text!r}: {part!r} is not a requirement ({reason})") from None
-        if any(canonicalize_name(r.name) == canonicalize_name(requirement.name) for r in requirements):
+        if any(
+            canonicalize_name(r.name) == canonicalize_name(requirement.name) and r.marker == requirement.marker
+            for r in requirements
+        ):  # the same package under other markers (one per Python) is two pins, not one twice
             raise EnvError(f"--{name} {text!r}: {requirement.name} is pinned more than once; give it once")
         requirements.append(requirement)
     return requirements

@@ -186,7 +186,11 @@ def run(args: argparse.Namespace) -> int:
                 say(f"wrote {_note(options, headline)}")
             return 0
     if args.show_sides:
-        runs = ["", ""] if own is None else [f", the project's code: {_code(rev)}" for rev in own[1]]
+        try:
+            runs = ["", ""] if own is None else [f", the project's code: {_code(rev)}" for rev in own[1]]
+        except ValueError as exc:  # GitError: what git could not read
+            say(f"perfsuite: error: {exc}")
+            return 2
         print(f"base: {options.base}{runs[0]}\ncandidate: {options.candidate}{runs[1]}")
         return 0
     if note:

@@ -97,8 +97,10 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--repo is a package's clone; --own bisects the project's own repository")
         if args.commits and not args.repo:
             raise ValueError("--commits bisects a clone's commits: give the clone with --repo")
-        if args.repo is not None and not (args.repo / ".git").exists():
-            raise ValueError(f"--repo {args.repo}: not a git clone (no .git there)")
+        if args.repo is not None:
+            from perfsuite.ab.commits import check_clone
+
+            check_clone(args.repo, "--repo")  # a bare clone will do; a GitError is a ValueError
         spec = case_spec(args.case, steps=args.steps, threads=args.threads)
         options = BisectOptions(
             package=args.package,

@@ -79,6 +79,8 @@ def run_init(args: Any) -> int:
         lines = init(args.dir, force=args.force, example=args.example, gpu=_has_gpu())
     except InitError as exc:
         return fail(str(exc))
+    except OSError as exc:  # what the check before writing could not foresee (a disk filling up)
+        return fail(f"perfsuite init stopped writing: {exc}; files written before it are kept")
     for line in lines:
         print(line)
     return 0

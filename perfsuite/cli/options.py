@@ -62,9 +62,14 @@ def not_a_file(value: str) -> Path:
     """An option's type: a directory to write into, existing or not (then made), but not a file; checked
     before anything runs, so that no measured result is lost to a path it cannot be written to."""
     path = Path(value)
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{value}: is a file, expected a directory")
-    _writable(path, value)
+    try:
+        if path.exists() and not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{value}: is a file, expected a directory")
+        writable(path)
+    except OSError as exc:  # a directory on the way that cannot be searched
+        raise argparse.ArgumentTypeError(f"{value}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value}: {exc}") from None
     return path
 
 
@@ -72,25 +77,31 @@ def output_file(value: str) -> Path:
     """An option's type: a file to write (its directory is made), not a directory; checked as
     :func:`not_a_file` checks its directory."""
     path = Path(value)
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{value}: is a directory, expected a file to write")
-    _writable(path.parent, value)
+    try:
+        if path.is_dir():
+            raise argparse.ArgumentTypeError(f"{value}: is a directory, expected a file to write")
+        writable(path.parent)
+    except OSError as exc:  # a directory on the way that cannot be searched
+        raise argparse.ArgumentTypeError(f"{value}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value}: {exc}") from None
     return path
 
 
-def _writable(directory: Path, value: str) -> None:
-    """Raise where nothing can be written in ``directory``: its nearest existing ancestor (itself when it
-    exists) must be a directory in which a file can be made (tried, and removed at once)."""
+def writable(directory: Path) -> None:
+    """Raise a ``ValueError`` saying why nothing can be written in ``directory``: its nearest existing
+    ancestor (itself when it exists) must be a directory in which a file can be made (tried, and gone
+    at once); an ``OSError`` where a directory on the way cannot be searched."""
     for existing in (directory, *directory.parents):
         if not existing.exists():
             continue
         if not existing.is_dir():
-            raise argparse.ArgumentTypeError(f"{value}: {existing} is not a directory")
+            raise ValueError(f"{existing} is not a directory")
         try:
             with tempfile.TemporaryFile(dir=existing, prefix=".perfsuite-"):
                 pass
         except OSError as exc:
-            raise argparse.ArgumentTypeError(f"{value}: cannot write in {existing}: {exc.strerror}") from None
+            raise ValueError(f"cannot write in {existing}: {exc.strerror}") from None
         return
 
 

@@ -16,6 +16,7 @@ that exists is overwritten without ``force``; a section is appended to an existi
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from importlib.metadata import version
@@ -26,6 +27,8 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
+
+from perfsuite.cli.options import writable
 
 TESTS = "tests/test_perfsuite.py"
 """Where the matrix test goes (``[tool.perfsuite] tests`` names it for ``perfsuite baselines refresh``)."""
@@ -72,7 +75,8 @@ def _has_tool_table(text: str) -> bool:
 def refusal(root: Path, destinations: list[str]) -> str | None:
     """Why ``init`` cannot write ``destinations`` under ``root`` as it would (``None``: it can): a file's
     place that is a directory or lies under a file, or a file it appends to that it cannot read, that is
-    not UTF-8, or, for ``pyproject.toml``, that is not valid TOML (its sections could not be told apart)."""
+    not UTF-8, or, for ``pyproject.toml``, that is not valid TOML (its sections could not be told apart);
+    a place nothing can be written in (tried as the commands' output options try theirs)."""
     for destination in destinations:
         path = root / destination
         for parent in reversed(Path(destination).parents[:-1]):
@@ -80,6 +84,12 @@ def refusal(root: Path, destinations: list[str]) -> str | None:
                 return f"{path}: {root / parent} is not a directory"
         if path.is_dir():
             return f"{path}: is a directory, where perfsuite init writes a file"
+        try:
+            writable(path.parent)  # a directory it cannot write in (made where missing)
+            if path.exists() and not os.access(path, os.W_OK):
+                return f"{path}: cannot write it"
+        except (OSError, ValueError) as exc:
+            return f"{path}: {getattr(exc, 'strerror', None) or exc}"
         if destination not in ("pyproject.toml", "README.md") or not path.exists():
             continue
         try:

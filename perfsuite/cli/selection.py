@@ -168,12 +168,16 @@ def matrix_selection(args: argparse.Namespace, device_type: str) -> list[tuple[s
         # A project's own cases always run; perfsuite's built-in matrix is cut to its quick set.
         return (builtin if args.all or scope else first_run(builtin)) + declared
     models = args.models or list(dict.fromkeys(c.model for c in on_device))
-    return [
-        (m, s, e, args.world_size)
-        for e in (args.engine or ["loop"])
-        for m in models
-        for s in args.strategies or _every_strategy(e, args.world_size)
-    ]
+    named: list[tuple[str, str, str, int]] = []
+    for engine in args.engine or ["loop"]:
+        strategies = args.strategies or _every_strategy(engine, args.world_size)
+        if not strategies:
+            raise ValueError(
+                f"--engine {engine} runs no case of {args.world_size} ranks: ranks launched as processes of "
+                "their own run through the loop engine only"
+            )
+        named += [(m, s, engine, args.world_size) for m in models for s in strategies]
+    return named
 
 
 def _every_strategy(engine: str, world_size: int) -> list[str]:

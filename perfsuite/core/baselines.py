@@ -82,7 +82,8 @@ def write_text_atomic(path: Path, text: str) -> None:
 def write_texts_atomic(texts: Mapping[Path, str]) -> None:
     """Write each file of ``texts`` (path: its UTF-8 text) so that they appear together: each is written
     in full beside its place first, and only once all are written are they moved into place, so a
-    failure on the way leaves the old files (or none), never some new ones beside old ones."""
+    failure while writing leaves the old files (or none). The moves are renames, one after another: a
+    process killed between two of them (not an error) can still leave a new file beside an old one."""
     staged: list[tuple[Path, Path]] = []
     try:
         for path, text in texts.items():
@@ -121,14 +122,18 @@ def missing_message(path: Path, *, case_id: str, hardware: str) -> str:
 def load_baseline(path: Path, *, case_id: str, hardware: str) -> dict[str, Any]:
     """Read and validate one baseline; any problem raises :class:`BaselineError` naming ``path``."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise MissingBaseline(missing_message(path, case_id=case_id, hardware=hardware)) from None
+    except (OSError, UnicodeDecodeError) as exc:  # a directory, unreadable, not UTF-8
+        why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else (exc.strerror or str(exc))
+        raise BaselineError(f"{path}: cannot read the baseline ({why})") from None
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
+        shown = str(exc) if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
         raise BaselineError(
-            f"{path}: corrupt baseline (not JSON: {exc}); rewrite it with "
+            f"{path}: corrupt baseline (not JSON: {shown}); rewrite it with "
             f"{refresh_command(case_id, hardware=hardware)} (or restore it with `git checkout`)"
         ) from None
     ok = isinstance(data, dict)

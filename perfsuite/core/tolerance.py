@@ -59,6 +59,8 @@ class Tolerance:
             problem = _value_problem(field.name, getattr(self, field.name))
             if problem is not None:
                 raise ConfigError(f"tolerance {field.name} {problem}")
+            if field.name in _WHOLE:  # a count written as a float (1e6) counts as the integer it is
+                object.__setattr__(self, field.name, int(getattr(self, field.name)))
 
     def wanted_tolerance(self, spread: float | None) -> float:
         """max(floor, k × spread): the gate a baseline's spread asks for, before the ceiling."""
@@ -145,7 +147,7 @@ def validate_config(config: Mapping[str, Any]) -> None:
             _check_value(f"loss_{key}", number, f"{where}: {key}")
     for pattern, override in _table(config.get("overrides", {}), "tool.perfsuite.overrides").items():
         where = f'[tool.perfsuite.overrides."{pattern}"]'
-        if "/" not in pattern or re.search(r"\[[^\]]*$", pattern):
+        if ("/" not in pattern and not pattern.startswith("*")) or re.search(r"\[[^\]]*$", pattern):
             reason = 'an unclosed "["' if "/" in pattern else 'no "/"'
             raise ConfigError(f"{where}: the pattern has {reason}; an override's is {_PATTERN}")
         _check_fields(_table(override, where.strip("[]")), where)
@@ -167,7 +169,8 @@ def _value_problem(name: str, value: object) -> str | None:
     """What is wrong with ``value`` for the :class:`Tolerance` field ``name`` (``None``: nothing)."""
     low, high = _BOUNDS.get(name, (0, math.inf))
     whole = name in _WHOLE
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and (isinstance(value, int) or not whole):
+    integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())  # TOML's 1e6 too
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and (integral or not whole):
         if math.isfinite(value) and low <= value <= high:
             return None
     within = f"from {low:g} to {high:g}" if high < math.inf else f">= {low:g}"

@@ -96,7 +96,7 @@ def night_record(results: Results, *, night: str | None = None) -> dict[str, Any
             if check and check.get("compared", True) and check.get("rel") is not None and check.get("limit"):
                 metrics[metric] = {
                     "value": round(1 + float(check["rel"]), 6),
-                    "tolerance": round(float(check["limit"]), 6),
+                    "tolerance": float(f"{float(check['limit']):.6g}"),  # a tiny limit stays above 0
                     "ok": bool(check["ok"]),
                 }
         entry["metrics"] = metrics
@@ -208,17 +208,18 @@ def _problem(record: Mapping[str, Any]) -> str | None:
             if metric not in METRICS:
                 return f"cases.{case_id}.metrics has {metric!r}, not one of {', '.join(METRICS)}"
             if not _is_figure(figure):
-                return wrong(f"cases.{case_id}.metrics.{metric}", figure, "a finite value with a tolerance above 0")
+                key = f"cases.{case_id}.metrics.{metric}"
+                return wrong(key, figure, "a finite value with a tolerance of 0 or more")
     return None
 
 
 def _is_figure(figure: Any) -> bool:
     """Whether ``figure`` is one metric's figure of a night: a finite value ÷ baseline and the gate's
-    tolerance, above 0 (a record holds a metric only where the gate had one)."""
+    tolerance, 0 or more (the judge compares with it and divides by nothing)."""
     if not isinstance(figure, dict):
         return False
     value, tolerance = figure.get("value"), figure.get("tolerance")
-    return _is_finite(value) and _is_finite(tolerance) and tolerance > 0
+    return _is_finite(value) and _is_finite(tolerance) and tolerance >= 0
 
 
 def _is_finite(value: Any) -> TypeGuard[float]:

@@ -78,10 +78,12 @@ def _versions(payload: Mapping[str, Any], side: str) -> dict[str, str | None]:
 def verdict_line(payload: Mapping[str, Any]) -> str:
     counts = payload["verdicts"]
     undecided = sum(n for v, n in counts.items() if v not in ("same", "improved", "skipped"))
-    if counts["regressed"]:
+    if counts.get("regressed"):
         head = "REGRESSED"
     elif payload.get("interrupted"):  # a case stopped half-way may have been on its way to a regression
         head = "INTERRUPTED, no regression called before it stopped"
+    elif not any(counts.get(v) for v in ("same", "improved", "undecided")):
+        head = "nothing compared"  # every case skipped, or not testable
     else:  # "no regression" only where every case was decided
         head = "no regression called" if undecided else "no regression"
     parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)

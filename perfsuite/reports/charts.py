@@ -214,7 +214,8 @@ def memory_chart(cases: Sequence[ReportCase], title: str) -> str:
         ax.set_title(f"{title}: memory breakdown at the peak")
         right = max((c.record.peak_memory_bytes or 0) / MIB for c in ran if c.record) if ran else 1.0
         ax.set_xlim(0, right * 1.45 or 1)
-        ax.legend(ncols=len(categories) or 1, loc="lower center", bbox_to_anchor=(0.5, 1.06))
+        if categories:  # a run without its profile step (--no-profile) has no breakdown to name
+            ax.legend(ncols=len(categories), loc="lower center", bbox_to_anchor=(0.5, 1.06))
         return to_svg(fig)
 
 

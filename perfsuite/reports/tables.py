@@ -167,7 +167,8 @@ _GATE_COLUMNS = ("case", "status", "step time", "Δ time", "catches ≥", "peak 
 _REFRESH_COLUMNS = ("case", "status", "metric", "old", "new", "change")
 GATE_KEY = (
     "step time: the baseline's median → this run's; Δ time: what the gate judges, the median of each timed "
-    "step's change against the baseline's same step, less the drift of a CPU session's cases where it applies"
+    "step's change against the baseline's same step (where both timed as many steps; else the medians' ratio), "
+    "less the drift of a CPU session's cases where it applies"
 )
 """Under the compare table: why Δ time is not the ratio of the two medians beside it."""
 
