@@ -274,6 +274,7 @@ CORRUPTIONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         f"cases.{CASE}.metrics.loss is {{'value': 'x'",
     ),
     "a NaN value": (_metrics(lambda m: m["loss"].update(value=float("nan"))), "'value': nan"),
+    "an integer past a float's range": (_metrics(lambda m: m["loss"].update(value=10**400)), "'value': 1000"),
     "a negative tolerance": (
         _metrics(lambda m: m["loss"].update(tolerance=-0.01)),
         "not a finite value with a tolerance of 0 or more",

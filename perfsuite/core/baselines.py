@@ -159,10 +159,10 @@ def load_baseline(path: Path, *, case_id: str, hardware: str) -> dict[str, Any]:
         and all(
             isinstance(entry, dict)
             and entry.get("unit") in TIME_UNITS
-            and _is_number(entry.get("median"), above=0)
-            and (entry.get("spread") is None or _is_number(entry.get("spread"), at_least=0))
+            and finite_number(entry.get("median"), above=0)
+            and (entry.get("spread") is None or finite_number(entry.get("spread"), at_least=0))
             and isinstance(entry.get("steps") or [], list)
-            and all(_is_number(step, above=0) for step in entry.get("steps") or [])
+            and all(finite_number(step, above=0) for step in entry.get("steps") or [])
             for entry in time.values()
         ),
         path,
@@ -173,9 +173,9 @@ def load_baseline(path: Path, *, case_id: str, hardware: str) -> dict[str, Any]:
     )
     _require(
         isinstance(memory, dict)
-        and _is_number(memory.get("peak_bytes"), at_least=0)
+        and finite_number(memory.get("peak_bytes"), at_least=0)
         and isinstance(memory.get("breakdown"), dict)
-        and all(_is_number(v, at_least=0) for v in memory["breakdown"].values()),
+        and all(finite_number(v, at_least=0) for v in memory["breakdown"].values()),
         path,
         "corrupt baseline (`memory` needs peak_bytes and a breakdown of bytes, none below 0)",
         case_id,
@@ -189,7 +189,7 @@ def load_baseline(path: Path, *, case_id: str, hardware: str) -> dict[str, Any]:
         hardware,
     )
     _require(
-        isinstance(loss, list) and len(loss) > 0 and all(_is_number(v) for v in loss),
+        isinstance(loss, list) and len(loss) > 0 and all(finite_number(v) for v in loss),
         path,
         "corrupt baseline (`loss` must be a non-empty list of finite numbers, one per step)",
         case_id,
@@ -218,7 +218,7 @@ def incomplete(
     return None
 
 
-def _is_number(value: object, *, above: float | None = None, at_least: float | None = None) -> bool:
+def finite_number(value: object, *, above: float | None = None, at_least: float | None = None) -> bool:
     """A finite number (not a bool), more than ``above`` and no less than ``at_least`` where given."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False

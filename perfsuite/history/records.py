@@ -19,13 +19,12 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
-from perfsuite.core.baselines import write_text_atomic
+from perfsuite.core.baselines import finite_number, write_text_atomic
 from perfsuite.core.results import Results
 from perfsuite.history.judge import Judgement, Night, Rules, judge
 
@@ -219,11 +218,7 @@ def _is_figure(figure: Any) -> bool:
     if not isinstance(figure, dict):
         return False
     value, tolerance = figure.get("value"), figure.get("tolerance")
-    return _is_finite(value) and _is_finite(tolerance) and tolerance >= 0
-
-
-def _is_finite(value: Any) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return finite_number(value) and finite_number(tolerance, at_least=0)
 
 
 SeriesKey = tuple[str, str, str]
