@@ -14,7 +14,7 @@ from perfsuite.core.matrix import BUILTIN, first_run
 from perfsuite.core.models import get_model_spec
 from perfsuite.core.registry import matrix_cases
 from perfsuite.core.scopes import SCOPES, in_scope
-from perfsuite.core.spec import DEFAULTS
+from perfsuite.core.spec import DEFAULTS, launches_ranks
 from perfsuite.core.strategies import STRATEGIES, resolve
 
 
@@ -187,7 +187,7 @@ def _every_strategy(engine: str, world_size: int) -> list[str]:
         name
         for name in STRATEGIES
         if (world_size == 1 or resolve(name).distributed)
-        and (engine == "loop" or (world_size == 1 and resolve(name).data_parallel == "none"))
+        and (engine == "loop" or not launches_ranks(resolve(name), world_size))
     ]
 
 

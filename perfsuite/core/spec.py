@@ -67,6 +67,12 @@ class NonFiniteLoss(RuntimeError):
     """A NaN or infinite loss; the message names the optimizer step."""
 
 
+def launches_ranks(strategy: Strategy, world_size: int) -> bool:
+    """Whether a case of ``strategy`` on ``world_size`` ranks launches them as processes of their own,
+    which only the loop engine does."""
+    return world_size > 1 or strategy.data_parallel != "none"
+
+
 @dataclass(frozen=True, kw_only=True)
 class CaseSpec:
     """One model × strategy run and its knobs."""
@@ -161,7 +167,7 @@ class CaseSpec:
         """Whether the case's ranks are launched as processes of their own (:mod:`perfsuite.worker.distributed`).
 
         DeepSpeed at world size 1 (``zero2_offload``) stays in the worker, in a world of one."""
-        return self.world_size > 1 or self.strategy_spec.data_parallel != "none"
+        return launches_ranks(self.strategy_spec, self.world_size)
 
     @property
     def id(self) -> str:
