@@ -10,8 +10,9 @@
 #   refresh EXPR [N]  perfsuite baselines refresh -k EXPR --repeats N (default 3) on the GPU
 #   missing S [EXPR [N]]  the cases (matching EXPR) with no baseline on this GPU yet, for at most S seconds,
 #                     N repeats (default 2): what finishes is written, the next call goes on from there
-#   compare EXPR      pytest -m gpu --benchmark-compare -k EXPR against the refreshed baselines (a case
+#   compare [EXPR]    pytest -m gpu --benchmark-compare [-k EXPR] against the refreshed baselines (a case
 #                     with no baseline on this GPU is skipped without running)
+#                     (both of these take the scope in $SCOPE, push, nightly or weekly: default every case)
 #   push [R [C [missing]]]  the push scope as a user runs it: perfsuite baselines refresh --scope push (2
 #                     repeats, stopping itself at R seconds, default 330; with `missing`, only the cases with no
 #                     baseline on this GPU yet), then pytest -m gpu --perfsuite-scope push --benchmark-compare
@@ -45,6 +46,8 @@ timed() {  # timed NAME CMD...: the command, then its wall time; the command's e
     echo "$name: $((SECONDS - start)) s wall"
     return "$status"
 }
+scope=()  # missing and compare: --scope / --perfsuite-scope from $SCOPE
+[ -n "${SCOPE:-}" ] && scope=("--scope=$SCOPE")
 rc=0  # the stage's exit status: its last failing command's (a pipe's, under pipefail)
 
 keep_baselines() {
@@ -76,14 +79,14 @@ case "$stage" in
         # Stops itself inside S seconds with every finished case written; a killed refresh writes nothing.
         limit=${1:?usage: run.sh missing S [EXPR [N]]}
         timed missing perfsuite baselines refresh --device cuda --missing --time-limit "$limit" -k "${2:-}" \
-            --repeats "${3:-2}" -- -p no:cacheprovider 2>&1 | tee -a "$OUT/refresh.log" || rc=$?
+            "${scope[@]}" --repeats "${3:-2}" -- -p no:cacheprovider 2>&1 | tee -a "$OUT/refresh.log" || rc=$?
         keep_baselines
         ;;
     compare)
-        expr=${1:?usage: run.sh compare EXPR}
+        expr=${1:-}  # empty: every case (with SCOPE, every case of the scope)
         # At $COMPARE_LIMIT_S seconds (default 540) SIGINT ends it: pytest still prints what it compared.
         timed compare timeout -s INT "${COMPARE_LIMIT_S:-540}" python3 -m pytest -m gpu -p no:cacheprovider \
-            tests/test_matrix.py -k "$expr" -rs \
+            tests/test_matrix.py -k "$expr" -rs "${scope[@]/#--scope/--perfsuite-scope}" \
             --perfsuite-missing=skip --benchmark-compare --perfsuite-json "$OUT/compare.json" 2>&1 |
             tee "$OUT/compare.log" || rc=$?
         ;;
