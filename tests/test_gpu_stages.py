@@ -53,7 +53,9 @@ STAGES = [
 ]
 
 
-def _stage(tmp_path: Path, stage: str, args: list[str], scope: str | None) -> tuple[int, list[list[str]]]:
+def _stage(
+    tmp_path: Path, stage: str, args: list[str], scope: str | None, **variables: str
+) -> tuple[int, list[list[str]]]:
     shims = tmp_path / "shims"
     shims.mkdir(exist_ok=True)
     for name, text in (("perfsuite", RECORD), ("python3", RECORD), ("timeout", TIMEOUT)):
@@ -62,7 +64,9 @@ def _stage(tmp_path: Path, stage: str, args: list[str], scope: str | None) -> tu
     out, calls = tmp_path / "out", tmp_path / "calls.jsonl"
     out.mkdir(exist_ok=True)
     env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "OUT": str(out), "STAGE_CALLS": str(calls)}
-    env.pop("SCOPE", None)
+    for name in ("SCOPE", "AB_STRATEGIES", "AB_LIMIT_S", "COMPARE_LIMIT_S"):
+        env.pop(name, None)
+    env.update(variables)
     if scope:
         env["SCOPE"] = scope
     done = subprocess.run(["bash", str(RUN_SH), stage, *args], env=env, capture_output=True, text=True, timeout=120)
@@ -100,6 +104,13 @@ def test_the_scope_reaches_the_refresh_and_the_compare(tmp_path: Path) -> None:
     (tmp_path / "calls.jsonl").unlink()
     _, unscoped = _stage(tmp_path, "missing", ["200"], None)
     assert not any(arg.startswith("--scope") for arg in unscoped[0])
+
+
+@pytest.mark.parametrize("stage", ["ab", "inject"])
+def test_the_ab_stages_take_their_cases_from_ab_strategies(tmp_path: Path, stage: str) -> None:
+    _, calls = _stage(tmp_path, stage, ["6", "8"], None, AB_STRATEGIES="vanilla,grad_ckpt")
+    assert calls[0][calls[0].index("--strategies") + 1] == "vanilla,grad_ckpt"
+    assert calls[0][calls[0].index("--pairs") + 1] == "6"
 
 
 @pytest.mark.nightly  # two collections of the matrix, about 8 s

@@ -20,9 +20,10 @@
 #   layout [B [N]]    the forkserver-layout A/A (benchmarks/gpu/layout.py): B forkservers x N runs of
 #                     bert-base-uncased vanilla and fp16
 #   noise             bert-base-uncased vanilla and fp16, five back-to-back runs each
-#   ab [PAIRS [MAX]]  an A/A perfsuite ab of bert-base-uncased vanilla, fp16 and grad_ckpt
-#   inject [PAIRS [MAX]]  perfsuite ab of bert-base-uncased vanilla and grad_ckpt with a 5% slowdown injected
-#                     into the candidate as a GPU kernel (benchmarks/ab/slow-python against control-python)
+#   ab [PAIRS [MAX]]  an A/A perfsuite ab of bert-base-uncased vanilla, fp16 and grad_ckpt (or $AB_STRATEGIES)
+#   inject [PAIRS [MAX]]  perfsuite ab of bert-base-uncased vanilla and grad_ckpt (or $AB_STRATEGIES) with a 5%
+#                     slowdown injected into the candidate as a GPU kernel (benchmarks/ab/slow-python against
+#                     control-python)
 #   jobs K [aa|inject]  perfsuite ab on the host's CPU with K duet lanes (--jobs K), over the CPU quick set
 #                     (tiny-bert's 10 cases): an A/A, then a 5% slowdown injected (or only the one named), each
 #                     stopped at $AB_LIMIT_S seconds (default 270); their table in $OUT/ab-jobs-K/table.md
@@ -115,8 +116,8 @@ case "$stage" in
     ab)
         # At $AB_LIMIT_S seconds (default 270) SIGTERM ends it: the verdicts so far are still written.
         timed ab timeout -s TERM "${AB_LIMIT_S:-270}" perfsuite ab --base current --candidate current --device cuda \
-            --models bert-base-uncased --strategies vanilla,fp16,grad_ckpt --pairs "${1:-10}" --max-pairs "${2:-30}" \
-            --json "$OUT/ab.json" 2>&1 | tee "$OUT/ab.log" || rc=$?
+            --models bert-base-uncased --strategies "${AB_STRATEGIES:-vanilla,fp16,grad_ckpt}" --pairs "${1:-10}" \
+            --max-pairs "${2:-30}" --json "$OUT/ab.json" 2>&1 | tee "$OUT/ab.log" || rc=$?
         ;;
     inject)
         # What the A/A's spread predicts, measured: at $AB_LIMIT_S seconds (default 270) SIGTERM ends it. The
@@ -124,8 +125,8 @@ case "$stage" in
         export PERFSUITE_SLOWDOWN=0.05 PERFSUITE_SLOWDOWN_KERNEL=1
         timed inject timeout -s TERM "${AB_LIMIT_S:-270}" perfsuite ab --base benchmarks/ab/control-python \
             --candidate benchmarks/ab/slow-python --device cuda --models bert-base-uncased \
-            --strategies vanilla,grad_ckpt --pairs "${1:-8}" --max-pairs "${2:-30}" --json "$OUT/inject.json" 2>&1 |
-            tee "$OUT/inject.log" || rc=$?
+            --strategies "${AB_STRATEGIES:-vanilla,grad_ckpt}" --pairs "${1:-8}" --max-pairs "${2:-30}" \
+            --json "$OUT/inject.json" 2>&1 | tee "$OUT/inject.log" || rc=$?
         ;;
     jobs)
         # The same limit for each K: K lanes buy more cases decided and more pairs in it; at what spread, the table says.
