@@ -23,10 +23,17 @@ from perfsuite.cli import main
 
 pytestmark = [pytest.mark.cpu, pytest.mark.nightly]
 
+HELD = "kernels==0.12.3,datasets~=4.0"
+"""Companions held at versions of those releases' time (``--with``): the overlays keep whatever is
+installed that still resolves, and what the index serves today breaks the old releases at import.
+transformers 5.0.0's hub-kernels integration builds a ``LayerRepository`` without a revision,
+which kernels 0.19 refuses (``ValueError``); transformers 4.x's overlays resolved datasets 2.14.4,
+which subclasses ``pyarrow.PyExtensionType``, gone from pyarrow 26 (``AttributeError``)."""
+
 
 def _ab(tmp_path: Path, base: str, candidate: str, model: str, strategy: str, engine: str) -> dict:  # type: ignore[type-arg]
     out = tmp_path / "ab.json"
-    args = ["ab", "--base", base, "--candidate", candidate, "--models", model, "--strategies", strategy]
+    args = ["ab", "--base", base, "--candidate", candidate, "--with", HELD, "--models", model, "--strategies", strategy]
     code = main([*args, "--engine", engine, "--pairs", "1", "--max-pairs", "1", "--json", str(out)])
     assert code == 1
     (case,) = json.loads(out.read_text())["cases"]
@@ -39,11 +46,16 @@ def test_gpt2_init_in_transformers_5_changes_the_loss(tmp_path: Path) -> None:
     assert [c["metric"] for c in case["checks"] if not c["ok"]] == ["loss"]
     assert case["memory"]["a"] == pytest.approx(case["memory"]["b"], abs=64)  # the same model, other weights
     assert case["loss"]["max_abs_diff"] > 0.01
-    # Explained: the residual projections started at 0.02 instead of 0.02 / sqrt(2 * n_layer), nothing else.
+    # Explained: the residual projections started at 0.02 instead of 0.02 / sqrt(2 * n_layer); no other
+    # tensor's scale moved (another may be drawn otherwise, at its own std: the generator's order).
     loss = case["explanation"]["loss"]
     assert "initial weights" in loss["differ"]
-    moved = {m["name"].rsplit(".", 3)[-3] + "." + m["name"].rsplit(".", 1)[-1] for m in loss["started_otherwise"]}
-    assert moved <= {"attn.c_proj.weight", "mlp.c_proj.weight", "attn.c_proj.bias", "mlp.c_proj.bias"}
+    scaled = {
+        ".".join(m["name"].split(".")[-3:])
+        for m in loss["started_otherwise"]
+        if abs(m["b"]["std"] / m["a"]["std"] - 1) > 0.1
+    }
+    assert scaled == {"attn.c_proj.weight", "mlp.c_proj.weight"}
     top = loss["started_otherwise"][0]
     assert top["b"]["std"] / top["a"]["std"] == pytest.approx(8**0.5, rel=0.05)  # tiny-gpt2: 4 layers
 
@@ -51,6 +63,7 @@ def test_gpt2_init_in_transformers_5_changes_the_loss(tmp_path: Path) -> None:
 def test_bisect_names_5_0_0_for_the_gpt2_init(tmp_path: Path) -> None:
     out = tmp_path / "bisect.json"
     args = ["bisect", "transformers", "--good", "4.57.6", "--bad", "5.2.0", "--case", "tiny-gpt2-vanilla"]
+    args += ["--with", HELD]
     assert main([*args, "--metric", "loss", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["first_bad"] == "5.0.0"
 
@@ -70,5 +83,6 @@ def test_trainer_loss_under_accumulation_in_4_47_0(tmp_path: Path) -> None:
 def test_bisect_names_4_47_0_for_the_accumulated_loss(tmp_path: Path) -> None:
     out = tmp_path / "bisect.json"
     args = ["bisect", "transformers", "--good", "4.46.3", "--bad", "4.48.0", "--case", "tiny-llama-grad_accum-trainer"]
+    args += ["--with", HELD]
     assert main([*args, "--metric", "loss", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["first_bad"] == "4.47.0"
