@@ -344,7 +344,10 @@ def _summarize(terminalreporter: Any, exitstatus: int, config: pytest.Config) ->
     if not state.outcomes:
         return
     terminalreporter.section("perfsuite")
-    terminalreporter.write(gate_text(state.outcomes, refresh=state.refresh, notes=state.summary_notes()))
+    unbaselined = len(state.unbaselined)
+    terminalreporter.write(
+        gate_text(state.outcomes, refresh=state.refresh, notes=state.summary_notes(), unbaselined=unbaselined)
+    )
     if exitstatus == pytest.ExitCode.INTERRUPTED:
         for line in state.interrupted_lines():
             terminalreporter.write_line(line)
@@ -357,7 +360,9 @@ def _summarize(terminalreporter: Any, exitstatus: int, config: pytest.Config) ->
     markdown = config.getoption("perfsuite_markdown")
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(gate_markdown(state.outcomes, refresh=state.refresh, notes=state.summary_notes()))
+        markdown.write_text(
+            gate_markdown(state.outcomes, refresh=state.refresh, notes=state.summary_notes(), unbaselined=unbaselined)
+        )
     results = config.getoption("perfsuite_json")
     report = config.getoption("perfsuite_report")
     payload = state.results_json() if results is not None or report is not None else {}

@@ -74,6 +74,30 @@ def test_a_forkserver_whose_imports_hang_fails_the_case_at_its_time_limit(monkey
     assert run_isolated(SPEC, timeout_s=60, target=fault_cases.ok).status == "ok"  # a new forkserver
 
 
+def test_a_forkserver_whose_imports_raise_fails_the_case_saying_what_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The forkserver ignores an ImportError among its preloads and dies of any other exception,
+    which a worker's start sees only as an EOFError: the case says what raised, and where."""
+    from perfsuite.worker import process
+
+    here = str(Path(fault_cases.__file__).parent)  # for the forkserver's own interpreter
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
+    monkeypatch.setattr(process, "_PRELOAD", [*process._PRELOAD, "raises_at_import"])
+    process.renew_forkserver()
+    try:
+        record = run_isolated(SPEC, timeout_s=120, target=fault_cases.ok)
+        assert record.status == "failed"
+        assert (record.error or "").startswith(
+            "the worker's forkserver exited during its imports: ValueError: this module refuses to import"
+        )
+        assert "raises_at_import.py" in (record.error or "")
+        with pytest.raises(process.ForkserverDied):
+            process.start_forkserver()
+    finally:
+        monkeypatch.undo()
+        process.renew_forkserver()
+    assert run_isolated(SPEC, timeout_s=60, target=fault_cases.ok).status == "ok"  # a new forkserver
+
+
 def test_a_record_of_the_wrong_shape_fails_its_case_saying_which_value() -> None:
     record = run_isolated(SPEC, timeout_s=30, target=fault_cases.wrong_record)
     assert record.status == "failed"

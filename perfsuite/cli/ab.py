@@ -223,6 +223,11 @@ def run(args: argparse.Namespace) -> int:
         try:
             results = ab_run.compare_all(args.timeout or defaults.timeout, stop_on_regression=args.stop_on_regression)
             _explain(ab_run, results, args, args.timeout or defaults.timeout, say)
+        except EnvError as exc:  # a side's forkserver could not import what the cases need
+            say(f"perfsuite: cannot test: {exc}")
+            if args.report:
+                say(f"wrote {_note(options, f'cannot test: {exc}')}")
+            return EXIT_CANNOT_TEST
         finally:
             ab_run.close()
     code = ab_run.finish(results, options, time.monotonic() - started, console)

@@ -231,8 +231,11 @@ def _refresh_rows(outcome: Any) -> list[list[str]]:
     return rows
 
 
-def verdict(statuses: Sequence[str], time_checks: Sequence[tuple[bool, str | None, float | None]]) -> str:
-    """The first line of every summary: how many cases passed or failed; how many of those whose step time
+def verdict(
+    statuses: Sequence[str], time_checks: Sequence[tuple[bool, str | None, float | None]], unbaselined: int = 0
+) -> str:
+    """The first line of every summary: how many cases passed or failed, and how many were skipped for want
+    of a baseline here (``unbaselined``, under ``--perfsuite-missing=skip``); how many of those whose step time
     was gated would catch a change of :data:`~perfsuite.core.tolerance.GATE_SENSITIVE` or less (and how
     wide the others are, so that a gate noise has widened is seen); when any case's step time was not
     compared (no figures for this machine's time class), how many and how to get it gated.
@@ -247,6 +250,11 @@ def verdict(statuses: Sequence[str], time_checks: Sequence[tuple[bool, str | Non
     # A gate's cases are "not reached" only when the session was interrupted: never a pass.
     head = "FAILED" if bad else "INTERRUPTED" if "not reached" in counts else "passed"
     line = f"perfsuite: {head}: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    if unbaselined:
+        line += (
+            f", {unbaselined} NOT gated (no baseline here, skipped: `perfsuite baselines refresh --missing` "
+            "records them)"
+        )
     uncompared = [time_class for compared, time_class, _ in time_checks if not compared]
     limits = [limit for compared, _, limit in time_checks if compared and limit is not None]
     sensitive = sum(1 for limit in limits if limit <= GATE_SENSITIVE + 1e-9)
@@ -268,16 +276,16 @@ def verdict(statuses: Sequence[str], time_checks: Sequence[tuple[bool, str | Non
     )
 
 
-def outcomes_verdict(outcomes: Sequence[Any]) -> str:
+def outcomes_verdict(outcomes: Sequence[Any], unbaselined: int = 0) -> str:
     """:func:`verdict` of a session's outcomes (a step time not gated on purpose, ``--perfsuite-time=off``,
-    is not counted as one without a figure for its class)."""
+    is not counted as one without a figure for its class) and of ``unbaselined`` cases skipped."""
     time_checks = []
     for outcome in outcomes:
         check = next((c for c in outcome.checks if c.metric == "step time"), None)
         if check is not None and check.change != "not gated":
             time_class = outcome.records[0].time_class if outcome.records else None
             time_checks.append((bool(check.compared), time_class, check.limit))
-    line = verdict([o.status for o in outcomes], time_checks)
+    line = verdict([o.status for o in outcomes], time_checks, unbaselined)
     other = sum(1 for o in outcomes for c in o.checks if c.metric == "loss" and not c.compared)
     if other:
         line += (
@@ -289,7 +297,9 @@ def outcomes_verdict(outcomes: Sequence[Any]) -> str:
     return line
 
 
-def gate_text(outcomes: Sequence[Any], *, refresh: bool, width: int = LOG_WIDTH, notes: Sequence[str] = ()) -> str:
+def gate_text(
+    outcomes: Sequence[Any], *, refresh: bool, width: int = LOG_WIDTH, notes: Sequence[str] = (), unbaselined: int = 0
+) -> str:
     """The session summary as terminal text: one row per case (a refresh: its old → new per metric),
     then ``notes`` (the session's drift). Why a step time was not compared is the first line's,
     once (the whole message per case is in the markdown summary and ``--perfsuite-json``)."""
@@ -304,7 +314,7 @@ def gate_text(outcomes: Sequence[Any], *, refresh: bool, width: int = LOG_WIDTH,
             table.add_row(*row, style=style)
     buffer = io.StringIO()
     Console(file=buffer, width=width, force_terminal=False, color_system=None).print(table)
-    first = "" if refresh else outcomes_verdict(outcomes) + "\n"
+    first = "" if refresh else outcomes_verdict(outcomes, unbaselined) + "\n"
     key = "" if refresh or not outcomes else f"{GATE_KEY}\n"
     return first + buffer.getvalue() + key + "".join(f"{line}\n" for line in notes)
 
@@ -314,7 +324,7 @@ def _uncompared(outcomes: Sequence[Any]) -> list[str]:
     return [c.message for o in outcomes for c in o.checks if not c.compared]
 
 
-def gate_markdown(outcomes: Sequence[Any], *, refresh: bool, notes: Sequence[str] = ()) -> str:
+def gate_markdown(outcomes: Sequence[Any], *, refresh: bool, notes: Sequence[str] = (), unbaselined: int = 0) -> str:
     """The same summary as a markdown table (a CI job summary, a refresh pull request's body)."""
     columns = _REFRESH_COLUMNS if refresh else _GATE_COLUMNS
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -329,5 +339,5 @@ def gate_markdown(outcomes: Sequence[Any], *, refresh: bool, notes: Sequence[str
     key = [] if refresh or not outcomes else [GATE_KEY]
     below = "".join(f"\n- {line}" for line in [*key, *notes, *_uncompared(outcomes)])
     if not refresh:
-        summary = outcomes_verdict(outcomes)
+        summary = outcomes_verdict(outcomes, unbaselined)
     return f"### {heading}\n\n{summary}\n\n" + "\n".join(lines) + "\n" + below + ("\n" if below else "")

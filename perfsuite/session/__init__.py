@@ -119,6 +119,7 @@ class PerfsuiteSession:
         self.budget = RefreshBudget(limit) if limit is not None else None
         self.already_complete = 0
         """Selected cases a refresh ``--missing`` left out: their baselines here are complete."""
+        self.unbaselined: list[str] = []  # cases a gate skipped, --perfsuite-missing=skip: no baseline here
         self.runs = RunCache(config)
         if self.budget is not None:
             self.runs.deadline = self.budget.deadline

@@ -88,7 +88,7 @@ def select_by_baselines(
 ) -> None:
     """At collection: a refresh ``--missing`` deselects the cases whose baselines here are complete
     (counted in ``session.already_complete``); a gate under ``--perfsuite-missing=skip`` skips
-    the cases without a baseline here before they run."""
+    the cases without a baseline here before they run (listed in ``session.unbaselined``)."""
     specs = {item.nodeid: spec for item in items if (spec := case_of(item)) is not None}
     if session.refresh:
         if not session.refresh_missing:
@@ -103,6 +103,7 @@ def select_by_baselines(
         spec = specs.get(item.nodeid)
         if spec is not None and spec in missing:
             item.add_marker(pytest.mark.skip(reason=missing[spec]))
+            session.unbaselined.append(spec.id)
 
 
 def without_baseline(

@@ -18,6 +18,7 @@ import multiprocessing.connection
 import multiprocessing.forkserver
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -87,6 +88,27 @@ class ForkserverHung(RuntimeError):
     """The forkserver did not finish its imports in time: one of them, or a build, hangs."""
 
 
+class ForkserverDied(RuntimeError):
+    """The forkserver exited during its imports: one of them raised (a library that no longer
+    imports beside another's version, say), which a worker would only see as an EOFError."""
+
+
+def _preload_error() -> str | None:
+    """What importing the forkserver's preloads raises, in a fresh interpreter of this environment:
+    the exception's line and where it was raised; ``None`` when they import."""
+    code = f"import importlib\nfor name in {_PRELOAD!r}:\n    importlib.import_module(name)"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=BOOT_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        return None
+    if done.returncode == 0:
+        return None
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    where = [line.strip() for line in lines if line.lstrip().startswith('File "')]
+    last = lines[-1] if lines else f"exit {done.returncode}"
+    return last + (f" ({where[-1]})" if where else "")
+
+
 def _start_within(proc: multiprocessing.process.BaseProcess, limit_s: float) -> None:
     """``proc.start()``, which waits for the forkserver's preloads; past ``limit_s`` the forkserver is
     killed (renewed for the next worker) and :class:`ForkserverHung` says so, instead of a wait for ever."""
@@ -107,7 +129,11 @@ def _start_within(proc: multiprocessing.process.BaseProcess, limit_s: float) -> 
         proc.start()
     except (EOFError, OSError) as exc:
         if not watchdog.finished.is_set():
-            raise
+            why = _preload_error()
+            if why is None:
+                raise
+            renew_forkserver()
+            raise ForkserverDied(f"the worker's forkserver exited during its imports: {why}") from exc
         renew_forkserver()
         raise ForkserverHung(
             f"the worker's forkserver did not finish its imports in {limit_s:g} s and was stopped "
@@ -304,12 +330,13 @@ def _run(spec: CaseSpec, *, timeout_s: float, target: CaseFn | None, env: dict[s
         stops = _STOPS
     try:
         _start_within(proc, timeout_s)  # the case's limit covers its worker's start
-    except ForkserverHung as exc:
+    except (ForkserverHung, ForkserverDied) as exc:
         with _RUNNING_LOCK:
             _RUNNING.discard(proc)
         receiver.close()
         sender.close()
-        return _Ran("timeout", str(exc), None, time.monotonic() - launched, {})
+        failed = "timeout" if isinstance(exc, ForkserverHung) else "error"
+        return _Ran(failed, str(exc), None, time.monotonic() - launched, {})
     sender.close()
     with _RUNNING_LOCK:
         stopped_while_starting = _STOPS != stops
