@@ -81,7 +81,8 @@ def test_a_forkserver_whose_imports_raise_fails_the_case_saying_what_raised(monk
 
     here = str(Path(fault_cases.__file__).parent)  # for the forkserver's own interpreter
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
-    monkeypatch.setattr(process, "_PRELOAD", [*process._PRELOAD, "raises_at_import"])
+    # First, so that each boot dies before importing torch (the error is the same after it).
+    monkeypatch.setattr(process, "_PRELOAD", ["raises_at_import", *process._PRELOAD])
     process.renew_forkserver()
     try:
         record = run_isolated(SPEC, timeout_s=120, target=fault_cases.ok)
