@@ -122,11 +122,15 @@ def pytest_perfsuite_run_case(config, spec, timeout_s):
     Path(os.environ["REPLAY_LOG"]).open("a").write(spec.id + "\\n")
     return record
 """
-PYPROJECT = """
+REPLAYED_CLASS = next(iter(json.loads((BASELINES / "cpu" / "tiny-bert-vanilla.json").read_text())["time"]))
+"""The CPU time class the replayed records carry: a floor of that class's own reaches their gate."""
+PYPROJECT = f"""
 [tool.perfsuite.overrides."cpu/*"]
 time_floor = 0.15
 time_k = 0.0
-time_drift_limit = {limit}
+time_drift_limit = {{limit}}
+[tool.perfsuite.overrides."{REPLAYED_CLASS}/tiny-bert-dynamic_padding"]
+time_floor = 0.22
 """
 CASES = ("vanilla", "fp16", "bf16", "grad_accum", "grad_ckpt", "adafactor", "dynamic_padding", "lora", "fp16+grad_ckpt")
 ARGS = (
@@ -174,6 +178,10 @@ def test_a_fast_host_neither_fails_the_cases_nor_hides_a_regression(pytester: py
         assert drifts["fp32"]["change"] == pytest.approx(-0.12, abs=1e-6)
         assert drifts["fp32"]["applied"]
         assert not drifts["fp16"]["applied"]
+        cases = json.loads((pytester.path / "out.json").read_text())["cases"]
+        floors = {case["case"]: case["tolerance"]["time_floor"] for case in cases}
+        assert floors["tiny-bert-dynamic_padding"] == 0.22  # its time class's own floor
+        assert floors["tiny-bert-grad_accum"] == 0.15
     else:  # the gate before the drift: a false alarm on lora and the regression passed
         assert _failed(result) == {"lora"}
 
@@ -198,3 +206,16 @@ def test_replayed_records_are_what_the_baselines_hold() -> None:
     baseline = json.loads((BASELINES / "cpu" / "tiny-bert-vanilla.json").read_text())
     record = record_of(baseline, next(iter(baseline["time"])))
     assert record["step_time_calibrated"]["median"] == baseline["time"][record["time_class"]]["median"]
+
+
+def test_a_run_file_compared_outside_pytest_takes_its_time_classs_own_floor() -> None:
+    """``perfsuite report`` compares a ``perfsuite run`` file itself (``gate_runs``), with the same tables."""
+    from perfsuite.core.results import gate_runs, parse_results
+
+    baseline = json.loads((BASELINES / "cpu" / "tiny-bert-vanilla.json").read_text())
+    results = parse_results({"cases": [record_of(baseline, REPLAYED_CLASS)]}, "run.json")
+    tables = {"cpu/*": {"time_floor": 0.15}, f"{REPLAYED_CLASS}/*": {"time_floor": 0.2}}
+    gate_runs(results, BASELINES, {"overrides": tables})
+    (case,) = results.cases
+    assert case.tolerance is not None
+    assert case.tolerance["time_floor"] == 0.2

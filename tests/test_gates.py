@@ -152,6 +152,23 @@ def test_tolerance_layers_defaults_precision_config_and_overrides() -> None:
     assert resolve_tolerance({}, hardware="cpu", case_id="x", precision="bf16").loss_rtol == 2e-2
 
 
+def test_an_override_may_name_a_cpu_time_class_which_only_that_class_gets() -> None:
+    config = {"overrides": {"cpu/*": {"time_floor": 0.15}, "amd-25.1-avx2/tiny-*": {"time_floor": 0.25}}}
+
+    def floor(time_class: str | None, case_id: str = "tiny-bert-vanilla") -> float:
+        return resolve_tolerance(
+            config, hardware="cpu", case_id=case_id, precision="fp32", time_class=time_class
+        ).time_floor
+
+    assert floor("amd-25.1-avx2") == 0.25
+    assert floor("amd-26.2-avx512-vnni-bf16") == 0.15
+    assert floor(None) == 0.15  # the class unknown: the hardware's tables only
+    assert floor("amd-25.1-avx2", "bert-base-uncased-vanilla") == 0.15  # the case glob still applies
+    # Later tables win, whichever key they name.
+    config["overrides"] = dict(reversed(list(config["overrides"].items())))
+    assert floor("amd-25.1-avx2") == 0.15
+
+
 @pytest.mark.parametrize(
     ("config", "message"),
     [

@@ -43,7 +43,7 @@ def test_init_writes_what_a_repository_needs_and_says_so(tmp_path: Path) -> None
         "baselines": "baselines",
         "tests": TESTS,
         "matrix": {"builtin": False},
-        "overrides": {"cpu/*": CPU_TIER},
+        "overrides": CPU_GATES,
     }
     assert "def test_case_matches_baseline(perfsuite_case" in (tmp_path / TESTS).read_text()
     for name in ("perfsuite-cpu", "perfsuite-gpu-nightly", "perfsuite-refresh"):
@@ -65,13 +65,11 @@ def test_init_writes_what_a_repository_needs_and_says_so(tmp_path: Path) -> None
     assert dependabot["updates"][0]["package-ecosystem"] == "github-actions"
 
 
-# The CPU tier's own step-time gates, as this repository sets them, with their ceiling.
-CPU_TIER = {
-    **tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]["perfsuite"]["overrides"][
-        "cpu/*"
-    ],
-    "time_ceiling": 0.15,
-}
+# The CPU tier's own step-time gates, as this repository sets them, with their ceiling, and the
+# floor of the one CPU class that needs its own.
+_OURS = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]["perfsuite"]["overrides"]
+CPU_TIER = {**_OURS["cpu/*"], "time_ceiling": 0.15}
+CPU_GATES = {"cpu/*": CPU_TIER, "amd-25.1-avx2/*": _OURS["amd-25.1-avx2/*"]}
 
 
 def test_init_writes_gates_that_fit_the_machine(tmp_path: Path) -> None:
@@ -81,11 +79,15 @@ def test_init_writes_gates_that_fit_the_machine(tmp_path: Path) -> None:
 
     init(tmp_path, gpu=True)
     settings = tomllib.loads((tmp_path / "pyproject.toml").read_text())["tool"]["perfsuite"]
-    assert settings["overrides"] == {"cpu/*": CPU_TIER}
+    assert settings["overrides"] == CPU_GATES
     assert settings["tolerance"] == {"time_floor": 0.05, "time_k": 3.0, "time_ceiling": 0.05}
     validate_config(settings)
     cpu = resolve_tolerance(settings, hardware="cpu", case_id="acme-vanilla", precision="fp32")
     assert (cpu.time_floor, cpu.ceiling, cpu.time_retries) == (0.15, 0.15, 2)
+    slowest = resolve_tolerance(
+        settings, hardware="cpu", case_id="acme-vanilla", precision="fp32", time_class="amd-25.1-avx2"
+    )
+    assert (slowest.time_floor, slowest.ceiling, slowest.time_retries) == (0.25, 0.25, 2)
     gpu = resolve_tolerance(settings, hardware="nvidia-h100-80gb-hbm3", case_id="acme-vanilla", precision="fp32")
     assert (gpu.time_floor, gpu.ceiling) == (0.05, 0.05)
 

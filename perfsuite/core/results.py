@@ -346,9 +346,8 @@ def gate_runs(results: Results, baselines: Path, settings: Mapping[str, Any] | N
     """Compare the cases of a ``perfsuite run`` file with ``baselines`` as the pytest gate does,
     a CPU case's step time against the run's drift (:mod:`perfsuite.core.drift`).
 
-    A case without a baseline, or whose run lacks a figure the gate needs (``--no-profile``), keeps no
-    checks and says why in its message; nothing fails. A case whose baseline cannot be read fails, as
-    its gate would, and says why.
+    A case without a baseline, or whose run lacks a figure the gate needs (``--no-profile``), keeps no checks
+    and says why in its message; nothing fails. A case whose baseline cannot be read fails, as its gate would.
     """
     ready: list[tuple[ReportCase, dict[str, Any], Observation, Tolerance, str]] = []
     for case in results.cases:
@@ -370,8 +369,9 @@ def gate_runs(results: Results, baselines: Path, settings: Mapping[str, Any] | N
         except ValueError as exc:  # a run without a figure the gate needs (--no-profile: no peak): noted
             case.message = f"not compared with its baseline: {exc}"
             continue
+        precision, time_class = str(record.precision or "fp32"), observed.time_class
         tolerance: Tolerance = resolve_tolerance(
-            settings or {}, hardware=hardware, case_id=case.id, precision=str(record.precision or "fp32")
+            settings or {}, hardware=hardware, case_id=case.id, precision=precision, time_class=time_class
         )
         ready.append((case, stored, observed, tolerance, hardware))
 

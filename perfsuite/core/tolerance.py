@@ -106,14 +106,18 @@ GATE_SENSITIVE = 0.15
 """A verdict line counts the cases whose gate catches a change of this size or smaller."""
 
 
-def resolve_tolerance(config: Mapping[str, Any], *, hardware: str, case_id: str, precision: str) -> Tolerance:
+def resolve_tolerance(
+    config: Mapping[str, Any], *, hardware: str, case_id: str, precision: str, time_class: str | None = None
+) -> Tolerance:
     """The tolerance of one case: built-in defaults (a GPU's: :data:`DEVICE_DEFAULTS`), the precision's
     loss tolerance, then ``pyproject.toml`` (checked: :func:`validate_config`).
 
     ``[tool.perfsuite.tolerance]`` sets defaults for every case;
     ``[tool.perfsuite.tolerance.loss.<precision>]`` the loss tolerance of a precision;
     ``[tool.perfsuite.overrides."<hardware>/<case-id glob>"]`` any field for matching
-    cases, later tables winning (e.g. ``"cpu/*"``, ``"*/tiny-gpt2-fp16"``).
+    cases, later tables winning (e.g. ``"cpu/*"``, ``"*/tiny-gpt2-fp16"``). Where the case's
+    ``time_class`` is known, a pattern may name it in the hardware's place (``"amd-25.1-avx2/*"``): a CPU
+    class whose step times are noisier than the others' gets its own floor.
     """
     validate_config(config)
     values: dict[str, Any] = dict(LOSS_TOLERANCE.get(precision, LOSS_TOLERANCE["fp32"]))
@@ -123,8 +127,9 @@ def resolve_tolerance(config: Mapping[str, Any], *, hardware: str, case_id: str,
     losses = table.pop("loss", {})
     values.update(table)
     values.update({f"loss_{key}": value for key, value in losses.get(precision, {}).items()})
+    keys = [f"{hardware}/{case_id}", *([f"{time_class}/{case_id}"] if time_class else [])]
     for pattern, override in config.get("overrides", {}).items():
-        if fnmatch.fnmatchcase(f"{hardware}/{case_id}", pattern):
+        if any(fnmatch.fnmatchcase(key, pattern) for key in keys):
             values.update(override)
     return Tolerance(**values)
 
@@ -153,7 +158,7 @@ def validate_config(config: Mapping[str, Any]) -> None:
         _check_fields(_table(override, where.strip("[]")), where)
 
 
-_PATTERN = '"<hardware>/<case-id glob>", e.g. "cpu/*" or "*/tiny-bert-fp16"'
+_PATTERN = '"<hardware or CPU time class>/<case-id glob>", e.g. "cpu/*", "amd-25.1-avx2/*" or "*/tiny-bert-fp16"'
 _WHOLE = ("refresh_max_repeats", "memory_atol_bytes", "time_retries")
 """The fields that count something: whole numbers."""
 _BOUNDS: dict[str, tuple[float, float]] = {

@@ -279,7 +279,7 @@ class PerfsuiteSession:
         if benchmark is not None:
             record_benchmark(benchmark, runs, observations, hardware)
         tolerance = resolve_tolerance(
-            self.settings, hardware=hardware, case_id=spec.id, precision=str(runs[0].precision)
+            self.settings, hardware=hardware, case_id=spec.id, precision=str(runs[0].precision), time_class=time_class
         )
         path = baseline_path(self.root, hardware, spec.id)
         if self.refresh:

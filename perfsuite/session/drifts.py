@@ -48,7 +48,11 @@ class SessionDrift:
             hardware = str(record.hardware)
             try:
                 tolerance = resolve_tolerance(
-                    self.settings, hardware=hardware, case_id=spec.id, precision=str(record.precision)
+                    self.settings,
+                    hardware=hardware,
+                    case_id=spec.id,
+                    precision=str(record.precision),
+                    time_class=record.time_class,
                 )
                 baseline = load_baseline(self.baseline_path(hardware, spec.id), case_id=spec.id, hardware=hardware)
                 change = time_change(baseline, observe(record, time_unit=self.time_unit(str(record.device))))
