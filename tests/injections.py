@@ -2,8 +2,8 @@
 
 ``PERFSUITE_INJECT="<case id or *>=<kind>;..."`` picks what goes wrong in which case:
 
-- ``slow``: every training step takes 25% longer (busy-waiting, after the step's own work),
-  the slowdown the CPU tier must catch. Over three runs of
+- ``slow``: every training step takes 25% longer (busy-waiting, after the step's own work;
+  ``PERFSUITE_INJECT_SLOWDOWN`` another share), the slowdown the CPU tier must catch. Over three runs of
   tests/test_injected_regressions.py (36 readings: six slowed cases, two runs each) it
   read +17.6% to +32.9%, mean +24.3%, standard deviation 3.5 points, against the 15%
   floor (docs/timing.md);
@@ -57,6 +57,7 @@ LEAK: list[torch.Tensor] = []
 """The module-level global a ``leak`` fills."""
 
 SLOWDOWN = 0.25
+"""The share a ``slow`` step waits on after its own work, unless ``PERFSUITE_INJECT_SLOWDOWN`` says."""
 GROWTH = 0.05
 
 
@@ -71,6 +72,7 @@ def kinds(spec: CaseSpec) -> set[str]:
 
 def _patch_step(slow: bool, leak: bool) -> None:
     step = engine.LoopEngine.step
+    slowdown = float(os.environ.get("PERFSUITE_INJECT_SLOWDOWN", SLOWDOWN))
 
     def patched(self: engine.LoopEngine, *args: Any, **kwargs: Any) -> StepOutput:
         if leak and not LEAK:
@@ -79,7 +81,7 @@ def _patch_step(slow: bool, leak: bool) -> None:
         start = time.perf_counter()
         out = step(self, *args, **kwargs)
         if slow:
-            until = time.perf_counter() + SLOWDOWN * (time.perf_counter() - start)
+            until = time.perf_counter() + slowdown * (time.perf_counter() - start)
             while time.perf_counter() < until:
                 pass
         return out
