@@ -11,7 +11,7 @@ import fault_cases
 import pytest
 
 from perfsuite.core.spec import CaseSpec
-from perfsuite.worker.process import run_in_worker, run_isolated
+from perfsuite.worker.process import run_in_worker, run_isolated, start_forkserver
 
 SPEC = CaseSpec(model="tiny-bert", strategy="vanilla")
 
@@ -40,6 +40,9 @@ def test_a_case_starts_its_own_processes_as_a_training_script_would() -> None:
 
 def test_crash_hang_and_oom_fail_their_case_and_the_run_continues() -> None:
     targets = [fault_cases.crash, fault_cases.ok, fault_cases.hang, fault_cases.out_of_memory, fault_cases.ok]
+    # The forkserver up first: a case's limit covers its worker's start, and a boot (9 s on the
+    # slowest 2-core class) would otherwise spend each 5 s limit before the case starts.
+    start_forkserver()
     started = time.monotonic()
     records = [run_isolated(SPEC, timeout_s=5, target=t) for t in targets]
     assert [r.status for r in records] == ["failed", "ok", "failed", "failed", "ok"]
@@ -54,7 +57,7 @@ def test_a_forkserver_whose_imports_hang_fails_the_case_at_its_time_limit(monkey
     """A worker starts once its forkserver has imported everything; an import or a CPU Adam build
     that hangs there would hang the run with no word. The case's time limit covers its worker's start."""
     from perfsuite.core.preloads import ENV
-    from perfsuite.worker.process import ForkserverHung, renew_forkserver, start_forkserver
+    from perfsuite.worker.process import ForkserverHung, renew_forkserver
 
     monkeypatch.setenv(ENV, "hangs_at_import")
     here = str(Path(fault_cases.__file__).parent)  # for the forkserver's own interpreter
