@@ -63,9 +63,9 @@ time_retries = {_TIER.time_retries}
 time_drift_limit = {_TIER.time_drift_limit}
 max_refresh_spread = 1.0
 """
-# The slowdown injected: 25% against the tier's 15% floor; twice the floor where a class's is wider
-# (the wait is a share of the engine's step, so of less than the whole step: on amd-25.1-avx2 an
-# injected 25% read +17% raw).
+# The slowdown injected: 25% against the tier's 15% floor; twice the floor where a class's is wider,
+# so that it stands clear of that class's gate (on amd-25.1-avx2 an injected 25% read +17.2%, and
+# 50% read +49.2%: docs/timing.md).
 SLOWDOWN = 0.25 if _TIER.time_floor <= 0.15 else 2 * _TIER.time_floor
 
 # Nightly: about 3 minutes, and a full `python -m pytest` measured 16:56 on a slow hour with it.
