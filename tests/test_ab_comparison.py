@@ -51,6 +51,18 @@ def test_a_case_stopped_before_its_first_look_shows_its_pairs_mean_without_a_ver
     assert row[1:4] == ["undecided (interrupted)", "1.062 before the first look", "4 alternate"]
     (row,) = rows({"cases": [{**case, "ratios": []}]})
     assert row[2:4] == ["—", "0 alternate"]
+    (row,) = rows({"cases": [{**case, "interrupted": False, "stopped": "B (current): its worker did not start"}]})
+    assert row[1:4] == ["undecided (stopped)", "1.062 before the first look", "4 alternate"]
+
+
+def test_a_comparison_a_dead_side_stopped_says_so_first() -> None:
+    from perfsuite.reports.ab import verdict_line
+
+    counts = {"regressed": 0, "improved": 0, "same": 1, "undecided": 1, "skipped": 0, "cannot test": 0}
+    side = {"probe": {"libraries": {"torch": {"version": "2.13.0"}}}, "code": None}
+    line = verdict_line({"verdicts": counts, "stopped": 1, "sides": {"base": side, "candidate": side}})
+    assert line.startswith("STOPPED when a side stopped answering, no regression called before it: ")
+    assert line.endswith("; STOPPED with 1 case(s) unfinished")
 
 
 @pytest.mark.parametrize(
@@ -78,3 +90,32 @@ def test_the_headline_says_no_regression_only_where_every_case_was_decided(
     line = verdict_line({"verdicts": counts, "interrupted": interrupted, "sides": {"base": side, "candidate": side}})
     assert line.startswith(head)
     assert line.endswith(f"; INTERRUPTED with {interrupted} case(s) unfinished" if interrupted else "versions)")
+
+
+def test_a_comparison_a_dead_side_stopped_is_no_pass_and_says_why(tmp_path: Any) -> None:
+    """Cases left open when a side's server died are not a pass (exit 3, as when nothing could be
+    tested); the pairs they had are written, and the reason is said."""
+    import json
+
+    from rich.console import Console
+
+    from perfsuite.ab.rounds import CaseResult
+
+    said: list[str] = []
+    sides = [
+        SimpleNamespace(name=name, env=SimpleNamespace(label="current", moved=()), probe={"libraries": {}})
+        for name in ("base", "candidate")
+    ]
+    schedule = schedule_for(1, floor=0.03, alpha=0.05, first=None, cap=None)
+    run = AbRun(tuple(sides), [], schedule, say=said.append)  # type: ignore[arg-type]
+    open_ = CaseResult(case="tiny-bert-adafactor", log_ratios=[0.05, 0.04], stopped="B (current): its worker died")
+    options = SimpleNamespace(upgrade=None, json=tmp_path / "ab.json", report=None)
+    with (tmp_path / "out").open("w") as out:
+        console = Console(file=out, width=200)
+        code = run.finish([CaseResult(case="tiny-bert-vanilla"), open_], options, 12.0, console)  # type: ignore[arg-type]
+    assert "undecided (stopped)" in (tmp_path / "out").read_text()
+    assert code == 3
+    assert any(line.endswith("when a side stopped answering: B (current): its worker died") for line in said), said
+    written = json.loads((tmp_path / "ab.json").read_text())
+    assert written["stopped"] == 1
+    assert len(written["cases"][1]["ratios"]) == 2

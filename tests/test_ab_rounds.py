@@ -201,6 +201,47 @@ def test_a_look_reached_in_the_interrupted_round_still_decides() -> None:
     assert not slower.interrupted
 
 
+class DiesAtReset(FakeSide):
+    """B's side of ``FakeSide``, whose server is gone by its ``after``-th forkserver renewal."""
+
+    def __init__(self, after: int, log: list[str], scale: dict[str, float]) -> None:
+        super().__init__("B", scale, log)
+        self.after = after
+
+    def reset(self) -> None:
+        from perfsuite.ab.envs import EnvError
+
+        super().reset()
+        if self.log.count("B reset") == self.after:
+            raise EnvError("B (current): its worker did not start (exit -9)")
+
+
+def test_a_side_that_dies_between_rounds_keeps_every_pair_and_stops_the_open_cases() -> None:
+    log: list[str] = []
+    heard: list[str] = []
+    # vanilla is called same at 6 pairs; adafactor (10% slower) may be called slower only at 14. B's
+    # server is gone at the 9th renewal: 8 rounds ran, adafactor's 8 pairs stand, judged at each look.
+    sides = (FakeSide("A", {}, log), DiesAtReset(9, log, {"tiny-bert-adafactor": 1.10}))
+    schedule = Schedule(first=6, step=2, cap=60, floor=0.03, confidence=0.95, alarms=(14,))
+    same, open_ = _rounds(
+        [_spec(), _spec("adafactor")],
+        sides,
+        schedule,
+        progress=lambda r, finished: heard.append(f"{r.case} {r.verdict} {finished}"),
+    )
+    assert same.time is not None
+    assert same.time.verdict == "same"
+    assert same.stopped is None
+    assert open_.stopped == "B (current): its worker did not start (exit -9)"
+    assert open_.error is None
+    assert open_.verdict == "undecided"
+    assert len(open_.log_ratios) == 8
+    assert open_.time is not None
+    assert open_.time.pairs == 8
+    assert open_.as_json()["stopped"] == open_.stopped
+    assert heard[-1] == "tiny-bert-adafactor undecided True"  # finished, and said so
+
+
 def test_a_duet_worker_waits_for_its_peer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(duet.READY, str(tmp_path / "0"))
     monkeypatch.setenv(duet.PEER, str(tmp_path / "1"))

@@ -110,7 +110,7 @@ class Bisection:
             return CaseResult(case=self.spec.id, error=str(exc))
         try:
             side.check_pins()
-            return compare_case(
+            result = compare_case(
                 self.spec,
                 (good, side),
                 schedule,
@@ -118,6 +118,9 @@ class Bisection:
                 timeout_s=self.options.timeout or 600.0,
                 device_type=self.options.device_type,
             )
+            if result.stopped is not None:  # a side died between rounds: this version is not tested
+                result.error = result.stopped
+            return result
         except EnvError as exc:
             return CaseResult(case=self.spec.id, error=str(exc))
         finally:

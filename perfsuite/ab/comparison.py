@@ -226,6 +226,7 @@ class AbRun:
             },
             "cases": [r.as_json() for r in results],
             "interrupted": sum(r.interrupted for r in results),
+            "stopped": sum(r.stopped is not None for r in results),
             "verdicts": {v: sum(r.verdict == v for r in results) for v in _VERDICTS},
         }
 
@@ -243,6 +244,12 @@ class AbRun:
             self.say(
                 f"perfsuite ab: interrupted: {payload['interrupted']} case(s) left undecided, with the pairs they had"
             )
+        if payload["stopped"]:
+            why = next(r.stopped for r in results if r.stopped is not None)
+            self.say(
+                f"perfsuite ab: stopped: {payload['stopped']} case(s) left undecided, with the pairs they had, "
+                f"when a side stopped answering: {why}"
+            )
 
         def render(out: Path) -> list[Path]:
             try:
@@ -254,7 +261,9 @@ class AbRun:
         write_results(payload, json_file=options.json, report_dir=options.report, render=render, say=self.say)
         if counts["cannot test"] and counts["cannot test"] + counts["skipped"] == len(results):
             return 3  # no case compared, one at least for want of a side: not a pass
-        return 1 if counts["regressed"] else 0
+        if counts["regressed"]:
+            return 1
+        return 3 if payload["stopped"] else 0  # cases left open for want of a side: not a pass
 
 
 _VERDICTS = ("regressed", "improved", "same", "undecided", "skipped", "cannot test")

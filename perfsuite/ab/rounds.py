@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfsuite.ab.envs import EnvError
 from perfsuite.ab.lanes import Lane, Plan, hand_out, reset_lanes
 from perfsuite.ab.pairs import Choice, Mode, Pair, check_mode, duet_fits, step_times
 from perfsuite.ab.sides import Side
@@ -55,6 +56,9 @@ class CaseResult:
     """Both sides skipped the case, as the suite skips it (``error`` says why): not compared, not a failure."""
     interrupted: bool = False
     """The comparison was stopped (Ctrl-C, SIGTERM) before this case's verdict: undecided, its pairs kept."""
+    stopped: str | None = None
+    """Why the rounds ended before this case's verdict when a side stopped answering (its server died
+    between rounds): undecided, its pairs kept."""
     explanation: Explanation | None = None
     """Its verdict's cause, where one was explained (:mod:`perfsuite.ab.explain`)."""
 
@@ -89,7 +93,7 @@ class CaseResult:
             return "regressed"
         if any(not c.ok for c in self.checks) or (self.time is not None and self.time.verdict == "faster"):
             return "improved"
-        if self.interrupted or (self.time is not None and self.time.verdict == "undecided"):
+        if self.interrupted or self.stopped or (self.time is not None and self.time.verdict == "undecided"):
             return "undecided"
         return "same"
 
@@ -99,6 +103,7 @@ class CaseResult:
             "verdict": self.verdict,
             "error": self.error,
             "interrupted": self.interrupted,
+            "stopped": self.stopped,
             "time": _finite(dataclasses.asdict(self.time)) if self.time is not None else None,
             "mode": self.mode,
             "step_time_s": {  # per pair: each side's median step time, and its timed steps
@@ -205,6 +210,8 @@ def compare_cases(
     case's after its first pair; with ``stop_on_regression`` a case whose memory or loss
     regressed is finished there, its time undecided. ``progress`` hears of each verdict (and each
     error), and whether the case is finished, ``on_round`` of each round's start (its index, the cases it runs).
+    A side whose server dies fails the pair it was running; at the next round's renewal the rounds
+    end, and each case still open is ``stopped``, keeping its pairs and the verdicts its looks reached.
 
     ``lanes``: both sides (one lane), or the lanes of ``plan`` (:mod:`perfsuite.ab.lanes`), whose
     forkservers are all renewed before each round; within a round the open cases go to free lanes.
@@ -229,7 +236,13 @@ def compare_cases(
     try:
         while pending:
             on_round(index, len(pending))
-            reset_lanes(running)
+            try:
+                reset_lanes(running)
+            except EnvError as exc:  # a side's server died: no round can run, but every pair so far stands
+                for spec in pending:
+                    results[spec.id].stopped = str(exc)
+                    progress(results[spec.id], True)
+                break
 
             def run(lane: Lane, case: str, gpu: str | None, cancel: threading.Event | None, index: int = index) -> Pair:
                 fields = spec_fields(by_id[case], profile=index == 0)

@@ -56,8 +56,9 @@ def rows(payload: Mapping[str, Any]) -> list[list[str]]:
             continue
         time_cell, pairs = _time(case)
         verdict = case["verdict"]
-        if case.get("interrupted"):  # its time is the last look's; the pairs, all it had
-            verdict, pairs = f"{verdict} (interrupted)", f"{len(case['ratios'])} {case.get('mode', '')}".strip()
+        cut = "interrupted" if case.get("interrupted") else "stopped" if case.get("stopped") else None
+        if cut:  # its time is the last look's; the pairs, all it had
+            verdict, pairs = f"{verdict} ({cut})", f"{len(case['ratios'])} {case.get('mode', '')}".strip()
         peak, breakdown = _memory(case)
         diff = case["loss"]["max_abs_diff"]
         if case["case"] in noted:  # its cause: the note under the table (summary.md: above it)
@@ -82,6 +83,8 @@ def verdict_line(payload: Mapping[str, Any]) -> str:
         head = "REGRESSED"
     elif payload.get("interrupted"):  # a case stopped half-way may have been on its way to a regression
         head = "INTERRUPTED, no regression called before it stopped"
+    elif payload.get("stopped"):
+        head = "STOPPED when a side stopped answering, no regression called before it"
     elif not any(counts.get(v) for v in ("same", "improved", "undecided")):
         head = "nothing compared"  # every case skipped, or not testable
     else:  # "no regression" only where every case was decided
@@ -91,6 +94,7 @@ def verdict_line(payload: Mapping[str, Any]) -> str:
     code = [payload["sides"][name].get("code") for name in ("base", "candidate")]
     changed = f"the project's code {code[0]} → {code[1]}; " if all(code) and code[0] != code[1] else ""
     stopped = f"; INTERRUPTED with {n} case(s) unfinished" if (n := payload.get("interrupted")) else ""
+    stopped += f"; STOPPED with {n} case(s) unfinished" if (n := payload.get("stopped")) else ""
     return f"{head}: {parts} (base → candidate: {changed}{moved or 'the same versions'}){stopped}"
 
 
