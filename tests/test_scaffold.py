@@ -87,7 +87,7 @@ def test_init_writes_gates_that_fit_the_machine(tmp_path: Path) -> None:
     slowest = resolve_tolerance(
         settings, hardware="cpu", case_id="acme-vanilla", precision="fp32", time_class="amd-25.1-avx2"
     )
-    assert (slowest.time_floor, slowest.ceiling, slowest.time_retries) == (0.25, 0.25, 2)
+    assert (slowest.time_floor, slowest.ceiling, slowest.time_retries) == (0.20, 0.20, 2)
     gpu = resolve_tolerance(settings, hardware="nvidia-h100-80gb-hbm3", case_id="acme-vanilla", precision="fp32")
     assert (gpu.time_floor, gpu.ceiling) == (0.05, 0.05)
 
