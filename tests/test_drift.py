@@ -202,6 +202,20 @@ def test_a_few_cases_run_in_their_tests_without_a_drift(pytester: pytest.Pyteste
     assert "CPU case(s) first" not in result.stdout.str()
 
 
+def test_a_class_whose_table_turns_the_drift_off_runs_its_cases_in_their_tests(pytester: pytest.Pytester) -> None:
+    """Which cases run first follows this machine's time class, as their gates do."""
+    from perfsuite.core.hardware import local_cpu_class
+
+    _project(pytester, 0.15, "*=1.0")
+    pyproject = pytester.path / "pyproject.toml"
+    table = f'\n[tool.perfsuite.overrides."{local_cpu_class()}/*"]\ntime_drift_limit = 0.0\n'
+    pyproject.write_text(pyproject.read_text() + table)
+    result = pytester.runpytest_subprocess(*ARGS)
+    assert result.ret == 0, result.stdout.str()
+    assert sorted((pytester.path / "runs.log").read_text().split()) == sorted(f"tiny-bert-{c}" for c in CASES)
+    assert "CPU case(s) first" not in result.stdout.str()
+
+
 def test_replayed_records_are_what_the_baselines_hold() -> None:
     baseline = json.loads((BASELINES / "cpu" / "tiny-bert-vanilla.json").read_text())
     record = record_of(baseline, next(iter(baseline["time"])))

@@ -183,12 +183,7 @@ class PerfsuiteSession:
         unique = list(dict.fromkeys(specs))
         if self.refresh or len(unique) < MIN_CASES:
             return
-        drifting = [
-            spec
-            for spec in unique
-            if resolve_tolerance(self.settings, hardware="cpu", case_id=spec.id, precision="fp32").time_drift_limit > 0
-        ]
-        if not drifting:
+        if not self.drifts.gates_any(unique):
             return  # no case is gated against the drift (time_drift_limit 0): each runs in its test
         heading = f"perfsuite: running {len(unique)} CPU case(s) first; their median change is the session's drift"
         self.runs.run_each_once(unique, progress, heading)

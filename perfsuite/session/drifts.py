@@ -3,12 +3,13 @@ before any was gated, and what the summary and the results file say of it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from perfsuite.core.baselines import BaselineError, load_baseline
 from perfsuite.core.drift import Drift, drift_group, estimate
 from perfsuite.core.gates import time_change
+from perfsuite.core.hardware import local_cpu_class
 from perfsuite.core.observation import observe
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
@@ -31,6 +32,18 @@ class SessionDrift:
         """The cases run before any was gated, with their first record: the drift is their median change."""
         self.groups: dict[str, tuple[Drift | None, float]] = {}
         """drift group → (the session's drift, the time_drift_limit of the cases it was estimated over)."""
+
+    def gates_any(self, specs: Sequence[CaseSpec]) -> bool:
+        """Whether any of ``specs`` is gated against the drift on this machine (a ``time_drift_limit``
+        above 0 in its tolerance for this CPU's time class): else none of them needs running first."""
+        time_class = local_cpu_class()
+        return any(
+            resolve_tolerance(
+                self.settings, hardware="cpu", case_id=spec.id, precision="fp32", time_class=time_class
+            ).time_drift_limit
+            > 0
+            for spec in specs
+        )
 
     def of(self, record: CaseRecord) -> Drift | None:
         """The session's drift for ``record``'s group (``None`` when no case was run first)."""
