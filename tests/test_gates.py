@@ -26,8 +26,8 @@ def _baseline(**changes: Any) -> dict[str, Any]:
         time_class=CLASS,
         time_unit="calibrated",
         calibration="numpy-mix-v1",
-        times=[4.0, 4.2, 3.9],
-        step_time_s=[0.4, 0.42, 0.39],
+        times=[4.0, 4.2, 4.0],
+        step_time_s=[0.4, 0.42, 0.4],
         peaks=[100 * MIB] * 3,
         breakdowns=[{"activations": 80 * MIB, "parameters": 2 * MIB}] * 3,
         losses=[[2.0, 1.5, 1.0]] * 3,
@@ -56,7 +56,7 @@ def _observed(**changes: Any) -> Observation:
 def test_baseline_records_median_and_largest_relative_deviation() -> None:
     base = _baseline()
     assert base["time"][CLASS]["median"] == 4.0
-    assert base["time"][CLASS]["spread"] == pytest.approx(0.05)  # |4.2 - 4.0| / 4.0
+    assert base["time"][CLASS]["spread"] == pytest.approx(0.05)  # 4.2 against the other two's median, 4.0
     assert base["memory"]["spread"] == 0.0
     assert base["loss_repeat_max_abs_diff"] == 0.0
 
@@ -189,8 +189,8 @@ def test_refusals_name_each_unstable_metric() -> None:
         time_class=CLASS,
         time_unit="s",
         calibration=None,
-        times=[1.0, 1.3, 0.7],
-        step_time_s=[1.0, 1.3, 0.7],
+        times=[1.0, 1.3, 1.0],
+        step_time_s=[1.0, 1.3, 1.0],
         peaks=[100 * MIB, 100 * MIB, 110 * MIB],
         breakdowns=[{}] * 3,
         losses=[[1.0, 0.5], [1.0, 0.5], [1.0, 0.6]],
@@ -240,7 +240,7 @@ def test_a_noisy_refresh_never_records_a_gate_wider_than_the_ceiling(
 ) -> None:
     """Either the refresh refuses the spread, or the gate it makes is within the ceiling."""
     tol = Tolerance(time_floor=floor, time_k=k, time_ceiling=ceiling, max_refresh_spread=1.0)
-    new = _repeats("c", [1.0, 1.0 + spread, 1.0 - spread])
+    new = _repeats("c", [1.0, 1.0 + spread, 1.0])  # 1 + spread against the others' median, 1.0
     refused = refusals(new, tol, CLASS)
     assert bool(refused) is (k * spread > ceiling + 1e-12)
     if not refused:
@@ -248,7 +248,7 @@ def test_a_noisy_refresh_never_records_a_gate_wider_than_the_ceiling(
 
 
 def test_a_refusal_says_what_to_run_next() -> None:
-    new = _repeats("convnet-vanilla-conv_step", [1.0, 1.134, 0.9])
+    new = _repeats("convnet-vanilla-conv_step", [1.0, 1.134, 1.0])
     (reason,) = refusals(new, Tolerance(), CLASS)
     assert reason.startswith(
         "step time spread 13.4% over 3 repeats, so its gate would be ±40.2% (3 × spread), wider than its ceiling ±15%"
@@ -265,7 +265,8 @@ def test_more_repeats_set_the_farthest_aside() -> None:
     assert robust_spread([0.01, -0.02, 0.03, 0.4, -0.01, 0.02, 0.35]) == 0.03  # seven: two
     assert robust_spread([0.02]) is None
     steps = [[1.0, 1.0], [1.02, 1.02], [0.99, 0.99], [1.5, 1.5], [1.01, 1.01]]
-    assert time_spread([1.0, 1.02, 0.99, 1.5, 1.01], steps) == pytest.approx(0.02 / 1.01, rel=1e-6)
+    # Each against the other four's median: 0.99 against 1.015 is the largest once 1.5 is set aside.
+    assert time_spread([1.0, 1.02, 0.99, 1.5, 1.01], steps) == pytest.approx(0.025 / 1.015, rel=1e-6)
 
 
 def test_observe_takes_the_calibrated_or_the_absolute_time() -> None:
@@ -321,7 +322,7 @@ def test_step_times_compare_step_by_step_when_the_baseline_has_them() -> None:
         time_unit="calibrated",
         calibration="numpy-mix-v1",
         times=[1.4] * 3,
-        time_steps=[[v * f for v in steps] for f in (1.0, 1.01, 0.99)],
+        time_steps=[[v * f for v in steps] for f in (1.0, 1.01, 1.0)],
         step_time_s=[0.1] * 3,
         peaks=[1] * 3,
         breakdowns=[{}] * 3,

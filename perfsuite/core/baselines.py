@@ -21,12 +21,14 @@ import statistics
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from perfsuite.core.hardware import hardware_key
 from perfsuite.core.stats import paired_change
 
 __all__ = ["hardware_key"]  # re-exported: where a baseline file lives
+
+_T = TypeVar("_T")
 
 BASELINE_SCHEMA_VERSION = 2
 PYTEST_BENCHMARK_FILE = "pytest-benchmark.json"
@@ -261,20 +263,37 @@ def robust_spread(deviations: Sequence[float]) -> float | None:
 
 
 def repeat_deviations(times: Sequence[float], time_steps: Sequence[Sequence[float]] = ()) -> list[float]:
-    """Each repeat's relative deviation: its paired change from the per-step medians where steps are
-    given (:func:`perfsuite.core.stats.paired_change`), else its deviation from the median."""
-    steps = [statistics.median(values) for values in zip(*time_steps, strict=True)] if time_steps else []
-    if steps:
-        return [paired_change(repeat, steps) for repeat in time_steps]
-    median = statistics.median(times)
-    if median == 0:
-        return [0.0 if v == 0 else math.inf for v in times]
-    return [(v - median) / median for v in times]
+    """Each repeat's relative deviation from the baseline the other repeats make, as a later run is
+    gated against the baseline: its paired change from their per-step medians where steps are given
+    (:func:`perfsuite.core.stats.paired_change`), else its change from their median.
+
+    Leaving the repeat out matters step by step: of three repeats, each is itself the per-step median
+    at about a third of the steps, and counted against itself those ratios of exactly 1 pull the
+    median of its ratios to 1, so a spread read that way collapses toward 0 however far apart the
+    repeats land."""
+    if len(times) < 2:
+        return [0.0 for _ in times]
+    if step_medians(time_steps):
+        return [paired_change(repeat, step_medians(_without(time_steps, i))) for i, repeat in enumerate(time_steps)]
+    deviations = []
+    for i, value in enumerate(times):
+        median = statistics.median(_without(times, i))
+        deviations.append((value - median) / median if median else (0.0 if value == 0 else math.inf))
+    return deviations
+
+
+def step_medians(time_steps: Sequence[Sequence[float]]) -> list[float]:
+    """Each step's median over repeats (``[]`` for none): what a baseline keeps and a run is paired with."""
+    return [statistics.median(values) for values in zip(*time_steps, strict=True)]
+
+
+def _without(values: Sequence[_T], index: int) -> list[_T]:
+    return [v for i, v in enumerate(values) if i != index]
 
 
 def time_spread(times: Sequence[float], time_steps: Sequence[Sequence[float]] = ()) -> float | None:
     """The step-time spread of a refresh's repeats: :func:`robust_spread` of their
-    :func:`repeat_deviations`."""
+    :func:`repeat_deviations` (the largest, once outliers of more than three repeats are set aside)."""
     if len(times) < 2:
         return None
     return robust_spread(repeat_deviations(times, time_steps))
@@ -285,12 +304,11 @@ def cannot_fit(deviations: Sequence[float], widest: float, most_repeats: int) ->
     with these ``deviations`` within ``widest``.
 
     Of ``most_repeats``, :func:`set_aside` sets ``k`` aside, and the rest must lie within ``widest`` of
-    the final median ``m``: between ``m(1 - widest)`` and ``m(1 + widest)``. Wherever further repeats
-    put that median, at least ``len(deviations) - k`` of these repeats must then lie in one such band,
-    so the largest of them at most ``(1 + widest) / (1 - widest)`` times the smallest; when not that
-    many do, more repeats cannot change the verdict. That holds exactly for whole-run times. Repeats
-    timed step by step are compared as ``1 + deviation`` (their paired changes), which move with the
-    per-step medians as repeats come in, so ``widest`` is taken :data:`FIT_WINDOW_MARGIN` wider.
+    the others' median, which further repeats settle near the final median ``m``: so at least
+    ``len(deviations) - k`` of these repeats must lie in one band from ``m(1 - widest)`` to
+    ``m(1 + widest)``, the largest at most ``(1 + widest) / (1 - widest)`` times the smallest. When not
+    that many do, more repeats cannot change the verdict. Each repeat is placed at ``1 + deviation``,
+    against medians that move as repeats come in, so the band is taken :data:`FIT_WINDOW_MARGIN` wider.
     """
     needed = len(deviations) - set_aside(most_repeats)
     wide = widest * FIT_WINDOW_MARGIN
@@ -302,10 +320,10 @@ def cannot_fit(deviations: Sequence[float], widest: float, most_repeats: int) ->
 
 
 FIT_WINDOW_MARGIN = 1.5
-"""How much wider :func:`cannot_fit` takes the widest spread than the bound on whole-run times, for the
-per-step medians' drift. An estimate, not a proof: in 20,000 simulated refreshes through the refresh's
-own loop (``tests/test_baselines.py``) it gave up on no case that more repeats would have recorded,
-where a quarter wider gave up on one."""
+"""How much wider :func:`cannot_fit` takes the band than the widest spread, for the medians' drift. An
+estimate, not a proof: in 20,000 simulated refreshes through the refresh's own loop
+(``tests/test_baselines.py``) it gave up on no case that more repeats would have recorded, where 1.25
+gave up on two."""
 
 
 def build_baseline(
@@ -328,18 +346,16 @@ def build_baseline(
 
     ``times`` are the compared values (calibrated or seconds), one per repeat, filed under
     ``time_class``; ``time_steps`` the same per timed step, one list per repeat: the
-    baseline keeps each step's median over repeats, which later runs are compared with
-    step by step, and the spread is :func:`time_spread`'s (the largest paired change of a
-    repeat, once outliers of more than three repeats are set aside). ``step_time_s`` the absolute medians, kept
-    for a reader. The loss curve
-    stored is the first repeat's (repeats on one stack agree to the last bits;
-    :func:`refusals` checks that).
+    baseline keeps each step's median over repeats, which later runs are compared with step by
+    step, and the spread is :func:`time_spread`'s. ``step_time_s`` the absolute medians, kept for a
+    reader. The loss curve stored is the first repeat's (repeats on one stack agree to the last
+    bits; :func:`refusals` checks that).
     """
     if time_unit not in TIME_UNITS:
         raise ValueError(f"time unit {time_unit!r}; valid: {', '.join(TIME_UNITS)}")
     if not (len(times) == len(step_time_s) == len(peaks) == len(breakdowns) == len(losses) >= 1):
         raise ValueError("every repeat needs a time, a peak, a breakdown and a loss curve")
-    steps = [statistics.median(values) for values in zip(*time_steps, strict=True)] if time_steps else []
+    steps = step_medians(time_steps)
     categories = sorted(breakdowns[0])
     breakdown = {c: int(statistics.median(b.get(c, 0) for b in breakdowns)) for c in categories}
     memory_values = [float(p) for p in peaks]

@@ -23,7 +23,7 @@ class Tolerance:
     time_floor: float = 0.05
     """Smallest relative step-time tolerance, either way (a GPU's 5%)."""
     time_k: float = 3.0
-    """Multiple of the baseline's recorded relative spread (:func:`perfsuite.core.baselines.robust_spread`)."""
+    """Multiple of the baseline's recorded relative spread (:func:`perfsuite.core.baselines.time_spread`)."""
     time_ceiling: float = 0.15
     """Largest relative step-time tolerance, either way (never below ``time_floor``): no gate is
     wider, so none is silently blind to a change this large. A refresh whose spread would set a wider
