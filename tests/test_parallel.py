@@ -19,7 +19,7 @@ _FAKE = "@pytest.hookimpl(tryfirst=True)\ndef pytest_perfsuite_run_case(config, 
 assert _FAKE in FAKE_RUNNER
 LOGGED_RUNNER = (
     FAKE_RUNNER.replace(_FAKE, "def fake_run(config, spec, timeout_s):")
-    + '''
+    + """
 
 def _log(what, start):
     with open(os.environ["PARALLEL_LOG"], "a") as log:
@@ -34,7 +34,7 @@ def pytest_perfsuite_run_case(config, spec, timeout_s):
         return fake_run(config, spec, timeout_s)
     finally:
         _log("run", start)
-'''
+"""
 )
 
 PLAIN_TESTS = """
