@@ -105,3 +105,19 @@ def test_wheels_that_do_not_match_their_sums_are_not_installed(machine: dict[str
     assert done.stderr.strip().splitlines()[-1].endswith(" wheels' again and carry it")
     assert "does not match its SHA256SUMS" in done.stderr
     assert "pip install" not in Path(machine["FAKE_LOG"]).read_text()
+
+
+def test_perfsuite_is_built_with_the_carried_setuptools_and_the_images_own_stays(machine: dict[str, str]) -> None:
+    machine["FAKE_INSTALLED"] = "0"
+    wheels = Path(machine["REPO"]) / ".whl"
+    (wheels / "setuptools-84.2.1-py3-none-any.whl").write_bytes(b"setuptools")
+    subprocess.run("sha256sum ./*.whl > SHA256SUMS", shell=True, cwd=wheels, check=True)  # noqa: S602,S607
+    done = _install(machine, CPU_ADAM_SHA256="")
+    assert done.returncode == 0, done.stderr
+    installs = [line for line in Path(machine["FAKE_LOG"]).read_text().splitlines() if "pip install" in line]
+    carried, editable = installs
+    assert "a-1-py3-none-any.whl" in carried
+    assert "setuptools" not in carried  # into the image: every carried wheel but the build backend
+    assert editable.endswith("-e .")
+    assert "--find-links .whl" in editable  # built in pip's own environment, from .whl
+    assert "--no-build-isolation" not in editable
