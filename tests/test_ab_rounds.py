@@ -295,6 +295,56 @@ def test_memory_and_loss_are_told_at_the_first_pair_and_may_end_the_case_there(s
     assert len(same.log_ratios) == 6
 
 
+def _at_peak(peak: int, **breakdown: int) -> CaseRecord:
+    figures = {"status": "ok", "device": "cpu", "time_class": "fake", "model": "team-tf", "strategy": "vanilla"}
+    figures |= {"step_time_s": {"median": 0.1, "samples": [0.1] * 4}, "loss": [2.0, 1.5]}
+    figures |= {"peak_memory_bytes": peak, "memory_breakdown_bytes": breakdown, "applied": {}}
+    return CaseRecord.from_json(figures, "team-tf-vanilla")
+
+
+MIB = 2**20
+WIDE = _at_peak(8 * MIB, activations=6 * MIB, gradients=780, temporaries=2 * MIB)
+NARROW = _at_peak(6 * MIB, activations=4 * MIB + 300_000, gradients=70_000, temporaries=MIB + 700_000)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "verdict", "line"),
+    [
+        # A lower peak is less memory, though a category grew at its moment: the moment moved.
+        (
+            WIDE,
+            NARROW,
+            "improved",
+            "improved: peak memory -25.0%, memory: activations -28.6%, "
+            "memory: gradients +67.6 KiB, memory: temporaries -16.6% at pair 1",
+        ),
+        (
+            NARROW,
+            WIDE,
+            "regressed",
+            "regressed: peak memory +33.3%, memory: activations +40.0%, "
+            "memory: gradients -98.9%, memory: temporaries +19.9% at pair 1",
+        ),
+        # The same peak, another make-up: a category that grew counts.
+        (
+            WIDE,
+            _at_peak(8 * MIB, activations=5 * MIB, gradients=MIB + 780, temporaries=2 * MIB),
+            "regressed",
+            "regressed: memory: activations -16.7%, memory: gradients +1,024.0 KiB at pair 1",
+        ),
+    ],
+)
+def test_a_lower_peak_is_an_improvement_whatever_moved_at_its_moment(
+    a: CaseRecord, b: CaseRecord, verdict: str, line: str
+) -> None:
+    from perfsuite.ab.comparison import checks_line
+
+    result = rounds.CaseResult(case="team-tf-vanilla")
+    rounds._memory_and_loss(result, a, b, Tolerance())
+    assert result.verdict == verdict
+    assert checks_line(result) == line
+
+
 def test_a_candidate_that_starts_from_other_weights_changes_the_loss_and_says_why() -> None:
     """Another random generator or initialisation in the candidate is another loss curve: the
     case regressed at pair 1, the message naming the weights, not a divergence at step 0."""

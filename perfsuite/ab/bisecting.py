@@ -17,6 +17,7 @@ from perfsuite.ab.options import BisectOptions
 from perfsuite.ab.rounds import CaseResult, compare_case
 from perfsuite.ab.sides import Side
 from perfsuite.core.declaration import load_project
+from perfsuite.core.gates import BREAKDOWN_PREFIX, PEAK_MEMORY
 from perfsuite.core.preloads import preload_for
 from perfsuite.core.results import write_results
 from perfsuite.core.spec import CaseSpec, parse_case_id, tier_spec
@@ -49,7 +50,7 @@ def changed(result: CaseResult, metric: str) -> bool | None:
             return True
         if metric == "loss":
             return check_metric == "loss"
-        return check_metric == "peak memory" or check_metric.startswith("memory:")
+        return check_metric == PEAK_MEMORY or check_metric.startswith(BREAKDOWN_PREFIX)
 
     return any(not c.ok for c in result.checks if counts(c.metric))
 

@@ -16,6 +16,7 @@ from perfsuite.ab.options import AbOptions
 from perfsuite.ab.pairs import Choice
 from perfsuite.ab.rounds import CaseResult, compare_cases
 from perfsuite.ab.sides import Side
+from perfsuite.core.gates import BREAKDOWN_PREFIX
 from perfsuite.core.paired import SAME_CONFIDENCE, Schedule, alarm_looks, case_confidence, min_pairs
 from perfsuite.core.preloads import preload_for
 from perfsuite.core.provenance import now
@@ -75,11 +76,20 @@ def checks_line(result: CaseResult) -> str:
             what.append(f"loss from other initial weights ({check.baseline} → {check.measured})")
         elif check.metric == "loss" and diff is not None:
             what.append(f"loss max |Δ| {diff:.3g}")
+        elif check.metric.startswith(BREAKDOWN_PREFIX) and _few_bytes(result, check.metric):
+            # Against a category of a few bytes a percentage says nothing: its bytes do.
+            name = check.metric.removeprefix(BREAKDOWN_PREFIX)
+            change = result.breakdown_b.get(name, 0) - result.breakdown_a.get(name, 0)
+            what.append(f"{check.metric} {change / 2**10:+,.1f} KiB")
         elif check.rel is not None:
             what.append(f"{check.metric} {check.rel:+.1%}")
         else:
             what.append(check.metric)
     return f"{word}: {', '.join(what)} at pair 1"
+
+
+def _few_bytes(result: CaseResult, metric: str) -> bool:
+    return abs(result.breakdown_a.get(metric.removeprefix(BREAKDOWN_PREFIX), 0)) < Tolerance().memory_atol_bytes
 
 
 @dataclasses.dataclass

@@ -236,11 +236,17 @@ def check_time(
     )
 
 
+PEAK_MEMORY = "peak memory"
+"""The metric of a case's peak memory check."""
+BREAKDOWN_PREFIX = "memory: "
+"""The metric of each breakdown category's check, before the category: ``memory: activations``."""
+
+
 def check_memory(case_id: str, baseline: Mapping[str, Any], observed: Observation, tol: Tolerance) -> list[Check]:
     memory = baseline["memory"]
-    pairs: list[tuple[str, float | None, float | None]] = [("peak memory", memory["peak_bytes"], observed.peak_bytes)]
+    pairs: list[tuple[str, float | None, float | None]] = [(PEAK_MEMORY, memory["peak_bytes"], observed.peak_bytes)]
     categories = sorted(set(memory["breakdown"]) | set(observed.breakdown))
-    pairs += [(f"memory: {c}", memory["breakdown"].get(c), observed.breakdown.get(c)) for c in categories]
+    pairs += [(f"{BREAKDOWN_PREFIX}{c}", memory["breakdown"].get(c), observed.breakdown.get(c)) for c in categories]
     checks = []
     for metric, base, now in pairs:
         if base is None or now is None:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from perfsuite.core.explain import gradients, profile
 from perfsuite.core.explain.records import ExplainRecord, TensorEntry
 from perfsuite.core.explain.tensors import CATEGORY_KINDS
+from perfsuite.core.gates import BREAKDOWN_PREFIX, PEAK_MEMORY
 
 SKIPPED = {"perfsuite"}
 """Versions a reference does not pin: perfsuite measures, it is not measured."""
@@ -38,7 +39,7 @@ def aspects_failed(metrics: Sequence[str]) -> tuple[str, ...]:
     ``memory: buffers``, ``loss``)."""
     wanted = {
         "time": "step time" in metrics,
-        "memory": any(m == "peak memory" or m.startswith("memory: ") for m in metrics),
+        "memory": any(m == PEAK_MEMORY or m.startswith(BREAKDOWN_PREFIX) for m in metrics),
         "loss": "loss" in metrics,
     }
     return tuple(a for a, on in wanted.items() if on)
