@@ -296,7 +296,8 @@ def test_memory_and_loss_are_told_at_the_first_pair_and_may_end_the_case_there(s
 
 
 def _at_peak(peak: int, **breakdown: int) -> CaseRecord:
-    figures = {"status": "ok", "device": "cpu", "time_class": "fake", "model": "team-tf", "strategy": "vanilla"}
+    figures: dict[str, Any] = {"status": "ok", "device": "cpu", "time_class": "fake", "model": "team-tf"}
+    figures["strategy"] = "vanilla"
     figures |= {"step_time_s": {"median": 0.1, "samples": [0.1] * 4}, "loss": [2.0, 1.5]}
     figures |= {"peak_memory_bytes": peak, "memory_breakdown_bytes": breakdown, "applied": {}}
     return CaseRecord.from_json(figures, "team-tf-vanilla")

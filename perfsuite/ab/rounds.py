@@ -21,7 +21,7 @@ from perfsuite.ab.sides import Side
 from perfsuite.core.baselines import build_baseline
 from perfsuite.core.check import Check
 from perfsuite.core.explain.explanation import Explanation
-from perfsuite.core.gates import BREAKDOWN_PREFIX, PEAK_MEMORY, check_memory
+from perfsuite.core.gates import check_memory, is_regression
 from perfsuite.core.kernels import check_kernels
 from perfsuite.core.loss import check_loss
 from perfsuite.core.observation import observe
@@ -79,23 +79,9 @@ class CaseResult:
 
     @property
     def checks_regressed(self) -> bool:
-        """Whether memory or the loss regressed: more memory, or another loss. Known at the first
-        pair (both are deterministic on one stack); the time needs its pairs.
-
-        The breakdown is taken at the moment of the peak, so where the peak itself fell past its
-        tolerance, a category that grew there is that moment moving, not more memory."""
-        peak_fell = any(c.metric == PEAK_MEMORY and not c.ok and c.rel is not None and c.rel < 0 for c in self.checks)
-
-        def regressed(check: Check) -> bool:
-            if check.ok:
-                return False
-            if check.metric == "loss":
-                return True
-            if peak_fell and check.metric.startswith(BREAKDOWN_PREFIX):
-                return False
-            return check.rel is None or check.rel > 0
-
-        return any(regressed(c) for c in self.checks)
+        """Whether memory or the loss regressed (:func:`~perfsuite.core.gates.is_regression`). Known
+        at the first pair (both are deterministic on one stack); the time needs its pairs."""
+        return any(is_regression(c, self.checks) for c in self.checks)
 
     @property
     def verdict(self) -> str:
