@@ -159,6 +159,9 @@ def test_a_deleted_baseline_fails_with_the_refresh_command(
             "record one with `perfsuite baselines refresh -k tiny-bert-fp16`*"
         ]
     )
+    said = result.stdout.str()
+    assert said.count("no baseline for tiny-bert-fp16 on cpu: ") == 2, said  # its failure and the summary's
+    assert "During handling of the above exception" not in said
     # Skipped before it runs: a run would crash here, and would fail the case.
     monkeypatch.setenv("FAKE_CRASH", "tiny-bert-fp16")
     skipped = gate(project, "--perfsuite-missing=skip", "-rs")

@@ -292,13 +292,12 @@ class PerfsuiteSession:
             return
         try:
             baseline = load_baseline(path, case_id=spec.id, hardware=hardware)
-        except MissingBaseline as exc:
-            outcome.status, outcome.message = "missing", str(exc)
-            if self.missing == "skip":
+        except BaselineError as exc:  # failed outside the handler: a message said once, not chained
+            outcome.status, outcome.message = "missing" if isinstance(exc, MissingBaseline) else "failed", str(exc)
+            baseline = None
+        if baseline is None:
+            if outcome.status == "missing" and self.missing == "skip":
                 pytest.skip(outcome.message)
-            pytest.fail(outcome.message, pytrace=False)
-        except BaselineError as exc:
-            outcome.message = str(exc)
             pytest.fail(outcome.message, pytrace=False)
         outcome.baseline = baseline_figures(baseline, time_class)
         outcome.tolerance = dataclasses.asdict(tolerance)
