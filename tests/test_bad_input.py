@@ -164,6 +164,7 @@ AB = [
     (["--base", "current", "--candidate", "current", "--alpha", "1"], "--alpha: 1 must lie in (0, 1) (0.05 is 5%)"),
     (["--base", "current", "--candidate", "current", "--pairs", "0"], "--pairs: must be at least 1, got 0"),
     (["--base", "current", "--candidate", "current", "--pairs", "6", "--max-pairs", "4"], "--max-pairs 4 is below"),
+    (["--base", "current", "--candidate", "current", "--max-pairs", "6"], "--max-pairs 6 is below 7, the fewest"),
     (["--base", "current", "--candidate", "current", "--models", "bert-huge"], "unknown model 'bert-huge'"),
     (["--base", "current", "--candidate", "current", "--steps", "0"], "--steps: must be at least 1, got 0"),
     (["--base", "current", "--candidate", "current", "--json", "{tmp}"], "--json: {tmp}: is a directory"),
@@ -174,6 +175,10 @@ AB = [
 ]
 BISECT = [
     (["transformers", "--good", "5.0.0", "--bad", "4.57.6", "--case", "tiny-gpt2-vanilla"], "wrong order"),
+    (
+        ["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "tiny-gpt2-vanilla", "--max-pairs", "3"],
+        "below 7",
+    ),
     (["transformers", "--good", "5.0.0", "--bad", "5.0.0", "--case", "tiny-gpt2-vanilla"], "are both 5.0.0"),
     (["transformers", "--good", "five", "--bad", "5.0.0", "--case", "tiny-gpt2-vanilla"], "not a version"),
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "tiny-nope"], "'tiny-nope' is not a case id"),

@@ -37,6 +37,19 @@ has a 5% change called slower by 60 pairs in nearly every simulated comparison
 (benchmarks/ab/simulate.py; the figures in docs/ab.md, "What the schedule decides")."""
 
 
+def cap_problem(pairs: int | None, max_pairs: int | None) -> str | None:
+    """Why ``--max-pairs`` cannot be the cap (``None`` where it can): below ``--pairs``, or, without
+    ``--pairs``, below the fewest pairs :func:`schedule_for` gives a verdict on."""
+    if max_pairs is None:
+        return None
+    if pairs is not None:
+        return f"--max-pairs {max_pairs} is below --pairs {pairs}" if max_pairs < pairs else None
+    fewest = min_pairs(SAME_CONFIDENCE) + 1
+    if max_pairs < fewest:
+        return f"--max-pairs {max_pairs} is below {fewest}, the fewest pairs a verdict is given on (or set --pairs)"
+    return None
+
+
 def schedule_for(cases: int, *, floor: float, alpha: float, first: int | None, cap: int | None) -> Schedule:
     """Pairs per case: no verdict before the first alarm look (pair 15 for 35 cases), then 2 more
     pairs at a time while undecided, up to :data:`MAX_PAIRS`; *slower* and *faster* only at the

@@ -133,7 +133,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfsuite.ab.comparison import AbRun, Failed
+    from perfsuite.ab.comparison import AbRun, Failed, cap_problem
     from perfsuite.ab.envs import EnvError, parse_env, parse_held
     from perfsuite.ab.lanes import plan_for
     from perfsuite.ab.options import AbOptions
@@ -156,8 +156,9 @@ def run(args: argparse.Namespace) -> int:
         specs, device_type, defaults, note = select(args, here=False, threads=1)
         check_mode(specs, device_type, args.mode)
         plan_for(specs, device_type, args.mode, args.jobs)  # more lanes than cores or GPUs: before any set-up
-        if args.max_pairs is not None and args.pairs is not None and args.max_pairs < args.pairs:
-            raise ValueError(f"--max-pairs {args.max_pairs} is below --pairs {args.pairs}")
+        problem = cap_problem(args.pairs, args.max_pairs)
+        if problem is not None:
+            raise ValueError(problem)
         options = AbOptions(
             base=base,
             candidate=candidate,

@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
     from perfsuite.ab.bisect import BisectError, between, check_order, index_versions
     from perfsuite.ab.bisecting import Bisection, case_spec
+    from perfsuite.ab.comparison import cap_problem
     from perfsuite.ab.envs import EnvError, make_env, parse_held
     from perfsuite.ab.options import BisectOptions
     from perfsuite.reports.tables import log_console
@@ -95,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("name the package to bisect, or give --own to bisect the project's commits, not both")
         if args.own and args.repo:
             raise ValueError("--repo is a package's clone; --own bisects the project's own repository")
+        problem = cap_problem(args.pairs, args.max_pairs) if args.metric == "time" else None
+        if problem is not None:
+            raise ValueError(problem)
         if args.commits and not args.repo:
             raise ValueError("--commits bisects a clone's commits: give the clone with --repo")
         if args.repo is not None:
