@@ -115,6 +115,26 @@ def test_every_command_refuses_bad_settings_before_anything_runs(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    _refused_before_anything_runs(argv, text, message, tmp_path, capsys, monkeypatch)
+
+
+@pytest.mark.parametrize("argv", [c for c in COMMANDS if c[0] != "report"], ids=" ".join)
+def test_every_command_that_reads_the_models_refuses_a_misspelt_key_before_anything_runs(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = '[tool.perfsuite.models.team-tf]\nfactory = "teamml.models:build"\nbatch_sise = 2\n'
+    message = "tool.perfsuite.models.team-tf: unknown key 'batch_sise'; valid: factory"
+    _refused_before_anything_runs(argv, text, message, tmp_path, capsys, monkeypatch)
+
+
+def _refused_before_anything_runs(
+    argv: list[str],
+    text: str,
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.chdir(tmp_path)
 
     def ran(*args: object, **kwargs: object) -> None:

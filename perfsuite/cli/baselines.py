@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perfsuite.cli.common import project_baselines
+from perfsuite.cli.common import load_project, project_baselines
 from perfsuite.cli.interrupt import terminate_as_interrupt
 from perfsuite.cli.options import REPEATS, SCOPE, output_file, positive_seconds
 from perfsuite.core.declaration import read_pyproject
@@ -68,6 +68,7 @@ def run(args: Any) -> int:
     from perfsuite.worker.device import asked_device_type
 
     project_baselines()  # [tool.perfsuite] checked here: a mistake is one line, before pytest starts
+    load_project()  # and its models, matrix and engines
     if args.tests is None:
         args.tests = Path(read_pyproject(Path("pyproject.toml")).get("tests", "tests/test_matrix.py"))
     if not args.tests.is_file():
