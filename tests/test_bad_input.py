@@ -325,8 +325,10 @@ class _Session:
 
     def __init__(self, code: int) -> None:
         self.code = code
+        self.started: list[list[str]] = []
 
     def __call__(self, argv: list[str], **kwargs: object) -> _Session:
+        self.started.append(argv)
         return self
 
     def wait(self, timeout: float | None = None) -> int:
@@ -351,9 +353,14 @@ def test_a_refresh_that_selects_nothing_or_misuses_pytest_is_bad_input(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(Path(__file__).parents[1])  # the repository's matrix test
-    monkeypatch.setattr(subprocess, "Popen", _Session(code))
+    session = _Session(code)
+    monkeypatch.setattr(subprocess, "Popen", session)
     exit_code = main(["baselines", "refresh", "--device", "cpu", *argv])
     err = capsys.readouterr().err
+    if code == pytest.ExitCode.NO_TESTS_COLLECTED:  # told by a quiet collection: no refresh session, no header
+        (collected,) = session.started
+        assert "--collect-only" in collected
+        assert "--perfsuite-refresh" not in collected
     if code == pytest.ExitCode.TESTS_FAILED:
         assert exit_code == code
         assert not err

@@ -86,12 +86,14 @@ def run(args: Any) -> int:
     except ValueError as exc:
         print(f"perfsuite: error: {exc}", file=sys.stderr)
         return 2
-    argv = [str(args.tests), "-m", "cpu" if device == "cpu" else "gpu", "--perfsuite-refresh"]
-    argv += [f"--perfsuite-repeats={args.repeats}", "-p", "no:cacheprovider"]
+    selection = [str(args.tests), "-m", "cpu" if device == "cpu" else "gpu", "-p", "no:cacheprovider"]
     if args.expression:
-        argv += ["-k", args.expression]
+        selection += ["-k", args.expression]
     if args.scope:
-        argv.append(f"--perfsuite-scope={args.scope}")
+        selection.append(f"--perfsuite-scope={args.scope}")
+    if (args.expression or args.scope or args.pytest_args) and _selects_nothing([*selection, *args.pytest_args]):
+        return _refresh_exit_code(_NO_TESTS_COLLECTED, args, device)  # one line, before pytest's header
+    argv = [*selection, "--perfsuite-refresh", f"--perfsuite-repeats={args.repeats}"]
     if args.missing:
         argv.append("--perfsuite-refresh-missing")
     if args.time_limit is not None:
@@ -114,6 +116,12 @@ def run(args: Any) -> int:
                 child.kill()
                 child.wait()
             return interrupt.exit_code
+
+
+def _selects_nothing(selection: list[str]) -> bool:
+    """Whether pytest collects no case for this selection (a few seconds, its output not shown)."""
+    collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", *selection]
+    return subprocess.Popen(collect, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).wait() == _NO_TESTS_COLLECTED
 
 
 def _refresh_exit_code(code: int, args: Any, device: str) -> int:
