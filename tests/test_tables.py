@@ -194,3 +194,16 @@ def test_under_the_compare_table_a_key_says_what_delta_time_is() -> None:
     assert f"\n- {GATE_KEY}" in gate_markdown([outcome], refresh=False)
     refreshed = SimpleNamespace(case="tiny-bert-vanilla", status="refreshed", diff=[], message="", checks=[])
     assert GATE_KEY not in gate_text([refreshed], refresh=True)
+
+
+def test_the_first_line_says_what_the_gates_catch() -> None:
+    from perfsuite.reports.tables import verdict
+
+    cls = "amd-25.1-avx2"
+    line = verdict(["passed"] * 3, [(True, cls, 0.15), (True, cls, 0.20), (True, cls, 0.20)])
+    assert line == (
+        "perfsuite: passed: 3 passed; step time gated for all 3: 1 of 3 catch a change of 15% or less, "
+        "2 only a change of 20.0% or more"
+    )
+    line = verdict(["passed"] * 2, [(True, cls, 0.20), (True, cls, 0.30)])
+    assert line.endswith("0 of 2 catch a change of 15% or less, 2 only a change of 20.0%-30.0% or more")

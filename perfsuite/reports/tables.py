@@ -263,7 +263,7 @@ def verdict(
         catches = f": {sensitive} of {len(limits)} catch a change of {GATE_SENSITIVE:.0%} or less"
         wide = sorted(limit for limit in limits if limit > GATE_SENSITIVE + 1e-9)
         if wide:
-            span = f"{wide[0]:.1%}" if len(wide) == 1 else f"{wide[0]:.1%}-{wide[-1]:.1%}"
+            span = f"{wide[0]:.1%}" if wide[0] == wide[-1] else f"{wide[0]:.1%}-{wide[-1]:.1%}"
             catches += f", {len(wide)} only a change of {span} or more"
     if not uncompared:
         return line + (f"; step time gated for all {len(time_checks)}{catches}" if time_checks else "")
