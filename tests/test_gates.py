@@ -133,7 +133,7 @@ def test_loss_names_first_diverging_step_and_largest_differences() -> None:
     tol = Tolerance(loss_rtol=1e-3, loss_atol=1e-4)
     check = check_loss("c", _baseline(), _observed(losses=[2.0, 1.52, 1.1]), tol)
     assert not check.ok
-    assert "at step 1 of 3: 1.52 vs 1.5" in check.message
+    assert "at step 1 (of 0-2): 1.52 vs 1.5" in check.message
     assert "largest absolute difference 0.1 (step 2), largest relative 0.1" in check.message
 
 

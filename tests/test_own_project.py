@@ -109,7 +109,7 @@ def test_a_team_guards_its_own_models_recipe_and_code(
     expected: dict[str, str | tuple[str, ...]] = {"widget-acme-recipe": ("memory", "loss"), ACME["grad_accum"]: "loss"}
     changed.assert_outcomes(passed=len(CASES) - len(expected), failed=len(expected), skipped=1)
     assert_fail_on(changed, expected)
-    changed.stdout.fnmatch_lines(["widget-acme-recipe: loss diverges from the baseline at step 0 of 14:*"])
+    changed.stdout.fnmatch_lines(["widget-acme-recipe: loss diverges from the baseline at step 0 (of 0-13):*"])
     changed.stdout.fnmatch_lines([f"*{REFUSED}*{REFUSAL}*"])
     for path, text in zip((pyproject, train), originals, strict=True):
         path.write_text(text)

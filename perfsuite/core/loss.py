@@ -116,7 +116,8 @@ def _curve(case_id: str, baseline: Mapping[str, Any], observed: Observation, tol
         f"{now[first]:.6g} at step {first}",
         change,
         how,
-        f"{case_id}: loss diverges from the baseline at step {first} of {len(now)}: {now[first]!r} vs {base[first]!r}; "
+        f"{case_id}: loss diverges from the baseline at step {first} (of 0-{len(now) - 1}): "
+        f"{now[first]!r} vs {base[first]!r}; "
         f"largest absolute difference {diffs[worst]:.3g} (step {worst}), largest relative {max(rels):.3g}; "
         f"tolerance {how}",
         **numbers,

@@ -126,7 +126,7 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
     losses = [float(o.loss) for o in out.warm + out.timed]
     bad = first_non_finite(losses)
     if bad is not None:
-        raise NonFiniteLoss(f"loss is {losses[bad]} at optimizer step {bad} (of {len(losses)})")
+        raise NonFiniteLoss(f"loss is {losses[bad]} at optimizer step {bad} (of 0-{len(losses) - 1})")
     out.micro_batches = engine.micro_batches(len(losses))
     if spec.profile:
         # The FLOPs are counted in the memory profile's step, whose peak that leaves as it is (no

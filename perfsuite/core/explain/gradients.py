@@ -213,7 +213,8 @@ def describe(cause: LossCause) -> str:
     if cause.loss_a is not None and cause.loss_b is not None:
         head += f" ({cause.loss_a:.6g} → {cause.loss_b:.6g})"
     said = _shape_said(cause)
-    inputs = f"{', '.join(cause.differ)} differ" if cause.differ else "the same initial weights, data and learning rate"
+    verb = "differs" if cause.differ == ("learning rate",) else "differ"  # initial weights, data: plural
+    inputs = f"{', '.join(cause.differ)} {verb}" if cause.differ else "the same initial weights, data and learning rate"
     lines = [head, said]
     if cause.last_only is not None:
         other = "A" if cause.last_only == "B" else "B"
