@@ -224,6 +224,16 @@ def test_an_engine_of_the_project_trains_only_its_factory_models(tmp_path: Path,
         _declare(tmp_path, text)
 
 
+def test_a_case_through_the_wrong_kind_of_engine_names_the_engine_and_the_case_id(tmp_path: Path, team: str) -> None:
+    _declare(tmp_path, _declaration(team))
+    with pytest.raises(ValueError, match=r"mine is built by the project's factory .* not loop: --engine mine_step, "):
+        CaseSpec(model="mine", strategy="vanilla", engine="loop")
+    with pytest.raises(ValueError, match="the case mine-vanilla-mine_step$"):  # what bisect --case takes
+        CaseSpec(model="mine", strategy="vanilla", engine="loop")
+    with pytest.raises(ValueError, match="mine_step trains the models the project builds with a factory; tiny-bert"):
+        CaseSpec(model="tiny-bert", strategy="vanilla", engine="mine_step")
+
+
 def _check(tmp_path: Path, team: str, **names: str) -> dict[str, Any]:
     from perfsuite.worker.project import check_case
 

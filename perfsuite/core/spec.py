@@ -136,12 +136,18 @@ class CaseSpec:
         object.__setattr__(self, "model_spec", get_model_spec(self.model))
         object.__setattr__(self, "strategy_spec", resolve(self.strategy))
         object.__setattr__(self, "engine_spec", project_engine(check_engine(self.engine)))
-        if (self.model_spec.factory is not None) != (self.engine_spec is not None):
-            own = ", ".join(PROJECT_ENGINES) or "none declared"
+        if self.model_spec.factory is not None and self.engine_spec is None:
+            own = next(iter(PROJECT_ENGINES), "<engine>")
             raise ValueError(
-                f"{self.model} through {self.engine}: a model the project builds with a factory trains through "
-                f"an engine of the project's (--engine: {own}), and only such a model does "
-                f"(its case ids end in the engine's name: {self.model}-{self.strategy}-<engine>)"
+                f"{self.model} is built by the project's factory and trains through an engine of the project's "
+                f"({', '.join(PROJECT_ENGINES) or 'none declared'}), not {self.engine}: --engine {own}, "
+                f"the case {self.model}-{self.strategy}-{own}"
+            )
+        if self.model_spec.factory is None and self.engine_spec is not None:
+            raise ValueError(
+                f"{self.engine} trains the models the project builds with a factory; {self.model} is built from "
+                f"a transformers config: --engine loop or trainer, the case {self.model}-{self.strategy}"
+                f" or {self.model}-{self.strategy}-trainer"
             )
         if self.steps < 1 or self.warmup_steps < 0:
             raise ValueError("steps must be >= 1 and warmup_steps >= 0")
