@@ -116,6 +116,9 @@ def test_what_each_verdict_asks_for() -> None:
     assert wanted(_result("c", "same"), "auto") == ()
     assert wanted(_result("c", "undecided", _failing("loss")), "auto") == ("time", "loss")
     assert wanted(_result("c", "same", _failing("peak memory")), "auto") == ("memory",)
+    # Activations live within a step: its ops (the time's profile) say what made them.
+    assert wanted(_result("c", "same", _failing("memory: activations")), "auto") == ("time", "memory")
+    assert wanted(_result("c", "same", _failing("memory: buffers")), "auto") == ("memory",)
     assert wanted(_result("c", "same"), "all") == ("time", "memory", "loss")
     interrupted = _result("c", "slower")
     interrupted.interrupted = True

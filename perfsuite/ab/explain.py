@@ -55,6 +55,7 @@ def wanted(result: CaseResult, choice: str) -> tuple[str, ...]:
         time_verdict=result.time.verdict if result.time is not None else None,
         memory_moved="memory" in failed,
         loss_parted="loss" in failed,
+        step_ops="time" in failed,
     )
 
 

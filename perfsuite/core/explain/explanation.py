@@ -27,13 +27,16 @@ SHOWN_PER_LEVEL = 3
 """Changes per level in the summary's lines (the report's tables show them all)."""
 
 
-def aspects(explain: str, *, time_verdict: str | None, memory_moved: bool, loss_parted: bool) -> tuple[str, ...]:
-    """What to explain of one case (see the module's docstring); ``()`` for nothing."""
+def aspects(
+    explain: str, *, time_verdict: str | None, memory_moved: bool, loss_parted: bool, step_ops: bool = False
+) -> tuple[str, ...]:
+    """What to explain of one case (see the module's docstring); ``()`` for nothing. ``step_ops``: a
+    category that lives within a step moved, which only the step's ops (the time's profile) say."""
     if explain == "none":
         return ()
     if explain == "all":
         return ASPECTS
-    wanted = {"time": time_verdict not in (None, "same"), "memory": memory_moved, "loss": loss_parted}
+    wanted = {"time": time_verdict not in (None, "same") or step_ops, "memory": memory_moved, "loss": loss_parted}
     return tuple(a for a in ASPECTS if wanted[a])
 
 

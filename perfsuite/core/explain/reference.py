@@ -37,8 +37,11 @@ def reference_pins(then: Mapping[str, str | None], now: Mapping[str, str | None]
 def aspects_failed(metrics: Sequence[str]) -> tuple[str, ...]:
     """What failing checks ask to explain, by their metrics (``step time``, ``peak memory``,
     ``memory: buffers``, ``loss``)."""
+    within_step = any(
+        m.startswith(BREAKDOWN_PREFIX) and m.removeprefix(BREAKDOWN_PREFIX) not in CATEGORY_KINDS for m in metrics
+    )
     wanted = {
-        "time": "step time" in metrics,
+        "time": "step time" in metrics or within_step,  # the step's ops say what a within-step category holds
         "memory": any(m == PEAK_MEMORY or m.startswith(BREAKDOWN_PREFIX) for m in metrics),
         "loss": "loss" in metrics,
     }

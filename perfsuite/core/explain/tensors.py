@@ -187,7 +187,7 @@ def describe(category: CategoryCause) -> str:
         moved = category.bytes_b - category.bytes_a
     head = name if moved is None else f"{name} {_signed_mib(moved)}"
     if category.category not in CATEGORY_KINDS:
-        return f"{head}: not in the inventory (they live within a step); the step's ops say what allocates them"
+        return f"{head}: not in the inventory (they live within a step); the step's ops, under time, say what ran"
     if not category.changes:
         return f"{head}: no tensor differs by name, dtype or shape"
     net = sum(c.delta for c in category.changes)
