@@ -45,6 +45,10 @@ def test_refresh_outside_a_checkout_says_where_to_run_it(
     monkeypatch.chdir(tmp_path)
     assert main(["baselines", "refresh", "-k", "tiny-bert"]) == 2
     assert "no matrix test at tests/test_matrix.py; run this from the repository's root" in capsys.readouterr().err
+    (tmp_path / "pyproject.toml").write_text('[tool.perfsuite]\ntests = "tests/test_perf.py"\n')
+    assert main(["baselines", "refresh", "-k", "tiny-bert"]) == 2
+    said = "no matrix test at tests/test_perf.py ([tool.perfsuite] tests in pyproject.toml); run this from"
+    assert said in capsys.readouterr().err
 
 
 def test_list_shows_both_registries(capsys: pytest.CaptureFixture[str]) -> None:

@@ -69,11 +69,14 @@ def run(args: Any) -> int:
 
     project_baselines()  # [tool.perfsuite] checked here: a mistake is one line, before pytest starts
     load_project()  # and its models, matrix and engines
+    where = ""
     if args.tests is None:
-        args.tests = Path(read_pyproject(Path("pyproject.toml")).get("tests", "tests/test_matrix.py"))
+        configured = read_pyproject(Path("pyproject.toml")).get("tests")
+        where = " ([tool.perfsuite] tests in pyproject.toml)" if configured else ""
+        args.tests = Path(configured or "tests/test_matrix.py")
     if not args.tests.is_file():
         print(
-            f"perfsuite: error: no matrix test at {args.tests}; run this from the repository's root, "
+            f"perfsuite: error: no matrix test at {args.tests}{where}; run this from the repository's root, "
             "pass --tests, or write one with `perfsuite init`",
             file=sys.stderr,
         )
