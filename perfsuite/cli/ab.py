@@ -64,7 +64,7 @@ def add_parser(sub: Any) -> None:
         "--own",
         metavar="BASE..HEAD",
         help="the same as --base-ref with both sides commits: BASE's code as the base, HEAD's as the candidate "
-        "(BASE...HEAD: from their merge base)",
+        "(BASE...HEAD: from their merge base; BASE alone: BASE..HEAD)",
     )
     ab.add_argument(
         "--with",
