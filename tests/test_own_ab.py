@@ -4,7 +4,7 @@
 
 Each side's server runs in its own copy of the project and imports the team's modules from it: the
 probe's file paths show which. Memory changes are decided at the first pair, so the per-push tests
-compare one pair; nightly, a slower step is called *slower* and an unchanged commit *same*."""
+compare one pair; nightly, a slower step is called *slower* and an unchanged commit no regression."""
 
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def test_a_slower_step_is_called_slower_and_an_unchanged_commit_same(
 ) -> None:
     """The pull request's verdict: three matmuls a step for a diagnostic make both cases slower (their
     loss as before, their memory at most the diagnostic's tensors more); a commit that changes only
-    documentation is the same."""
+    documentation is no regression, each case same or, where its pairs are too noisy, undecided."""
     root = repository(tmp_path / "repo")
     docs = commit(root, "Document the step", readme="The step is cross-entropy, clipped.")
     slower = commit(root, "Log a probe each step", change=SLOWER)
@@ -183,4 +183,9 @@ def test_a_slower_step_is_called_slower_and_an_unchanged_commit_same(
     assert 0 <= moved["convnet-grad_accum-conv_step"] <= 2 * 384 * 384 * 4
     out = tmp_path / "same.json"
     assert main(["ab", "--own", f"{docs}~1..{docs}", *both, "--json", str(out)]) == 0
-    assert {c["time"]["verdict"] for c in json.loads(out.read_text())["cases"]} == {"same"}
+    # Never slower or faster. Same where its pairs hold still: convnet-vanilla's did not on a 2-core
+    # AVX2 host (its step 5.5-10 ms from one forkserver to the next, the pairs' log ratio sd 0.23, where
+    # grad_accum's was 0.013), and 60 pairs left it undecided, B/A 0.977 [0.889, 1.040]: what it is.
+    verdicts = {c["case"]: c["time"]["verdict"] for c in json.loads(out.read_text())["cases"]}
+    assert verdicts["convnet-grad_accum-conv_step"] == "same"
+    assert verdicts[CASE] in ("same", "undecided")
