@@ -4,8 +4,10 @@ error), before anything runs or is written."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -108,29 +110,33 @@ SETTINGS = [
 @pytest.mark.parametrize(("text", "message"), SETTINGS, ids=["negative floor", "tolerance 5", "baselines a file"])
 @pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
 def test_every_command_refuses_bad_settings_before_anything_runs(
-    argv: list[str],
-    text: str,
-    message: str,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str], text: str, message: str, refused: Callable[[list[str], str, str], None]
 ) -> None:
-    _refused_before_anything_runs(argv, text, message, tmp_path, capsys, monkeypatch)
+    refused(argv, text, message)
 
 
 @pytest.mark.parametrize("argv", [c for c in COMMANDS if c[0] != "report"], ids=" ".join)
 def test_every_command_that_reads_the_models_refuses_a_misspelt_key_before_anything_runs(
-    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    argv: list[str], refused: Callable[[list[str], str, str], None]
 ) -> None:
     text = '[tool.perfsuite.models.team-tf]\nfactory = "teamml.models:build"\nbatch_sise = 2\n'
-    message = "tool.perfsuite.models.team-tf: unknown key 'batch_sise'; valid: factory"
-    _refused_before_anything_runs(argv, text, message, tmp_path, capsys, monkeypatch)
+    refused(argv, text, "tool.perfsuite.models.team-tf: unknown key 'batch_sise'; valid: factory")
+
+
+@pytest.fixture
+def refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Callable[[list[str], str, str], None]:
+    """``refused(argv, text, message)``: with ``text`` as pyproject.toml, ``perfsuite argv`` exits 2
+    saying ``message`` in one line, and runs and writes nothing."""
+    return functools.partial(_refused_before_anything_runs, tmp_path=tmp_path, capsys=capsys, monkeypatch=monkeypatch)
 
 
 def _refused_before_anything_runs(
     argv: list[str],
     text: str,
     message: str,
+    *,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
