@@ -331,7 +331,7 @@ NARROW = _at_peak(6 * MIB, activations=4 * MIB + 300_000, gradients=70_000, temp
             WIDE,
             _at_peak(8 * MIB, activations=5 * MIB, gradients=MIB + 780, temporaries=2 * MIB),
             "regressed",
-            "regressed: memory: activations -16.7%, memory: gradients +1,024.0 KiB at pair 1",
+            "regressed: memory: activations -16.7%, memory: gradients +1.0 MiB at pair 1",
         ),
     ],
 )

@@ -232,6 +232,11 @@ def test_a_case_through_the_wrong_kind_of_engine_names_the_engine_and_the_case_i
         CaseSpec(model="mine", strategy="vanilla", engine="loop")
     with pytest.raises(ValueError, match="mine_step trains the models the project builds with a factory; tiny-bert"):
         CaseSpec(model="tiny-bert", strategy="vanilla", engine="mine_step")
+    # Ranks are launched by the loop alone: no engine of the project's is offered for them.
+    with pytest.raises(ValueError, match="whose engines train one process; a case of 2 ranks runs through the loop"):
+        CaseSpec(model="mine", strategy="ddp", engine="loop", world_size=2)
+    with pytest.raises(ValueError, match="--engine loop, the case tiny-bert-ddp-ws2$"):
+        CaseSpec(model="tiny-bert", strategy="ddp", engine="mine_step", world_size=2)
 
 
 def _check(tmp_path: Path, team: str, **names: str) -> dict[str, Any]:

@@ -93,7 +93,11 @@ def checks_line(result: CaseResult) -> str:
             # Against a category of a few bytes a percentage says nothing: its bytes do.
             name = check.metric.removeprefix(BREAKDOWN_PREFIX)
             change = result.breakdown_b.get(name, 0) - result.breakdown_a.get(name, 0)
-            what.append(f"{check.metric} {change / 2**10:+,.1f} KiB")
+            what.append(
+                f"{check.metric} {change / 2**10:+,.1f} KiB"
+                if abs(change) < 2**20
+                else f"{check.metric} {change / 2**20:+,.1f} MiB"
+            )
         elif check.rel is not None:
             what.append(f"{check.metric} {check.rel:+.1%}")
         else:

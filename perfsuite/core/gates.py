@@ -242,21 +242,28 @@ BREAKDOWN_PREFIX = "memory: "
 """The metric of each breakdown category's check, before the category: ``memory: activations``."""
 
 
-def peak_fell(checks: Sequence[Check]) -> bool:
-    """Whether the peak memory fell past its tolerance. The breakdown is taken at the moment of the
-    peak, so a category that grew there then is that moment moving, not more memory."""
+MOMENT_CATEGORIES = frozenset({"gradients", "activations", "temporaries"})
+"""The breakdown's categories whose size depends on the moment of the step the peak falls at (the
+others, parameters, buffers, optimizer state and other, hold through a step)."""
+
+
+def moved_with_the_peak(metric: str, checks: Sequence[Check]) -> bool:
+    """Whether ``metric`` is a category of :data:`MOMENT_CATEGORIES` where the peak memory fell past its
+    tolerance: the breakdown is taken at the moment of the peak, so such a category that grew is that
+    moment moving, not more memory."""
+    if metric.removeprefix(BREAKDOWN_PREFIX) not in MOMENT_CATEGORIES or not metric.startswith(BREAKDOWN_PREFIX):
+        return False
     return any(c.metric == PEAK_MEMORY and not c.ok and c.rel is not None and c.rel < 0 for c in checks)
 
 
 def is_regression(check: Check, checks: Sequence[Check]) -> bool:
     """Whether a failing ``check`` (one of ``checks``, a case's) is a regression: another loss, or a
-    figure that grew (more memory, a slower step), but not a breakdown category that grew at a peak
-    that fell (:func:`peak_fell`)."""
+    figure that grew (more memory, a slower step), but not a category that :func:`moved_with_the_peak`."""
     if check.ok:
         return False
     if check.metric == "loss":
         return True
-    if check.metric.startswith(BREAKDOWN_PREFIX) and peak_fell(checks):
+    if moved_with_the_peak(check.metric, checks):
         return False
     return check.rel is None or check.rel > 0
 
@@ -289,7 +296,7 @@ def check_memory(case_id: str, baseline: Mapping[str, Any], observed: Observatio
         if not ok:
             if now < base:
                 verdict = "less than the baseline: refresh it if expected"
-            elif metric != PEAK_MEMORY and peak_fell(checks):
+            elif moved_with_the_peak(metric, checks):
                 verdict = "more than the baseline at the peak, which fell: refresh it if expected"
             else:
                 verdict = "more than the baseline: a regression"

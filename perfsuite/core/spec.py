@@ -136,19 +136,9 @@ class CaseSpec:
         object.__setattr__(self, "model_spec", get_model_spec(self.model))
         object.__setattr__(self, "strategy_spec", resolve(self.strategy))
         object.__setattr__(self, "engine_spec", project_engine(check_engine(self.engine)))
-        if self.model_spec.factory is not None and self.engine_spec is None:
-            own = next(iter(PROJECT_ENGINES), "<engine>")
-            raise ValueError(
-                f"{self.model} is built by the project's factory and trains through an engine of the project's "
-                f"({', '.join(PROJECT_ENGINES) or 'none declared'}), not {self.engine}: --engine {own}, "
-                f"the case {self.model}-{self.strategy}-{own}"
-            )
-        if self.model_spec.factory is None and self.engine_spec is not None:
-            raise ValueError(
-                f"{self.engine} trains the models the project builds with a factory; {self.model} is built from "
-                f"a transformers config: --engine loop or trainer, the case {self.model}-{self.strategy}"
-                f" or {self.model}-{self.strategy}-trainer"
-            )
+        wrong = _wrong_engine(self, factory=self.model_spec.factory is not None, own=self.engine_spec is not None)
+        if wrong is not None:
+            raise ValueError(wrong)
         if self.steps < 1 or self.warmup_steps < 0:
             raise ValueError("steps must be >= 1 and warmup_steps >= 0")
         if self.threads is not None and self.threads < 1:
@@ -182,6 +172,36 @@ class CaseSpec:
         ranks = "" if self.world_size == 1 else f"-ws{self.world_size}"
         suffix = "" if self.engine == "loop" else f"-{self.engine}"
         return f"{self.model}-{self.strategy}{ranks}{suffix}"
+
+
+def _wrong_engine(spec: CaseSpec, *, factory: bool, own: bool) -> str | None:
+    """Why a model cannot train through ``spec``'s engine, and what to give instead (``None``: it can).
+    A model the project builds with a factory trains through an engine of the project's (one process),
+    and only such a model does."""
+    model, strategy, engine = spec.model, spec.strategy, spec.engine
+    if factory and not own:
+        if spec.world_size > 1:
+            return (
+                f"{model} is built by the project's factory, whose engines train one process; a case of "
+                f"{spec.world_size} ranks runs through the loop engine, which trains a transformers model"
+            )
+        if not PROJECT_ENGINES:
+            return f"{model} is built by the project's factory: declare its engine under [tool.perfsuite.engines]"
+        first = next(iter(PROJECT_ENGINES))
+        return (
+            f"{model} is built by the project's factory and trains through an engine of the project's "
+            f"({', '.join(PROJECT_ENGINES)}), not {engine}: --engine {first}, the case {model}-{strategy}-{first}"
+        )
+    if own and not factory:
+        if spec.world_size > 1:
+            choice, ids = "--engine loop", f"{model}-{strategy}-ws{spec.world_size}"
+        else:
+            choice, ids = "--engine loop or trainer", f"{model}-{strategy} or {model}-{strategy}-trainer"
+        return (
+            f"{engine} trains the models the project builds with a factory; {model} is built from a "
+            f"transformers config: {choice}, the case {ids}"
+        )
+    return None
 
 
 def dropout_for(world_size: int) -> bool:

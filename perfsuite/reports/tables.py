@@ -263,7 +263,8 @@ def verdict(
         catches = f": {sensitive} of {len(limits)} catch a change of {GATE_SENSITIVE:.0%} or less"
         wide = sorted(limit for limit in limits if limit > GATE_SENSITIVE + 1e-9)
         if wide:
-            span = f"{wide[0]:.1%}" if wide[0] == wide[-1] else f"{wide[0]:.1%}-{wide[-1]:.1%}"
+            low, high = f"{wide[0]:.1%}", f"{wide[-1]:.1%}"
+            span = low if low == high else f"{low}-{high}"
             catches += f", {len(wide)} only a change of {span} or more"
     if not uncompared:
         return line + (f"; step time gated for all {len(time_checks)}{catches}" if time_checks else "")

@@ -1,10 +1,11 @@
 """A case's explanation: what was explained and why, the cause of each, said in a few lines.
 
 ``perfsuite ab`` explains a case's **time** when its time verdict is not *same* (slower, faster,
-undecided), its **memory** when the peak or a breakdown category moved, its **loss** when the curves
-part; ``--explain`` explains all three for every case, ``--no-explain`` nothing. What each needs
-from the explanation runs: time, two profiles of each side (A B A B); memory, one inventory of
-each; loss, the gradients of each side's steps up to where the curves part.
+undecided) or its activations or temporaries moved (the step's ops say what ran), its **memory**
+when the peak or a breakdown category moved, its **loss** when the curves part; ``--explain``
+explains all three for every case, ``--no-explain`` nothing. What each needs from the explanation
+runs: time, two profiles of each side (A B A B); memory, one inventory of each; loss, the
+gradients of each side's steps up to where the curves part.
 """
 
 from __future__ import annotations
