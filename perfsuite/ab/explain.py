@@ -17,7 +17,7 @@ from perfsuite.core.explain.explanation import Explanation, asks, aspects, expla
 from perfsuite.core.explain.gradients import first_apart
 from perfsuite.core.explain.records import ExplainRecord
 from perfsuite.core.explain.reference import aspects_failed
-from perfsuite.core.gates import BREAKDOWN_PREFIX
+from perfsuite.core.gates import failed_categories
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
 
@@ -43,11 +43,7 @@ def traces_dir(report: str | None, json_file: str | None) -> Path | None:
 
 def moved_categories(result: CaseResult) -> list[str]:
     """The memory breakdown's categories whose check failed (the peak alone: none named)."""
-    return [
-        c.metric.removeprefix(BREAKDOWN_PREFIX)
-        for c in result.checks
-        if not c.ok and c.metric.startswith(BREAKDOWN_PREFIX)
-    ]
+    return failed_categories(result.checks)
 
 
 def wanted(result: CaseResult, choice: str) -> tuple[str, ...]:

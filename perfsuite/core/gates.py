@@ -242,6 +242,13 @@ BREAKDOWN_PREFIX = "memory: "
 """The metric of each breakdown category's check, before the category: ``memory: activations``."""
 
 
+def failed_categories(checks: Sequence[Check]) -> list[str]:
+    """The breakdown's categories whose check failed (the peak alone: none named)."""
+    return [
+        c.metric.removeprefix(BREAKDOWN_PREFIX) for c in checks if not c.ok and c.metric.startswith(BREAKDOWN_PREFIX)
+    ]
+
+
 MOMENT_CATEGORIES = frozenset({"gradients", "activations", "temporaries"})
 """The breakdown's categories whose size depends on the moment of the step the peak falls at (the
 others, parameters, buffers, optimizer state and other, hold through a step)."""
@@ -251,7 +258,7 @@ def moved_with_the_peak(metric: str, checks: Sequence[Check]) -> bool:
     """Whether ``metric`` is a category of :data:`MOMENT_CATEGORIES` where the peak memory fell past its
     tolerance: the breakdown is taken at the moment of the peak, so such a category that grew is that
     moment moving, not more memory."""
-    if metric.removeprefix(BREAKDOWN_PREFIX) not in MOMENT_CATEGORIES or not metric.startswith(BREAKDOWN_PREFIX):
+    if not metric.startswith(BREAKDOWN_PREFIX) or metric.removeprefix(BREAKDOWN_PREFIX) not in MOMENT_CATEGORIES:
         return False
     return any(c.metric == PEAK_MEMORY and not c.ok and c.rel is not None and c.rel < 0 for c in checks)
 

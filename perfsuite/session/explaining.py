@@ -22,7 +22,7 @@ from perfsuite.core.check import Check
 from perfsuite.core.explain.explanation import PROFILED_STEPS
 from perfsuite.core.explain.records import ExplainAsk, ExplainRecord
 from perfsuite.core.explain.reference import alone_lines, aspects_failed, reference_pins
-from perfsuite.core.gates import BREAKDOWN_PREFIX
+from perfsuite.core.gates import failed_categories
 from perfsuite.core.provenance import library_versions
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
@@ -77,11 +77,7 @@ def _moved(failure: Failure) -> dict[str, int]:
     """Each breakdown category whose check failed, with its change in bytes."""
     then = (failure.baseline.get("memory") or {}).get("breakdown") or {}
     now = failure.record.memory_breakdown_bytes or {}
-    failed = [
-        c.metric.removeprefix(BREAKDOWN_PREFIX)
-        for c in failure.checks
-        if not c.ok and c.metric.startswith(BREAKDOWN_PREFIX)
-    ]
+    failed = failed_categories(failure.checks)
     return {c: int(now.get(c, 0)) - int(then.get(c, 0)) for c in failed}
 
 
