@@ -193,6 +193,12 @@ def test_a_gpu_gate_where_every_case_was_skipped_fails_saying_nothing_was_gated(
     result.stdout.fnmatch_lines([line])
     assert len([x for x in result.outlines if "nothing was gated" in x]) == 1
     assert "nothing was gated" in (pytester.path / "summary.md").read_text()
+    # A collection runs no case: it gates nothing, so it neither fails for that nor writes a summary
+    # over the last run's (`perfsuite baselines refresh` collects a selection first).
+    collected = pytester.runpytest(*gpu, "--collect-only", "-q", "--perfsuite-markdown", "collected.md")
+    assert collected.ret == pytest.ExitCode.OK, collected.stdout.str()
+    assert "nothing was gated" not in collected.stdout.str()
+    assert not (pytester.path / "collected.md").exists()
     # Without a GPU, --perfsuite-no-gpu=skip asks for the tier to be skipped: that passes, as before.
     monkeypatch.setattr(device, "cuda_usable", lambda: False)
     asked = pytester.runpytest(*gpu, "--perfsuite-no-gpu=skip")

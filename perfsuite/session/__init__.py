@@ -358,7 +358,9 @@ class PerfsuiteSession:
         """The line that fails a gate on a GPU machine whose GPU cases were all skipped (a refresh gates nothing)."""
         from perfsuite.session.scope import nothing_gated
 
-        return None if self.refresh else nothing_gated(self.gpu_collected, self.outcomes)
+        if self.refresh or self.config.option.collectonly:  # a refresh, or a collection, gates nothing
+            return None
+        return nothing_gated(self.gpu_collected, self.outcomes)
 
     def gated_exit(self, exitstatus: int) -> int:
         """``exitstatus``, or a failure where it would pass but a GPU gate gated nothing."""
