@@ -185,3 +185,33 @@ def test_an_interrupted_refresh_writes_nothing_and_names_what_had_finished(tmp_p
     assert "finished before the interrupt, 1 of 3 case(s): tiny-bert-vanilla" in out
     assert GO_ON in out
     assert not (tmp_path / "baselines").exists()
+
+
+class _Collection:
+    """A refresh's quiet collection of its selection, which hears SIGTERM while it runs."""
+
+    started: list[list[str]] = []
+
+    def __init__(self, argv: list[str], **kwargs: object) -> None:
+        self.started.append(argv)
+        self.killed = False
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self.killed:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler interrupts this
+        return -signal.SIGKILL
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+def test_a_refresh_stopped_while_it_collects_its_selection_starts_no_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfsuite.cli import main
+
+    monkeypatch.chdir(Path(__file__).parents[1])  # the repository's matrix test
+    monkeypatch.setattr(subprocess, "Popen", _Collection)
+    _Collection.started = []
+    assert main(["baselines", "refresh", "--device", "cpu", "-k", "tiny-bert"]) == 128 + signal.SIGTERM
+    (collection,) = _Collection.started  # stopped, and no refresh session after it
+    assert "--collect-only" in collection

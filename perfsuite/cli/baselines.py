@@ -94,8 +94,6 @@ def run(args: Any) -> int:
         selection += ["-k", args.expression]
     if args.scope:
         selection.append(f"--perfsuite-scope={args.scope}")
-    if (args.expression or args.scope or args.pytest_args) and _selects_nothing([*selection, *args.pytest_args]):
-        return _refresh_exit_code(_NO_TESTS_COLLECTED, args, device)  # one line, before pytest's header
     argv = [*selection, "--perfsuite-refresh", f"--perfsuite-repeats={args.repeats}"]
     if args.missing:
         argv.append("--perfsuite-refresh-missing")
@@ -106,6 +104,13 @@ def run(args: Any) -> int:
     # A fresh interpreter: pytest must import perfsuite itself (to load the plugin and
     # rewrite its asserts), which it cannot do in a process that already imported it.
     with terminate_as_interrupt() as interrupt:
+        try:
+            if (args.expression or args.scope or args.pytest_args) and _selects_nothing(
+                [*selection, *args.pytest_args]
+            ):
+                return _refresh_exit_code(_NO_TESTS_COLLECTED, args, device)  # one line, before pytest's header
+        except KeyboardInterrupt:
+            return interrupt.exit_code  # stopped before anything ran: nothing to write
         child = subprocess.Popen([sys.executable, "-m", "pytest", *argv, *args.pytest_args])
         try:
             return _refresh_exit_code(child.wait(), args, device)
@@ -123,8 +128,14 @@ def run(args: Any) -> int:
 
 def _selects_nothing(selection: list[str]) -> bool:
     """Whether pytest collects no case for this selection (a few seconds, its output not shown)."""
-    collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", *selection]
-    return subprocess.Popen(collect, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).wait() == _NO_TESTS_COLLECTED
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", *selection]
+    collect = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        return collect.wait() == _NO_TESTS_COLLECTED
+    except KeyboardInterrupt:  # its answer is nobody's now
+        collect.kill()
+        collect.wait()
+        raise
 
 
 def _refresh_exit_code(code: int, args: Any, device: str) -> int:
