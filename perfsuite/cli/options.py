@@ -212,12 +212,15 @@ def add_plugin_options(group: Any) -> None:
         "off: measure it but gate memory and loss only (another stack against these baselines)",
     )
     group.addoption(
-        "--perfsuite-uncompared-time",
+        "--perfsuite-uncompared",
+        "--perfsuite-uncompared-time",  # its first name, from when it judged only the step time
+        dest="perfsuite_uncompared",
         choices=("note", "fail"),
         default="note",
-        help="a case whose baseline has no step time for this machine's time class (CPU family and ISA, or GPU "
-        "model): gate memory and loss and note the time as not compared (default), or fail it (a dedicated runner); "
-        "likewise a loss not compared because the run started from other initial weights than its baseline's",
+        help="a check this run cannot compare with its baseline: a step time where the baseline has none for this "
+        "machine's time class (CPU family and ISA, or GPU model), a loss from other initial weights than the "
+        "baseline's. note: gate the rest and note it as not compared (default); fail: fail the case (a dedicated "
+        "runner). --perfsuite-uncompared-time is the same option",
     )
     group.addoption(
         "--perfsuite-refresh",

@@ -100,7 +100,7 @@ class PerfsuiteSession:
             raise pytest.UsageError(f"--perfsuite-baselines {chosen}: {what}")
         self.missing: str = config.getoption("perfsuite_missing")
         self.time_mode: str = config.getoption("perfsuite_time")
-        self.fail_uncompared: bool = config.getoption("perfsuite_uncompared_time") == "fail"
+        self.fail_uncompared: bool = config.getoption("perfsuite_uncompared") == "fail"
         self.repeats: int = config.getoption("perfsuite_repeats") if self.refresh else 1
         if self.repeats < 1:
             raise pytest.UsageError("--perfsuite-repeats must be at least 1")
