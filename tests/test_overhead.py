@@ -92,7 +92,7 @@ def test_every_family_has_a_default_case() -> None:
 def test_vanilla_costs_what_a_bare_loop_costs(engine: str, threads: int) -> None:
     """The harness's share of a step, measured: a returning interference of the kind that made every
     CPU step 1.6-1.9x a bare loop's fails this. The bounds leave room for noise (the measured figures,
-    0.999-1.012 in one process, are in docs/timing.md); the thread check is exact."""
+    0.999-1.012 in one process, are in docs/overhead.md); the thread check is exact."""
     from perfsuite.worker.process import run_isolated
 
     spec = CaseSpec(

@@ -22,7 +22,7 @@ The workload's BLAS runs on one thread, whatever the case's thread count. numpy'
 OpenBLAS threads spin for a while after each call, so with the case's two threads they
 went on spinning through the step that followed and took a core from torch's intra-op
 threads: a tiny-bert step at two threads took 1.6-1.9x what the same step takes in a bare
-loop (``perfsuite overhead``, docs/timing.md). One thread wakes no BLAS thread at all, and
+loop (``perfsuite overhead``, docs/overhead.md). One thread wakes no BLAS thread at all, and
 the workload still measures what it is for, the speed of the core the steps run on. At
 one thread (the CPU tier's) nothing changes, so the workload keeps its name.
 """
