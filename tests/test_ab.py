@@ -221,7 +221,7 @@ def test_an_a_a_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
 @pytest.mark.parametrize("twice", [False, pytest.param(True, marks=pytest.mark.nightly)], ids=["ctrl-c", "timeout"])
 def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path: Path, twice: bool) -> None:
     """Ctrl-C reaches the whole foreground group (the sides' servers too): the pairs so far are
-    written, the open case is undecided (interrupted), exit 130 and no traceback. coreutils'
+    written, the open case is undecided (interrupted), exit 130 (143 for SIGTERM) and no traceback. coreutils'
     ``timeout`` signals the command and then its group, so the command hears it twice: the second
     must not break the sides' shut-down (it did: a traceback and no JSON in 2 of 5 runs cut short
     by ``timeout`` here; this test failed 2 of 3 times before the fix)."""
@@ -251,7 +251,7 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path: Path, twice: bo
             if proc.poll() is None:  # never a 60-pair comparison left running
                 os.killpg(proc.pid, signal.SIGKILL)
         err = "".join(lines) + proc.stderr.read()
-        assert code == 130, err
+        assert code == (143 if twice else 130), err  # the signal's own code, as every command exits
     assert "Traceback" not in err
     assert "perfsuite ab: interrupted: 1 case(s) left undecided" in err
     payload = json.loads(out.read_text())

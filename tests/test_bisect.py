@@ -4,8 +4,11 @@ set up on the CPU torch."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -154,3 +157,72 @@ def test_repo_that_git_cannot_read_is_refused_and_a_bare_clone_is_taken(
     subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "clone.git")], check=True)
     assert main([*args, "--repo", str(tmp_path / "clone.git")]) == 2
     assert "versions in the wrong order" in capsys.readouterr().err
+
+
+class _Side:
+    """A side that starts no server."""
+
+    def __init__(self, name: str, env: object) -> None:
+        self.name = name
+
+    def check_pins(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _paired(verdict: str, pairs: int) -> Any:
+    from perfsuite.core.paired import Paired
+
+    return Paired(ratio=1.0, low=0.0, high=float("inf"), pairs=pairs, confidence=0.95, verdict=verdict)  # type: ignore[arg-type]
+
+
+def _bisection(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, compare: Callable[[str], Any], said: list[str]) -> Any:
+    from perfsuite.ab import bisecting
+    from perfsuite.ab.options import BisectOptions
+    from perfsuite.core.spec import tier_spec
+
+    monkeypatch.setattr(bisecting, "Side", lambda name, env: _Side(name, env))
+    monkeypatch.setattr(bisecting, "preload_for", lambda specs: None)
+    monkeypatch.setattr(bisecting, "compare_case", lambda spec, sides, *a, **k: compare(sides[1].name))
+    options = BisectOptions(package="transformers", device_type="cpu", json=tmp_path / "bisect.json")
+    return bisecting.Bisection(
+        options, tier_spec("tiny-bert", "vanilla"), RELEASES, said.append, env_for=lambda point, name: cast(Any, None)
+    )
+
+
+def test_ends_whose_time_stays_undecided_are_not_called_alike(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Undecided at the cap is not "no difference": the search has nothing to go on, exit 3."""
+    from perfsuite.ab.rounds import CaseResult
+
+    said: list[str] = []
+    undecided = CaseResult(case="tiny-bert-vanilla", time=_paired("undecided", 3), log_ratios=[0.1, -0.1, 0.0])
+    assert _bisection(monkeypatch, tmp_path, lambda point: undecided, said).run() == 3
+    assert "do not differ" not in "\n".join(said)
+    assert said[-1].startswith("perfsuite: cannot tell whether 4.44.0 and 4.48.0 differ in time"), said
+    assert json.loads((tmp_path / "bisect.json").read_text())["ends"]["verdict"] == "undecided"
+
+
+def test_an_interrupted_bisection_says_and_writes_what_it_judged(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from perfsuite.ab.bisecting import BisectInterrupted
+    from perfsuite.ab.rounds import CaseResult
+
+    said: list[str] = []
+    slower = CaseResult(case="tiny-bert-vanilla", time=_paired("slower", 9), log_ratios=[0.1] * 9)
+    cut = CaseResult(case="tiny-bert-vanilla", log_ratios=[0.1], interrupted=True)  # Ctrl-C in its second pair
+    results = iter([slower, slower, cut])  # the bad end, then the middle (4.46.0rc1), then 4.45.0 cut short
+    with pytest.raises(BisectInterrupted):
+        _bisection(monkeypatch, tmp_path, lambda point: next(results), said).run()
+    assert said[-1] == (
+        "perfsuite bisect: interrupted while comparing 4.45.0, no answer; judged between the ends: "
+        f"4.46.0rc1 bad (written to {tmp_path / 'bisect.json'})"
+    ), said
+    written = json.loads((tmp_path / "bisect.json").read_text())
+    assert written["interrupted"] is True
+    assert written["ends"]["time"]["verdict"] == "slower"
+    assert [step["version"] for step in written["steps"]] == ["4.46.0rc1"]
+    assert written["cut_short"]["point"] == "4.45.0"
+    assert written["cut_short"]["interrupted"] is True

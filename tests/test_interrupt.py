@@ -215,3 +215,19 @@ def test_a_refresh_stopped_while_it_collects_its_selection_starts_no_session(mon
     assert main(["baselines", "refresh", "--device", "cpu", "-k", "tiny-bert"]) == 128 + signal.SIGTERM
     (collection,) = _Collection.started  # stopped, and no refresh session after it
     assert "--collect-only" in collection
+
+
+def test_bisect_stopped_by_sigterm_exits_143_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from perfsuite.cli import bisect, main
+
+    def heard(args: object) -> int:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler interrupts this
+        return 0
+
+    monkeypatch.setattr(bisect, "_run", heard)
+    code = main(["bisect", "transformers", "--good", "1", "--bad", "2", "--case", "tiny-bert-vanilla"])
+    assert code == 128 + signal.SIGTERM
+    assert capsys.readouterr().err == "perfsuite bisect: interrupted by SIGTERM\n"

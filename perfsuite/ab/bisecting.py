@@ -58,7 +58,9 @@ def changed(result: CaseResult, metric: str) -> bool | None:
 def evidence(result: CaseResult, metric: str) -> str:
     if result.error:
         return result.error
-    if metric == "time" and result.time is not None:
+    if metric == "time":
+        if result.time is None:
+            return f"time: no verdict yet ({len(result.log_ratios)} pair(s))"
         t = result.time
         return f"time B/A {t.ratio:.3f} [{t.low:.3f}, {t.high:.3f}] over {t.pairs} pairs: {t.verdict}"
     failing = [_good_end(c.message) for c in result.checks if not c.ok]
@@ -70,6 +72,10 @@ def _good_end(message: str) -> str:
     without its advice to refresh a baseline."""
     message = message.replace(": refresh it if expected", "")
     return re.sub(r"\b(the )?baseline('s)?\b", lambda m: "the good end" + (m.group(2) or ""), message)
+
+
+class BisectInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a bisection, which has said what it had judged and written it."""
 
 
 @dataclasses.dataclass
@@ -88,6 +94,12 @@ class Bisection:
     """A point as the answer names it (a commit: its hash, subject and pull request)."""
     found: Found | None = None
     """The answer, once :meth:`run` has searched (``None`` when the ends did not differ or could not be tested)."""
+    tested: list[Step] = dataclasses.field(default_factory=list)
+    """The points judged so far between the ends, in the order tested (what a stopped bisection keeps)."""
+    ends: CaseResult | None = None
+    """The bad end's comparison with the good end, once made."""
+    cut_short: tuple[str, CaseResult] | None = None
+    """The point whose comparison Ctrl-C or SIGTERM stopped, and that comparison's pairs so far."""
 
     def _env(self, version: str, name: str) -> Env:
         if self.env_for is not None:
@@ -119,6 +131,9 @@ class Bisection:
                 timeout_s=self.options.timeout or 600.0,
                 device_type=self.options.device_type,
             )
+            if result.interrupted:  # compare_case kept the pairs so far; the bisection stops here
+                self.cut_short = (version, result)
+                raise KeyboardInterrupt
             if result.stopped is not None:  # a side died between rounds: this version is not tested
                 result.error = result.stopped
             return result
@@ -128,6 +143,22 @@ class Bisection:
             side.close()
 
     def run(self) -> int:
+        """Search, saying each step; the exit code. Ctrl-C or SIGTERM (a ``KeyboardInterrupt``, under
+        :func:`perfsuite.cli.interrupt.terminate_as_interrupt`) stops it: what was compared is said and
+        written to ``--json``, and the interrupt goes on to the command."""
+        try:
+            return self._run()
+        except KeyboardInterrupt:
+            self._write(None, self.ends, interrupted=True)
+            at = f" while comparing {self.cut_short[0]}" if self.cut_short else ""
+            tested = ", ".join(f"{s.version} {s.judgement}" for s in self.tested) or "none"
+            self.say(
+                f"perfsuite bisect: interrupted{at}, no answer; judged between the ends: {tested}"
+                + (f" (written to {self.options.json})" if self.options.json else "")
+            )
+            raise BisectInterrupted from None
+
+    def _run(self) -> int:
         package, metric = self.what or self.options.package, self.options.metric
         preload_for([self.spec])
         try:
@@ -137,12 +168,21 @@ class Bisection:
             self.say(f"perfsuite: cannot test the good end {self.versions[0]}: {exc}")
             return 3
         try:
-            ends = self._compare(good, self.versions[-1])
+            ends = self.ends = self._compare(good, self.versions[-1])
             self.say(f"  {self.versions[-1]} (bad end): {evidence(ends, metric)}")
             if ends.error:
                 self.say(f"perfsuite: cannot test the bad end {self.versions[-1]}: {ends.error}")
                 return 3
-            if not changed(ends, metric):
+            differ = changed(ends, metric)
+            if differ is None:  # not "no difference": a bisection needs to know the ends differ
+                self.say(
+                    f"perfsuite: cannot tell whether {self.versions[0]} and {self.versions[-1]} differ in time on "
+                    f"{self.spec.id}: undecided at {len(ends.log_ratios)} pairs; a larger --max-pairs (or a "
+                    "quieter machine) may decide it"
+                )
+                self._write(None, ends)
+                return 3
+            if not differ:
                 self.say(
                     f"perfsuite: {self.versions[0]} and {self.versions[-1]} do not differ in {metric} "
                     f"on {self.spec.id}; nothing to bisect"
@@ -156,6 +196,7 @@ class Bisection:
                 judgement: Judgement = "cannot" if result.error or verdict is None else ("bad" if verdict else "good")
                 shown = "cannot test" if judgement == "cannot" else judgement
                 self.say(f"  {version}: {shown}: {evidence(result, metric)}")
+                self.tested.append(Step(version, judgement, evidence(result, metric)))
                 return judgement, evidence(result, metric)
 
             found = search(self.versions, judge)
@@ -176,10 +217,10 @@ class Bisection:
         )
         return 1
 
-    def _write(self, found: Found | None, ends: CaseResult) -> None:
+    def _write(self, found: Found | None, ends: CaseResult | None, *, interrupted: bool = False) -> None:
         if not self.options.json:
             return
-        steps: list[Step] = found.steps if found else []
+        steps: list[Step] = found.steps if found else self.tested
         write_results(
             {
                 "kind": "perfsuite-bisect",
@@ -189,7 +230,11 @@ class Bisection:
                 "case": self.spec.id,
                 "metric": self.options.metric,
                 "versions": self.versions,
-                "ends": ends.as_json(),
+                "ends": ends.as_json() if ends is not None else None,
+                "interrupted": interrupted,
+                "cut_short": (
+                    {"point": self.cut_short[0], **self.cut_short[1].as_json()} if self.cut_short is not None else None
+                ),
                 "steps": [dataclasses.asdict(s) for s in steps],
                 "first_bad": found.first_bad if found else None,
                 "candidates": found.candidates if found else [],

@@ -164,4 +164,5 @@ class Side:
             self.proc.wait()
         for stream in (self.proc.stdin, self.proc.stdout):
             if stream is not None:
-                stream.close()
+                with contextlib.suppress(OSError):  # a server that died (Ctrl-C reaches its group): a broken pipe
+                    stream.close()

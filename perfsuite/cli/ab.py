@@ -2,7 +2,7 @@
 
 Exit codes: 0 nothing regressed, 1 a case regressed (slower, more memory, or another loss),
 2 bad arguments, 3 a side cannot be tested (it did not install or import; the error is shown),
-130 stopped by Ctrl-C or SIGTERM (what was measured is still written: the open cases undecided).
+130 stopped by Ctrl-C, 143 by SIGTERM (what was measured is still written: the open cases undecided).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from perfsuite.ab.pins import Upgrade
 
 EXIT_CANNOT_TEST = 3
-EXIT_INTERRUPTED = 130
 
 
 def add_parser(sub: Any) -> None:
@@ -201,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         specs = [dataclasses.replace(spec, profile=True) for spec in specs]
         say("perfsuite: --no-profile: a CPU's peak memory comes from the profile step; each case's first pair runs it")
     started = time.monotonic()
-    with terminate_as_interrupt(), contextlib.ExitStack() as stack:
+    with terminate_as_interrupt() as interrupt, contextlib.ExitStack() as stack:
         if own is not None:
             from perfsuite.ab.own import trees
 
@@ -220,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_CANNOT_TEST
         except KeyboardInterrupt:
             say("perfsuite ab: interrupted while setting up the sides; nothing was measured or written")
-            return EXIT_INTERRUPTED
+            return interrupt.exit_code
         try:
             results = ab_run.compare_all(args.timeout or defaults.timeout, stop_on_regression=args.stop_on_regression)
             _explain(ab_run, results, args, args.timeout or defaults.timeout, say)
@@ -232,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             ab_run.close()
     code = ab_run.finish(results, options, time.monotonic() - started, console)
-    return EXIT_INTERRUPTED if any(r.interrupted for r in results) else code
+    return interrupt.exit_code if any(r.interrupted for r in results) else code
 
 
 def _explain(ab_run: Any, results: Any, args: argparse.Namespace, timeout_s: float, say: Any) -> None:

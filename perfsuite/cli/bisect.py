@@ -2,7 +2,8 @@
 ``perfsuite bisect --own --good REF --bad REF --case ID``: which commit of the project's own code did.
 
 Exit codes: 0 found (or the two ends do not differ: said so), 1 untestable releases or commits leave
-a range, 2 bad arguments, 3 an end cannot be tested.
+a range, 2 bad arguments, 3 an end cannot be tested or the ends' time comparison stayed undecided,
+130 Ctrl-C and 143 SIGTERM (what was compared is said, and written to ``--json``).
 """
 
 from __future__ import annotations
@@ -76,6 +77,22 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from perfsuite.ab.bisecting import BisectInterrupted
+    from perfsuite.cli.interrupt import terminate_as_interrupt
+
+    with terminate_as_interrupt() as interrupt:
+        try:
+            return _run(args)
+        except BisectInterrupted:  # it said what it had judged
+            return interrupt.exit_code
+        except KeyboardInterrupt:
+            print(f"perfsuite bisect: interrupted by {interrupt.name}", file=sys.stderr)
+            return interrupt.exit_code
+
+
+def _run(args: argparse.Namespace) -> int:
     from packaging.utils import canonicalize_name
 
     from perfsuite.ab.bisect import BisectError, between, check_order, index_versions
