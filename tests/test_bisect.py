@@ -226,3 +226,20 @@ def test_an_interrupted_bisection_says_and_writes_what_it_judged(
     assert [step["version"] for step in written["steps"]] == ["4.46.0rc1"]
     assert written["cut_short"]["point"] == "4.45.0"
     assert written["cut_short"]["interrupted"] is True
+
+
+def test_a_package_the_index_does_not_serve_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip's warnings about index locations it skipped are not the reason: its ERROR line is."""
+    from perfsuite.ab import bisect
+
+    stderr = (
+        "WARNING: Location 'file:///srv/simple/transfomers/' is ignored: it is neither a file nor a directory.\n"
+        "ERROR: No matching distribution found for transfomers\n"
+    )
+    done = subprocess.CompletedProcess([], 1, stdout="", stderr=stderr)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: done)
+    with pytest.raises(BisectError) as refused:
+        bisect.index_versions("transfomers")
+    assert str(refused.value) == (
+        "transfomers: the package index lists no releases (No matching distribution found for transfomers)"
+    )
