@@ -323,15 +323,15 @@ NARROW = _at_peak(6 * MIB, activations=4 * MIB + 300_000, gradients=70_000, temp
             NARROW,
             WIDE,
             "regressed",
-            "regressed: peak memory +33.3%, memory: activations +40.0%, "
-            "memory: gradients -98.9%, memory: temporaries +19.9% at pair 1",
+            "regressed: peak memory +33.3%, memory: activations +40.0%, memory: temporaries +19.9%; "
+            "improved: memory: gradients -98.9% at pair 1",
         ),
         # The same peak, another make-up: a category that grew counts.
         (
             WIDE,
             _at_peak(8 * MIB, activations=5 * MIB, gradients=MIB + 780, temporaries=2 * MIB),
             "regressed",
-            "regressed: memory: activations -16.7%, memory: gradients +1.0 MiB at pair 1",
+            "regressed: memory: gradients +1.00 MiB; improved: memory: activations -16.7% at pair 1",
         ),
     ],
 )

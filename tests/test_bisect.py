@@ -243,3 +243,21 @@ def test_a_package_the_index_does_not_serve_is_one_line(monkeypatch: pytest.Monk
     assert str(refused.value) == (
         "transfomers: the package index lists no releases (No matching distribution found for transfomers)"
     )
+
+
+def test_a_steps_evidence_is_the_metric_searched_in_a_few_words() -> None:
+    """A loss bisection's step names the loss's change, not the memory's, and not a gate's advice."""
+    from perfsuite.ab.bisecting import evidence
+    from perfsuite.ab.rounds import CaseResult
+    from perfsuite.core.check import Check
+
+    buffers = Check("memory: buffers", False, "0.25 MiB", "0.00 MiB", "-100.0%", "±5%", "buffers fell", rel=-1.0)
+    weights = Check(
+        "loss", False, "weights 1f2e", "weights 9a8b", "not compared", "same initial weights",
+        "loss not compared: ... then record this stack's curve with `perfsuite baselines refresh`", compared=False,
+    )  # fmt: skip
+    result = CaseResult(case="tiny-gpt2-vanilla", checks=[buffers, weights])
+    result.breakdown_a, result.breakdown_b = {"buffers": 2**18}, {"buffers": 0}
+    assert evidence(result, "loss") == "loss from other initial weights (weights 1f2e → weights 9a8b)"
+    assert evidence(result, "memory") == "memory: buffers -100.0%"
+    assert evidence(CaseResult(case="tiny-gpt2-vanilla"), "loss") == "loss: as the good end"

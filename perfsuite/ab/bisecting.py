@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.ab.bisect import Found, Judgement, Step, search
-from perfsuite.ab.comparison import schedule_for
+from perfsuite.ab.comparison import check_change, schedule_for
 from perfsuite.ab.envs import Env, EnvError, make_env
 from perfsuite.ab.options import BisectOptions
 from perfsuite.ab.rounds import CaseResult, compare_case
@@ -45,14 +45,16 @@ def changed(result: CaseResult, metric: str) -> bool | None:
             return None
         return result.time.verdict in ("slower", "faster")
 
-    def counts(check_metric: str) -> bool:
-        if check_metric == "attention":  # other kernels: every figure differs
-            return True
-        if metric == "loss":
-            return check_metric == "loss"
-        return check_metric == PEAK_MEMORY or check_metric.startswith(BREAKDOWN_PREFIX)
+    return any(not c.ok for c in result.checks if _counts(c.metric, metric))
 
-    return any(not c.ok for c in result.checks if counts(c.metric))
+
+def _counts(check_metric: str, metric: str) -> bool:
+    """Whether a check of ``check_metric`` judges ``metric`` (memory or loss)."""
+    if check_metric == "attention":  # other kernels: every figure differs
+        return True
+    if metric == "loss":
+        return check_metric == "loss"
+    return check_metric == PEAK_MEMORY or check_metric.startswith(BREAKDOWN_PREFIX)
 
 
 def evidence(result: CaseResult, metric: str) -> str:
@@ -63,8 +65,10 @@ def evidence(result: CaseResult, metric: str) -> str:
             return f"time: no verdict yet ({len(result.log_ratios)} pair(s))"
         t = result.time
         return f"time B/A {t.ratio:.3f} [{t.low:.3f}, {t.high:.3f}] over {t.pairs} pairs: {t.verdict}"
-    failing = [_good_end(c.message) for c in result.checks if not c.ok]
-    return "; ".join(failing) or f"{metric}: as the good end"
+    # The metric searched only, each in a few words (the attention check's message says what ran instead).
+    failing = [c for c in result.checks if not c.ok and _counts(c.metric, metric)]
+    said = [_good_end(c.message) if c.metric == "attention" else check_change(result, c) for c in failing]
+    return "; ".join(said) or f"{metric}: as the good end"
 
 
 def _good_end(message: str) -> str:

@@ -16,7 +16,8 @@ from perfsuite.ab.options import AbOptions
 from perfsuite.ab.pairs import Choice
 from perfsuite.ab.rounds import CaseResult, compare_cases
 from perfsuite.ab.sides import Side
-from perfsuite.core.gates import BREAKDOWN_PREFIX
+from perfsuite.core.check import Check
+from perfsuite.core.gates import BREAKDOWN_PREFIX, format_byte_change, is_regression
 from perfsuite.core.paired import SAME_CONFIDENCE, Schedule, alarm_looks, case_confidence, min_pairs
 from perfsuite.core.preloads import preload_for
 from perfsuite.core.provenance import now
@@ -81,28 +82,30 @@ def checks_line(result: CaseResult) -> str:
     failing = [c for c in result.checks if not c.ok]
     if not failing:
         return "memory and loss as base at pair 1 (time: pairs to come)"
-    word = "regressed" if result.checks_regressed else "improved"
-    what = []
-    for check in failing:
-        diff = result.loss_max_abs_diff
-        if check.metric == "loss" and not check.compared:
-            what.append(f"loss from other initial weights ({check.baseline} → {check.measured})")
-        elif check.metric == "loss" and diff is not None:
-            what.append(f"loss max |Δ| {diff:.3g}")
-        elif check.metric.startswith(BREAKDOWN_PREFIX) and _few_bytes(result, check.metric):
-            # Against a category of a few bytes a percentage says nothing: its bytes do.
-            name = check.metric.removeprefix(BREAKDOWN_PREFIX)
-            change = result.breakdown_b.get(name, 0) - result.breakdown_a.get(name, 0)
-            what.append(
-                f"{check.metric} {change / 2**10:+,.1f} KiB"
-                if abs(change) < 2**20
-                else f"{check.metric} {change / 2**20:+,.1f} MiB"
-            )
-        elif check.rel is not None:
-            what.append(f"{check.metric} {check.rel:+.1%}")
-        else:
-            what.append(check.metric)
-    return f"{word}: {', '.join(what)} at pair 1"
+    worse = [c for c in failing if is_regression(c, result.checks)]
+    parts = [
+        f"{word}: {', '.join(check_change(result, c) for c in checks)}"
+        for word, checks in (("regressed", worse), ("improved", [c for c in failing if c not in worse]))
+        if checks
+    ]
+    return f"{'; '.join(parts)} at pair 1"
+
+
+def check_change(result: CaseResult, check: Check) -> str:
+    """A failing memory or loss check of ``result`` in a few words: ``loss max |Δ| 0.25``,
+    ``memory: buffers -256.0 KiB``."""
+    diff = result.loss_max_abs_diff
+    if check.metric == "loss" and not check.compared:
+        return f"loss from other initial weights ({check.baseline} → {check.measured})"
+    if check.metric == "loss" and diff is not None:
+        return f"loss max |Δ| {diff:.3g}"
+    if check.metric.startswith(BREAKDOWN_PREFIX) and _few_bytes(result, check.metric):
+        # Against a category of a few bytes a percentage says nothing: its bytes do.
+        name = check.metric.removeprefix(BREAKDOWN_PREFIX)
+        return f"{check.metric} {format_byte_change(result.breakdown_b.get(name, 0) - result.breakdown_a.get(name, 0))}"
+    if check.rel is not None:
+        return f"{check.metric} {check.rel:+.1%}"
+    return check.metric
 
 
 def _few_bytes(result: CaseResult, metric: str) -> bool:

@@ -92,6 +92,11 @@ def format_bytes(value: float) -> str:
     return f"{value / 2**20:,.2f} MiB"
 
 
+def format_byte_change(change: float) -> str:
+    """A change of a few bytes' category, signed: in KiB under a MiB, else in MiB."""
+    return f"{change / 2**10:+,.1f} KiB" if abs(change) < 2**20 else f"{change / 2**20:+,.2f} MiB"
+
+
 def rel_change(measured: float, baseline: float) -> float:
     if baseline == 0:
         return 0.0 if measured == 0 else math.inf

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.core.baselines import write_text_atomic
+from perfsuite.core.gates import format_byte_change
 from perfsuite.reports.explain import html_causes, markdown_causes, marks, notes
 
 HEADERS = ("case", "verdict", "time B/A [interval]", "pairs", "peak MiB A → B", "breakdown change", "loss max |Δ|")
@@ -42,7 +43,7 @@ def _memory(case: Mapping[str, Any]) -> tuple[str, str]:
             changes.append(
                 f"{name.replace('_', ' ')} {(b - a) / max(a, 1):+.0%}"
                 if a >= 65536
-                else f"{name.replace('_', ' ')} {(b - a) / 2**20:+.1f} MiB"
+                else f"{name.replace('_', ' ')} {format_byte_change(b - a)}"
             )
     return peak, ", ".join(changes) or "none"
 
