@@ -133,6 +133,18 @@ def test_a_function_that_moved_lines_is_still_the_same_function() -> None:
     assert change.status == "changed"
 
 
+def test_functions_of_one_name_that_moved_lines_pair_in_their_order() -> None:
+    """A decorator's ``wrapper``s in one file, all moved by a new release: each is still itself, and
+    one that is called more is the only change."""
+    first, second = "transformers/utils/generic.py(800): wrapper", "transformers/utils/generic.py(900): wrapper"
+    moved = "transformers/utils/generic.py(820): wrapper", "transformers/utils/generic.py(925): wrapper"
+    a = [_profile({(STEP, first): (10.0, 1), (STEP, second): (10.0, 4)}) for _ in range(2)]
+    b = [_profile({(STEP, moved[0]): (10.0, 1), (STEP, moved[1]): (10.0, 5)}) for _ in range(2)]
+    (change,) = profile.diff(a, b).level("python")
+    assert (change.key, change.calls_a, change.calls_b) == ("transformers/utils/generic.py(900 → 925): wrapper", 4, 5)
+    assert change.status == "changed"
+
+
 def test_changes_rank_by_time_then_by_what_their_calls_cost() -> None:
     a = [_step(), _step()]
     b = [

@@ -143,8 +143,9 @@ def _mean_tables(profiles: Sequence[StepProfile]) -> list[dict[str, dict[str, Ro
 
 
 def _joined(level: str, a: Sequence[Mapping[str, Row]], b: Sequence[Mapping[str, Row]]) -> dict[str, str]:
-    """B's keys renamed to A's where a Python function only moved lines (a new release of its file):
-    each side has exactly one unmatched function of that file and name."""
+    """B's keys renamed to A's where Python functions only moved lines (a new release of their file):
+    each side has as many unmatched functions of that file and name (a decorator's ``wrapper``s), and
+    they pair in the order of their lines, as a file keeps its functions' order when lines move."""
     if level != "python":
         return {}
     keys_a = set().union(*a)
@@ -158,8 +159,16 @@ def _joined(level: str, a: Sequence[Mapping[str, Row]], b: Sequence[Mapping[str,
                 found.setdefault((parts[0], parts[2]), []).append(key)
         return found
 
+    def in_order(keys: list[str]) -> list[str]:
+        return sorted(keys, key=lambda key: (python_parts(key) or ("", 0, ""))[1])
+
     only_a, only_b = by_function(keys_a - keys_b), by_function(keys_b - keys_a)
-    return {b_keys[0]: only_a[f][0] for f, b_keys in only_b.items() if len(b_keys) == 1 and len(only_a.get(f, ())) == 1}
+    return {
+        key_b: key_a
+        for f, b_keys in only_b.items()
+        if len(only_a.get(f, ())) == len(b_keys)
+        for key_a, key_b in zip(in_order(only_a[f]), in_order(b_keys), strict=True)
+    }
 
 
 def _spread(tables_: Sequence[Mapping[str, Row]], key: str) -> tuple[float, bool]:
