@@ -118,9 +118,14 @@ def test_with_holds_packages_on_every_side(monkeypatch: pytest.MonkeyPatch) -> N
         envs.parse_held("nothing")
 
 
-def test_a_spec_that_conflicts_with_the_installed_stack_is_a_clear_error() -> None:
-    with pytest.raises(EnvError, match="does not resolve with the installed stack"):
+def test_a_spec_that_conflicts_with_the_installed_stack_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # outside the environment's directory, where uv names the environment it uses
+    with pytest.raises(EnvError, match="does not resolve with the installed stack") as refused:
         resolve(parse_env("transformers==4.57.6,huggingface-hub==1.0.0", name="candidate"))  # type: ignore[arg-type]
+    assert "Using Python" not in str(refused.value)  # uv's line naming this environment's path: not the reason
+    assert sys.prefix not in str(refused.value)
 
 
 FAKE_UV = """#!/bin/sh

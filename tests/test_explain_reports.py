@@ -72,7 +72,8 @@ def test_the_cause_is_in_summary_md_s_first_screen(tmp_path: Path) -> None:
     text = markdown(_payload(tmp_path))
     head = text[: text.index("| case |")]  # above the table
     assert "**Why** (instrumented runs of each side, diffed):" in head
-    assert "- `tiny-bert-vanilla` (regressed):" in head
+    assert "- [1] `tiny-bert-vanilla` (regressed):" in head  # the number the table marks it with
+    assert "regressed [1]" in text[text.index("| case |") :]
     assert "  - time, ops: aten::mm 2 → 3 calls/step" in head
     assert "  - time, Python functions: new: acme/hooks.py:slow_hook → sleep 0 → 1 calls/step, +0.90 ms/step" in head
     assert "  - memory: buffers +0.00 MiB = 1,024 elements × 4 B (float32): new buffer cache" in head

@@ -146,7 +146,7 @@ def test_added_removed_and_one_sided_pins(repo: Path) -> None:
     assert found.changes == (Change("new", None, "1.0"), Change("old", "1.0", None))
     assert found.base == "old==1.0"
     assert found.candidate == "new==1.0"
-    assert [change.describe() for change in found.changes] == ["new added, 1.0", "old removed (was 1.0)"]
+    assert [change.describe() for change in found.changes] == ["new 1.0 added", "old removed (was 1.0)"]
     skipped = dict(found.skipped)
     assert skipped["loose"].startswith("an exact pin on one side only: loose==2.0")
     assert skipped["x"] == "changed only where its marker does not hold on this interpreter"

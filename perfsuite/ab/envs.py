@@ -157,7 +157,9 @@ def resolve(requirements: list[Requirement], *, python: str = sys.executable) ->
     finally:
         Path(handle.name).unlink(missing_ok=True)
     if done.returncode != 0:
-        reason = " ".join(line.strip() for line in done.stderr.splitlines() if line.strip() and "WARN" not in line)
+        # uv's reason, without its warnings and the line naming this environment's path (a comment shows it)
+        said = [line.strip() for line in done.stderr.splitlines() if line.strip() and "WARN" not in line]
+        reason = " ".join(line for line in said if not line.startswith("Using Python"))
         raise EnvError(f"{', '.join(asked.values())} does not resolve with the installed stack: {reason[-600:]}")
     moved = []
     for line in done.stderr.splitlines() + done.stdout.splitlines():

@@ -57,7 +57,7 @@ class Change:
 
     def describe(self) -> str:
         if self.base is None:
-            return f"{self.name} added, {self.head}"
+            return f"{self.name} {self.head} added"
         if self.head is None:
             return f"{self.name} removed (was {self.base})"
         return f"{self.name} {self.base} → {self.head}"

@@ -94,8 +94,10 @@ def verdict_line(payload: Mapping[str, Any]) -> str:
     moved = ", ".join(differing(_versions(payload, "base"), _versions(payload, "candidate")))
     code = [payload["sides"][name].get("code") for name in ("base", "candidate")]
     changed = f"the project's code {code[0]} → {code[1]}; " if all(code) and code[0] != code[1] else ""
-    stopped = f"; INTERRUPTED with {n} case(s) unfinished" if (n := payload.get("interrupted")) else ""
-    stopped += f"; STOPPED with {n} case(s) unfinished" if (n := payload.get("stopped")) else ""
+    stopped = ""
+    for key, word in (("interrupted", "INTERRUPTED"), ("stopped", "STOPPED")):
+        if n := payload.get(key):  # the headline's word said once
+            stopped += f"; {n} case(s) unfinished" if head.startswith(word) else f"; {word} with {n} case(s) unfinished"
     return f"{head}: {parts} (base → candidate: {changed}{moved or 'the same versions'}){stopped}"
 
 

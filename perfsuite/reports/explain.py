@@ -51,8 +51,8 @@ def markdown_causes(payload: Mapping[str, Any]) -> list[str]:
         return []
     verdicts = {case["case"]: case["verdict"] for case in payload["cases"]}
     out = ["**Why** (instrumented runs of each side, diffed):", ""]
-    for case, explanation in found:
-        out.append(f"- `{case}` ({verdicts.get(case, '?')}):")
+    for number, (case, explanation) in enumerate(found, 1):  # numbered as the table marks them
+        out.append(f"- [{number}] `{case}` ({verdicts.get(case, '?')}):")
         out += [f"  - {_md(line)}" for line in explanation.lines() or ["nothing differs beyond the profiles' noise"]]
     return [*out, ""]
 
