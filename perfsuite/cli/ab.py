@@ -42,7 +42,7 @@ def add_parser(sub: Any) -> None:
         help="instead of --base and --candidate: the exact pins that the commits BASE..HEAD of this git "
         "repository change in requirements*.txt, pyproject.toml, uv.lock or poetry.lock, BASE's versions as the "
         "base and HEAD's as the candidate, each over this environment (BASE...HEAD: from their merge base; "
-        "a range is skipped, saying so; no pin changed: nothing to compare, exit 0)",
+        "BASE alone: BASE..HEAD; a range is skipped, saying so; no pin changed: nothing to compare, exit 0)",
     )
     ab.add_argument(
         "--pin-files",
