@@ -128,6 +128,21 @@ def test_a_spec_that_conflicts_with_the_installed_stack_is_a_clear_error(
     assert sys.prefix not in str(refused.value)
 
 
+def test_uvs_reason_is_one_line_without_the_environment_it_used() -> None:
+    from perfsuite.ab.envs import uv_reason
+
+    stderr = (
+        "Using Python 3.11.7 environment at: /home/someone/.venv\n"
+        "warning: an index URL was ignored\n"
+        "  × No solution found when resolving dependencies:\n"
+        "  ╰─▶ Because you require a==1 and a==2, we can conclude that your requirements are unsatisfiable.\n"
+    )
+    assert uv_reason(stderr) == (
+        "× No solution found when resolving dependencies: ╰─▶ Because you require a==1 and a==2, "
+        "we can conclude that your requirements are unsatisfiable."
+    )
+
+
 FAKE_UV = """#!/bin/sh
 # Installs a made-up package into --target, as uv pip install --target would, and notes the call.
 echo install >> "$(dirname "$0")/calls"

@@ -217,11 +217,11 @@ def test_an_interrupted_bisection_says_and_writes_what_it_judged(
     with pytest.raises(BisectInterrupted):
         _bisection(monkeypatch, tmp_path, lambda point: next(results), said).run()
     assert said[-1] == (
-        "perfsuite bisect: interrupted while comparing 4.45.0, no answer; judged between the ends: "
+        "perfsuite bisect: interrupted by SIGINT while comparing 4.45.0, no answer; judged between the ends: "
         f"4.46.0rc1 bad (written to {tmp_path / 'bisect.json'})"
     ), said
     written = json.loads((tmp_path / "bisect.json").read_text())
-    assert written["interrupted"] is True
+    assert written["interrupted"] == "SIGINT"
     assert written["ends"]["time"]["verdict"] == "slower"
     assert [step["version"] for step in written["steps"]] == ["4.46.0rc1"]
     assert written["cut_short"]["point"] == "4.45.0"
@@ -261,3 +261,37 @@ def test_a_steps_evidence_is_the_metric_searched_in_a_few_words() -> None:
     assert evidence(result, "loss") == "loss from other initial weights (weights 1f2e → weights 9a8b)"
     assert evidence(result, "memory") == "memory: buffers -100.0%"
     assert evidence(CaseResult(case="tiny-gpt2-vanilla"), "loss") == "loss: as the good end"
+
+
+def test_a_signal_heard_after_a_comparisons_last_pair_still_stops_the_search(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The comparison ended normally (the signal came between its last pair and its look): the
+    search does not go on as if nothing had been heard."""
+    from perfsuite.ab.bisecting import BisectInterrupted
+    from perfsuite.ab.rounds import CaseResult
+
+    said: list[str] = []
+    heard: list[str] = []
+    slower = CaseResult(case="tiny-bert-vanilla", time=_paired("slower", 9), log_ratios=[0.1] * 9)
+
+    def compare(point: str) -> CaseResult:
+        if point != "4.48.0":  # the bad end compared, then SIGTERM during the first step's last look
+            heard.append("SIGTERM")
+        return slower
+
+    bisection = _bisection(monkeypatch, tmp_path, compare, said)
+    bisection.heard = lambda: heard[0] if heard else None
+    with pytest.raises(BisectInterrupted):
+        bisection.run()
+    assert said[-1].startswith("perfsuite bisect: interrupted by SIGTERM while comparing 4.46.0rc1, no answer"), said
+    assert json.loads((tmp_path / "bisect.json").read_text())["interrupted"] == "SIGTERM"
+
+
+def test_a_failure_without_pips_error_line_gives_its_last_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfsuite.ab import bisect
+
+    done = subprocess.CompletedProcess([], 1, stdout="", stderr="/venv/bin/python: No module named pip\n")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: done)
+    with pytest.raises(BisectError, match=r"lists no releases \(/venv/bin/python: No module named pip\)$"):
+        bisect.index_versions("transformers")

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -206,7 +207,29 @@ class _Collection:
         self.killed = True
 
 
-def test_a_refresh_stopped_while_it_collects_its_selection_starts_no_session(monkeypatch: pytest.MonkeyPatch) -> None:
+class _Unheard(Exception):
+    """SIGTERM reached the test's own handler: the command under test set none."""
+
+
+@pytest.fixture
+def sigterm_fails_the_test() -> Iterator[None]:
+    """SIGTERM sent to this process fails the test rather than ending the whole pytest run, should
+    the command under test not handle it."""
+
+    def unheard(signum: int, frame: object) -> None:
+        raise _Unheard
+
+    previous = signal.signal(signal.SIGTERM, unheard)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.usefixtures("sigterm_fails_the_test")
+def test_a_refresh_stopped_while_it_collects_its_selection_starts_no_session(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from perfsuite.cli import main
 
     monkeypatch.chdir(Path(__file__).parents[1])  # the repository's matrix test
@@ -215,14 +238,16 @@ def test_a_refresh_stopped_while_it_collects_its_selection_starts_no_session(mon
     assert main(["baselines", "refresh", "--device", "cpu", "-k", "tiny-bert"]) == 128 + signal.SIGTERM
     (collection,) = _Collection.started  # stopped, and no refresh session after it
     assert "--collect-only" in collection
+    assert capsys.readouterr().err == "perfsuite baselines refresh: interrupted by SIGTERM before any case ran\n"
 
 
+@pytest.mark.usefixtures("sigterm_fails_the_test")
 def test_bisect_stopped_by_sigterm_exits_143_in_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from perfsuite.cli import bisect, main
 
-    def heard(args: object) -> int:
+    def heard(args: object, stopped: object) -> int:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # the handler interrupts this
         return 0

@@ -54,8 +54,10 @@ def index_versions(package: str) -> list[str]:
     match = re.search(r"Available versions:\s*(.+)", done.stdout)
     if done.returncode != 0 or match is None:
         # pip's own reason is its last ERROR line; its warnings (an index location it skipped) are not ours to show
-        errors = [line.removeprefix("ERROR:").strip() for line in done.stderr.splitlines() if line.startswith("ERROR:")]
-        raise BisectError(f"{package}: the package index lists no releases ({errors[-1] if errors else 'none listed'})")
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        errors = [line.removeprefix("ERROR:").strip() for line in lines if line.startswith("ERROR:")]
+        why = errors[-1] if errors else lines[-1] if lines else "none listed"  # "No module named pip" has no ERROR
+        raise BisectError(f"{package}: the package index lists no releases ({why})")
     return [v.strip() for v in match.group(1).split(",") if v.strip()]
 
 

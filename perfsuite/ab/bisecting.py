@@ -78,6 +78,10 @@ def _good_end(message: str) -> str:
     return re.sub(r"\b(the )?baseline('s)?\b", lambda m: "the good end" + (m.group(2) or ""), message)
 
 
+def _shown(judgement: Judgement) -> str:
+    return "cannot test" if judgement == "cannot" else judgement
+
+
 class BisectInterrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM stopped a bisection, which has said what it had judged and written it."""
 
@@ -104,6 +108,9 @@ class Bisection:
     """The bad end's comparison with the good end, once made."""
     cut_short: tuple[str, CaseResult] | None = None
     """The point whose comparison Ctrl-C or SIGTERM stopped, and that comparison's pairs so far."""
+    heard: Callable[[], str | None] = lambda: None
+    """The signal that stopped the command, once one has (``SIGINT``, ``SIGTERM``). A signal handled
+    where a comparison cannot tell (its last pair in, its look not yet taken) still stops the search."""
 
     def _env(self, version: str, name: str) -> Env:
         if self.env_for is not None:
@@ -111,6 +118,8 @@ class Bisection:
         return make_env(f"{self.options.package}=={version}", name=name, held=self.options.held)
 
     def _compare(self, good: Side, version: str) -> CaseResult:
+        if self.heard() is not None:
+            raise KeyboardInterrupt
         if self.options.metric == "time":
             schedule = schedule_for(
                 1,
@@ -135,7 +144,7 @@ class Bisection:
                 timeout_s=self.options.timeout or 600.0,
                 device_type=self.options.device_type,
             )
-            if result.interrupted:  # compare_case kept the pairs so far; the bisection stops here
+            if result.interrupted or self.heard() is not None:  # its pairs so far are kept; the search stops
                 self.cut_short = (version, result)
                 raise KeyboardInterrupt
             if result.stopped is not None:  # a side died between rounds: this version is not tested
@@ -153,12 +162,16 @@ class Bisection:
         try:
             return self._run()
         except KeyboardInterrupt:
-            self._write(None, self.ends, interrupted=True)
+            signal = self.heard() or "SIGINT"
+            self._write(self.found, self.ends, interrupted=signal)
+            written = f" (written to {self.options.json})" if self.options.json else ""
+            if self.found is not None:  # stopped after the search: its answer stands
+                self.say(f"perfsuite bisect: interrupted by {signal} after the search{written}")
+                raise BisectInterrupted from None
             at = f" while comparing {self.cut_short[0]}" if self.cut_short else ""
-            tested = ", ".join(f"{s.version} {s.judgement}" for s in self.tested) or "none"
+            tested = ", ".join(f"{s.version} {_shown(s.judgement)}" for s in self.tested) or "none"
             self.say(
-                f"perfsuite bisect: interrupted{at}, no answer; judged between the ends: {tested}"
-                + (f" (written to {self.options.json})" if self.options.json else "")
+                f"perfsuite bisect: interrupted by {signal}{at}, no answer; judged between the ends: {tested}{written}"
             )
             raise BisectInterrupted from None
 
@@ -198,8 +211,7 @@ class Bisection:
                 result = self._compare(good, version)
                 verdict = changed(result, metric)
                 judgement: Judgement = "cannot" if result.error or verdict is None else ("bad" if verdict else "good")
-                shown = "cannot test" if judgement == "cannot" else judgement
-                self.say(f"  {version}: {shown}: {evidence(result, metric)}")
+                self.say(f"  {version}: {_shown(judgement)}: {evidence(result, metric)}")
                 self.tested.append(Step(version, judgement, evidence(result, metric)))
                 return judgement, evidence(result, metric)
 
@@ -221,7 +233,8 @@ class Bisection:
         )
         return 1
 
-    def _write(self, found: Found | None, ends: CaseResult | None, *, interrupted: bool = False) -> None:
+    def _write(self, found: Found | None, ends: CaseResult | None, *, interrupted: str | None = None) -> None:
+        """``--json``: the steps and the answer; ``interrupted``: the signal that stopped it."""
         if not self.options.json:
             return
         steps: list[Step] = found.steps if found else self.tested

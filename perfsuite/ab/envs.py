@@ -137,6 +137,13 @@ def _local_free(version: str) -> str:
     return version.split("+", 1)[0]
 
 
+def uv_reason(stderr: str) -> str:
+    """uv's reason for a failure on one line: without its warnings and the line naming the environment
+    it used (``Using Python 3.11.7 environment at: <path>``: a pull request's comment shows the reason)."""
+    said = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return " ".join(line for line in said if not re.match(r"warn|using .* at: ", line, re.IGNORECASE))[-600:]
+
+
 def resolve(requirements: list[Requirement], *, python: str = sys.executable) -> list[str]:
     """``name==version`` of what must change in this environment for ``requirements`` to hold,
     the whole installed set resolved together (:mod:`uv`'s dry run; nothing is installed)."""
@@ -157,10 +164,8 @@ def resolve(requirements: list[Requirement], *, python: str = sys.executable) ->
     finally:
         Path(handle.name).unlink(missing_ok=True)
     if done.returncode != 0:
-        # uv's reason, without its warnings and the line naming this environment's path (a comment shows it)
-        said = [line.strip() for line in done.stderr.splitlines() if line.strip() and "WARN" not in line]
-        reason = " ".join(line for line in said if not line.startswith("Using Python"))
-        raise EnvError(f"{', '.join(asked.values())} does not resolve with the installed stack: {reason[-600:]}")
+        reason = uv_reason(done.stderr)
+        raise EnvError(f"{', '.join(asked.values())} does not resolve with the installed stack: {reason}")
     moved = []
     for line in done.stderr.splitlines() + done.stdout.splitlines():
         match = re.match(r"^\s*\+\s+(\S+)==(\S+)", line)
@@ -227,7 +232,7 @@ def install_into(
     )
     if done.returncode != 0:
         shutil.rmtree(scratch, ignore_errors=True)
-        raise EnvError(f"{label}: installing {' '.join(record)} failed: {done.stderr.strip()[-600:]}")
+        raise EnvError(f"{label}: installing {' '.join(record)} failed: {uv_reason(done.stderr)}")
     (scratch / MANIFEST).write_text(json.dumps({"moved": record, "files": _digests(scratch)}))
     if target.is_symlink():
         target.unlink()

@@ -110,7 +110,8 @@ def run(args: Any) -> int:
             ):
                 return _refresh_exit_code(_NO_TESTS_COLLECTED, args, device)  # one line, before pytest's header
         except KeyboardInterrupt:
-            return interrupt.exit_code  # stopped before anything ran: nothing to write
+            print(f"perfsuite baselines refresh: interrupted by {interrupt.name} before any case ran", file=sys.stderr)
+            return interrupt.exit_code
         child = subprocess.Popen([sys.executable, "-m", "pytest", *argv, *args.pytest_args])
         try:
             return _refresh_exit_code(child.wait(), args, device)

@@ -12,6 +12,7 @@ import argparse
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
     with terminate_as_interrupt() as interrupt:
         try:
-            return _run(args)
+            return _run(args, lambda: interrupt.name if interrupt.signum is not None else None)
         except BisectInterrupted:  # it said what it had judged
             return interrupt.exit_code
         except KeyboardInterrupt:
@@ -92,11 +93,12 @@ def run(args: argparse.Namespace) -> int:
             return interrupt.exit_code
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
+    """The bisection; ``heard``: the signal that stopped it, once one has (see ``Bisection.heard``)."""
     from packaging.utils import canonicalize_name
 
     from perfsuite.ab.bisect import BisectError, between, check_order, index_versions
-    from perfsuite.ab.bisecting import Bisection, case_spec
+    from perfsuite.ab.bisecting import BisectInterrupted, Bisection, case_spec
     from perfsuite.ab.comparison import cap_problem
     from perfsuite.ab.envs import EnvError, make_env, parse_held
     from perfsuite.ab.options import BisectOptions
@@ -139,12 +141,13 @@ def _run(args: argparse.Namespace) -> int:
         if any(canonicalize_name(r.name) == bisected for r in options.held):
             raise ValueError(f"--with holds {args.package}, the package bisected: each side installs its own release")
         if args.own:
-            return _commits(options, spec, say, *_project_commits(args, options))
+            return _commits(options, spec, say, heard, *_project_commits(args, options))
         if args.commits:
             return _commits(
                 options,
                 spec,
                 say,
+                heard,
                 *_clone_commits(args, args.good, args.bad, make_env("current", name="good", held=options.held)),
             )
         check_order(args.good, args.bad)
@@ -153,7 +156,7 @@ def _run(args: argparse.Namespace) -> int:
         say(f"perfsuite: error: {exc}")
         return 2
     say(f"perfsuite: {args.package}: {len(versions)} releases from {versions[0]} (good) to {versions[-1]} (bad)")
-    releases = Bisection(options, spec, versions, say)
+    releases = Bisection(options, spec, versions, say, heard=heard)
     code = releases.run()
     found = releases.found
     if args.repo is None or found is None or found.first_bad is None:
@@ -165,7 +168,11 @@ def _run(args: argparse.Namespace) -> int:
         good, bad = (release_tag(args.repo, args.package, v, "--repo") for v in (found.last_good, found.first_bad))
         base = make_env(f"{args.package}=={found.last_good}", name="good", held=options.held)
         released = json.loads(args.json.read_text()) if args.json else None
-        code = _commits(options, spec, say, *_clone_commits(args, good.sha, bad.sha, base))
+        code = _commits(options, spec, say, heard, *_clone_commits(args, good.sha, bad.sha, base))
+    except BisectInterrupted:  # the commits' partial answer, with the releases' it went on from
+        if args.json and released is not None:
+            write_results({**json.loads(args.json.read_text()), "releases": released}, json_file=args.json, say=None)
+        raise
     except (commits.GitError, EnvError) as exc:
         say(f"perfsuite: the commits between {found.last_good} and {found.first_bad} were not bisected: {exc}")
         return 1
@@ -218,7 +225,14 @@ def _first_parents(top: Path, good: str, bad: str, what: str) -> dict[str, Any]:
 
 
 def _commits(
-    options: BisectOptions, spec: Any, say: Any, found: dict[str, Any], env_for: Any, what: str, scratch: Path | None
+    options: BisectOptions,
+    spec: Any,
+    say: Any,
+    heard: Callable[[], str | None],
+    found: dict[str, Any],
+    env_for: Any,
+    what: str,
+    scratch: Path | None,
 ) -> int:
     """Bisect the commits ``found`` (good first), each side's environment from ``env_for``."""
     from perfsuite.ab.bisecting import Bisection
@@ -227,7 +241,14 @@ def _commits(
     say(f"perfsuite: {what}s: {len(points) - 1} after {points[0]} (good), up to {points[-1]} (bad)")
     try:
         return Bisection(
-            options, spec, points, say, env_for=env_for, what=what, describe=lambda p: found[p].describe()
+            options,
+            spec,
+            points,
+            say,
+            env_for=env_for,
+            what=what,
+            describe=lambda p: found[p].describe(),
+            heard=heard,
         ).run()
     finally:
         if scratch is not None:

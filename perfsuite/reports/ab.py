@@ -11,6 +11,7 @@ from typing import Any
 
 from perfsuite.core.baselines import write_text_atomic
 from perfsuite.core.gates import format_byte_change
+from perfsuite.core.tolerance import Tolerance
 from perfsuite.reports.explain import html_causes, markdown_causes, marks, notes
 
 HEADERS = ("case", "verdict", "time B/A [interval]", "pairs", "peak MiB A → B", "breakdown change", "loss max |Δ|")
@@ -35,14 +36,15 @@ def _memory(case: Mapping[str, Any]) -> tuple[str, str]:
     if m["a"] is None or m["b"] is None:
         return "—", "—"
     peak = f"{m['a'] / 2**20:,.2f} → {m['b'] / 2**20:,.2f} ({(m['b'] - m['a']) / max(m['a'], 1):+.1%})"
-    changes = []
+    changes, few = [], Tolerance().memory_atol_bytes
     for name in sorted(set(m["breakdown_a"]) | set(m["breakdown_b"])):
         a, b = m["breakdown_a"].get(name, 0), m["breakdown_b"].get(name, 0)
-        if abs(b - a) > max(65536, 0.01 * max(a, 1)):
-            # Against a category of a few bytes a percentage says nothing: its bytes do.
+        if abs(b - a) > max(few, 0.01 * max(a, 1)):
+            # Against a category of a few bytes (below the memory gate's absolute tolerance) a
+            # percentage says nothing: its bytes do.
             changes.append(
                 f"{name.replace('_', ' ')} {(b - a) / max(a, 1):+.0%}"
-                if a >= 65536
+                if a >= few
                 else f"{name.replace('_', ' ')} {format_byte_change(b - a)}"
             )
     return peak, ", ".join(changes) or "none"
