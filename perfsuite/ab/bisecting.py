@@ -211,9 +211,10 @@ class Bisection:
                 result = self._compare(good, version)
                 verdict = changed(result, metric)
                 judgement: Judgement = "cannot" if result.error or verdict is None else ("bad" if verdict else "good")
-                self.say(f"  {version}: {_shown(judgement)}: {evidence(result, metric)}")
-                self.tested.append(Step(version, judgement, evidence(result, metric)))
-                return judgement, evidence(result, metric)
+                said = evidence(result, metric)
+                self.say(f"  {version}: {_shown(judgement)}: {said}")
+                self.tested.append(Step(version, judgement, said))
+                return judgement, said
 
             found = search(self.versions, judge)
             self.found = found

@@ -41,11 +41,6 @@ def traces_dir(report: str | None, json_file: str | None) -> Path | None:
     return None
 
 
-def moved_categories(result: CaseResult) -> list[str]:
-    """The memory breakdown's categories whose check failed (the peak alone: none named)."""
-    return failed_categories(result.checks)
-
-
 def wanted(result: CaseResult, choice: str) -> tuple[str, ...]:
     """What to explain of ``result`` (:func:`perfsuite.core.explain.explanation.aspects`)."""
     if result.error is not None or result.interrupted:
@@ -98,7 +93,7 @@ def explain_case(
         runs,
         loss=(result.loss_a, result.loss_b),
         breakdowns=(result.breakdown_a, result.breakdown_b),
-        moved=moved_categories(result),
+        moved=failed_categories(result.checks),
         loss_tolerance=(tol.loss_rtol, tol.loss_atol),
         errors=errors,
         wall_s=time.monotonic() - started,

@@ -164,20 +164,24 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
     from perfsuite.ab import commits
     from perfsuite.ab.builds import release_tag
 
+    released = json.loads(args.json.read_text()) if args.json else None
+
+    def with_releases() -> None:
+        """The commits' answer (or what an interrupt left of it), with the releases' it went on from."""
+        if args.json and released is not None:
+            write_results({**json.loads(args.json.read_text()), "releases": released}, json_file=args.json, say=None)
+
     try:
         good, bad = (release_tag(args.repo, args.package, v, "--repo") for v in (found.last_good, found.first_bad))
         base = make_env(f"{args.package}=={found.last_good}", name="good", held=options.held)
-        released = json.loads(args.json.read_text()) if args.json else None
         code = _commits(options, spec, say, heard, *_clone_commits(args, good.sha, bad.sha, base))
-    except BisectInterrupted:  # the commits' partial answer, with the releases' it went on from
-        if args.json and released is not None:
-            write_results({**json.loads(args.json.read_text()), "releases": released}, json_file=args.json, say=None)
+    except BisectInterrupted:
+        with_releases()
         raise
     except (commits.GitError, EnvError) as exc:
         say(f"perfsuite: the commits between {found.last_good} and {found.first_bad} were not bisected: {exc}")
         return 1
-    if args.json and released is not None:  # the commits' answer, with the releases' it went on from
-        write_results({**json.loads(args.json.read_text()), "releases": released}, json_file=args.json, say=None)
+    with_releases()
     return code
 
 
