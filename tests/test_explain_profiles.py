@@ -103,7 +103,8 @@ def test_new_and_vanished_functions_are_named() -> None:
     assert python[0].key == f"{HOOK} → {SLEEP}"
     assert python[0].status == "new"
     assert re.fullmatch(
-        r"new: acme/hooks.py:slow_hook → sleep 0 → 1 calls/step, \+[34]\.\d\d ms/step", profile.describe(python[0])
+        r"new: acme/hooks.py:slow_hook \(line 3\) → sleep 0 → 1 calls/step, \+[34]\.\d\d ms/step",
+        profile.describe(python[0]),
     )
     assert profile.diff(b, a).level("python")[0].status == "vanished"
     assert profile.diff(a, b).level("package")[0].key == "acme"

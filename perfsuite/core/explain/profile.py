@@ -264,8 +264,12 @@ def _mean(side: Sequence[Mapping[str, Row]], key: str) -> Row:
 
 
 def describe(change: Change) -> str:
-    """``aten::addmm 36 → 48 calls/step, +1.90 ms/step``; new and vanished entries said so."""
-    name = " → ".join(map(short, change.key.split(" → "))) if change.level == "python" else change.key
+    """``aten::addmm 36 → 48 calls/step, +1.90 ms/step``; new and vanished entries said so, a new or
+    vanished Python function with the line it starts on (where to look)."""
+    name = change.key
+    if change.level == "python":
+        named = short if change.status == "changed" else _located
+        name = " → ".join(map(named, change.key.split(" → ")))
     parts = []
     if change.level != "package":
         parts.append(f"{_count(change.calls_a)} → {_count(change.calls_b)} calls/step")
@@ -275,6 +279,12 @@ def describe(change: Change) -> str:
         parts.append(f"{change.delta_us / 1e3:+,.2f} ms/step")
     head = {"new": "new: ", "vanished": "vanished: "}.get(change.status, "")
     return f"{head}{name} {', '.join(parts)}"
+
+
+def _located(name: str) -> str:
+    """A Python frame as ``file.py:function (line 12)``, other frames as :func:`short` names them."""
+    parts = python_parts(name)
+    return short(name) if parts is None else f"{short(name)} (line {parts[1]})"
 
 
 def _count(calls: float) -> str:
