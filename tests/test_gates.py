@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from perfsuite.core.baselines import build_baseline, robust_spread, set_aside, time_spread
-from perfsuite.core.gates import check_memory, check_time, compare, is_regression
+from perfsuite.core.gates import category_change, check_memory, check_time, compare, is_regression
 from perfsuite.core.loss import check_loss
 from perfsuite.core.observation import Observation, observe
 from perfsuite.core.record import CaseRecord
@@ -131,6 +131,14 @@ def test_a_category_that_grew_at_a_peak_that_fell_is_no_regression_where_it_move
     higher = _observed(peak_bytes=110 * MIB, breakdown=moment)
     checks = check_memory("c", base, higher, Tolerance())
     assert [c.metric for c in checks if is_regression(c, checks)] == ["peak memory", "memory: gradients"]
+
+
+def test_a_category_of_a_few_bytes_changes_in_bytes_a_larger_one_in_percent() -> None:
+    few = Tolerance().memory_atol_bytes
+    assert category_change("optimizer_state", 4 * 2**20, 5 * 2**20) == "optimizer state +25.0%"
+    assert category_change("buffers", 0, 256 * 2**10) == "buffers +256.0 KiB"  # of nothing: no percent
+    assert category_change("buffers", few - 1, few - 1 + 3 * 2**20) == "buffers +3.00 MiB"
+    assert category_change("buffers", few, 0) == "buffers -100.0%"
 
 
 def test_loss_names_first_diverging_step_and_largest_differences() -> None:

@@ -17,7 +17,7 @@ from perfsuite.ab.pairs import Choice
 from perfsuite.ab.rounds import CaseResult, compare_cases
 from perfsuite.ab.sides import Side
 from perfsuite.core.check import Check
-from perfsuite.core.gates import BREAKDOWN_PREFIX, format_byte_change, is_regression
+from perfsuite.core.gates import BREAKDOWN_PREFIX, category_change, is_regression
 from perfsuite.core.paired import SAME_CONFIDENCE, Schedule, alarm_looks, case_confidence, min_pairs
 from perfsuite.core.preloads import preload_for
 from perfsuite.core.provenance import now
@@ -99,17 +99,12 @@ def check_change(result: CaseResult, check: Check) -> str:
         return f"loss from other initial weights ({check.baseline} → {check.measured})"
     if check.metric == "loss" and diff is not None:
         return f"loss max |Δ| {diff:.3g}"
-    if check.metric.startswith(BREAKDOWN_PREFIX) and _few_bytes(result, check.metric):
-        # Against a category of a few bytes a percentage says nothing: its bytes do.
+    if check.metric.startswith(BREAKDOWN_PREFIX):
         name = check.metric.removeprefix(BREAKDOWN_PREFIX)
-        return f"{check.metric} {format_byte_change(result.breakdown_b.get(name, 0) - result.breakdown_a.get(name, 0))}"
+        return f"memory: {category_change(name, result.breakdown_a.get(name, 0), result.breakdown_b.get(name, 0))}"
     if check.rel is not None:
         return f"{check.metric} {check.rel:+.1%}"
     return check.metric
-
-
-def _few_bytes(result: CaseResult, metric: str) -> bool:
-    return abs(result.breakdown_a.get(metric.removeprefix(BREAKDOWN_PREFIX), 0)) < Tolerance().memory_atol_bytes
 
 
 @dataclasses.dataclass

@@ -97,6 +97,16 @@ def format_byte_change(change: float) -> str:
     return f"{change / 2**10:+,.1f} KiB" if abs(change) < 2**20 else f"{change / 2**20:+,.2f} MiB"
 
 
+def category_change(name: str, before: float, after: float) -> str:
+    """A breakdown category's change in a few words: ``buffers +12.5%``; a category of a few bytes
+    (under the memory gate's absolute tolerance), against which a percentage says nothing, in its bytes:
+    ``buffers +256.0 KiB``."""
+    label = name.replace("_", " ")
+    if abs(before) < Tolerance().memory_atol_bytes:
+        return f"{label} {format_byte_change(after - before)}"
+    return f"{label} {(after - before) / before:+.1%}"
+
+
 def rel_change(measured: float, baseline: float) -> float:
     if baseline == 0:
         return 0.0 if measured == 0 else math.inf

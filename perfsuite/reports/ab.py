@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.core.baselines import write_text_atomic
-from perfsuite.core.gates import format_byte_change
+from perfsuite.core.gates import category_change
 from perfsuite.core.tolerance import Tolerance
 from perfsuite.reports.explain import html_causes, markdown_causes, marks, notes
 
@@ -40,13 +40,7 @@ def _memory(case: Mapping[str, Any]) -> tuple[str, str]:
     for name in sorted(set(m["breakdown_a"]) | set(m["breakdown_b"])):
         a, b = m["breakdown_a"].get(name, 0), m["breakdown_b"].get(name, 0)
         if abs(b - a) > max(few, 0.01 * max(a, 1)):
-            # Against a category of a few bytes (below the memory gate's absolute tolerance) a
-            # percentage says nothing: its bytes do.
-            changes.append(
-                f"{name.replace('_', ' ')} {(b - a) / max(a, 1):+.0%}"
-                if a >= few
-                else f"{name.replace('_', ' ')} {format_byte_change(b - a)}"
-            )
+            changes.append(category_change(name, a, b))
     return peak, ", ".join(changes) or "none"
 
 
