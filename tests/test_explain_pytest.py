@@ -8,6 +8,7 @@ import importlib
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -97,11 +98,42 @@ def test_the_same_versions_explain_from_one_run_of_this_stack(monkeypatch: pytes
         "--models tiny-bert --strategies vanilla --explain"
     )
     # The commit the baseline was recorded at, and a case's engine and ranks, in the command
-    recorded = {**BASELINE, "provenance": {**BASELINE["provenance"], "commit": "0ca34e1bd6868f2a"}}  # type: ignore[dict-item]
+    clean = {"commit": "0ca34e1bd6868f2a", "dirty": False}
+    recorded = {**BASELINE, "provenance": {**BASELINE["provenance"], **clean}}  # type: ignore[dict-item]
     ranks = CaseSpec(model="tiny-bert", strategy="ddp", world_size=2, steps=2, warmup_steps=1, device="cpu")
-    assert explaining._hint(ranks, recorded) == (
+    assert explaining._hint(ranks, recorded, None) == (
         "explain: to diff this code against the commit its baseline was recorded at: perfsuite ab --base-ref "
         "0ca34e1bd686 --models tiny-bert --strategies ddp --world-size 2 --device cpu --explain"
+    )
+
+
+def test_a_baseline_recorded_on_uncommitted_changes_is_diffed_against_the_commit_of_its_file(tmp_path: Path) -> None:
+    """Recorded before the code was committed (refresh, then commit), the recorded commit lacks the code
+    under test: the commit that committed the baseline has it."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "before the model")
+    before = git("rev-parse", "HEAD")
+    path = tmp_path / "baselines" / "cpu" / "tiny-bert-vanilla.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{}")
+    dirty = {**BASELINE, "provenance": {**BASELINE["provenance"], "commit": before, "dirty": True}}  # type: ignore[dict-item]
+    assert explaining._hint(SPEC, dirty, path).startswith(
+        "explain: to diff this code against a commit where it passed (the baseline was recorded on uncommitted "
+        "changes, and its file is not committed): perfsuite ab --base-ref REF "
+    )
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "the model and its baseline")
+    with_baseline = git("rev-parse", "HEAD")
+    assert with_baseline != before
+    assert explaining._hint(SPEC, dirty, path) == (
+        "explain: to diff this code against the commit that last changed its baseline file (the baseline was "
+        f"recorded on uncommitted changes): perfsuite ab --base-ref {with_baseline[:12]} --models tiny-bert "
+        "--strategies vanilla --explain"
     )
 
 

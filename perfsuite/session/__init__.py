@@ -320,19 +320,21 @@ class PerfsuiteSession:
         )
         failures = [c.message for c in outcome.checks if not c.ok]
         if failures and self.explain:
-            failures += self._explained(spec, baseline, outcome, tolerance)
+            failures += self._explained(spec, baseline, path, outcome, tolerance)
         if failures:
             outcome.message = "\n".join(failures)
             pytest.fail(outcome.message, pytrace=False)
         outcome.status = "passed"
 
-    def _explained(self, spec: CaseSpec, baseline: Mapping[str, Any], outcome: Outcome, tolerance: Any) -> list[str]:
+    def _explained(
+        self, spec: CaseSpec, baseline: Mapping[str, Any], path: Path, outcome: Outcome, tolerance: Any
+    ) -> list[str]:
         """``--perfsuite-explain``'s lines for a failing case (:mod:`perfsuite.session.explaining`)."""
         from perfsuite.core.spec import DEFAULTS
         from perfsuite.session.explaining import Failure, explain_failure
 
         timeout = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"].timeout
-        failure = Failure(spec, baseline, outcome.records[-1], outcome.checks, tolerance)
+        failure = Failure(spec, baseline, outcome.records[-1], outcome.checks, tolerance, path)
         try:
             return explain_failure(failure, timeout_s=timeout)
         except Exception as exc:  # the verdict stands whatever the explanation does

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from perfsuite.core.check import Check
@@ -23,7 +24,7 @@ from perfsuite.core.explain.explanation import PROFILED_STEPS
 from perfsuite.core.explain.records import ExplainAsk, ExplainRecord
 from perfsuite.core.explain.reference import alone_lines, aspects_failed, reference_pins
 from perfsuite.core.gates import failed_categories
-from perfsuite.core.provenance import library_versions
+from perfsuite.core.provenance import git, library_versions
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
@@ -39,6 +40,8 @@ class Failure:
     """The run gated (the last, where the time was retried)."""
     checks: Sequence[Check]
     tolerance: Tolerance
+    path: Path | None = None
+    """The baseline's file."""
 
     @property
     def what(self) -> tuple[str, ...]:
@@ -56,14 +59,12 @@ def explain_failure(failure: Failure, *, timeout_s: float) -> list[str]:
         "explain: the baseline was recorded on this stack's versions, so there is no reference stack to run "
         "(the change is in this repository's code or the machine); one instrumented run of this stack shows:"
     )
-    return [head, *_alone(failure, timeout_s), _hint(failure.spec, failure.baseline)]
+    return [head, *_alone(failure, timeout_s), _hint(failure.spec, failure.baseline, failure.path)]
 
 
-def _hint(spec: CaseSpec, baseline: Mapping[str, Any]) -> str:
-    """The ``perfsuite ab`` command that diffs the case against the commit its baseline was recorded at."""
-    commit = (baseline.get("provenance") or {}).get("commit")
-    ref = str(commit)[:12] if isinstance(commit, str) and commit else "REF"
-    where = "the commit its baseline was recorded at" if ref != "REF" else "a commit where it passed"
+def _hint(spec: CaseSpec, baseline: Mapping[str, Any], path: Path | None) -> str:
+    """The ``perfsuite ab`` command that diffs the case against the code its baseline was recorded on."""
+    ref, where = _reference(baseline, path)
     shape = f" --engine {spec.engine}" if spec.engine != "loop" else ""
     shape += f" --world-size {spec.world_size}" if spec.world_size > 1 else ""
     shape += f" --device {spec.device}" if spec.device != "auto" else ""
@@ -71,6 +72,23 @@ def _hint(spec: CaseSpec, baseline: Mapping[str, Any]) -> str:
         f"explain: to diff this code against {where}: perfsuite ab --base-ref {ref} "
         f"--models {spec.model} --strategies {spec.strategy}{shape} --explain"
     )
+
+
+def _reference(baseline: Mapping[str, Any], path: Path | None) -> tuple[str, str]:
+    """The commit whose code the baseline was recorded on, and how it was found: the commit recorded,
+    where its tree was clean; else (recorded on uncommitted changes, which that commit lacks) the
+    commit that last changed the baseline's file, as the change that recorded it is committed."""
+    provenance = baseline.get("provenance") or {}
+    commit = provenance.get("commit")
+    if isinstance(commit, str) and commit and provenance.get("dirty") is False:
+        return commit[:12], "the commit its baseline was recorded at"
+    committed = git(path.parent, "log", "-1", "--format=%H", "--", path.name) if path is not None else None
+    dirty = " (the baseline was recorded on uncommitted changes)" if provenance.get("dirty") else ""
+    if committed:
+        return committed[:12], f"the commit that last changed its baseline file{dirty}"
+    if dirty and committed is not None:  # in a repository, the file not committed
+        return "REF", f"a commit where it passed{dirty[:-1]}, and its file is not committed)"
+    return "REF", "a commit where it passed"
 
 
 def _moved(failure: Failure) -> dict[str, int]:
