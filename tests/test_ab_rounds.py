@@ -269,14 +269,15 @@ def test_outside_a_duet_nothing_waits(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("stop", [False, True])
-def test_memory_and_loss_are_told_at_the_first_pair_and_may_end_the_case_there(stop: bool) -> None:
+def test_memory_and_loss_are_told_at_the_first_pair_and_may_end_the_case_at_its_first_look(stop: bool) -> None:
     """A loss 4 times too large is known at pair 1; the time needs its pairs. Said at once, and
-    with ``stop_on_regression`` the case ends there, regressed, its time undecided."""
+    with ``stop_on_regression`` the case ends at its time's first look, with the verdict that look reached:
+    a step 20% slower too is called slower there."""
     from perfsuite.ab.comparison import checks_line
 
     log: list[str] = []
     changed = {"tiny-bert-grad_accum": [8.0, 6.0]}
-    sides = (FakeSide("A", {}, log), FakeSide("B", {}, log, loss=changed))
+    sides = (FakeSide("A", {}, log), FakeSide("B", {"tiny-bert-grad_accum": 1.2}, log, loss=changed))
     told: list[tuple[str, str, int]] = []
 
     def on_checks(result: Any) -> None:
@@ -289,10 +290,15 @@ def test_memory_and_loss_are_told_at_the_first_pair_and_may_end_the_case_there(s
         ("tiny-bert-vanilla", "memory and loss as base at pair 1 (time: pairs to come)", 1),
     ]
     assert worse.verdict == "regressed"
-    assert len(worse.log_ratios) == (1 if stop else 6)
-    assert (worse.time is None) == stop
+    assert (len(worse.log_ratios), worse.time.verdict) == (6, "slower")  # decided at the first look either way
     assert same.verdict == "same"  # the other case goes on to its time verdict either way
     assert len(same.log_ratios) == 6
+    # Pairs too noisy to decide the time at the first look: it ends there undecided, else goes on.
+    log.clear()
+    noisy = (FakeSide("A", {}, log), FakeSide("B", {"tiny-bert-grad_accum": 1.2}, log, loss=changed, noise=0.3))
+    (worse,) = _rounds([_spec("grad_accum")], noisy, schedule, stop_on_regression=stop)
+    assert worse.verdict == "regressed"
+    assert (len(worse.log_ratios), worse.time.verdict) == ((6, "undecided") if stop else (8, "slower"))
 
 
 def _at_peak(peak: int, **breakdown: int) -> CaseRecord:
@@ -364,7 +370,7 @@ def test_a_candidate_that_starts_from_other_weights_changes_the_loss_and_says_wh
     schedule = Schedule(first=6, step=2, cap=10, floor=0.03, confidence=0.95)
     (result,) = _rounds([_spec()], sides, schedule, stop_on_regression=True)
     assert result.verdict == "regressed"
-    assert len(result.log_ratios) == 1
+    assert len(result.log_ratios) == 6  # its time's first look
     (loss,) = [c for c in result.checks if c.metric == "loss"]
     assert not loss.ok
     assert not loss.compared

@@ -208,8 +208,10 @@ def compare_cases(
     per side would be a bias the pairs cannot remove. Memory and loss
     come from the first round's runs (profiled), and ``on_checks`` hears of them at once, each
     case's after its first pair; with ``stop_on_regression`` a case whose memory or loss
-    regressed is finished there, its time undecided. ``progress`` hears of each verdict (and each
-    error), and whether the case is finished, ``on_round`` of each round's start (its index, the cases it runs).
+    regressed is finished at its time's first look, with the time verdict that look reached (a step
+    slower too is said so: a change to a step's code seldom moves its memory alone). ``progress``
+    hears of each verdict (and each error), and whether the case is finished, ``on_round`` of each
+    round's start (its index, the cases it runs).
     A side whose server dies fails the pair it was running; at the next round's renewal the rounds
     end, and each case still open is ``stopped``, keeping its pairs and the verdicts its looks reached.
 
@@ -291,13 +293,13 @@ def _judged(
     still: list[CaseSpec] = []
     for spec in pending:
         result = results[spec.id]
-        if result.error is not None or (stop_on_regression and result.checks_regressed):
+        if result.error is not None:
             progress(result, True)
             continue
         paired = schedule.judge(result.log_ratios)
         if paired is not None:
             result.time = paired
-            finished = schedule.finished(paired)
+            finished = schedule.finished(paired) or (stop_on_regression and result.checks_regressed)
             progress(result, finished)
             if finished:
                 continue

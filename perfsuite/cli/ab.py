@@ -96,8 +96,8 @@ def add_parser(sub: Any) -> None:
     ab.add_argument(
         "--stop-on-regression",
         action="store_true",
-        help="finish a case at its first pair when its memory or loss regressed (both are decided there; "
-        "its time stays undecided)",
+        help="finish a case whose memory or loss regressed (both are decided at its first pair) at its time's "
+        "first look, with the time verdict that look reached",
     )
     ab.add_argument(
         "--mode",
