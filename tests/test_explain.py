@@ -76,6 +76,39 @@ def test_activations_are_not_in_the_inventory_and_said_so() -> None:
     assert "not in the inventory" in tensors.describe(cause.categories[0])
 
 
+def test_a_tensor_made_in_the_step_and_kept_after_it_is_one_cause_not_two() -> None:
+    """``self.last_probs = logits.softmax(-1)``: at the peak its bytes are activations (made in the
+    step), after the step the inventory lists it under other, and other did not move at the peak."""
+    kept = _t("other", "model.last_probs", (16, 64, 512))
+    cause = tensors.memory_cause(
+        {"activations": 8 * 2**20, "other": 2**10},
+        {"activations": 10 * 2**20, "other": 2**10},
+        [],
+        [kept],
+        moved=["activations"],
+        num_parameters=10,
+    )
+    lines = {c.category: tensors.describe(c) for c in cause.categories}
+    assert lines["activations"] == (
+        "activations +2.00 MiB: made within the step and kept after it, where other lists it: model.last_probs"
+    )
+    assert lines["other"] == (
+        "other +0.00 MiB at the peak; its tensors that differ (+2.00 MiB = 0.524 M elements × 4 B (float32)) were "
+        "made within the step, counted there under activations, and kept after it: new other model.last_probs "
+        "(float32 (16, 64, 512), 2.00 MiB)"
+    )
+    # A new tensor that did move other at the peak (held from before the step) is other's alone.
+    held = tensors.memory_cause(
+        {"activations": 8 * 2**20, "other": 0},
+        {"activations": 10 * 2**20, "other": 2 * 2**20},
+        [],
+        [kept],
+        moved=["activations", "other"],
+        num_parameters=10,
+    )
+    assert [c.kept or c.counted_under for c in held.categories] == ["", ""]
+
+
 # Loss and gradients
 
 

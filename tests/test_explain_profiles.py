@@ -46,6 +46,9 @@ def test_a_frame_belongs_to_its_package() -> None:
     assert package("aten::mm") is None
     assert short(HOOK) == "acme/hooks.py:slow_hook"
     assert short(SLEEP) == "sleep"
+    assert short("<built-in method softmax of Tensor>") == "Tensor.softmax"
+    assert short("<built-in method eye of type>") == "eye"  # torch.eye: a method of torch's functions' type
+    assert short("<built-in method _record_function_enter_new>") == "_record_function_enter_new"
 
 
 # The profile diff

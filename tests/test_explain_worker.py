@@ -101,6 +101,15 @@ def test_the_inventory_names_every_tensor_after_a_step() -> None:
     assert found[("optimizer_state", "2.bias:exp_avg_sq")].shape == (1,)
     held = [t for t in found.values() if t.kind == "other" and t.name.endswith("test_explain_worker.HELD[0]")]
     assert [t.nbytes for t in held] == [HELD[0].numel() * 4]
+    # A tensor a module keeps in a plain attribute (``self.last = ...``), and one an engine keeps
+    tiny.model[2].last_probs = torch.zeros(128, 256)
+    tiny.model.seen = {"inputs": torch.zeros(1 << 15)}  # type: ignore[assignment]
+    engine = type("Engine", (), {})()
+    engine.cache = torch.zeros(1 << 16)
+    others = {t.name: t for t in inventory(tiny.model, tiny.optimizer, grads, {"engine": engine}) if t.kind == "other"}
+    assert others["model.2.last_probs"].shape == (128, 256)
+    assert others["model.seen['inputs']"].nbytes == 1 << 17
+    assert others["engine.cache"].nbytes == 1 << 18
 
 
 def test_each_step_records_its_data_its_learning_rate_and_its_gradients_before_clipping() -> None:

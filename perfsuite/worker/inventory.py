@@ -5,7 +5,9 @@ parameter's gradient norm before clipping.
 The inventory lists the model's parameters and buffers by their names, the gradients by their
 parameters' names (read just before the optimizer steps, the only moment they all exist), the
 optimizer's state by parameter and state name, and every other live tensor of the process by
-where a module holds it (``somemodule.CACHE[0]``) when one does. Bytes are each tensor's own
+where it is held when that is found: in a plain attribute of one of the model's modules
+(``model.encoder.last_probs``), of the engine (``engine.cache``), or in a module's globals
+(``somemodule.CACHE[0]``). Bytes are each tensor's own
 (elements × element size), so a change reads as arithmetic on names, dtypes and shapes.
 """
 
@@ -22,7 +24,7 @@ from perfsuite.core.explain.records import StepFacts, TensorEntry
 from perfsuite.worker.measure import other_live_tensors
 
 HELD_FROM = 64 * 1024
-"""Tensors outside the model and optimizer from this size on are looked for among modules' globals."""
+"""Tensors outside the model and optimizer from this size on are looked for where they are held."""
 
 
 def _entry(kind: str, name: str, tensor: torch.Tensor) -> TensorEntry:
@@ -80,47 +82,37 @@ def inventory(
                 entries.append(_entry("optimizer_state", f"{owner}:{key}", value))
                 known.append(value)
     others = [t for t in other_live_tensors(known) if t.device.type != "meta"]
-    large = [t for t in others if t.numel() * t.element_size() >= HELD_FROM]
-    held = {**_held_by_modules(large), **_held_by_attributes(large, holders or {})}
+    wanted = {id(t) for t in others if t.numel() * t.element_size() >= HELD_FROM}
+    held: dict[int, str] = {}
+    if wanted:
+        for path, module in model.named_modules():  # a plain attribute: ``self.cache = ...``
+            _look_in(vars(module), f"model.{path}." if path else "model.", wanted, held)
+        for holder, value in (holders or {}).items():
+            _look_in(getattr(value, "__dict__", {}), f"{holder}.", wanted, held)
+        for module_name, module in list(sys.modules.items()):
+            namespace = getattr(module, "__dict__", None)
+            if type(namespace) is dict:
+                _look_in(namespace, f"{module_name}.", wanted, held)
     entries += [_entry("other", held.get(id(t), ""), t) for t in others]
     return entries
 
 
-def _held_by_attributes(tensors: list[torch.Tensor], holders: Mapping[str, Any]) -> dict[int, str]:
-    """Where an attribute of one of ``holders`` holds each of ``tensors`` directly: ``holder.NAME``."""
-    wanted = {id(t) for t in tensors}
-    found: dict[int, str] = {}
-    for holder, value in holders.items():
-        for attr, held in list(getattr(value, "__dict__", {}).items()):
-            if id(held) in wanted:
-                found.setdefault(id(held), f"{holder}.{attr}")
-    return found
-
-
-def _held_by_modules(tensors: list[torch.Tensor]) -> dict[int, str]:
-    """Where a module's globals hold each of ``tensors`` (directly, or in a list, tuple or dict): ``module.NAME[i]``."""
-    wanted = {id(t) for t in tensors}
-    found: dict[int, str] = {}
-    if not wanted:
-        return found
+def _look_in(namespace: Mapping[str, Any], prefix: str, wanted: set[int], found: dict[int, str]) -> None:
+    """Name each of the tensors ``wanted`` (by id) that ``namespace`` holds, directly or in a list, tuple
+    or dict, as ``prefix`` + ``NAME``, ``NAME[i]`` or ``NAME['key']``; a name found first is kept."""
     # Plain containers only: a library's mapping may import or build things when iterated
     # (transformers' lazy auto-mappings load every model class).
-    for module_name, module in list(sys.modules.items()):
-        namespace = getattr(module, "__dict__", None)
-        if type(namespace) is not dict:
-            continue
-        for attr, value in list(namespace.items()):
-            if id(value) in wanted:
-                found.setdefault(id(value), f"{module_name}.{attr}")
-            elif type(value) in (list, tuple) and len(value) <= 1000:
-                for i, item in enumerate(value):
-                    if id(item) in wanted:
-                        found.setdefault(id(item), f"{module_name}.{attr}[{i}]")
-            elif type(value) is dict and len(value) <= 1000:
-                for key, item in list(value.items()):
-                    if id(item) in wanted:
-                        found.setdefault(id(item), f"{module_name}.{attr}[{key!r}]")
-    return found
+    for attr, value in list(namespace.items()):
+        if id(value) in wanted:
+            found.setdefault(id(value), f"{prefix}{attr}")
+        elif type(value) in (list, tuple) and len(value) <= 1000:
+            for i, item in enumerate(value):
+                if id(item) in wanted:
+                    found.setdefault(id(item), f"{prefix}{attr}[{i}]")
+        elif type(value) is dict and len(value) <= 1000:
+            for key, item in list(value.items()):
+                if id(item) in wanted:
+                    found.setdefault(id(item), f"{prefix}{attr}[{key!r}]")
 
 
 class StepRecorder:

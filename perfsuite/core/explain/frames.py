@@ -63,12 +63,18 @@ def python_parts(name: str) -> tuple[str, int, str] | None:
 
 
 def short(name: str) -> str:
-    """A Python frame as ``file.py:function``; a built-in as the function it names; others as they are."""
+    """A Python frame as ``file.py:function``; a built-in as the function it names (a method of an
+    object as ``Tensor.softmax``; of a type object, torch's functions among them, as its name alone);
+    others as they are."""
     parts = python_parts(name)
     if parts is not None:
         return f"{parts[0]}:{parts[2]}"
     if name.startswith("<built-in"):
-        return name.removeprefix("<built-in ").removesuffix(">").replace("function ", "").replace("method ", "")
+        named = name.removeprefix("<built-in ").removesuffix(">").replace("function ", "").replace("method ", "")
+        function, of, owner = named.partition(" of ")
+        if not of or owner == "type":
+            return function
+        return f"{owner}.{function}"
     return name
 
 

@@ -9,6 +9,7 @@ live only inside a step and have no names: a move there is said so, for the prof
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -53,6 +54,12 @@ class CategoryCause:
     changes: tuple[TensorChange, ...] = ()
     arithmetic: str = ""
     """The change as elements × bytes, where the tensors that differ make it one product."""
+    counted_under: str = ""
+    """(``other``) The category whose move at the peak its tensors that differ make: made within the
+    step (activations or temporaries there) and kept after it, where the inventory finds them."""
+    kept: tuple[str, ...] = ()
+    """(activations, temporaries) The tensors ``other`` lists that make this category's move: made
+    within the step and kept after it."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,7 @@ def memory_cause(
             )
         )
     categories += [CategoryCause(c, breakdown_a.get(c), breakdown_b.get(c)) for c in asked if c not in CATEGORY_KINDS]
+    categories = _kept_from_the_step(categories)
     by_site_a = {s.frame: s.bytes for s in sites_a}
     by_site_b = {s.frame: s.bytes for s in sites_b}
     sites = sorted(
@@ -164,6 +172,42 @@ def memory_cause(
         key=lambda s: -abs(s[2] - s[1]),
     )
     return MemoryCause(tuple(categories), tuple(s for s in sites if s[1] != s[2]))
+
+
+def _moved(category: CategoryCause) -> int | None:
+    if category.bytes_a is None or category.bytes_b is None:
+        return None
+    return category.bytes_b - category.bytes_a
+
+
+def _agree(x: int, y: int) -> bool:
+    """Two byte counts of one change, from the peak's split and from the live tensors: alike within a
+    rounding (64 KiB, or 1%)."""
+    return abs(x - y) <= max(64 * 1024, 0.01 * max(abs(x), abs(y)))
+
+
+def _kept_from_the_step(categories: list[CategoryCause]) -> list[CategoryCause]:
+    """Where ``other``'s tensors that differ (alive after the step) did not move ``other`` at the peak but
+    make the move of activations or temporaries there, each is said to be the other's: a tensor made
+    within the step and kept after it (``self.last = logits.softmax(-1)``) counts at the peak where it
+    was made, and after the step as ``other``."""
+    by_name = {c.category: c for c in categories}
+    other = by_name.get("other")
+    moved = _moved(other) if other is not None else None
+    if other is None or not other.changes or moved is None:
+        return categories
+    net = sum(c.delta for c in other.changes)
+    if _agree(net, moved):
+        return categories
+    for name in ("activations", "temporaries"):
+        within = by_name.get(name)
+        step_moved = _moved(within) if within is not None else None
+        if within is not None and step_moved is not None and _agree(net - moved, step_moved):
+            names = tuple(c.name for c in other.changes)
+            by_name[name] = dataclasses.replace(within, kept=names)
+            by_name["other"] = dataclasses.replace(other, counted_under=name)
+            break
+    return [by_name[c.category] for c in categories]
 
 
 def describe_change(change: TensorChange) -> str:
@@ -182,21 +226,29 @@ def describe_change(change: TensorChange) -> str:
 def describe(category: CategoryCause) -> str:
     """One category's move in a line: its bytes (with the arithmetic where there is one), then the tensors."""
     name = category.category.replace("_", " ")
-    moved = None
-    if category.bytes_a is not None and category.bytes_b is not None:
-        moved = category.bytes_b - category.bytes_a
+    moved = _moved(category)
     head = name if moved is None else f"{name} {_signed_mib(moved)}"
+    if category.kept:
+        kept = ", ".join(category.kept[:SHOWN])
+        return f"{head}: made within the step and kept after it, where other lists it: {kept}"
     if category.category not in CATEGORY_KINDS:
         return f"{head}: not in the inventory (they live within a step); the step's ops, under time, say what ran"
     if not category.changes:
         return f"{head}: no tensor differs by name, dtype or shape"
     net = sum(c.delta for c in category.changes)
     if category.arithmetic:
-        same = moved is not None and abs(net - moved) <= max(64 * 1024, 0.01 * abs(moved))
+        same = moved is not None and _agree(net, moved)
         head = (
             f"{name} {category.arithmetic}"
             if same  # the breakdown's peak and the live tensors' sum can part: both are said, each for what it is
             else f"{head} at the peak (the tensors that differ, taken together: {category.arithmetic})"
+        )
+    if category.counted_under and moved is not None:
+        total = category.arithmetic or _signed_mib(net)
+        under = category.counted_under.replace("_", " ")
+        head = (
+            f"{name} {_signed_mib(moved)} at the peak; its tensors that differ ({total}) were made within the step, "
+            f"counted there under {under}, and kept after it"
         )
     named = "; ".join(describe_change(c) for c in category.changes[:SHOWN])
     more = f"; and {len(category.changes) - SHOWN} more" if len(category.changes) > SHOWN else ""
