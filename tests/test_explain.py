@@ -167,7 +167,8 @@ def test_other_weights_or_data_differ_and_are_said() -> None:
     assert _cause(GRADS, data="e", lr=1e-2).differ == ("data", "learning rate")
     assert "; initial weights differ" in gradients.describe(cause)
     assert "; data, learning rate differ" in gradients.describe(_cause(GRADS, data="e", lr=1e-2))
-    assert "; learning rate differs" in gradients.describe(_cause(GRADS, lr=1e-2))
+    said = gradients.describe(_cause(GRADS, lr=1e-2))
+    assert "; learning rate differs (learning rate 0.001 → 0.01 after step 0)" in said
 
 
 def test_gradients_apart_at_a_step_whose_loss_agrees_are_no_forward_of_another_kind() -> None:

@@ -83,6 +83,8 @@ class LossCause:
     where the engine records no micro-batch's gradient apart."""
     first_losses: tuple[float, float] | None = None
     """Step 0's loss on each side (the compared runs'), where both have one."""
+    learning_rates: tuple[int, tuple[float, ...], tuple[float, ...]] | None = None
+    """Where the learning rates differ: the first step they do, and each side's there (one per param group)."""
 
 
 def first_apart(a: Sequence[float], b: Sequence[float], *, rtol: float, atol: float) -> int | None:
@@ -154,7 +156,8 @@ def loss_cause(
         started = moved(run_a.initial, run_b.initial)
     if any(x.data != y.data for x, y in upto):
         differ.append("data")
-    if any(x.lr != y.lr for x, y in upto):
+    rates = next(((i, x.lr, y.lr) for i, (x, y) in enumerate(upto) if x.lr != y.lr), None)
+    if rates is not None:
         differ.append("learning rate")
     reproduced = all(
         math.isclose(s.loss, ref, rel_tol=1e-6, abs_tol=1e-9)
@@ -172,6 +175,7 @@ def loss_cause(
         started_otherwise=started,
         parameters=max(len(run_a.initial), len(run_b.initial)),
         first_losses=(loss_a[0], loss_b[0]) if loss_a and loss_b else None,
+        learning_rates=rates,
     )
     for index, grads_a, grads_b in compared:
         assert grads_a is not None
@@ -215,6 +219,9 @@ def describe(cause: LossCause) -> str:
     said = _shape_said(cause)
     verb = "differs" if cause.differ == ("learning rate",) else "differ"  # initial weights, data: plural
     inputs = f"{', '.join(cause.differ)} {verb}" if cause.differ else "the same initial weights, data and learning rate"
+    if cause.learning_rates is not None:
+        step, lr_a, lr_b = cause.learning_rates
+        inputs += f" (learning rate {_rates(lr_a)} → {_rates(lr_b)} after step {step})"
     lines = [head, said]
     if cause.last_only is not None:
         other = "A" if cause.last_only == "B" else "B"
@@ -228,6 +235,13 @@ def describe(cause: LossCause) -> str:
     if not cause.reproduced:
         lines.append("the explanation's runs did not reproduce the compared losses (a nondeterministic step)")
     return "; ".join(part for part in lines if part)
+
+
+def _rates(rates: Sequence[float]) -> str:
+    """One learning rate per param group, said once where the groups share it."""
+    if len(set(rates)) == 1:
+        return f"{rates[0]:.4g}"
+    return "(" + ", ".join(f"{r:.4g}" for r in rates) + ")"
 
 
 def _shape_said(cause: LossCause) -> str:
