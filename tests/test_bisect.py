@@ -295,3 +295,57 @@ def test_a_failure_without_pips_error_line_gives_its_last_line(monkeypatch: pyte
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: done)
     with pytest.raises(BisectError, match=r"lists no releases \(/venv/bin/python: No module named pip\)$"):
         bisect.index_versions("transformers")
+
+
+@pytest.mark.parametrize("explain", [True, False])
+def test_the_first_bad_release_is_explained_against_the_last_good(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, explain: bool
+) -> None:
+    """A memory bisection that finds 4.46.0 says why: 4.46.0 against 4.46.0rc1 (the last good, its own
+    side), one pair of them for the breakdowns, then the explanation runs, profiled too where a category
+    that lives within a step moved; `--no-explain` runs none."""
+    import dataclasses
+
+    from perfsuite.ab import explain as ab_explain
+    from perfsuite.ab.rounds import CaseResult
+    from perfsuite.core.check import Check
+    from perfsuite.core.explain.explanation import Explanation
+    from perfsuite.core.explain.tensors import CategoryCause, MemoryCause
+
+    grew = Check("memory: buffers", False, "0.00 MiB", "50.00 MiB", "+inf", "±5%", "buffers grew")
+    within = Check("memory: activations", False, "1.00 MiB", "2.00 MiB", "+100%", "±5%", "activations grew")
+    bad = ("4.46.0", "4.46.1", "4.47.0", "4.48.0")
+    compared: list[str] = []
+
+    def compare(point: str) -> CaseResult:
+        compared.append(point)
+        return CaseResult(case="tiny-bert-vanilla", checks=[grew, within] if point in bad else [])
+
+    explained: list[tuple[str, str, tuple[str, ...]]] = []
+    cause = MemoryCause((CategoryCause("buffers", 0, 50 * 2**20),))
+
+    def explain_case(sides: Any, spec: Any, result: Any, what: Any, **kw: Any) -> Explanation:
+        explained.append((sides[0].name, sides[1].name, tuple(what)))
+        return Explanation(result.case, tuple(what), memory=cause)
+
+    monkeypatch.setattr(ab_explain, "explain_case", explain_case)
+    said: list[str] = []
+    bisection = _bisection(monkeypatch, tmp_path, compare, said)
+    bisection.options = dataclasses.replace(bisection.options, metric="memory", explain=explain)
+    assert bisection.run() == 0
+    answer = said.index(
+        "perfsuite: the first bad transformers is 4.46.0 (last good 4.46.0rc1) for tiny-bert-vanilla's memory"
+    )
+    written = json.loads((tmp_path / "bisect.json").read_text())
+    if not explain:
+        assert (explained, written["explanation"], said[answer:]) == ([], None, said[-1:])
+        return
+    assert explained == [("4.46.0rc1", "4.46.0", ("time", "memory"))]  # activations: the step's ops say them
+    assert compared[-1] == "4.46.0"  # the one pair against the last good
+    assert said[answer + 1 :] == [
+        "perfsuite: why: 4.46.0 against 4.46.0rc1 (instrumented runs, A B A B)",
+        "  memory: buffers +50.00 MiB: no tensor differs by name, dtype or shape",
+    ]
+    assert Explanation.from_json(written["explanation"]).memory == MemoryCause(
+        (CategoryCause("buffers", 0, 50 * 2**20),)
+    )

@@ -138,6 +138,13 @@ def test_bisect_repo_names_the_commit_that_changed_the_case(
         expected = "cannot" if name == "broken" else "bad" if names.index(name) >= names.index(culprit) else "good"
         assert step["judgement"] == expected, (name, step)
     assert "broken" in [order[step["version"]] for step in found["steps"]]  # tried, and stepped around
+    # and why, against the commit before it: the buffer by the global that holds it; the loss a scale
+    why = err[err.index("perfsuite: why: ") :]
+    expected = {
+        "buffer": "new other acmeops.SCRATCH[0] (float32 (1048576,), 4.00 MiB)",
+        "sum": "a scale of the loss",
+    }[culprit]
+    assert expected in why, why
 
 
 def test_a_clone_without_the_tag_is_one_line(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

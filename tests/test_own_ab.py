@@ -131,7 +131,8 @@ def test_a_revision_git_cannot_read_is_one_line_before_anything_runs(
 def test_bisect_own_names_the_commit_that_changed_the_case(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Three commits after the good one: documentation, the buffer (#7), more documentation."""
+    """Three commits after the good one: documentation, the buffer (#7), more documentation; the
+    answer explained."""
     root = repository(tmp_path / "repo")
     good = git(root, "rev-parse", "HEAD")
     commit(root, "Document the step", readme="The step is cross-entropy, clipped.")
@@ -151,6 +152,10 @@ def test_bisect_own_names_the_commit_that_changed_the_case(
     assert found["first_bad"] == short
     assert found["first_bad_described"] == f"{short} Keep a buffer for the probe (#7)"
     assert {step["judgement"] for step in found["steps"]} <= {"good", "bad"}
+    # and why, against the commit before it: the tensor its step keeps, by where it is held
+    why = err[err.index("perfsuite: why: ") :]
+    assert "new other engine.kept (float32 (1024, 1024), 4.00 MiB)" in why, why
+    assert found["explanation"]["memory"]["categories"][0]["category"] == "other"
 
 
 @pytest.mark.nightly

@@ -17,6 +17,8 @@ from perfsuite.ab.options import BisectOptions
 from perfsuite.ab.rounds import CaseResult, compare_case
 from perfsuite.ab.sides import Side
 from perfsuite.core.declaration import load_project
+from perfsuite.core.explain.explanation import Explanation
+from perfsuite.core.explain.reference import aspects_failed
 from perfsuite.core.gates import BREAKDOWN_PREFIX, PEAK_MEMORY
 from perfsuite.core.preloads import preload_for
 from perfsuite.core.results import write_results
@@ -111,6 +113,10 @@ class Bisection:
     heard: Callable[[], str | None] = lambda: None
     """The signal that stopped the command, once one has (``SIGINT``, ``SIGTERM``). A signal handled
     where a comparison cannot tell (its last pair in, its look not yet taken) still stops the search."""
+    explains: bool = True
+    """Whether a first bad point found is explained (``False``: a search that another goes on from)."""
+    explanation: Explanation | None = None
+    """Why the first bad point differs from the last good on the metric searched, once explained."""
 
     def _env(self, version: str, name: str) -> Env:
         if self.env_for is not None:
@@ -218,14 +224,17 @@ class Bisection:
 
             found = search(self.versions, judge)
             self.found = found
+            if found.first_bad is not None:
+                self.say(
+                    f"perfsuite: the first bad {package} is {self.describe(found.first_bad)} "
+                    f"(last good {self.describe(found.last_good)}) for {self.spec.id}'s {metric}"
+                )
+                if self.explains and self.options.explain:
+                    self.explanation = self._explain(good, found)
         finally:
             good.close()
         self._write(found, ends)
         if found.first_bad is not None:
-            self.say(
-                f"perfsuite: the first bad {package} is {self.describe(found.first_bad)} "
-                f"(last good {self.describe(found.last_good)}) for {self.spec.id}'s {metric}"
-            )
             return 0
         untested = "the other could not be tested" if len(found.candidates) == 2 else "the others could not be tested"
         self.say(
@@ -233,6 +242,50 @@ class Bisection:
             f"{untested}"
         )
         return 1
+
+    def _explain(self, good: Side, found: Found) -> Explanation:
+        """The first bad point against the last good, on the metric searched: each instrumented, A B A B
+        (:func:`perfsuite.ab.explain.explain_case`), after one pair of them for memory and loss (the
+        breakdowns and curves their causes are read against). Said as it comes."""
+        from perfsuite.ab.explain import explain_case
+
+        assert found.first_bad is not None
+        metric, timeout = self.options.metric, self.options.timeout or 600.0
+        last, first = self.describe(found.last_good), self.describe(found.first_bad)
+        self.say(f"perfsuite: why: {first} against {last} (instrumented runs, A B A B)")
+        opened: list[Side] = []
+        try:
+            if found.last_good == self.versions[0]:
+                base = good
+            else:
+                base = Side(found.last_good, self._env(found.last_good, "base"))
+                opened.append(base)
+            bad = Side(found.first_bad, self._env(found.first_bad, "candidate"))
+            opened.append(bad)
+            for side in opened:
+                side.check_pins()
+            result = CaseResult(case=self.spec.id)
+            if metric != "time":
+                one = schedule_for(1, floor=self.options.floor, alpha=self.options.alpha, first=1, cap=1)
+                device = self.options.device_type
+                result = compare_case(self.spec, (base, bad), one, Tolerance(), timeout_s=timeout, device_type=device)
+            if result.interrupted or self.heard() is not None:
+                raise KeyboardInterrupt
+            # A category that lives within a step is said by the step's ops: the time's profile, as ab explains it.
+            failing = [c.metric for c in result.checks if not c.ok and _counts(c.metric, metric)]
+            what = tuple(a for a in aspects_failed(failing) if a in (metric, "time")) or (metric,)
+            if result.error is not None:
+                explanation = Explanation(self.spec.id, what, errors=(result.error,))
+            else:
+                explanation = explain_case((base, bad), self.spec, result, what, timeout_s=timeout)
+        except EnvError as exc:
+            explanation = Explanation(self.spec.id, (metric,), errors=(str(exc),))
+        finally:
+            for side in opened:
+                side.close()
+        for line in explanation.lines():
+            self.say(f"  {line}")
+        return explanation
 
     def _write(self, found: Found | None, ends: CaseResult | None, *, interrupted: str | None = None) -> None:
         """``--json``: the steps and the answer; ``interrupted``: the signal that stopped it."""
@@ -256,6 +309,7 @@ class Bisection:
                 "steps": [dataclasses.asdict(s) for s in steps],
                 "first_bad": found.first_bad if found else None,
                 "candidates": found.candidates if found else [],
+                "explanation": self.explanation.as_json() if self.explanation is not None else None,
             },
             json_file=Path(self.options.json),
             say=None,

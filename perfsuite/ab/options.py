@@ -65,3 +65,5 @@ class BisectOptions(PairOptions):
     """What changed: ``time``, ``memory`` or ``loss``."""
     timeout: float | None = None
     """Seconds before a run is killed (``None``: 600)."""
+    explain: bool = True
+    """Explain the answer: the first bad point against the last good, instrumented (``--no-explain``: not)."""

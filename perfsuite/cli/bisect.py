@@ -74,6 +74,13 @@ def add_parser(sub: Any) -> None:
     bisect.add_argument("--pairs", type=at_least(2), help="pairs before the first verdict (default: the fewest)")
     bisect.add_argument("--max-pairs", type=at_least(2), help="cap while undecided (default 60)")
     bisect.add_argument("--timeout", type=positive_seconds, help="seconds before a run is killed")
+    bisect.add_argument(
+        "--no-explain",
+        dest="explain",
+        action="store_false",
+        help="do not explain the answer (by default the first bad release or commit is run instrumented against "
+        "the last good, A B A B, and the cause of the change in the metric searched is said)",
+    )
     bisect.add_argument("--json", type=output_file, help="write the steps and the answer to this JSON file")
 
 
@@ -136,6 +143,7 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
             timeout=args.timeout,
             held=parse_held(args.with_),
             json=args.json,
+            explain=args.explain,
         )
         bisected = canonicalize_name(args.package) if args.package else None
         if any(canonicalize_name(r.name) == bisected for r in options.held):
@@ -156,7 +164,7 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
         say(f"perfsuite: error: {exc}")
         return 2
     say(f"perfsuite: {args.package}: {len(versions)} releases from {versions[0]} (good) to {versions[-1]} (bad)")
-    releases = Bisection(options, spec, versions, say, heard=heard)
+    releases = Bisection(options, spec, versions, say, heard=heard, explains=args.repo is None)  # else the commit's
     code = releases.run()
     found = releases.found
     if args.repo is None or found is None or found.first_bad is None:
