@@ -160,7 +160,9 @@ def test_repo_that_git_cannot_read_is_refused_and_a_bare_clone_is_taken(
 
 
 class _Side:
-    """A side that starts no server."""
+    """A side that starts no server; each one closed is listed in ``closed``."""
+
+    closed: list[str] = []
 
     def __init__(self, name: str, env: object) -> None:
         self.name = name
@@ -169,7 +171,7 @@ class _Side:
         pass
 
     def close(self) -> None:
-        pass
+        _Side.closed.append(self.name)
 
 
 def _paired(verdict: str, pairs: int) -> Any:
@@ -184,6 +186,7 @@ def _bisection(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, compare: Callabl
     from perfsuite.core.spec import tier_spec
 
     monkeypatch.setattr(bisecting, "Side", lambda name, env: _Side(name, env))
+    monkeypatch.setattr(_Side, "closed", [])
     monkeypatch.setattr(bisecting, "preload_for", lambda specs: None)
     monkeypatch.setattr(bisecting, "compare_case", lambda spec, sides, *a, **k: compare(sides[1].name))
     options = BisectOptions(package="transformers", device_type="cpu", json=tmp_path / "bisect.json")
@@ -342,10 +345,55 @@ def test_the_first_bad_release_is_explained_against_the_last_good(
         return
     assert explained == [("4.46.0rc1", "4.46.0", ("time", "memory"))]  # activations: the step's ops say them
     assert compared[-1] == "4.46.0"  # the one pair against the last good
+    # each of the two closed after its search's comparison and again after the explanation
+    assert (_Side.closed.count("4.46.0rc1"), _Side.closed.count("4.46.0"), _Side.closed[-1]) == (2, 2, "good")
     assert said[answer + 1 :] == [
-        "perfsuite: why: 4.46.0 against 4.46.0rc1 (instrumented runs, A B A B)",
+        "perfsuite: why: A 4.46.0rc1 (last good) → B 4.46.0 (first bad), instrumented runs, A B A B",
         "  memory: buffers +50.00 MiB: no tensor differs by name, dtype or shape",
     ]
     assert Explanation.from_json(written["explanation"]).memory == MemoryCause(
         (CategoryCause("buffers", 0, 50 * 2**20),)
     )
+
+
+@pytest.mark.parametrize("fails", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_an_explanation_that_fails_or_is_interrupted_leaves_the_answer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fails: BaseException
+) -> None:
+    """The first bad release right after the good end: the search's own pair is the explanation's
+    (no pair more); an explanation that raises says why under the answer, and an interrupt there
+    stops the command with the answer said and written."""
+    import dataclasses
+
+    from perfsuite.ab import explain as ab_explain
+    from perfsuite.ab.bisecting import BisectInterrupted
+    from perfsuite.ab.rounds import CaseResult
+    from perfsuite.core.check import Check
+
+    grew = Check("loss", False, "", "", "", "", "the loss parted")
+    compared: list[str] = []
+
+    def compare(point: str) -> CaseResult:
+        compared.append(point)
+        return CaseResult(case="tiny-bert-vanilla", checks=[] if point == "4.44.0" else [grew])
+
+    def explain_case(sides: Any, spec: Any, result: Any, what: Any, **kw: Any) -> Any:
+        assert (sides[0].name, sides[1].name, tuple(what), result.checks) == ("good", "4.45.0", ("loss",), [grew])
+        raise fails
+
+    monkeypatch.setattr(ab_explain, "explain_case", explain_case)
+    said: list[str] = []
+    bisection = _bisection(monkeypatch, tmp_path, compare, said)
+    bisection.options = dataclasses.replace(bisection.options, metric="loss")
+    if isinstance(fails, KeyboardInterrupt):
+        with pytest.raises(BisectInterrupted):
+            bisection.run()
+        assert said[-1].startswith("perfsuite bisect: interrupted by SIGINT after the search"), said
+    else:
+        assert bisection.run() == 0
+        assert said[-1] == "  could not explain: RuntimeError: boom", said
+    assert compared.count("4.45.0") == 1  # the search's pair, not one more
+    written = json.loads((tmp_path / "bisect.json").read_text())
+    assert written["first_bad"] == "4.45.0"
+    if isinstance(fails, RuntimeError):
+        assert written["explanation"]["errors"] == ["RuntimeError: boom"]

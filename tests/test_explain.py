@@ -80,15 +80,20 @@ def test_a_tensor_made_in_the_step_and_kept_after_it_is_one_cause_not_two() -> N
     """``self.last_probs = logits.softmax(-1)``: at the peak its bytes are activations (made in the
     step), after the step the inventory lists it under other, and other did not move at the peak."""
     kept = _t("other", "model.last_probs", (16, 64, 512))
-    cause = tensors.memory_cause(
-        {"activations": 8 * 2**20, "other": 2**10},
-        {"activations": 10 * 2**20, "other": 2**10},
-        [],
-        [kept],
-        moved=["activations"],
-        num_parameters=10,
-    )
-    lines = {c.category: tensors.describe(c) for c in cause.categories}
+    mib = 2**20
+
+    def cause(a: tuple[int, int], b: tuple[int, int], side: str = "B") -> tensors.MemoryCause:
+        """Activations and other at the peak on each side; ``kept`` alive after side ``side``'s step."""
+        return tensors.memory_cause(
+            dict(zip(("activations", "other"), a, strict=True)),
+            dict(zip(("activations", "other"), b, strict=True)),
+            [kept] if side == "A" else [],
+            [kept] if side == "B" else [],
+            moved=["activations", "other"],
+            num_parameters=10,
+        )
+
+    lines = {c.category: tensors.describe(c) for c in cause((8 * mib, 1024), (10 * mib, 1024)).categories}
     assert lines["activations"] == (
         "activations +2.00 MiB: made within the step and kept after it, where other lists it: model.last_probs"
     )
@@ -97,16 +102,10 @@ def test_a_tensor_made_in_the_step_and_kept_after_it_is_one_cause_not_two() -> N
         "made within the step, counted there under activations, and kept after it: new other model.last_probs "
         "(float32 (16, 64, 512), 2.00 MiB)"
     )
-    # A new tensor that did move other at the peak (held from before the step) is other's alone.
-    held = tensors.memory_cause(
-        {"activations": 8 * 2**20, "other": 0},
-        {"activations": 10 * 2**20, "other": 2 * 2**20},
-        [],
-        [kept],
-        moved=["activations", "other"],
-        num_parameters=10,
-    )
-    assert [c.kept or c.counted_under for c in held.categories] == ["", ""]
+    # A new tensor that did move other at the peak (held from before the step) is other's alone; one no
+    # longer kept (side A's) is not said to be made and kept: each line stays its category's own.
+    for alone in (cause((8 * mib, 0), (10 * mib, 2 * mib)), cause((10 * mib, 1024), (8 * mib, 1024), side="A")):
+        assert [c.kept or c.counted_under for c in alone.categories] == ["", ""]
 
 
 # Loss and gradients
@@ -164,11 +163,28 @@ def test_other_weights_or_data_differ_and_are_said() -> None:
     )
     assert cause.shape == "everywhere"
     assert cause.differ == ("initial weights",)
-    assert _cause(GRADS, data="e", lr=1e-2).differ == ("data", "learning rate")
     assert "; initial weights differ" in gradients.describe(cause)
-    assert "; data, learning rate differ" in gradients.describe(_cause(GRADS, data="e", lr=1e-2))
-    said = gradients.describe(_cause(GRADS, lr=1e-2))
+
+
+def test_a_learning_rate_that_differs_before_the_losses_part_is_said_with_both_values() -> None:
+    """A step's rate is read after its update: the rate after step 0 made step 1's loss, never step 0's."""
+
+    def parting_at(step: int, *, data: str = "d", lr: float = 1e-3) -> gradients.LossCause:
+        losses_b = (2.0, 1.95) if step == 1 else (2.02, 1.95)
+        return gradients.loss_cause(
+            [2.0, 1.9],
+            list(losses_b),
+            _run([GRADS] * 2),
+            _run([GRADS] * 2, losses=losses_b, data=data, lr=lr),
+            rtol=1e-3,
+            atol=1e-4,
+        )
+
+    assert parting_at(1, data="e", lr=1e-2).differ == ("data", "learning rate")
+    assert "; data, learning rate differ" in gradients.describe(parting_at(1, data="e", lr=1e-2))
+    said = gradients.describe(parting_at(1, lr=1e-2))
     assert "; learning rate differs (learning rate 0.001 → 0.01 after step 0)" in said
+    assert parting_at(0, lr=1e-2).differ == ()  # step 0's loss came before any update
 
 
 def test_gradients_apart_at_a_step_whose_loss_agrees_are_no_forward_of_another_kind() -> None:

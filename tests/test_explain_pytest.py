@@ -107,33 +107,44 @@ def test_the_same_versions_explain_from_one_run_of_this_stack(monkeypatch: pytes
     )
 
 
-def test_a_baseline_recorded_on_uncommitted_changes_is_diffed_against_the_commit_of_its_file(tmp_path: Path) -> None:
+def test_a_baseline_is_diffed_against_the_commit_that_committed_its_file(tmp_path: Path) -> None:
     """Recorded before the code was committed (refresh, then commit), the recorded commit lacks the code
-    under test: the commit that committed the baseline has it."""
+    under test, though git called the tree clean where the code was a new, untracked file: the commit
+    that committed the baseline has it. A file changed since is no commit's."""
 
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True)
         return done.stdout.strip()
 
+    def committed(message: str) -> str:
+        git("add", "-A")
+        git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", message)
+        return git("rev-parse", "HEAD")
+
     git("init", "-q")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "before the model")
-    before = git("rev-parse", "HEAD")
+    before = committed("before the model")
     path = tmp_path / "baselines" / "cpu" / "tiny-bert-vanilla.json"
     path.parent.mkdir(parents=True)
     path.write_text("{}")
-    dirty = {**BASELINE, "provenance": {**BASELINE["provenance"], "commit": before, "dirty": True}}  # type: ignore[dict-item]
-    assert explaining._hint(SPEC, dirty, path).startswith(
-        "explain: to diff this code against a commit where it passed (the baseline was recorded on uncommitted "
-        "changes, and its file is not committed): perfsuite ab --base-ref REF "
-    )
-    git("add", "-A")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "the model and its baseline")
-    with_baseline = git("rev-parse", "HEAD")
-    assert with_baseline != before
-    assert explaining._hint(SPEC, dirty, path) == (
+
+    def recorded(dirty: bool) -> dict[str, Any]:
+        return {**BASELINE, "provenance": {**BASELINE["provenance"], "commit": before, "dirty": dirty}}  # type: ignore[dict-item]
+
+    for dirty in (True, False):  # False: the model a new file, untracked when the baseline was recorded
+        hint = explaining._hint(SPEC, recorded(dirty), path)
+        assert ("--base-ref REF" in hint) == dirty, hint  # not yet committed: no commit has the code
+        assert ("--base-ref REF" not in hint) == (before[:12] in hint), hint  # clean: the commit recorded
+    with_baseline = committed("the model and its baseline")
+    for dirty in (True, False):
+        assert f"--base-ref {with_baseline[:12]} --models tiny-bert" in explaining._hint(SPEC, recorded(dirty), path)
+    assert explaining._hint(SPEC, recorded(True), path).startswith(
         "explain: to diff this code against the commit that last changed its baseline file (the baseline was "
-        f"recorded on uncommitted changes): perfsuite ab --base-ref {with_baseline[:12]} --models tiny-bert "
-        "--strategies vanilla --explain"
+        "recorded on uncommitted changes): perfsuite ab --base-ref "
+    )
+    path.write_text('{"refreshed": true}')  # recorded again, not committed: the commit has the old one
+    assert explaining._hint(SPEC, recorded(True), path).startswith(
+        "explain: to diff this code against a commit where it passed (the baseline was recorded on uncommitted "
+        "changes, and its file as it is now is not committed): perfsuite ab --base-ref REF "
     )
 
 

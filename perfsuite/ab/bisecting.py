@@ -117,6 +117,8 @@ class Bisection:
     """Whether a first bad point found is explained (``False``: a search that another goes on from)."""
     explanation: Explanation | None = None
     """Why the first bad point differs from the last good on the metric searched, once explained."""
+    compared: dict[str, CaseResult] = dataclasses.field(default_factory=dict)
+    """Each point's comparison with the good end, by point."""
 
     def _env(self, version: str, name: str) -> Env:
         if self.env_for is not None:
@@ -155,6 +157,7 @@ class Bisection:
                 raise KeyboardInterrupt
             if result.stopped is not None:  # a side died between rounds: this version is not tested
                 result.error = result.stopped
+            self.compared[version] = result
             return result
         except EnvError as exc:
             return CaseResult(case=self.spec.id, error=str(exc))
@@ -244,15 +247,16 @@ class Bisection:
         return 1
 
     def _explain(self, good: Side, found: Found) -> Explanation:
-        """The first bad point against the last good, on the metric searched: each instrumented, A B A B
-        (:func:`perfsuite.ab.explain.explain_case`), after one pair of them for memory and loss (the
-        breakdowns and curves their causes are read against). Said as it comes."""
+        """The first bad point (B) against the last good (A), on the metric searched: each instrumented,
+        A B A B (:func:`perfsuite.ab.explain.explain_case`), for memory and loss against one pair of them
+        (the breakdowns and curves their causes are read against: the search's own where the last good
+        is the good end). Said as it comes; an explanation that fails says why and leaves the answer."""
         from perfsuite.ab.explain import explain_case
 
         assert found.first_bad is not None
         metric, timeout = self.options.metric, self.options.timeout or 600.0
         last, first = self.describe(found.last_good), self.describe(found.first_bad)
-        self.say(f"perfsuite: why: {first} against {last} (instrumented runs, A B A B)")
+        self.say(f"perfsuite: why: A {last} (last good) → B {first} (first bad), instrumented runs, A B A B")
         opened: list[Side] = []
         try:
             if found.last_good == self.versions[0]:
@@ -265,7 +269,10 @@ class Bisection:
             for side in opened:
                 side.check_pins()
             result = CaseResult(case=self.spec.id)
-            if metric != "time":
+            searched = self.compared.get(found.first_bad)
+            if metric != "time" and base is good and searched is not None and searched.error is None:
+                result = searched
+            elif metric != "time":
                 one = schedule_for(1, floor=self.options.floor, alpha=self.options.alpha, first=1, cap=1)
                 device = self.options.device_type
                 result = compare_case(self.spec, (base, bad), one, Tolerance(), timeout_s=timeout, device_type=device)
@@ -280,6 +287,8 @@ class Bisection:
                 explanation = explain_case((base, bad), self.spec, result, what, timeout_s=timeout)
         except EnvError as exc:
             explanation = Explanation(self.spec.id, (metric,), errors=(str(exc),))
+        except Exception as exc:  # the answer stands whatever its explanation does
+            explanation = Explanation(self.spec.id, (metric,), errors=(f"{type(exc).__name__}: {exc}",))
         finally:
             for side in opened:
                 side.close()

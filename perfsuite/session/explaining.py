@@ -75,19 +75,23 @@ def _hint(spec: CaseSpec, baseline: Mapping[str, Any], path: Path | None) -> str
 
 
 def _reference(baseline: Mapping[str, Any], path: Path | None) -> tuple[str, str]:
-    """The commit whose code the baseline was recorded on, and how it was found: the commit recorded,
-    where its tree was clean; else (recorded on uncommitted changes, which that commit lacks) the
-    commit that last changed the baseline's file, as the change that recorded it is committed."""
+    """The commit whose code the baseline was recorded on, and how it was found.
+
+    The commit that last changed the baseline's file, where the file is committed as it is: the
+    change that recorded it was committed with (or after) the code it ran, which the commit recorded
+    may lack (changes not committed, or files git did not track yet). Else the commit recorded,
+    where its tracked files were clean; else none."""
     provenance = baseline.get("provenance") or {}
+    dirty = " (the baseline was recorded on uncommitted changes)" if provenance.get("dirty") else ""
+    if path is not None:
+        committed = git(path.parent, "log", "-1", "--format=%H", "--", path.name)
+        if committed and git(path.parent, "status", "--porcelain", "--", path.name) == "":
+            return committed[:12], f"the commit that last changed its baseline file{dirty}"
     commit = provenance.get("commit")
     if isinstance(commit, str) and commit and provenance.get("dirty") is False:
         return commit[:12], "the commit its baseline was recorded at"
-    committed = git(path.parent, "log", "-1", "--format=%H", "--", path.name) if path is not None else None
-    dirty = " (the baseline was recorded on uncommitted changes)" if provenance.get("dirty") else ""
-    if committed:
-        return committed[:12], f"the commit that last changed its baseline file{dirty}"
-    if dirty and committed is not None:  # in a repository, the file not committed
-        return "REF", f"a commit where it passed{dirty[:-1]}, and its file is not committed)"
+    if dirty and path is not None and git(path.parent, "rev-parse", "--git-dir") is not None:
+        return "REF", f"a commit where it passed{dirty[:-1]}, and its file as it is now is not committed)"
     return "REF", "a commit where it passed"
 
 

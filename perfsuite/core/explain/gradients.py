@@ -156,7 +156,8 @@ def loss_cause(
         started = moved(run_a.initial, run_b.initial)
     if any(x.data != y.data for x, y in upto):
         differ.append("data")
-    rates = next(((i, x.lr, y.lr) for i, (x, y) in enumerate(upto) if x.lr != y.lr), None)
+    # A step's rate is read after its update: those of the steps before ``step`` made its loss.
+    rates = next(((i, x.lr, y.lr) for i, (x, y) in enumerate(upto[:step]) if x.lr != y.lr), None)
     if rates is not None:
         differ.append("learning rate")
     reproduced = all(
@@ -239,6 +240,8 @@ def describe(cause: LossCause) -> str:
 
 def _rates(rates: Sequence[float]) -> str:
     """One learning rate per param group, said once where the groups share it."""
+    if not rates:
+        return "none recorded"
     if len(set(rates)) == 1:
         return f"{rates[0]:.4g}"
     return "(" + ", ".join(f"{r:.4g}" for r in rates) + ")"

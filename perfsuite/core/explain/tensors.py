@@ -197,13 +197,13 @@ def _kept_from_the_step(categories: list[CategoryCause]) -> list[CategoryCause]:
     if other is None or not other.changes or moved is None:
         return categories
     net = sum(c.delta for c in other.changes)
-    if _agree(net, moved):
+    if _agree(net, moved) or net - moved <= 0:  # a tensor no longer kept is not said so here
         return categories
     for name in ("activations", "temporaries"):
         within = by_name.get(name)
         step_moved = _moved(within) if within is not None else None
         if within is not None and step_moved is not None and _agree(net - moved, step_moved):
-            names = tuple(c.name for c in other.changes)
+            names = tuple(c.name for c in other.changes if c.delta > 0)
             by_name[name] = dataclasses.replace(within, kept=names)
             by_name["other"] = dataclasses.replace(other, counted_under=name)
             break
