@@ -90,7 +90,9 @@ def test_the_same_versions_explain_from_one_run_of_this_stack(monkeypatch: pytes
     monkeypatch.setattr(explaining, "library_versions", lambda: BASELINE["provenance"]["versions"])  # type: ignore[index]
     lines = explaining.explain_failure(explaining.Failure(SPEC, BASELINE, RECORD, CHECKS, Tolerance()), timeout_s=60)
     assert asked == [{"profile_steps": 0, "trace": None, "grads_until": -1, "inventory": True}]
-    assert lines[0].startswith("explain: the baseline was recorded on this stack's versions, so there is no reference")
+    assert lines[0].startswith(
+        "explain: the baseline was recorded on this stack's versions, and the code it ran is not known here"
+    )
     assert lines[1].startswith("loss: parts from the baseline's at step 0")
     assert "memory: buffers +50.00 MiB, the size of buffer injected_cache" in lines[2]
     assert lines[-1] == (
@@ -138,8 +140,8 @@ def test_a_baseline_is_diffed_against_the_commit_that_committed_its_file(tmp_pat
     for dirty in (True, False):
         assert f"--base-ref {with_baseline[:12]} --models tiny-bert" in explaining._hint(SPEC, recorded(dirty), path)
     assert explaining._hint(SPEC, recorded(True), path).startswith(
-        "explain: to diff this code against the commit that last changed its baseline file (the baseline was "
-        "recorded on uncommitted changes): perfsuite ab --base-ref "
+        "explain: to diff this code against the commit that last changed its baseline file, the baseline recorded "
+        "on uncommitted changes: perfsuite ab --base-ref "
     )
     path.write_text('{"refreshed": true}')  # recorded again, not committed: the commit has the old one
     assert explaining._hint(SPEC, recorded(True), path).startswith(
@@ -188,6 +190,58 @@ def test_other_versions_rebuild_the_baseline_s_stack_beside_this_one(monkeypatch
         line.startswith("memory: buffers +50.00 MiB = 13.1 M elements × 4 B (float32): new buffer injected_cache")
         for line in lines
     )
+
+
+def test_changed_code_runs_the_commit_that_holds_the_baseline_beside_the_working_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same versions, the project's code changed since the commit that committed the baseline: that
+    commit's tree is A, a copy of the working tree B, as ``perfsuite ab --base-ref`` runs them; with the
+    code as committed there is nothing to run beside this side, and the line says the machine changed."""
+    project = tmp_path / "team"
+    path = project / "baselines" / "cpu" / f"{SPEC.id}.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{}")
+    (project / "pyproject.toml").write_text('[project]\nname = "team"\n')
+    (project / "model.py").write_text("WIDTH = 4\n")
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "m"]):
+        subprocess.run(["git", *args], cwd=project, check=True, capture_output=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True).stdout[:12]
+    ran: list[tuple[str, str | None]] = []
+    closed: list[str] = []
+
+    class FakeSide:
+        def __init__(self, name: str, env: Any, server_env: dict[str, str]) -> None:
+            self.name, self.cwd = name, env.cwd
+            ran.append((name, (Path(env.cwd) / "model.py").read_text() if env.cwd else None))
+
+        def explain(self, spec: dict[str, Any], ask: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+            steps = (StepFacts(2.0, "d", (1e-3,), {"w": 1.0}),)
+            tensors = (CACHE,) if self.name == "this side" else ()
+            record = ExplainRecord("xxh3_128:aa", 10, steps=steps, tensors=tensors)
+            return {"status": "ok", "explain": record.as_json()}
+
+        def close(self) -> None:
+            closed.append(self.name)
+            assert Path(self.cwd).is_dir()  # stopped before its tree is removed
+
+    monkeypatch.setattr(importlib.import_module("perfsuite.ab.sides"), "Side", FakeSide)
+    monkeypatch.setattr(explaining, "library_versions", lambda: BASELINE["provenance"]["versions"])  # type: ignore[index]
+    monkeypatch.setattr(explaining, "_alone", lambda failure, timeout_s: ["(one run alone)"])
+    failure = explaining.Failure(SPEC, BASELINE, RECORD, CHECKS, Tolerance(), path)
+    (project / "model.py").write_text("WIDTH = 8\n")  # the change under test, not committed
+    lines = explaining.explain_failure(failure, timeout_s=60)
+    base = f"the baseline's code at {head}"
+    assert ran == [(base, "WIDTH = 4\n"), ("this side", "WIDTH = 8\n")]
+    assert closed == [base, "this side"]
+    assert lines[0] == f"explain: against {base} (the commit that last changed its baseline file), run beside this one:"
+    assert any(line.startswith("memory: buffers +50.00 MiB") for line in lines), lines
+    (project / "model.py").write_text("WIDTH = 4\n")  # as committed: nothing to run beside it
+    assert explaining.explain_failure(failure, timeout_s=60) == [
+        "explain: the baseline was recorded on this stack's versions and this code (the commit that last changed "
+        f"its baseline file, {head}), so the change is the machine's; one instrumented run of this stack shows:",
+        "(one run alone)",
+    ]
 
 
 @pytest.mark.nightly

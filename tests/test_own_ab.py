@@ -194,3 +194,41 @@ def test_a_slower_step_is_called_slower_and_an_unchanged_commit_same(
     verdicts = {c["case"]: c["time"]["verdict"] for c in json.loads(out.read_text())["cases"]}
     assert verdicts["convnet-grad_accum-conv_step"] == "same"
     assert verdicts[CASE] in ("same", "undecided")
+
+
+@pytest.mark.nightly
+def test_a_gate_failure_under_pytest_is_explained_against_the_commit_of_its_baseline(tmp_path: Path) -> None:
+    """Baselines recorded and committed with the code; then the step keeps a buffer, not committed:
+    ``pytest --perfsuite-explain`` runs the case at that commit beside the working tree and names it."""
+    import subprocess
+    import sys
+
+    from perfsuite.cli.scaffold import template
+
+    root = repository(tmp_path / "repo")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_perfsuite.py").write_text(template("test_perfsuite.py"))
+    # Memory and loss are what this test is about; a tiny step's time on a busy machine is not.
+    with (root / "pyproject.toml").open("a") as pyproject:
+        pyproject.write('\n[tool.perfsuite.overrides."cpu/*"]\ntime_floor = 1.0\nmax_refresh_spread = 10.0\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, *args], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+
+    refresh = run(
+        "-m", "perfsuite", "baselines", "refresh", "-k", CASE, "--repeats", "1", "--tests", "tests/test_perfsuite.py"
+    )
+    assert refresh.returncode == 0, refresh.stdout + refresh.stderr
+    recorded = commit(root, "Baselines")
+    (root / "convnet" / "train.py").write_text((root / "convnet" / "train.py").read_text().replace(*KEPT))
+    gated = run("-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "--perfsuite-explain", "-k", CASE)
+    out = gated.stdout + gated.stderr
+    assert gated.returncode == 1, out
+    # Recorded on uncommitted changes (the test file and the overrides), committed with the baselines:
+    # that commit, not the one recorded, holds the code the baselines ran.
+    assert (
+        f"explain: against the baseline's code at {recorded[:12]} (the commit that last changed its baseline file, "
+        "the baseline recorded on uncommitted changes), run beside this one:"
+    ) in out, out
+    assert "new other engine.kept (float32 (1024, 1024), 4.00 MiB)" in out, out

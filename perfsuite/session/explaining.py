@@ -1,14 +1,16 @@
 """``pytest --perfsuite-explain``: a case that failed against its stored baseline, explained.
 
-A baseline keeps figures and the versions they were recorded on, not a profile, an inventory or
-gradients (:mod:`perfsuite.core.explain.reference`). Where the recorded versions differ from this
-environment's, the baseline's stack is rebuilt as an overlay of them (``perfsuite ab``'s,
-:mod:`perfsuite.ab.envs`) and both stacks run the case instrumented, A B A B, as ``perfsuite ab
---explain`` does: the failure gets the profile's diff, the tensors that differ and the gradients'
-ratios. Where they do not (this repository's code changed, or the machine), there is no reference
-to run: one instrumented run of this stack says what it can alone, and a line says how to compare
-against a reference. Explanation runs go straight to a worker: a ``pytest_perfsuite_run_case`` hook
-that changes how a case runs is not applied to them.
+A baseline keeps figures, the versions they were recorded on and the commit, not a profile, an
+inventory or gradients (:mod:`perfsuite.core.explain.reference`). The baseline's side is rebuilt
+where it differs from this one: its versions as an overlay (``perfsuite ab``'s,
+:mod:`perfsuite.ab.envs`), the project's code as the commit that holds the baseline's file written
+out (``perfsuite ab --base-ref``'s, :mod:`perfsuite.ab.own`; this side then runs in a copy of the
+working tree). Both run the case instrumented, A B A B, as ``perfsuite ab --explain`` does: the
+failure gets the profile's diff, the tensors that differ and the gradients' ratios. Where neither
+differs (the machine changed), or the code's commit is not known, there is no reference to run:
+one instrumented run of this stack says what it can alone, with a line saying which. Explanation
+runs go straight to a worker: a ``pytest_perfsuite_run_case`` hook that changes how a case runs is
+not applied to them.
 """
 
 from __future__ import annotations
@@ -53,13 +55,36 @@ def explain_failure(failure: Failure, *, timeout_s: float) -> list[str]:
     if not failure.what:
         return []
     pins = reference_pins((failure.baseline.get("provenance") or {}).get("versions") or {}, library_versions())
-    if pins:
-        return _against_reference(failure, pins, timeout_s)
+    ref, where = _reference(failure.baseline, failure.path)
+    changed = _code_changed(ref, failure.path) if ref != "REF" else None
+    if pins or changed:
+        return _against_reference(failure, pins, ref if changed else None, where, timeout_s)
+    if changed is False:
+        head = (
+            f"explain: the baseline was recorded on this stack's versions and this code ({where}, {ref}), so "
+            "the change is the machine's; one instrumented run of this stack shows:"
+        )
+        return [head, *_alone(failure, timeout_s)]
     head = (
-        "explain: the baseline was recorded on this stack's versions, so there is no reference stack to run "
-        "(the change is in this repository's code or the machine); one instrumented run of this stack shows:"
+        "explain: the baseline was recorded on this stack's versions, and the code it ran is not known here, so "
+        "there is no reference to run; one instrumented run of this stack shows:"
     )
     return [head, *_alone(failure, timeout_s), _hint(failure.spec, failure.baseline, failure.path)]
+
+
+def _code_changed(ref: str, path: Path | None) -> bool | None:
+    """Whether the repository's files differ from ``ref``'s, the baselines aside: a tracked file changed,
+    or one git does not ignore added; ``None`` where git cannot tell."""
+    top = git(path.parent, "rev-parse", "--show-toplevel") if path is not None else None
+    if path is None or not top:
+        return None
+    tracked = git(Path(top), "diff", "--name-only", ref)
+    added = git(Path(top), "ls-files", "--others", "--exclude-standard")
+    if tracked is None or added is None:
+        return None
+    baselines = path.parent.parent.resolve()
+    names = [Path(top, name).resolve() for name in [*tracked.splitlines(), *added.splitlines()] if name]
+    return any(not name.is_relative_to(baselines) for name in names)
 
 
 def _hint(spec: CaseSpec, baseline: Mapping[str, Any], path: Path | None) -> str:
@@ -82,7 +107,7 @@ def _reference(baseline: Mapping[str, Any], path: Path | None) -> tuple[str, str
     may lack (changes not committed, or files git did not track yet). Else the commit recorded,
     where its tracked files were clean; else none."""
     provenance = baseline.get("provenance") or {}
-    dirty = " (the baseline was recorded on uncommitted changes)" if provenance.get("dirty") else ""
+    dirty = ", the baseline recorded on uncommitted changes" if provenance.get("dirty") else ""
     if path is not None:
         committed = git(path.parent, "log", "-1", "--format=%H", "--", path.name)
         if committed and git(path.parent, "status", "--porcelain", "--", path.name) == "":
@@ -91,7 +116,11 @@ def _reference(baseline: Mapping[str, Any], path: Path | None) -> tuple[str, str
     if isinstance(commit, str) and commit and provenance.get("dirty") is False:
         return commit[:12], "the commit its baseline was recorded at"
     if dirty and path is not None and git(path.parent, "rev-parse", "--git-dir") is not None:
-        return "REF", f"a commit where it passed{dirty[:-1]}, and its file as it is now is not committed)"
+        return (
+            "REF",
+            "a commit where it passed (the baseline was recorded on uncommitted changes, and its file as it is "
+            "now is not committed)",
+        )
     return "REF", "a commit where it passed"
 
 
@@ -125,35 +154,50 @@ def _alone(failure: Failure, timeout_s: float) -> list[str]:
     )
 
 
-def _against_reference(failure: Failure, pins: Sequence[str], timeout_s: float) -> list[str]:
-    """The failure explained as ``perfsuite ab --explain`` would: the baseline's versions (an overlay) as A."""
+def _against_reference(
+    failure: Failure, pins: Sequence[str], ref: str | None, where: str, timeout_s: float
+) -> list[str]:
+    """The failure explained as ``perfsuite ab --explain`` would: the baseline's side as A (its versions
+    an overlay, ``pins``; its code the commit ``ref``, which ``where`` says how was found), this one as B."""
+    from contextlib import nullcontext
+
+    from perfsuite.ab.commits import GitError
     from perfsuite.ab.envs import EnvError, make_env
     from perfsuite.ab.explain import explain_case
+    from perfsuite.ab.own import trees
     from perfsuite.ab.rounds import CaseResult
     from perfsuite.ab.sides import Side
     from perfsuite.core.preloads import preload_environ
 
     rebuilt = ", ".join(pins)
-    sides: list[Side] = []
+    said = [f"code at {ref}"] if ref else []
+    said += [f"stack rebuilt ({rebuilt})"] if pins else []
+    baseline_side = f"the baseline's {' and '.join(said)}"
+    start = failure.path.parent if failure.path is not None else None
     try:
-        for name, env in ((f"the baseline's stack ({rebuilt})", rebuilt), ("this stack", "current")):
-            made = make_env(env, name="base" if env != "current" else "candidate")
-            sides.append(Side(name, made, server_env=preload_environ([failure.spec])))  # not the session's
-        memory = failure.baseline.get("memory") or {}
-        result = CaseResult(
-            case=failure.spec.id,
-            checks=list(failure.checks),
-            loss_a=list(failure.baseline.get("loss") or []),
-            loss_b=list(failure.record.loss),
-            breakdown_a=dict(memory.get("breakdown") or {}),
-            breakdown_b=dict(failure.record.memory_breakdown_bytes or {}),
-        )
-        found = explain_case(
-            sides, failure.spec, result, failure.what, timeout_s=timeout_s, tolerance=failure.tolerance
-        )
-    except EnvError as exc:
-        return [f"explain: the baseline's stack ({rebuilt}) cannot be rebuilt here: {exc}"]
-    finally:
-        for side in sides:
-            side.close()
-    return [f"explain: against the baseline's stack rebuilt ({rebuilt}), run beside this one:", *found.lines()]
+        with trees([ref, None], "--perfsuite-explain", start=start) if ref else nullcontext(None) as code:
+            sides: list[Side] = []
+            try:  # the servers stop before their trees are removed
+                for index, (name, env) in enumerate(((baseline_side, rebuilt or "current"), ("this side", "current"))):
+                    made = make_env(env, name="base" if index == 0 else "candidate")
+                    made = code[index].env(made) if code is not None else made
+                    sides.append(Side(name, made, server_env=preload_environ([failure.spec])))  # not the session's
+                memory = failure.baseline.get("memory") or {}
+                result = CaseResult(
+                    case=failure.spec.id,
+                    checks=list(failure.checks),
+                    loss_a=list(failure.baseline.get("loss") or []),
+                    loss_b=list(failure.record.loss),
+                    breakdown_a=dict(memory.get("breakdown") or {}),
+                    breakdown_b=dict(failure.record.memory_breakdown_bytes or {}),
+                )
+                found = explain_case(
+                    sides, failure.spec, result, failure.what, timeout_s=timeout_s, tolerance=failure.tolerance
+                )
+            finally:
+                for side in sides:
+                    side.close()
+    except (EnvError, GitError) as exc:
+        return [f"explain: {baseline_side} cannot be rebuilt here: {exc}"]
+    whose = f" ({where})" if ref else ""
+    return [f"explain: against {baseline_side}{whose}, run beside this one:", *found.lines()]
