@@ -237,6 +237,8 @@ def test_changed_code_runs_the_commit_that_holds_the_baseline_beside_the_working
     assert lines[0] == f"explain: against {base} (the commit that last changed its baseline file), run beside this one:"
     assert any(line.startswith("memory: buffers +50.00 MiB") for line in lines), lines
     (project / "model.py").write_text("WIDTH = 4\n")  # as committed: nothing to run beside it
+    (project / "__pycache__").mkdir()
+    (project / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"")  # no change of the code
     assert explaining.explain_failure(failure, timeout_s=60) == [
         "explain: the baseline was recorded on this stack's versions and this code (the commit that last changed "
         f"its baseline file, {head}), so the change is the machine's; one instrumented run of this stack shows:",

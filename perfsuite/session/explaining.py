@@ -74,7 +74,7 @@ def explain_failure(failure: Failure, *, timeout_s: float) -> list[str]:
 
 def _code_changed(ref: str, path: Path | None) -> bool | None:
     """Whether the repository's files differ from ``ref``'s, the baselines aside: a tracked file changed,
-    or one git does not ignore added; ``None`` where git cannot tell."""
+    or one git does not ignore added (Python's bytecode caches aside); ``None`` where git cannot tell."""
     top = git(path.parent, "rev-parse", "--show-toplevel") if path is not None else None
     if path is None or not top:
         return None
@@ -83,7 +83,8 @@ def _code_changed(ref: str, path: Path | None) -> bool | None:
     if tracked is None or added is None:
         return None
     baselines = path.parent.parent.resolve()
-    names = [Path(top, name).resolve() for name in [*tracked.splitlines(), *added.splitlines()] if name]
+    listed = [*tracked.splitlines(), *(n for n in added.splitlines() if "__pycache__" not in n.split("/"))]
+    names = [Path(top, name).resolve() for name in listed if name]
     return any(not name.is_relative_to(baselines) for name in names)
 
 
