@@ -192,27 +192,32 @@ def test_other_versions_rebuild_the_baseline_s_stack_beside_this_one(monkeypatch
     )
 
 
+@pytest.mark.parametrize("inside", [".", "services/team"])
 def test_changed_code_runs_the_commit_that_holds_the_baseline_beside_the_working_tree(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inside: str
 ) -> None:
     """The same versions, the project's code changed since the commit that committed the baseline: that
-    commit's tree is A, a copy of the working tree B, as ``perfsuite ab --base-ref`` runs them; with the
-    code as committed there is nothing to run beside this side, and the line says the machine changed."""
-    project = tmp_path / "team"
+    commit's tree is A, a copy of the working tree B, as ``perfsuite ab --base-ref`` runs them (the
+    project at the repository's top or in a directory of it); with the code as committed there is
+    nothing to run beside this side, and the line says nothing recorded differs. A shallow clone cut
+    at that commit does not know when the baseline's file changed: it runs nothing beside it."""
+    top = tmp_path / "repo"
+    project = top / inside
     path = project / "baselines" / "cpu" / f"{SPEC.id}.json"
     path.parent.mkdir(parents=True)
     path.write_text("{}")
     (project / "pyproject.toml").write_text('[project]\nname = "team"\n')
     (project / "model.py").write_text("WIDTH = 4\n")
     for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "m"]):
-        subprocess.run(["git", *args], cwd=project, check=True, capture_output=True)
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True).stdout[:12]
+        subprocess.run(["git", *args], cwd=top, check=True, capture_output=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=top, capture_output=True, text=True).stdout[:12]
     ran: list[tuple[str, str | None]] = []
     closed: list[str] = []
 
     class FakeSide:
         def __init__(self, name: str, env: Any, server_env: dict[str, str]) -> None:
             self.name, self.cwd = name, env.cwd
+            assert not Path(env.cwd).is_relative_to(top)  # each side in a copy of its own
             ran.append((name, (Path(env.cwd) / "model.py").read_text() if env.cwd else None))
 
         def explain(self, spec: dict[str, Any], ask: dict[str, Any], timeout_s: float) -> dict[str, Any]:
@@ -228,7 +233,7 @@ def test_changed_code_runs_the_commit_that_holds_the_baseline_beside_the_working
     monkeypatch.setattr(importlib.import_module("perfsuite.ab.sides"), "Side", FakeSide)
     monkeypatch.setattr(explaining, "library_versions", lambda: BASELINE["provenance"]["versions"])  # type: ignore[index]
     monkeypatch.setattr(explaining, "_alone", lambda failure, timeout_s: ["(one run alone)"])
-    failure = explaining.Failure(SPEC, BASELINE, RECORD, CHECKS, Tolerance(), path)
+    failure = explaining.Failure(SPEC, BASELINE, RECORD, CHECKS, Tolerance(), path, project)
     (project / "model.py").write_text("WIDTH = 8\n")  # the change under test, not committed
     lines = explaining.explain_failure(failure, timeout_s=60)
     base = f"the baseline's code at {head}"
@@ -240,10 +245,20 @@ def test_changed_code_runs_the_commit_that_holds_the_baseline_beside_the_working
     (project / "__pycache__").mkdir()
     (project / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"")  # no change of the code
     assert explaining.explain_failure(failure, timeout_s=60) == [
-        "explain: the baseline was recorded on this stack's versions and this code (the commit that last changed "
-        f"its baseline file, {head}), so the change is the machine's; one instrumented run of this stack shows:",
+        "explain: nothing the baseline records differs: this stack's versions, and this code (the commit that last "
+        f"changed its baseline file, {head}); the change is the machine's, or something a baseline does not record; "
+        "one instrumented run of this stack shows:",
         "(one run alone)",
     ]
+    shallow = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{top}", str(shallow)], check=True)
+    cut = explaining.Failure(SPEC, BASELINE, RECORD, CHECKS, Tolerance(), shallow / path.relative_to(top))
+    lines = explaining.explain_failure(cut, timeout_s=60)
+    assert lines[0].startswith("explain: the baseline was recorded on this stack's versions, and the code it ran is")
+    assert lines[-1].startswith(
+        "explain: to diff this code against a commit where it passed (this clone's history is shallow: fetch it "
+        "whole to find it): perfsuite ab --base-ref REF"
+    )
 
 
 @pytest.mark.nightly

@@ -334,7 +334,7 @@ class PerfsuiteSession:
         from perfsuite.session.explaining import Failure, explain_failure
 
         timeout = DEFAULTS["cpu" if spec.device == "cpu" else "cuda"].timeout
-        failure = Failure(spec, baseline, outcome.records[-1], outcome.checks, tolerance, path)
+        failure = Failure(spec, baseline, outcome.records[-1], outcome.checks, tolerance, path, self.pyproject.parent)
         try:
             return explain_failure(failure, timeout_s=timeout)
         except Exception as exc:  # the verdict stands whatever the explanation does

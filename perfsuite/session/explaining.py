@@ -16,6 +16,7 @@ not applied to them.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,8 @@ class Failure:
     tolerance: Tolerance
     path: Path | None = None
     """The baseline's file."""
+    project: Path | None = None
+    """The project's directory (its ``pyproject.toml``'s), whose code the case runs."""
 
     @property
     def what(self) -> tuple[str, ...]:
@@ -55,74 +58,105 @@ def explain_failure(failure: Failure, *, timeout_s: float) -> list[str]:
     if not failure.what:
         return []
     pins = reference_pins((failure.baseline.get("provenance") or {}).get("versions") or {}, library_versions())
-    ref, where = _reference(failure.baseline, failure.path)
-    changed = _code_changed(ref, failure.path) if ref != "REF" else None
+    ref, where = _reference(failure.baseline, failure.path, failure.project)
+    changed = _code_changed(ref, failure.path, failure.project) if ref is not None else None
     if pins or changed:
         return _against_reference(failure, pins, ref if changed else None, where, timeout_s)
     if changed is False:
         head = (
-            f"explain: the baseline was recorded on this stack's versions and this code ({where}, {ref}), so "
-            "the change is the machine's; one instrumented run of this stack shows:"
+            f"explain: nothing the baseline records differs: this stack's versions, and this code ({where}, "
+            f"{_short(ref)}); the change is the machine's, or something a baseline does not record; one "
+            "instrumented run of this stack shows:"
         )
         return [head, *_alone(failure, timeout_s)]
     head = (
         "explain: the baseline was recorded on this stack's versions, and the code it ran is not known here, so "
         "there is no reference to run; one instrumented run of this stack shows:"
     )
-    return [head, *_alone(failure, timeout_s), _hint(failure.spec, failure.baseline, failure.path)]
+    return [head, *_alone(failure, timeout_s), _hint(failure.spec, failure.baseline, failure.path, failure.project)]
 
 
-def _code_changed(ref: str, path: Path | None) -> bool | None:
-    """Whether the repository's files differ from ``ref``'s, the baselines aside: a tracked file changed,
-    or one git does not ignore added (Python's bytecode caches aside); ``None`` where git cannot tell."""
-    top = git(path.parent, "rev-parse", "--show-toplevel") if path is not None else None
-    if path is None or not top:
+def _short(ref: str | None) -> str:
+    return ref[:12] if ref is not None else "REF"
+
+
+def _top(directory: Path | None) -> Path | None:
+    """The top of the git work tree around ``directory``; ``None`` outside one (or without git)."""
+    found = git(directory, "rev-parse", "--show-toplevel") if directory is not None else None
+    return Path(found) if found else None
+
+
+def _project(path: Path | None, project: Path | None) -> Path | None:
+    """The project's directory: as the session knows it, else where its baseline's file is."""
+    return project if project is not None else path.parent if path is not None else None
+
+
+def _code_changed(ref: str, path: Path | None, project: Path | None) -> bool | None:
+    """Whether the project's repository differs from ``ref``'s, the baselines aside: a tracked file
+    changed, or one git does not ignore added (Python's bytecode caches aside); ``None`` where git
+    cannot tell."""
+    top = _top(_project(path, project))
+    if top is None:
         return None
-    tracked = git(Path(top), "diff", "--name-only", ref)
-    added = git(Path(top), "ls-files", "--others", "--exclude-standard")
+    tracked = git(top, "diff", "-z", "--name-only", ref)
+    added = git(top, "ls-files", "-z", "--others", "--exclude-standard")
     if tracked is None or added is None:
         return None
-    baselines = path.parent.parent.resolve()
-    listed = [*tracked.splitlines(), *(n for n in added.splitlines() if "__pycache__" not in n.split("/"))]
-    names = [Path(top, name).resolve() for name in listed if name]
-    return any(not name.is_relative_to(baselines) for name in names)
+    baselines = Path(os.path.relpath(path.parent.parent.resolve(), top.resolve())).as_posix() if path else None
+    names = [*tracked.split("\0"), *(n for n in added.split("\0") if "__pycache__" not in n.split("/"))]
+    return any(name and not (baselines and name.startswith(f"{baselines}/")) for name in names)
 
 
-def _hint(spec: CaseSpec, baseline: Mapping[str, Any], path: Path | None) -> str:
+def _hint(spec: CaseSpec, baseline: Mapping[str, Any], path: Path | None, project: Path | None = None) -> str:
     """The ``perfsuite ab`` command that diffs the case against the code its baseline was recorded on."""
-    ref, where = _reference(baseline, path)
+    ref, where = _reference(baseline, path, project)
     shape = f" --engine {spec.engine}" if spec.engine != "loop" else ""
     shape += f" --world-size {spec.world_size}" if spec.world_size > 1 else ""
     shape += f" --device {spec.device}" if spec.device != "auto" else ""
     return (
-        f"explain: to diff this code against {where}: perfsuite ab --base-ref {ref} "
+        f"explain: to diff this code against {where}: perfsuite ab --base-ref {_short(ref)} "
         f"--models {spec.model} --strategies {spec.strategy}{shape} --explain"
     )
 
 
-def _reference(baseline: Mapping[str, Any], path: Path | None) -> tuple[str, str]:
-    """The commit whose code the baseline was recorded on, and how it was found.
+def _reference(baseline: Mapping[str, Any], path: Path | None, project: Path | None) -> tuple[str | None, str]:
+    """The commit whose code the baseline was recorded on (``None``: not known here), and how it was found.
 
-    The commit that last changed the baseline's file, where the file is committed as it is: the
-    change that recorded it was committed with (or after) the code it ran, which the commit recorded
-    may lack (changes not committed, or files git did not track yet). Else the commit recorded,
-    where its tracked files were clean; else none."""
+    The commit that last changed the baseline's file, where the file is committed as it is in the
+    project's repository: the change that recorded it was committed with (or after) the code it ran,
+    which the commit recorded may lack (changes not committed, or files git did not track yet). In a
+    shallow clone, a commit at the edge of its history is no answer (the file's change may be older).
+    Else the commit recorded, where its tracked files were clean and the repository has it."""
     provenance = baseline.get("provenance") or {}
     dirty = ", the baseline recorded on uncommitted changes" if provenance.get("dirty") else ""
-    if path is not None:
+    top = _top(_project(path, project))
+    shallow = False
+    if path is not None and top is not None and _top(path.parent) == top:
         committed = git(path.parent, "log", "-1", "--format=%H", "--", path.name)
-        if committed and git(path.parent, "status", "--porcelain", "--", path.name) == "":
-            return committed[:12], f"the commit that last changed its baseline file{dirty}"
+        shallow = bool(committed) and _at_the_edge(top, str(committed))
+        if committed and not shallow and git(path.parent, "status", "--porcelain", "--", path.name) == "":
+            return committed, f"the commit that last changed its baseline file{dirty}"
     commit = provenance.get("commit")
-    if isinstance(commit, str) and commit and provenance.get("dirty") is False:
-        return commit[:12], "the commit its baseline was recorded at"
-    if dirty and path is not None and git(path.parent, "rev-parse", "--git-dir") is not None:
-        return (
-            "REF",
+    recorded = isinstance(commit, str) and commit and provenance.get("dirty") is False
+    if recorded and (top is None or git(top, "cat-file", "-e", f"{commit}^{{commit}}") is not None):
+        return str(commit), "the commit its baseline was recorded at"
+    if shallow:
+        return None, "a commit where it passed (this clone's history is shallow: fetch it whole to find it)"
+    if dirty and top is not None:
+        return None, (
             "a commit where it passed (the baseline was recorded on uncommitted changes, and its file as it is "
-            "now is not committed)",
+            "now is not committed)"
         )
-    return "REF", "a commit where it passed"
+    return None, "a commit where it passed"
+
+
+def _at_the_edge(top: Path, commit: str) -> bool:
+    """Whether ``commit`` is where a shallow clone's history is cut (``git log`` stops there)."""
+    if git(top, "rev-parse", "--is-shallow-repository") != "true":
+        return False
+    listed = git(top, "rev-parse", "--git-path", "shallow")
+    edge = Path(top, listed) if listed else None
+    return edge is not None and edge.is_file() and commit in edge.read_text().split()
 
 
 def _moved(failure: Failure) -> dict[str, int]:
@@ -171,10 +205,10 @@ def _against_reference(
     from perfsuite.core.preloads import preload_environ
 
     rebuilt = ", ".join(pins)
-    said = [f"code at {ref}"] if ref else []
+    said = [f"code at {_short(ref)}"] if ref else []
     said += [f"stack rebuilt ({rebuilt})"] if pins else []
     baseline_side = f"the baseline's {' and '.join(said)}"
-    start = failure.path.parent if failure.path is not None else None
+    start = _project(failure.path, failure.project)
     try:
         with trees([ref, None], "--perfsuite-explain", start=start) if ref else nullcontext(None) as code:
             sides: list[Side] = []
