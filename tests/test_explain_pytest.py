@@ -44,6 +44,15 @@ RECORD = CaseRecord.from_json(
 CHECKS = [Check("memory: buffers", False, "", "", "", "", "moved"), Check("loss", False, "", "", "", "", "parts")]
 
 
+def test_a_loss_not_compared_is_explained_beside_what_failed() -> None:
+    """Other initial weights leave the loss not gated; a case that failed on memory explains both."""
+    uncompared = Check("loss", True, "weights aa", "weights bb", "not compared", "", "not gated", compared=False)
+    failure = explaining.Failure(SPEC, BASELINE, RECORD, [CHECKS[0], uncompared], Tolerance())
+    assert failure.what == ("memory", "loss")
+    gated = Check("loss", True, "", "", "", "", "")
+    assert explaining.Failure(SPEC, BASELINE, RECORD, [CHECKS[0], gated], Tolerance()).what == ("memory",)
+
+
 def test_the_reference_is_the_baseline_s_versions_where_they_differ() -> None:
     now = {"torch": "2.13.0+cpu", "accelerate": "1.15.0", "perfsuite": "0.1.0", "peft": "0.13.2"}
     assert reference_pins(BASELINE["provenance"]["versions"], now) == ["accelerate==1.10.0"]  # type: ignore[index]

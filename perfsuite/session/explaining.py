@@ -50,7 +50,9 @@ class Failure:
 
     @property
     def what(self) -> tuple[str, ...]:
-        return aspects_failed([c.metric for c in self.checks if not c.ok])
+        """What to explain: each aspect whose check failed, and the loss where it was not compared
+        (other initial weights: which tensors started otherwise is its cause)."""
+        return aspects_failed([c.metric for c in self.checks if not c.ok or (c.metric == "loss" and not c.compared)])
 
 
 def explain_failure(failure: Failure, *, timeout_s: float) -> list[str]:
