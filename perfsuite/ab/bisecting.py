@@ -20,6 +20,7 @@ from perfsuite.core.declaration import load_project
 from perfsuite.core.explain.explanation import Explanation
 from perfsuite.core.explain.reference import aspects_failed
 from perfsuite.core.gates import BREAKDOWN_PREFIX, PEAK_MEMORY
+from perfsuite.core.paired import Schedule
 from perfsuite.core.preloads import preload_for
 from perfsuite.core.results import write_results
 from perfsuite.core.spec import CaseSpec, parse_case_id, tier_spec
@@ -125,6 +126,9 @@ class Bisection:
             return self.env_for(version, name)
         return make_env(f"{self.options.package}=={version}", name=name, held=self.options.held)
 
+    def _one_pair(self) -> Schedule:
+        return schedule_for(1, floor=self.options.floor, alpha=self.options.alpha, first=1, cap=1)
+
     def _compare(self, good: Side, version: str) -> CaseResult:
         if self.heard() is not None:
             raise KeyboardInterrupt
@@ -137,7 +141,7 @@ class Bisection:
                 cap=self.options.max_pairs,
             )
         else:  # memory and loss are deterministic on one stack: one pair says it
-            schedule = schedule_for(1, floor=self.options.floor, alpha=self.options.alpha, first=1, cap=1)
+            schedule = self._one_pair()
         try:
             side = Side(version, self._env(version, "candidate"))
         except EnvError as exc:
@@ -273,8 +277,8 @@ class Bisection:
             if metric != "time" and base is good and searched is not None and searched.error is None:
                 result = searched
             elif metric != "time":
-                one = schedule_for(1, floor=self.options.floor, alpha=self.options.alpha, first=1, cap=1)
                 device = self.options.device_type
+                one = self._one_pair()
                 result = compare_case(self.spec, (base, bad), one, Tolerance(), timeout_s=timeout, device_type=device)
             if result.interrupted or self.heard() is not None:
                 raise KeyboardInterrupt
