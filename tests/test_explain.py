@@ -367,7 +367,7 @@ def test_an_explanation_says_each_cause_and_survives_its_json() -> None:
         "the same initial weights, data and learning rate"
     )
     assert lines[1].startswith("memory: buffers +0.00 MiB = 1,024 elements × 4 B (float32): new buffer cache")
-    assert lines[2] == "time, ops: aten::mm 2 → 3 calls/step"
+    assert lines[2] == "time, ops: aten::mm 2 → 3 calls/step: +1 from perfsuite/worker/engines/loop.py:_step (line 170)"
     assert lines[3].startswith("time: profiled step 1.9 → 1.9 ms; a time is shown beyond 3 × the largest change")
     assert lines[3].endswith(": ops 0.01, Python functions 0.01, Python time by package 0.01 ms/step")  # the floor
     assert found.flame

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,9 @@ def test_regressions_injected_into_one_side_are_named_by_their_mechanism(tmp_pat
     ops = {c["key"]: c for c in found["time"]["changes"] if c["level"] == "op"}
     assert ops["aten::mm"]["counted"]
     assert ops["aten::mm"]["calls_b"] - ops["aten::mm"]["calls_a"] == 1  # one more call a step
+    assert [(s["frame"], s["calls_b"] - s["calls_a"]) for s in ops["aten::mm"]["sources"]] == [
+        ("sitecustomize.py(45): _extra_matmul", 1)
+    ]  # asked for by the injection's optimizer hook, the model's own matmuls unchanged
     python = [c for c in found["time"]["changes"] if c["level"] == "python"]
     sleep = next(c for c in python if c["key"].endswith("_slow_hook → <built-in function sleep>"))
     assert (sleep["calls_a"], sleep["calls_b"], sleep["counted"]) == (0, 1, True)  # named by its count
@@ -170,7 +174,9 @@ def test_regressions_injected_into_one_side_are_named_by_their_mechanism(tmp_pat
     head = summary[: summary.index("| case |")]  # the first screen, above the table
     assert "every gradient ×1.01" in head
     assert "new buffer injected_cache" in head
-    assert "aten::mm 52 → 53 calls/step" in head
+    assert re.search(
+        r"aten::mm 52 → 53 calls/step(, \+[\d.]+ ms/step)?: \+1 from sitecustomize.py:_extra_matmul \(line 45\)", head
+    )
     page = (tmp_path / "report" / "report.html").read_text()
     assert 'data-chart="flame"' in page
     assert 'data-chart="gradient-ratios"' in page

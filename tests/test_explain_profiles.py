@@ -4,6 +4,7 @@ diff and its noise bar, the flame graph's boxes, a GPU trace's activities and al
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from step_profiles import HOOK, LINEAR, SLEEP, STEP
@@ -11,8 +12,8 @@ from step_profiles import profile_from as _profile
 from step_profiles import step as _step
 
 from perfsuite.core.explain import flame, profile, traces
-from perfsuite.core.explain.frames import frame_name, package, short
-from perfsuite.core.explain.records import StepProfile
+from perfsuite.core.explain.frames import caller, frame_name, package, short
+from perfsuite.core.explain.records import StackRow, StepProfile
 
 # Frame names
 
@@ -35,6 +36,16 @@ from perfsuite.core.explain.records import StepProfile
 )
 def test_a_frame_is_named_the_same_in_two_environments(raw: str, name: str) -> None:
     assert frame_name(raw, cwd="/repo") == name
+
+
+def test_a_file_outside_sys_path_is_named_from_its_outermost_package(tmp_path: Path) -> None:
+    """An editable install's or a checkout's file: named as an import finds it, wherever it lies."""
+    (tmp_path / "src" / "acme" / "sub").mkdir(parents=True)
+    (tmp_path / "scripts").mkdir()
+    for init in ("src/acme/__init__.py", "src/acme/sub/__init__.py"):
+        (tmp_path / init).write_text("")
+    assert frame_name(f"{tmp_path}/src/acme/sub/model.py(3): g", cwd=str(tmp_path)) == "acme/sub/model.py(3): g"
+    assert frame_name(f"{tmp_path}/scripts/train.py(1): main", cwd=str(tmp_path)) == "scripts/train.py(1): main"
 
 
 def test_a_frame_belongs_to_its_package() -> None:
@@ -111,6 +122,71 @@ def test_new_and_vanished_functions_are_named() -> None:
     )
     assert profile.diff(b, a).level("python")[0].status == "vanished"
     assert profile.diff(a, b).level("package")[0].key == "acme"
+
+
+BERT = "transformers/models/bert/modeling_bert.py(300): forward"
+ADAMW = "torch/optim/adamw.py(500): _multi_tensor_adamw"
+ENGINE = "torch/autograd/graph.py(966): _engine_run_backward"
+CHECKPOINT = "torch/utils/checkpoint.py(320): unpack_hook"
+
+
+@pytest.mark.parametrize(
+    ("path", "asked_by"),
+    [
+        ((STEP, BERT, LINEAR, "aten::linear", "aten::addmm"), BERT),  # torch's frames are the way, not the ask
+        ((STEP, HOOK, "contextlib.py(141): __exit__", "aten::mm"), HOOK),  # so is the standard library
+        ((STEP, ADAMW, "aten::_foreach_mul_"), ADAMW),  # no frame outside torch: its innermost
+        (("aten::mm",), None),
+        ((STEP, HOOK, "torch/_tensor.py(566): backward", ENGINE, "aten::mm"), ENGINE),  # the backward's
+        ((STEP, ENGINE, CHECKPOINT, BERT, LINEAR, "aten::addmm"), BERT),  # a checkpoint's recomputed forward
+    ],
+)
+def test_an_op_is_asked_for_by_the_innermost_frame_of_the_code_the_case_runs(
+    path: tuple[str, ...], asked_by: str | None
+) -> None:
+    assert caller(path) == asked_by
+
+
+def test_an_ops_changed_calls_are_named_with_the_frames_that_asked_for_them() -> None:
+    a = [_profile({(STEP, BERT, "aten::mm"): (400.0, 2), (STEP, ADAMW, "aten::mm"): (100.0, 1)}) for _ in "ab"]
+    extra: dict[tuple[str, ...], tuple[float, int]] = {
+        (STEP, BERT, "aten::mm"): (600.0, 3),
+        (STEP, HOOK, "aten::mm"): (100.0, 2),
+    }
+    b = [_profile({(STEP, ADAMW, "aten::mm"): (100.0, 1), **extra}) for _ in "ab"]
+    (mm,) = profile.diff(a, b).level("op")
+    assert [(s.frame, s.calls_a, s.calls_b) for s in mm.sources] == [(HOOK, 0, 2), (BERT, 2, 3)]  # adamw's did not move
+    assert profile.describe(mm) == (
+        "aten::mm 3 → 6 calls/step, +0.30 ms/step: +2 from acme/hooks.py:slow_hook (line 3), "
+        "+1 from transformers/models/bert/modeling_bert.py:forward (line 300)"
+    )
+    assert profile.describe(profile.diff(b, a).level("op")[0]).endswith(
+        ": -2 from acme/hooks.py:slow_hook (line 3), "
+        "-1 from transformers/models/bert/modeling_bert.py:forward (line 300)"
+    )
+    (backward,) = profile.diff(
+        [_profile({(STEP, ENGINE, "aten::mm"): (100.0, 2)}) for _ in "ab"],
+        [_profile({(STEP, ENGINE, "aten::mm"): (100.0, 3)}) for _ in "ab"],
+    ).level("op")
+    assert profile.describe(backward).endswith(": +1 from the backward pass")  # its forward not profiled
+
+
+def test_a_backwards_op_is_asked_for_by_the_forward_frame_that_made_its_node() -> None:
+    frames = (STEP, BERT, "aten::matmul", ENGINE, "autograd::engine::evaluate_function: MmBackward0", "aten::mm")
+
+    def side(remixed: int) -> StepProfile:
+        rows = [StackRow((0, 1, 2), 10.0, remixed), StackRow((0, 3, 4, 5), 10.0, 2 + remixed, (0, 1, 2))]
+        return StepProfile(1, frames, tuple(rows))
+
+    (mm,) = [c for c in profile.diff([side(1), side(1)], [side(3), side(3)]).level("op") if c.key == "aten::mm"]
+    assert [(s.frame, s.calls_b - s.calls_a, s.backward) for s in mm.sources] == [(BERT, 2, True)]
+    assert profile.describe(mm).endswith(
+        ": +2 from the backward of transformers/models/bert/modeling_bert.py:forward (line 300)"
+    )
+    timed_only = profile.diff(
+        [_step(seed=1), _step(seed=2)], [_step(mm_us=5000.0, seed=3), _step(mm_us=5000.0, seed=4)]
+    )
+    assert [c.sources for c in timed_only.level("op")] == [()]  # the same calls: no frame asked for more
 
 
 def test_a_count_that_varies_within_one_side_is_no_evidence() -> None:

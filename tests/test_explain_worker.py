@@ -28,15 +28,22 @@ def slow_hook(module: torch.nn.Module, args: Any, output: Any) -> Any:
     return output
 
 
-class Tiny:
-    """A step of a two-layer model with Adam, clipped to ``clip``; ``extra`` more matmuls after it."""
+def remix(y: torch.Tensor) -> torch.Tensor:
+    return y @ torch.eye(y.shape[-1])  # the same values, an op more forward and one more backward
 
-    def __init__(self, *, hook: bool = False, extra: int = 0, clip: float = 1e9, fixed: bool = False) -> None:
+
+class Tiny:
+    """A step of a two-layer model with Adam, clipped to ``clip``; ``extra`` more matmuls after it;
+    with ``remix``, the output multiplied by an identity matrix."""
+
+    def __init__(
+        self, *, hook: bool = False, extra: int = 0, clip: float = 1e9, fixed: bool = False, remix: bool = False
+    ) -> None:
         torch.manual_seed(0)
         self.model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
         self.model.register_buffer("scale", torch.ones(4))
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.01)
-        self.extra, self.clip, self.batch, self.fixed = extra, clip, 0, fixed
+        self.extra, self.clip, self.batch, self.fixed, self.remix = extra, clip, 0, fixed, remix
         if hook:
             self.model[0].register_forward_hook(slow_hook)
 
@@ -46,7 +53,8 @@ class Tiny:
     def step(self, before_micro_batch: Any = None, within: Any = None) -> Any:
         self.batch += 0 if self.fixed else 1
         x = torch.randn(8, 16, generator=torch.Generator().manual_seed(self.batch))
-        loss = self.model(x).pow(2).mean()
+        out = self.model(x)
+        loss = (remix(out) if self.remix else out).pow(2).mean()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
         self.optimizer.step()
@@ -87,6 +95,27 @@ def test_two_profiles_of_one_step_and_an_extra_call() -> None:
     b = [profile_steps(_driven(Tiny(extra=1)), cpu, 2) for _ in range(2)]
     counted = [c for c in profile.diff(a, b).changes if c.counted and c.level == "op"]
     assert ("aten::mm", 3.0, 4.0) in [(c.key, c.calls_a, c.calls_b) for c in counted]  # 3: the backward's
+    (mm,) = [c for c in counted if c.key == "aten::mm"]
+    (asked,) = mm.sources  # the backward's three on both sides: not a source of the change
+    line = Tiny.step.__code__.co_firstlineno
+    assert (asked.frame, asked.calls_a, asked.calls_b) == (f"test_explain_worker.py({line}): step", 0, 1)
+    assert profile.describe(mm).endswith(f": +1 from test_explain_worker.py:step (line {line})")
+
+
+def test_a_backwards_ops_are_asked_for_by_the_forward_frame_that_made_them() -> None:
+    cpu = get_device("cpu")
+    a = [profile_steps(_driven(Tiny()), cpu, 2) for _ in range(2)]
+    b = [profile_steps(_driven(Tiny(remix=True)), cpu, 2) for _ in range(2)]
+    (mm,) = [c for c in profile.diff(a, b).level("op") if c.key == "aten::mm"]
+    name = f"test_explain_worker.py({remix.__code__.co_firstlineno}): remix"
+    assert [(s.frame, s.calls_a, s.calls_b, s.backward) for s in mm.sources] == [
+        (name, 0, 1, False),
+        (name, 0, 1, True),
+    ]
+    assert profile.describe(mm) == (
+        f"aten::mm 3 → 5 calls/step: +1 from test_explain_worker.py:remix (line {remix.__code__.co_firstlineno})"
+        " and +1 from its backward"
+    )
 
 
 def test_the_inventory_names_every_tensor_after_a_step() -> None:
@@ -238,7 +267,7 @@ def test_the_profile_s_events_read_fast_make_the_stacks_torch_s_own_events_make(
 
     from perfsuite.worker.step_profile import _all_threads
 
-    driven = _driven(engine(hook=True, extra=2))
+    driven = _driven(engine(hook=True, extra=2, remix=True))
     elsewhere = engine is Threaded
     with profile(
         with_stack=True,
@@ -249,10 +278,14 @@ def test_the_profile_s_events_read_fast_make_the_stacks_torch_s_own_events_make(
             driven.step()
             prof.step()
 
-    def named(frames: tuple[str, ...], rows: Any) -> dict[tuple[str, ...], tuple[float, int]]:
-        return {tuple(frames[i] for i in row.path): (row.self_us, row.calls) for row in rows}
+    def named(frames: tuple[str, ...], rows: Any) -> dict[tuple[tuple[str, ...], ...], tuple[float, int]]:
+        return {
+            (tuple(frames[i] for i in row.path), tuple(frames[i] for i in row.origin)): (row.self_us, row.calls)
+            for row in rows
+        }
 
     torch_s = named(*host_stacks(prof.events(), skip_marking_thread=elsewhere))
     ours = named(*host_stacks(host_events(prof), skip_marking_thread=elsewhere))
     assert len(torch_s) > 20
+    assert any(origin for _, origin in torch_s)  # a backward's ops, with the forward op that made them
     assert ours == torch_s

@@ -73,7 +73,10 @@ def html_causes(payload: Mapping[str, Any], out_dir: Path | None = None) -> str:
         diff = explanation.time
         if diff is not None:
             parts.append(
-                html_table(["level", "entry", "calls/step A → B", "ms/step A → B", "change"], _time_rows(diff))
+                html_table(
+                    ["level", "entry", "calls/step A → B", "ms/step A → B", "change", "calls asked for by"],
+                    _time_rows(diff),
+                )
             )
             parts.append(
                 html_figure(
@@ -106,6 +109,7 @@ def _time_rows(diff: profile.ProfileDiff) -> list[list[str]]:
             "—" if c.level == "package" else f"{c.calls_a:,.4g} → {c.calls_b:,.4g}",
             f"{c.us_a / 1e3:,.3f} → {c.us_b / 1e3:,.3f}",
             ("calls " if c.counted else "") + ("time" if c.timed else ""),
+            "; ".join(profile.called_from(c, shown=None)),
         ]
         for c in diff.changes
     ]

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from perfsuite.worker.engines.driven import Driven
 
 _STEP = "ProfilerStep"
+_NODE = "autograd::engine::evaluate_function: "
 
 
 def profile_steps(engine: Driven, device: Device, steps: int, trace: str | None = None) -> StepProfile:
@@ -98,7 +99,7 @@ def host_stacks(
     high = max(e.time_range.end for e in marks)
     index: dict[str, int] = {}
     paths: dict[int, tuple[int, ...]] = {}
-    totals: dict[tuple[int, ...], list[float]] = {}
+    totals: dict[tuple[tuple[int, ...], tuple[int, ...]], list[float]] = {}
 
     def inside(event: Any) -> bool:
         return bool(low <= event.time_range.start and event.time_range.end <= high)
@@ -112,17 +113,38 @@ def host_stacks(
             paths[key] = (*above, index.setdefault(name, len(index)))
         return paths[key]
 
-    for event in events:
-        if event.device_type != DeviceType.CPU or event.name.startswith(_STEP) or not inside(event):
-            continue
-        if event.thread in marking:
-            continue
+    def node_of(event: Any) -> Any:
+        """The autograd node's event (``autograd::engine::evaluate_function: MmBackward0``) that ``event``
+        runs within, or ``None`` (a forward's event)."""
+        key = id(event)
+        if key not in nodes:
+            parent = event.cpu_parent
+            inner = None if parent is None or not inside(parent) else node_of(parent)
+            nodes[key] = event if event.name.startswith(_NODE) else inner
+        return nodes[key]
+
+    counted = [
+        e
+        for e in events
+        if e.device_type == DeviceType.CPU and not e.name.startswith(_STEP) and inside(e) and e.thread not in marking
+    ]
+    nodes: dict[int, Any] = {}
+    origins: dict[tuple[int, int], tuple[int, ...]] = {}  # an autograd node's forward op: its path
+    for event in counted:
+        sequence = getattr(event, "sequence_nr", -1)
+        if sequence >= 0 and node_of(event) is None:
+            found = origins.get((sequence, event.thread))
+            if found is None or len(path_of(event)) < len(found):  # the outermost op that made the node
+                origins[(sequence, event.thread)] = path_of(event)
+    for event in counted:
         own = event.time_range.elapsed_us() - sum(c.time_range.elapsed_us() for c in event.cpu_children)
-        total = totals.setdefault(path_of(event), [0.0, 0])
+        node = node_of(event) if "::" in event.name else None
+        origin = () if node is None else origins.get((node.sequence_nr, node.fwd_thread or node.thread), ())
+        total = totals.setdefault((path_of(event), origin), [0.0, 0])
         total[0] += max(own, 0.0)
         total[1] += 1
     frames = tuple(sorted(index, key=index.__getitem__))
-    rows = tuple(StackRow(path, round(us, 3), int(calls)) for path, (us, calls) in totals.items())
+    rows = tuple(StackRow(path, round(us, 3), int(calls), origin) for (path, origin), (us, calls) in totals.items())
     return frames, rows
 
 
@@ -131,11 +153,25 @@ class HostEvent:
     :func:`host_stacks` reads (torch's own ``FunctionEvent`` costs about 40 µs each to build:
     11 s for a DeepSpeed step's 275,000 Python calls and ops). It is its own ``time_range``."""
 
-    __slots__ = ("name", "thread", "start", "end", "device_type", "is_async", "cpu_parent", "cpu_children")
+    __slots__ = (
+        "name", "thread", "start", "end", "device_type", "is_async", "sequence_nr", "fwd_thread", "cpu_parent",
+        "cpu_children",
+    )  # fmt: skip
 
-    def __init__(self, name: str, thread: int, start: float, end: float, device_type: Any, is_async: bool) -> None:
+    def __init__(
+        self,
+        name: str,
+        thread: int,
+        start: float,
+        end: float,
+        device_type: Any,
+        is_async: bool,
+        sequence_nr: int = -1,
+        fwd_thread: int = 0,
+    ) -> None:
         self.name, self.thread, self.start, self.end = name, thread, start, end
         self.device_type, self.is_async = device_type, is_async
+        self.sequence_nr, self.fwd_thread = sequence_nr, fwd_thread
         self.cpu_parent: HostEvent | None = None
         self.cpu_children: list[HostEvent] = []
 
@@ -172,7 +208,14 @@ def host_events(prof: Any) -> list[HostEvent]:
         is_async = raw.is_async() or raw.start_thread_id() != raw.end_thread_id()
         start = (raw.start_ns() - origin) / 1000
         event = HostEvent(
-            shown, raw.start_thread_id(), start, (raw.end_ns() - origin) / 1000, raw.device_type(), is_async
+            shown,
+            raw.start_thread_id(),
+            start,
+            (raw.end_ns() - origin) / 1000,
+            raw.device_type(),
+            is_async,
+            raw.sequence_nr(),
+            raw.fwd_thread_id(),
         )
         events.append(event)
         corr = raw.linked_correlation_id()

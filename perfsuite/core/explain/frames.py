@@ -4,15 +4,19 @@ torch's profiler names a Python frame ``path(line): function``, its path relativ
 ``sys.path`` entry it was found under (``transformers/models/bert/modeling_bert.py(312): forward``),
 so the same library in two environments (a virtual environment and an overlay) gives the same
 names. What still differs between two processes is normalised here: object addresses in the names
-of built-in methods, and absolute paths of files outside ``sys.path`` (reduced to what follows
-``site-packages/``, else to the path below the working directory, else to the file's name).
+of built-in methods, and absolute paths of files outside ``sys.path`` (an editable install's, a
+checkout's): reduced to what follows ``site-packages/``, else to the path from the outermost package
+directory holding the file (``acme/model.py`` wherever ``acme/`` lies), else to the path below the
+working directory, else to the file's name.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
-from pathlib import PurePosixPath
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
 
 _ADDRESS = re.compile(r"(?: object)? at 0x[0-9a-fA-F]+")
 _PYBIND = re.compile(r" of pybind11_builtins\.[^>]*")
@@ -22,6 +26,10 @@ PYTHON = "python"
 BUILTIN = "builtin"
 MODULE = "module"
 ANNOTATION = "annotation"
+_BACKWARD = re.compile(r"^torch/autograd/[^(]+\(\d+\): (?:_engine_run_backward|backward|grad)$")
+HARNESS = ("torch/", "<frozen ", "perfsuite/worker/")
+"""Where a frame's file starts when it is the machinery between the code a case runs and an op or an
+allocation: torch, Python's frozen modules and perfsuite's worker."""
 
 
 def frame_name(raw: str, cwd: str = "") -> str:
@@ -34,11 +42,24 @@ def frame_name(raw: str, cwd: str = "") -> str:
     path = found["file"]
     if "site-packages/" in path:
         path = path.rsplit("site-packages/", 1)[1]
+    elif in_package := _from_package(path):
+        path = in_package
     elif cwd and path.startswith(cwd.rstrip("/") + "/"):
         path = path[len(cwd.rstrip("/")) + 1 :]
     else:
         path = PurePosixPath(path).name
     return f"{path}({found['line']}): {found['function']}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _from_package(path: str) -> str | None:
+    """``acme/sub/model.py`` for ``/anywhere/acme/sub/model.py`` where ``acme/`` and ``acme/sub/`` hold an
+    ``__init__.py`` (the name an import of it finds); ``None`` outside a regular package."""
+    file = Path(path)
+    top = file.parent
+    while (top / "__init__.py").is_file():
+        top = top.parent
+    return None if top == file.parent else file.relative_to(top).as_posix()
 
 
 def kind(name: str) -> str:
@@ -92,3 +113,25 @@ def package(name: str) -> str | None:
         return "python"
     top = file.split("/", 1)[0].removesuffix(".py")
     return "python" if top in sys.stdlib_module_names else top
+
+
+def caller(names: Sequence[str]) -> str | None:
+    """The frame that asked for what the innermost of ``names`` (outermost first) does: the innermost
+    Python frame of the code the case runs (a model's, a library's, a team's), not torch's, the
+    standard library's or perfsuite's worker; failing that, the innermost Python frame at all
+    (``torch/optim/adamw.py(…): _multi_tensor_adamw``); ``None`` where there is none. Within the
+    autograd engine the search starts there: a backward's op is the backward's (its own frame, see
+    :func:`is_backward`), unless Python code it runs asked for it (a checkpoint's recomputed forward)."""
+    start = max((i for i, name in enumerate(names) if is_backward(name)), default=-1)
+    python = [name for name in reversed(names[start + 1 :]) if python_parts(name) is not None]
+    own = (n for n in python if not n.startswith(HARNESS) and package(n) != "python")
+    if start >= 0:
+        return next(own, names[start])
+    return next(own, python[0] if python else None)
+
+
+def is_backward(name: str) -> bool:
+    """Whether ``name`` is the autograd engine's entry from Python (``torch/autograd/graph.py(…):
+    _engine_run_backward``, or an older torch's ``backward`` and ``grad``): what runs within it is
+    the backward pass."""
+    return bool(_BACKWARD.match(name))

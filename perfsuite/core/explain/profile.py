@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from perfsuite.core.explain.frames import BUILTIN, OP, kind, package, python_parts, short
+from perfsuite.core.explain.frames import BUILTIN, OP, caller, is_backward, kind, package, python_parts, short
 from perfsuite.core.explain.records import StepProfile
 
 LEVELS = ("op", "python", "package", "device")
@@ -34,6 +34,8 @@ MIN_THRESHOLD_US = 5.0
 """No threshold is below this (µs per step): two identical profiles would otherwise call any change."""
 KEPT = 40
 """Changes kept per level (the JSON's, the report's); the summary shows fewer."""
+SOURCES_SHOWN = 2
+"""Callers named after an op whose calls changed; more are counted."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,27 @@ def tables(profile: StepProfile) -> dict[str, dict[str, Row]]:
     }
 
 
+def op_callers(profile: StepProfile) -> dict[str, dict[tuple[str, bool], float]]:
+    """Per op, its calls per step by the frame that asked for them (:func:`frames.caller`) and whether
+    through that frame's backward: an op the autograd engine ran for a forward op profiled in the same
+    steps is asked for by the forward's frame. An op without a Python frame above it is counted under
+    ``("", False)``."""
+    steps = max(profile.steps, 1)
+    found: dict[str, dict[tuple[str, bool], float]] = {}
+    for row in profile.stacks:
+        name = profile.frames[row.path[-1]]
+        if kind(name) != OP:
+            continue
+        asked_by = caller([profile.frames[i] for i in row.path]) or ""
+        backward = False
+        if is_backward(asked_by) and row.origin:
+            forward = caller([profile.frames[i] for i in row.origin])
+            asked_by, backward = (asked_by, False) if forward is None else (forward, True)
+        by_caller = found.setdefault(name, {})
+        by_caller[(asked_by, backward)] = by_caller.get((asked_by, backward), 0.0) + row.calls / steps
+    return found
+
+
 def _add(table: dict[str, list[float]], key: str, calls: float, us: float, size: float = 0.0) -> None:
     total = table.setdefault(key, [0.0, 0.0, 0.0])
     total[0] += calls
@@ -82,6 +105,17 @@ def _add(table: dict[str, list[float]], key: str, calls: float, us: float, size:
 def step_us(profile: StepProfile) -> float:
     """The profiled step's host time (µs): the sum of every stack's self time per step."""
     return sum(row.self_us for row in profile.stacks) / max(profile.steps, 1)
+
+
+@dataclass(frozen=True)
+class Source:
+    """A frame whose calls of an op differ between the sides (per step, each side's mean)."""
+
+    frame: str
+    calls_a: float
+    calls_b: float
+    backward: bool = False
+    """The calls are the backward's of what ``frame`` called in the forward."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +134,8 @@ class Change:
     """Its time changed beyond the level's threshold."""
     bytes_a: float = 0.0
     bytes_b: float = 0.0
+    sources: tuple[Source, ...] = ()
+    """An op's counted change by the frames that asked for it, the largest change first."""
 
     @property
     def delta_us(self) -> float:
@@ -183,6 +219,7 @@ def diff(a: Sequence[StepProfile], b: Sequence[StepProfile]) -> ProfileDiff:
     if not a or not b:
         raise ValueError("an explanation diffs at least one profile of each side")
     tables_a, tables_b = _mean_tables(a), _mean_tables(b)
+    callers_a, callers_b = [op_callers(p) for p in a], [op_callers(p) for p in b]
     repeated = len(a) > 1 and len(b) > 1
     thresholds: dict[str, float] = {}
     changes: list[Change] = []
@@ -219,6 +256,7 @@ def diff(a: Sequence[StepProfile], b: Sequence[StepProfile]) -> ProfileDiff:
                         timed,
                         row_a.bytes,
                         row_b.bytes,
+                        _sources(key, callers_a, callers_b) if counted and level == "op" else (),
                     )
                 )
         found.sort(key=lambda c: (-abs(weight(c)), c.key))
@@ -232,6 +270,22 @@ def diff(a: Sequence[StepProfile], b: Sequence[StepProfile]) -> ProfileDiff:
         traces=(a[0].trace, b[0].trace),
         unstable=unstable,
     )
+
+
+def _sources(
+    op: str,
+    a: Sequence[Mapping[str, Mapping[tuple[str, bool], float]]],
+    b: Sequence[Mapping[str, Mapping[tuple[str, bool], float]]],
+) -> tuple[Source, ...]:
+    """The frames whose calls of ``op`` differ between the sides, the largest change first."""
+    askers = sorted(set().union(*(p.get(op, {}) for p in (*a, *b))))
+
+    def mean(side: Sequence[Mapping[str, Mapping[tuple[str, bool], float]]], asker: tuple[str, bool]) -> float:
+        return statistics.fmean(p.get(op, {}).get(asker, 0.0) for p in side)
+
+    found = [Source(frame, mean(a, (frame, back)), mean(b, (frame, back)), back) for frame, back in askers]
+    moved = [s for s in found if not math.isclose(s.calls_a, s.calls_b)]
+    return tuple(sorted(moved, key=lambda s: (-abs(s.calls_b - s.calls_a), s.frame, s.backward)))
 
 
 def weight(change: Change) -> float:
@@ -278,7 +332,34 @@ def describe(change: Change) -> str:
     if change.timed:
         parts.append(f"{change.delta_us / 1e3:+,.2f} ms/step")
     head = {"new": "new: ", "vanished": "vanished: "}.get(change.status, "")
-    return f"{head}{name} {', '.join(parts)}"
+    asked = called_from(change)
+    return f"{head}{name} {', '.join(parts)}" + (f": {', '.join(asked)}" if asked else "")
+
+
+def called_from(change: Change, shown: int | None = SOURCES_SHOWN) -> list[str]:
+    """``["+1 from acme/model.py:_remix (line 83) and +1 from its backward"]``: where an op's extra (or
+    missing) calls were asked for, per frame, the ``shown`` frames of largest change (``None``: all)
+    and how many more; ``[]`` for a change with none named."""
+    by_frame: dict[str, dict[bool, float]] = {}
+    for source in change.sources:  # the largest change first; a frame's forward and backward together
+        if not source.frame:
+            continue  # no Python frame asked: nothing to name
+        by_frame.setdefault(source.frame, {})[source.backward] = source.calls_b - source.calls_a
+    named = []
+    for frame, calls in list(by_frame.items())[:shown]:
+        where = "the backward pass" if is_backward(frame) else _located(frame)
+        if False not in calls:
+            named.append(f"{_count_change(calls[True])} from the backward of {where}")
+        else:
+            also = f" and {_count_change(calls[True])} from its backward" if True in calls else ""
+            named.append(f"{_count_change(calls[False])} from {where}{also}")
+    if shown is not None and len(by_frame) > shown:
+        named.append(f"{len(by_frame) - shown} more")
+    return named
+
+
+def _count_change(calls: float) -> str:
+    return f"{calls:+,.0f}" if math.isclose(calls, round(calls)) else f"{calls:+,.2f}"
 
 
 def _located(name: str) -> str:

@@ -59,6 +59,9 @@ class StackRow:
     path: tuple[int, ...]
     self_us: float
     calls: int
+    origin: tuple[int, ...] = ()
+    """For an op the autograd engine ran, the path of the forward op whose backward it is (the
+    outermost op that made its autograd node); ``()`` otherwise, or where the forward was not profiled."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from perfsuite.core.explain.frames import HARNESS
 from perfsuite.core.explain.records import AllocationSite, DeviceRow
 
 _KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
@@ -52,9 +53,6 @@ def summed(events: Iterable[Mapping[str, Any]]) -> list[DeviceRow]:
     return [DeviceRow(k, name, int(n), round(us, 3), int(size)) for (k, name), (n, us, size) in totals.items()]
 
 
-_TORCH_FRAMES = ("torch/", "<frozen ", "perfsuite/worker/")
-
-
 def allocation_sites(segments: Iterable[Mapping[str, Any]], limit: int = 20) -> list[AllocationSite]:
     """The bytes of every live block of a CUDA allocator snapshot (``torch.cuda.memory._snapshot()``'s
     ``segments``), by the innermost frame outside torch and perfsuite's worker that allocated it: the
@@ -83,4 +81,4 @@ def _short_file(frame: Mapping[str, Any]) -> str:
 
 def _internal(frame: Mapping[str, Any]) -> bool:
     file = _short_file(frame)
-    return file.startswith(_TORCH_FRAMES) or not file.endswith(".py")
+    return file.startswith(HARNESS) or not file.endswith(".py")
