@@ -12,6 +12,7 @@ import pytest
 from step_profiles import step as _step
 
 from perfsuite.core.explain import explanation, gradients, tensors
+from perfsuite.core.explain import modules as by_module
 from perfsuite.core.explain.records import ExplainAsk, ExplainRecord, StepFacts, TensorEntry
 
 # Tensors
@@ -74,6 +75,54 @@ def test_activations_are_not_in_the_inventory_and_said_so() -> None:
         {"activations": 10}, {"activations": 2**20}, [], [], moved=["activations"], num_parameters=1
     )
     assert "not in the inventory" in tensors.describe(cause.categories[0])
+
+
+MiB = 2**20
+KEPT_A = {
+    "LM": 20 * MiB,  # its forward keeps its submodules' 18 MiB and 2 MiB of its own code's
+    "LM.embed": 2 * MiB,
+    "LM.blocks.0": 8 * MiB,  # a ModuleList's layers: the list itself is never called, never followed
+    "LM.blocks.0.attn": 4 * MiB,
+    "LM.blocks.1": 8 * MiB,
+    "LM.blocks.1.attn": 4 * MiB,
+}
+
+
+def test_a_modules_own_share_is_what_its_forward_kept_less_its_followed_submodules() -> None:
+    assert by_module.own_shares(KEPT_A) == {
+        "LM": 2 * MiB,
+        "LM.embed": 2 * MiB,
+        "LM.blocks.0": 4 * MiB,
+        "LM.blocks.0.attn": 4 * MiB,
+        "LM.blocks.1": 4 * MiB,
+        "LM.blocks.1.attn": 4 * MiB,
+    }
+
+
+def test_activations_are_said_by_the_modules_whose_forwards_kept_them() -> None:
+    """Each layer's attention keeping its probabilities (+1 MiB each), and the model's own forward one
+    projection more (+3 MiB): named by module, the layers' under one pattern, children not twice."""
+    kept_b = {**KEPT_A, "LM": 25 * MiB, "LM.blocks.0": 9 * MiB, "LM.blocks.1": 9 * MiB}
+    kept_b |= {"LM.blocks.0.attn": 5 * MiB, "LM.blocks.1.attn": 5 * MiB}
+    shares = by_module.changes(KEPT_A, kept_b)
+    assert [(s.module, s.delta, s.modules) for s in shares] == [("LM", 3 * MiB, 1), ("LM.blocks.*.attn", 2 * MiB, 2)]
+    cause = tensors.memory_cause(
+        {"activations": 20 * MiB},
+        {"activations": 25 * MiB},
+        [],
+        [],
+        moved=["activations"],
+        num_parameters=1,
+        kept_a=KEPT_A,
+        kept_b=kept_b,
+    )
+    assert tensors.describe(cause.categories[0]) == (
+        "activations +5.00 MiB: kept by the forward of LM +3.00 MiB (2.00 → 5.00 MiB, its own code); "
+        "LM.blocks.*.attn +2.00 MiB (8.00 → 10.00 MiB, 2 modules' own code)"
+    )
+    small = {**kept_b, "LM.embed": 2 * MiB + 1024, "LM": 25 * MiB + 1024}  # embed +1 KiB: under 5% of 3 MiB
+    assert [s.module for s in by_module.changes(KEPT_A, small)] == ["LM", "LM.blocks.*.attn"]
+    assert by_module.changes(KEPT_A, KEPT_A) == ()
 
 
 def test_a_tensor_made_in_the_step_and_kept_after_it_is_one_cause_not_two() -> None:
@@ -341,7 +390,10 @@ def test_the_runs_alternate_and_only_the_first_of_each_side_does_more_than_profi
 def test_an_explanation_says_each_cause_and_survives_its_json() -> None:
     a = _run([GRADS], losses=(2.0,))
     b = _run([{k: v * 1.01 for k, v in GRADS.items()}], losses=(2.02,))
-    profiled_a = [ExplainRecord("w", 3, steps=a.steps, profile=_step(), tensors=tuple(PARAMS)) for _ in range(2)]
+    profiled_a = [
+        ExplainRecord("w", 3, steps=a.steps, profile=_step(), tensors=tuple(PARAMS), forward_activations=KEPT_A)
+        for _ in range(2)
+    ]
     profiled_b = [
         ExplainRecord(
             "w",
@@ -349,6 +401,7 @@ def test_an_explanation_says_each_cause_and_survives_its_json() -> None:
             steps=b.steps,
             profile=_step(mm_calls=3),
             tensors=(*PARAMS, _t("buffer", "cache", (1024,))),
+            forward_activations={**KEPT_A, "LM": 21 * MiB},
         )
         for _ in range(2)
     ]
@@ -357,8 +410,8 @@ def test_an_explanation_says_each_cause_and_survives_its_json() -> None:
         explanation.ASPECTS,
         [(0, profiled_a[0]), (1, profiled_b[0]), (0, profiled_a[1]), (1, profiled_b[1])],
         loss=([2.0], [2.02]),
-        breakdowns=({"buffers": 0}, {"buffers": 4096}),
-        moved=["buffers"],
+        breakdowns=({"buffers": 0, "activations": 20 * MiB}, {"buffers": 4096, "activations": 21 * MiB}),
+        moved=["buffers", "activations"],
         loss_tolerance=(1e-3, 1e-4),
     )
     lines = found.lines()  # the loss and memory first: explained only where their checks failed
@@ -367,9 +420,12 @@ def test_an_explanation_says_each_cause_and_survives_its_json() -> None:
         "the same initial weights, data and learning rate"
     )
     assert lines[1].startswith("memory: buffers +0.00 MiB = 1,024 elements × 4 B (float32): new buffer cache")
-    assert lines[2] == "time, ops: aten::mm 2 → 3 calls/step: +1 from perfsuite/worker/engines/loop.py:_step (line 170)"
-    assert lines[3].startswith("time: profiled step 1.9 → 1.9 ms; a time is shown beyond 3 × the largest change")
-    assert lines[3].endswith(": ops 0.01, Python functions 0.01, Python time by package 0.01 ms/step")  # the floor
+    assert (
+        lines[2] == "memory: activations +1.00 MiB: kept by the forward of LM +1.00 MiB (2.00 → 3.00 MiB, its own code)"
+    )
+    assert lines[3] == "time, ops: aten::mm 2 → 3 calls/step: +1 from perfsuite/worker/engines/loop.py:_step (line 170)"
+    assert lines[4].startswith("time: profiled step 1.9 → 1.9 ms; a time is shown beyond 3 × the largest change")
+    assert lines[4].endswith(": ops 0.01, Python functions 0.01, Python time by package 0.01 ms/step")  # the floor
     assert found.flame
     again = explanation.Explanation.from_json(json.loads(json.dumps(found.as_json())))
     assert again == found

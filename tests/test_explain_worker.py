@@ -4,6 +4,7 @@ tensor by name, and per step the gradients before clipping, the data's digest, t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import json
@@ -53,12 +54,13 @@ class Tiny:
     def step(self, before_micro_batch: Any = None, within: Any = None) -> Any:
         self.batch += 0 if self.fixed else 1
         x = torch.randn(8, 16, generator=torch.Generator().manual_seed(self.batch))
-        out = self.model(x)
-        loss = (remix(out) if self.remix else out).pow(2).mean()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        with within if within is not None else contextlib.nullcontext():  # MemTracker, where it is asked
+            out = self.model(x)
+            loss = (remix(out) if self.remix else out).pow(2).mean()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         for _ in range(self.extra):
             torch.mm(torch.ones(8, 8), torch.ones(8, 8))
         return loss.detach()
@@ -116,6 +118,30 @@ def test_a_backwards_ops_are_asked_for_by_the_forward_frame_that_made_them() -> 
         f"aten::mm 3 → 5 calls/step: +1 from test_explain_worker.py:remix (line {remix.__code__.co_firstlineno})"
         " and +1 from its backward"
     )
+
+
+class Remix(torch.nn.Module):
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return remix(y)
+
+
+def test_each_modules_forward_says_what_activations_it_kept() -> None:
+    """MemTracker following every module: the module added to the model is named as what keeps more."""
+    from perfsuite.core.explain import modules as by_module
+    from perfsuite.worker.measure import memory_breakdown
+
+    def kept(tiny: Tiny) -> dict[str, int]:
+        found = memory_breakdown(_driven(tiny), module_peaks=True)
+        assert "error" not in found
+        return dict(found["forward_activations"])
+
+    plain, remixed = Tiny(), Tiny()
+    remixed.model.add_module("remix", Remix())
+    a, b = kept(plain), kept(remixed)
+    assert a["Sequential"] > 0
+    assert b["Sequential.remix"] > 0
+    assert "Sequential.remix" not in a
+    assert by_module.changes(a, b)[0].module == "Sequential.remix"
 
 
 def test_the_inventory_names_every_tensor_after_a_step() -> None:
@@ -193,6 +219,9 @@ def test_an_explanation_run_of_a_real_case() -> None:
     assert found.profile is not None
     assert found.profile.steps == 2
     assert {t.kind for t in found.tensors} >= {"parameter", "gradient", "optimizer_state"}
+    kept = found.forward_activations  # each module's forward, followed by MemTracker
+    assert kept["BertForSequenceClassification"] == max(kept.values())  # the model's forward keeps all of it
+    assert kept["BertForSequenceClassification.bert.encoder.layer.0.attention.self"] > 0
 
 
 class Threaded(Tiny):

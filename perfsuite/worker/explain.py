@@ -4,8 +4,9 @@ needs (:class:`~perfsuite.core.explain.records.ExplainAsk`): a few steps under t
 gradients of the steps up to where two loss curves part, the tensor inventory.
 
 Order: the warm-up steps (and any further steps up to ``grads_until``), each recorded
-(:class:`~perfsuite.worker.inventory.StepRecorder`); the profiled steps; one more step whose
-gradients are read before the optimizer steps, then the inventory (and on a GPU the allocator's
+(:class:`~perfsuite.worker.inventory.StepRecorder`); the profiled steps; for the memory, one step
+under MemTracker following every module (the activations each forward keeps), then one more step
+whose gradients are read before the optimizer steps, then the inventory (and on a GPU the allocator's
 record of that step). Nothing here is timed for a verdict.
 """
 
@@ -24,9 +25,9 @@ from perfsuite.core.spec import CaseSkipped, CaseSpec
 
 def steps_needed(spec: CaseSpec, ask: ExplainAsk) -> int:
     """Optimizer steps an explanation run takes: the recorded ones, the profiler's warm-up step and
-    its steps, the inventory's step."""
+    its steps, the memory's two (one under MemTracker, one for the inventory)."""
     recorded = max(spec.warmup_steps, ask.grads_until + 1, 1)
-    return recorded + (ask.profile_steps + 1 if ask.profile_steps else 0) + (1 if ask.inventory else 0)
+    return recorded + (ask.profile_steps + 1 if ask.profile_steps else 0) + (2 if ask.inventory else 0)
 
 
 def explain_case(spec: CaseSpec, ask: Mapping[str, Any]) -> dict[str, Any]:
@@ -37,6 +38,7 @@ def explain_case(spec: CaseSpec, ask: Mapping[str, Any]) -> dict[str, Any]:
     from perfsuite.worker.build import build
     from perfsuite.worker.engines.driven import Driven
     from perfsuite.worker.inventory import StepRecorder, gradients_before_step, inventory
+    from perfsuite.worker.measure import memory_breakdown
     from perfsuite.worker.step_profile import profile_steps
 
     wanted = ExplainAsk.from_json(ask)
@@ -73,7 +75,12 @@ def explain_case(spec: CaseSpec, ask: Mapping[str, Any]) -> dict[str, Any]:
             notes.append("the profiler recorded no host events")
     tensors: list[Any] = []
     sites: list[Any] = []
+    kept: dict[str, int] = {}
     if wanted.inventory:
+        followed = memory_breakdown(engine, module_peaks=True)  # a step under MemTracker, every module followed
+        if followed.get("error"):
+            notes.append(followed["error"])
+        kept = followed.get("forward_activations") or {}
         with built.device.allocation_history() as history, gradients_before_step(engine.model) as gradients:
             engine.step()
         tensors = inventory(engine.model, engine.inner_optimizer, gradients, holders={"engine": built.engine})
@@ -88,6 +95,7 @@ def explain_case(spec: CaseSpec, ask: Mapping[str, Any]) -> dict[str, Any]:
         profile=profile,
         tensors=tuple(tensors),
         allocation_sites=tuple(sites),
+        forward_activations=kept,
         wall_s=time.perf_counter() - started,
         notes=tuple(notes),
     )

@@ -208,7 +208,8 @@ def memory_breakdown(
     The split is taken at the moment of the peak, so the categories add up to it.
     Returns ``{"error": ...}`` where the tracker cannot follow the step (e.g.
     DeepSpeed's own parameter management). ``module_peaks`` runs MemTracker as it comes,
-    keeping each module's peak too (unread here): the same figures, slower. ``counts`` counts the
+    keeping each module's figures too: the same peak and split, slower, and
+    ``forward_activations``, the activation bytes each module's forward left alive. ``counts`` counts the
     same step's FLOPs: they hold no tensor, so the peak and its split are the same to the byte
     (``tests/test_measure.py``); complete only where no error is returned.
     """
@@ -248,12 +249,35 @@ def memory_breakdown(
     if snap is None:
         return {"error": f"MemTracker saw no tensors on {device_type}", "per_device": per_device}
     categories = {name: int(snap.get(key, 0)) for key, name in _CATEGORIES.items()}
-    return {
+    found = {
         "peak_bytes": int(snap[_TOTAL]),
         "categories": categories,
         "per_device": per_device,
         "held_elsewhere_bytes": other_bytes,
     }
+    if module_peaks:
+        found["forward_activations"] = _forward_activations(tracker, device_type)
+    return found
+
+
+def _forward_activations(tracker: Any, device_type: str) -> dict[str, int]:
+    """Per module, the activation bytes its forward left alive (after its forward less before it,
+    summed over its calls; the last micro-batch's), from MemTracker's snapshots of each module."""
+    from torch.distributed._tools.mem_tracker import _ModState
+
+    found: dict[str, int] = {}
+    for stats in tracker.memory_tracking.values():
+        total = 0
+        before_forward = stats.snapshots.get(_ModState.PRE_FW, ())
+        pairs = zip(
+            before_forward, stats.snapshots.get(_ModState.POST_FW, ()), strict=False
+        )  # a forward that raised has no after
+        for before, after in pairs:
+            for dev, snap in after.items():
+                if torch.device(dev).type == device_type:
+                    total += int(snap.get("Activation", 0)) - int(before.get(dev, {}).get("Activation", 0))
+        found[stats.mod_fqn] = found.get(stats.mod_fqn, 0) + total
+    return found
 
 
 class _ProcessTotal:

@@ -161,6 +161,8 @@ def explain(
             num_parameters=a[0].num_parameters,
             sites_a=a[0].allocation_sites,
             sites_b=b[0].allocation_sites,
+            kept_a=a[0].forward_activations,
+            kept_b=b[0].forward_activations,
         )
     cause = None
     if "loss" in wanted:

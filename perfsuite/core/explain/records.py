@@ -142,6 +142,9 @@ class ExplainRecord:
     profile: StepProfile | None = None
     tensors: tuple[TensorEntry, ...] = ()
     allocation_sites: tuple[AllocationSite, ...] = ()
+    forward_activations: dict[str, int] = field(default_factory=dict)
+    """Per module (MemTracker's name), the activation bytes its forward left alive in one step,
+    its submodules' included, when the memory is asked and MemTracker could follow the step."""
     wall_s: float = 0.0
     notes: tuple[str, ...] = field(default=())
     """What could not be recorded, and why (a profiler without Python frames, an engine without an optimizer)."""

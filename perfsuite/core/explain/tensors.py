@@ -15,6 +15,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from perfsuite.core.explain import modules as by_module
+from perfsuite.core.explain.modules import ModuleShare
 from perfsuite.core.explain.records import AllocationSite, TensorEntry
 
 CATEGORY_KINDS = {
@@ -60,6 +62,8 @@ class CategoryCause:
     kept: tuple[str, ...] = ()
     """(activations, temporaries) The tensors ``other`` lists that make this category's move: made
     within the step and kept after it."""
+    modules: tuple[ModuleShare, ...] = ()
+    """(activations) The modules whose own forward code kept more or fewer bytes (MemTracker's view)."""
 
 
 @dataclass(frozen=True)
@@ -146,8 +150,12 @@ def memory_cause(
     num_parameters: int,
     sites_a: Sequence[AllocationSite] = (),
     sites_b: Sequence[AllocationSite] = (),
+    kept_a: Mapping[str, int] | None = None,
+    kept_b: Mapping[str, int] | None = None,
 ) -> MemoryCause:
-    """The tensors behind each category in ``moved`` (and any tensor of a listed kind that differs)."""
+    """The tensors behind each category in ``moved`` (and any tensor of a listed kind that differs);
+    for activations, the modules whose forwards kept what moved (``kept_*``: the activation bytes each
+    module's forward left alive, where both sides have them)."""
     categories = []
     asked = list(dict.fromkeys(moved))
     for category, kind in CATEGORY_KINDS.items():
@@ -163,7 +171,12 @@ def memory_cause(
                 arithmetic(found, num_parameters),
             )
         )
-    categories += [CategoryCause(c, breakdown_a.get(c), breakdown_b.get(c)) for c in asked if c not in CATEGORY_KINDS]
+    shares = by_module.changes(kept_a, kept_b) if kept_a and kept_b else ()
+    categories += [
+        CategoryCause(c, breakdown_a.get(c), breakdown_b.get(c), modules=shares if c == "activations" else ())
+        for c in asked
+        if c not in CATEGORY_KINDS
+    ]
     categories = _kept_from_the_step(categories)
     by_site_a = {s.frame: s.bytes for s in sites_a}
     by_site_b = {s.frame: s.bytes for s in sites_b}
@@ -231,6 +244,8 @@ def describe(category: CategoryCause) -> str:
     if category.kept:
         kept = ", ".join(category.kept[:SHOWN])
         return f"{head}: made within the step and kept after it, where other lists it: {kept}"
+    if category.modules:
+        return f"{head}: {by_module.describe(category.modules)}"
     if category.category not in CATEGORY_KINDS:
         return f"{head}: not in the inventory (they live within a step); the step's ops, under time, say what ran"
     if not category.changes:
