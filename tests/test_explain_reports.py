@@ -31,6 +31,7 @@ def _record(side: int, trace: str) -> ExplainRecord:
         steps=(StepFacts(2.0 + 0.02 * side, "data", (1e-3,), grads),),
         profile=StepProfile(1, frames, rows_, trace=trace),
         tensors=tuple(tensors),
+        forward_activations={"Model": (1 + side) * 2**20, "Model.layer": 2**20},
     )
 
 
@@ -42,8 +43,8 @@ def _payload(tmp_path: Path) -> dict[str, Any]:
         explanation.ASPECTS,
         runs,
         loss=([2.0, 1.9], [2.02, 1.95]),
-        breakdowns=({"buffers": 0}, {"buffers": 4096}),
-        moved=["buffers"],
+        breakdowns=({"buffers": 0, "activations": 2**20}, {"buffers": 4096, "activations": 2**21}),
+        moved=["buffers", "activations"],
         loss_tolerance=(1e-3, 1e-4),
     )
     case = {
@@ -102,6 +103,8 @@ def test_report_html_draws_the_flame_graph_tensors_and_gradients(tmp_path: Path)
     assert 'data-chart="gradient-ratios"' in causes
     assert "<td>aten::mm</td>" in causes  # the profile's table
     assert "<td>cache</td>" in causes  # the tensor table
+    assert "<td>activations kept by a forward</td><td>Model</td><td>0.000 MiB</td><td>1.000 MiB</td>" in causes
+    assert "<td>+1 from acme/train.py:step (line 3)</td>" in causes  # who asked for the op's extra call
     assert "href='traces/case-base.pt.trace.json.gz'" in causes  # relative: the report moves with its traces
     assert "<svg" in causes
 

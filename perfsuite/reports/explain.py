@@ -119,11 +119,23 @@ def _tensor_rows(memory: tensors.MemoryCause) -> list[list[str]]:
     def side(entry: Any) -> str:
         return "—" if entry is None else f"{entry.dtype} {tuple(entry.shape)}"
 
-    return [
+    rows = [
         [c.kind, c.name, side(c.a), side(c.b), f"{c.delta / MiB:+,.3f}"]
         for cat in memory.categories
         for c in cat.changes
     ]
+    rows += [
+        [
+            "activations kept by a forward" + (f" ({m.modules} modules)" if m.modules > 1 else ""),
+            m.module,
+            f"{m.bytes_a / MiB:,.3f} MiB",
+            f"{m.bytes_b / MiB:,.3f} MiB",
+            f"{m.delta / MiB:+,.3f}",
+        ]
+        for cat in memory.categories
+        for m in cat.modules
+    ]
+    return rows
 
 
 def _trace_links(traces: Sequence[str | None], out_dir: Path | None) -> str:
