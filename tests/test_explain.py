@@ -125,6 +125,15 @@ def test_activations_are_said_by_the_modules_whose_forwards_kept_them() -> None:
     assert by_module.changes(KEPT_A, KEPT_A) == ()
 
 
+def test_one_repeated_module_that_moved_alone_keeps_its_name_and_a_small_move_its_kib() -> None:
+    mixed = {"Net": 3 * MiB, "Net.0": MiB, "Net.1": MiB, "Net.2": MiB}  # a Sequential: Linear, ReLU, Linear
+    (share,) = by_module.changes(mixed, {**mixed, "Net": 3 * MiB + 2048, "Net.0": MiB + 2048})
+    assert (share.module, share.modules) == ("Net.0", 1)
+    assert (
+        by_module.describe((share,)) == "kept by the forward of Net.0 +2.00 KiB (1,024.00 → 1,026.00 KiB, its own code)"
+    )
+
+
 def test_a_tensor_made_in_the_step_and_kept_after_it_is_one_cause_not_two() -> None:
     """``self.last_probs = logits.softmax(-1)``: at the peak its bytes are activations (made in the
     step), after the step the inventory lists it under other, and other did not move at the peak."""

@@ -189,6 +189,23 @@ def test_a_backwards_op_is_asked_for_by_the_forward_frame_that_made_its_node() -
     assert [c.sources for c in timed_only.level("op")] == [()]  # the same calls: no frame asked for more
 
 
+def test_a_backward_in_a_device_thread_without_python_frames_is_its_forwards() -> None:
+    """On a GPU the autograd engine runs a backward in a thread of its own: no Python frame above its ops."""
+    frames = (STEP, BERT, "aten::matmul", "autograd::engine::evaluate_function: MmBackward0", "aten::mm", "aten::add")
+
+    def side(extra: int) -> StepProfile:
+        rows = [StackRow((0, 1, 2), 10.0, 1), StackRow((3, 4), 10.0, 1 + extra, (0, 1, 2)), StackRow((5,), 1.0, extra)]
+        return StepProfile(1, frames, tuple(rows))
+
+    add, mm = sorted(
+        (c for c in profile.diff([side(0)] * 2, [side(1)] * 2).level("op") if c.counted), key=lambda c: c.key
+    )
+    assert profile.describe(mm).endswith(
+        ": +1 from the backward of transformers/models/bert/modeling_bert.py:forward (line 300)"
+    )
+    assert profile.describe(add).endswith(": +1 with no Python frame")  # said, not dropped
+
+
 def test_a_count_that_varies_within_one_side_is_no_evidence() -> None:
     a = [_step(mm_calls=2), _step(mm_calls=3)]
     diff = profile.diff(a, [_step(mm_calls=4), _step(mm_calls=4)])

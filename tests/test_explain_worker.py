@@ -144,6 +144,36 @@ def test_each_modules_forward_says_what_activations_it_kept() -> None:
     assert by_module.changes(a, b)[0].module == "Sequential.remix"
 
 
+def test_a_backwards_op_is_matched_to_the_op_that_made_its_node_not_one_that_read_its_number() -> None:
+    """Every op run with gradients on reads the next sequence number: a mask's ``aten::ones`` in the
+    model's frame reads the number the layer's ``aten::mm`` then takes for its node."""
+    from torch.profiler import DeviceType
+
+    from perfsuite.worker.step_profile import HostEvent, _nest
+
+    def event(name: str, start: float, end: float, sequence: int = -1, fwd_thread: int = 0) -> HostEvent:
+        return HostEvent(name, 1, start, end, DeviceType.CPU, False, sequence, fwd_thread)
+
+    events = [
+        event("ProfilerStep#1", 0, 100),
+        event("acme/model.py(10): forward", 1, 50),
+        event("aten::ones", 2, 3, sequence=5),
+        event("acme/layer.py(20): forward", 4, 20),
+        event("aten::mm", 5, 10, sequence=5),
+        event("torch/autograd/graph.py(966): _engine_run_backward", 60, 90),
+        event("autograd::engine::evaluate_function: MmBackward0", 61, 80, sequence=5, fwd_thread=1),
+        event("aten::mm", 62, 70),
+    ]
+    _nest(events)
+    frames, rows = host_stacks(events)
+    (backward,) = [r for r in rows if r.origin and frames[r.path[-1]] == "aten::mm"]
+    assert [frames[i] for i in backward.origin] == [
+        "acme/model.py(10): forward",
+        "acme/layer.py(20): forward",
+        "aten::mm",
+    ]
+
+
 def test_the_inventory_names_every_tensor_after_a_step() -> None:
     tiny = Tiny()
     tiny.step()

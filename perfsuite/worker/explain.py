@@ -79,7 +79,7 @@ def explain_case(spec: CaseSpec, ask: Mapping[str, Any]) -> dict[str, Any]:
     if wanted.inventory:
         followed = memory_breakdown(engine, module_peaks=True)  # a step under MemTracker, every module followed
         if followed.get("error"):
-            notes.append(followed["error"])
+            notes.append(str(followed["error"]).splitlines()[0])
         kept = followed.get("forward_activations") or {}
         with built.device.allocation_history() as history, gradients_before_step(engine.model) as gradients:
             engine.step()

@@ -129,13 +129,16 @@ def host_stacks(
         if e.device_type == DeviceType.CPU and not e.name.startswith(_STEP) and inside(e) and e.thread not in marking
     ]
     nodes: dict[int, Any] = {}
-    origins: dict[tuple[int, int], tuple[int, ...]] = {}  # an autograd node's forward op: its path
+    # Every op run with gradients on reads the next sequence number, one that makes no node too (a
+    # mask's ``aten::ones``); the node's maker is the last to read it before it moves on.
+    makers: dict[tuple[int, int], Any] = {}
     for event in counted:
         sequence = getattr(event, "sequence_nr", -1)
         if sequence >= 0 and node_of(event) is None:
-            found = origins.get((sequence, event.thread))
-            if found is None or len(path_of(event)) < len(found):  # the outermost op that made the node
-                origins[(sequence, event.thread)] = path_of(event)
+            found = makers.get((sequence, event.thread))
+            if found is None or event.time_range.start >= found.time_range.start:
+                makers[(sequence, event.thread)] = event
+    origins = {key: path_of(event) for key, event in makers.items()}  # an autograd node's forward op: its path
     for event in counted:
         own = event.time_range.elapsed_us() - sum(c.time_range.elapsed_us() for c in event.cpu_children)
         node = node_of(event) if "::" in event.name else None

@@ -57,7 +57,7 @@ def _from_package(path: str) -> str | None:
     ``__init__.py`` (the name an import of it finds); ``None`` outside a regular package."""
     file = Path(path)
     top = file.parent
-    while (top / "__init__.py").is_file():
+    while top != top.parent and (top / "__init__.py").is_file():
         top = top.parent
     return None if top == file.parent else file.relative_to(top).as_posix()
 

@@ -4,12 +4,13 @@ Activations have no names (they live within a step), but MemTracker follows ever
 its snapshots before and after a module's forward give the activation bytes that forward left alive
 (what it saved for the backward and its outputs), children's included. A module's **own** share is
 that less its direct submodules' shares: the bytes kept by code in its own ``forward``. Two sides'
-own shares are diffed by module name, shares of repeated modules (``layer.0`` … ``layer.11``) summed
-under one pattern (``layer.*``), and the largest changes said.
+own shares are diffed by module name, the moves of repeated modules (``layer.0`` … ``layer.11``)
+summed under one pattern (``layer.*``; one that moved alone keeps its name), and the largest said.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,19 +55,22 @@ def own_shares(kept: Mapping[str, int]) -> dict[str, int]:
 
 
 def changes(kept_a: Mapping[str, int], kept_b: Mapping[str, int]) -> tuple[ModuleShare, ...]:
-    """The modules whose own share moved between the sides, by pattern, the largest move first; those
-    under :data:`SMALLEST` of it left out."""
-    sums: dict[str, list[int]] = {}
-    for side, kept in enumerate((kept_a, kept_b)):
-        for name, size in own_shares(kept).items():
-            entry = sums.setdefault(_INDEX.sub("*", name), [0, 0, 0, 0])
-            entry[side] += size
-            entry[2 + side] += 1
+    """The modules whose own share moved between the sides, the largest move first: repeated modules
+    whose shares moved summed under their pattern (one alone keeps its name); those under
+    :data:`SMALLEST` of the largest move left out."""
+    own_a, own_b = own_shares(kept_a), own_shares(kept_b)
+    members: dict[str, list[tuple[str, int, int]]] = {}
+    for name in sorted({*own_a, *own_b}):
+        a, b = own_a.get(name, 0), own_b.get(name, 0)
+        if a != b:
+            members.setdefault(_INDEX.sub("*", name), []).append((name, a, b))
     found = [
-        ModuleShare(pattern, a, b, max(count_a, count_b))
-        for pattern, (a, b, count_a, count_b) in sums.items()
-        if a != b
+        ModuleShare(
+            pattern if len(moved) > 1 else moved[0][0], sum(m[1] for m in moved), sum(m[2] for m in moved), len(moved)
+        )
+        for pattern, moved in members.items()
     ]
+    found = [f for f in found if f.delta]
     if not found:
         return ()
     largest = max(abs(f.delta) for f in found)
@@ -75,12 +79,31 @@ def changes(kept_a: Mapping[str, int], kept_b: Mapping[str, int]) -> tuple[Modul
 
 
 def describe(shares: tuple[ModuleShare, ...]) -> str:
-    """``kept by the forward of AcmeLM.head +1.00 MiB (0.50 → 1.50 MiB, its own code)``, a few modules."""
+    """``kept by the forward of AcmeLM.head +1.00 MiB (0.50 → 1.50 MiB, its own code)``, a few modules;
+    a side's share below zero (its code freed more than it kept: a child's output it consumed) is
+    left out, as it reads oddly, and the change said alone."""
     said = []
     for share in shares[:SHOWN]:
         whose = "its own code" if share.modules == 1 else f"{share.modules} modules' own code"
-        if min(share.bytes_a, share.bytes_b) >= 0:  # a share below zero (its code freed a child's) reads oddly
-            whose = f"{share.bytes_a / MiB:,.2f} → {share.bytes_b / MiB:,.2f} MiB, {whose}"
-        said.append(f"{share.module} {share.delta / MiB:+,.2f} MiB ({whose})")
+        if min(share.bytes_a, share.bytes_b) >= 0:
+            whose = f"{_range(share.bytes_a, share.bytes_b)}, {whose}"
+        said.append(f"{share.module} {_size(share.delta, signed=True)} ({whose})")
     more = f"; and {len(shares) - SHOWN} more" if len(shares) > SHOWN else ""
     return "kept by the forward of " + "; ".join(said) + more
+
+
+def _size(size: int, *, signed: bool = False) -> str:
+    """MiB, or KiB below a hundredth of one (a small move would read ``+0.00 MiB``)."""
+    value, unit = _scaled(abs(size))
+    return f"{math.copysign(value, size):{'+' if signed else ''},.2f} {unit}"
+
+
+def _range(a: int, b: int) -> str:
+    """``2.00 → 5.00 MiB``: both sides in the unit their change needs (KiB where it is small)."""
+    _, unit = _scaled(abs(b - a))
+    scale = MiB if unit == "MiB" else 1024
+    return f"{a / scale:,.2f} → {b / scale:,.2f} {unit}"
+
+
+def _scaled(size: int) -> tuple[float, str]:
+    return (size / MiB, "MiB") if size >= MiB / 100 or size == 0 else (size / 1024, "KiB")

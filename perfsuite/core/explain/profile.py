@@ -12,6 +12,7 @@ call counts are evidence.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -74,24 +75,27 @@ def tables(profile: StepProfile) -> dict[str, dict[str, Row]]:
     }
 
 
-def op_callers(profile: StepProfile) -> dict[str, dict[tuple[str, bool], float]]:
-    """Per op, its calls per step by the frame that asked for them (:func:`frames.caller`) and whether
-    through that frame's backward: an op the autograd engine ran for a forward op profiled in the same
-    steps is asked for by the forward's frame. An op without a Python frame above it is counted under
-    ``("", False)``."""
+def op_callers(profile: StepProfile, ops: Iterable[str]) -> dict[str, dict[tuple[str, bool], float]]:
+    """Per op of ``ops``, its calls per step by the frame that asked for them (:func:`frames.caller`)
+    and whether through that frame's backward: an op the autograd engine ran (in the caller's thread
+    under the engine's frame, or in a device's thread with no Python frame at all) for a forward op
+    profiled in the same steps is asked for by the forward's frame. An op no Python frame asked for
+    is counted under ``("", False)``."""
     steps = max(profile.steps, 1)
+    wanted = set(ops)
+    asked: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[str, bool]] = {}  # one search per distinct stack
     found: dict[str, dict[tuple[str, bool], float]] = {}
     for row in profile.stacks:
         name = profile.frames[row.path[-1]]
-        if kind(name) != OP:
+        if name not in wanted:
             continue
-        asked_by = caller([profile.frames[i] for i in row.path]) or ""
-        backward = False
-        if is_backward(asked_by) and row.origin:
-            forward = caller([profile.frames[i] for i in row.origin])
-            asked_by, backward = (asked_by, False) if forward is None else (forward, True)
+        key = (row.path, row.origin)
+        if key not in asked:
+            by = caller([profile.frames[i] for i in row.path]) or ""
+            forward = caller([profile.frames[i] for i in row.origin]) if row.origin else None
+            asked[key] = (forward, True) if forward is not None and (not by or is_backward(by)) else (by, False)
         by_caller = found.setdefault(name, {})
-        by_caller[(asked_by, backward)] = by_caller.get((asked_by, backward), 0.0) + row.calls / steps
+        by_caller[asked[key]] = by_caller.get(asked[key], 0.0) + row.calls / steps
     return found
 
 
@@ -219,7 +223,6 @@ def diff(a: Sequence[StepProfile], b: Sequence[StepProfile]) -> ProfileDiff:
     if not a or not b:
         raise ValueError("an explanation diffs at least one profile of each side")
     tables_a, tables_b = _mean_tables(a), _mean_tables(b)
-    callers_a, callers_b = [op_callers(p) for p in a], [op_callers(p) for p in b]
     repeated = len(a) > 1 and len(b) > 1
     thresholds: dict[str, float] = {}
     changes: list[Change] = []
@@ -256,11 +259,20 @@ def diff(a: Sequence[StepProfile], b: Sequence[StepProfile]) -> ProfileDiff:
                         timed,
                         row_a.bytes,
                         row_b.bytes,
-                        _sources(key, callers_a, callers_b) if counted and level == "op" else (),
                     )
                 )
         found.sort(key=lambda c: (-abs(weight(c)), c.key))
         changes += found[:KEPT]
+    counted_ops = {c.key for c in changes if c.level == "op" and c.counted}
+    if counted_ops:  # who asked for the calls that differ: searched only for the ops whose calls did
+        callers_a = [op_callers(p, counted_ops) for p in a]
+        callers_b = [op_callers(p, counted_ops) for p in b]
+        changes = [
+            dataclasses.replace(c, sources=_sources(c.key, callers_a, callers_b))
+            if c.level == "op" and c.counted
+            else c
+            for c in changes
+        ]
     return ProfileDiff(
         profiles=min(len(a), len(b)),
         step_us_a=statistics.fmean(step_us(p) for p in a),
@@ -342,11 +354,12 @@ def called_from(change: Change, shown: int | None = SOURCES_SHOWN) -> list[str]:
     and how many more; ``[]`` for a change with none named."""
     by_frame: dict[str, dict[bool, float]] = {}
     for source in change.sources:  # the largest change first; a frame's forward and backward together
-        if not source.frame:
-            continue  # no Python frame asked: nothing to name
         by_frame.setdefault(source.frame, {})[source.backward] = source.calls_b - source.calls_a
     named = []
     for frame, calls in list(by_frame.items())[:shown]:
+        if not frame:
+            named.append(f"{_count_change(calls[False])} with no Python frame")
+            continue
         where = "the backward pass" if is_backward(frame) else _located(frame)
         if False not in calls:
             named.append(f"{_count_change(calls[True])} from the backward of {where}")
