@@ -94,6 +94,16 @@ def test_the_headline_says_no_regression_only_where_every_case_was_decided(
     assert line.count("INTERRUPTED") == (1 if interrupted else 0)
 
 
+def _run(said: list[str]) -> AbRun:
+    """A comparison of one case between two stand-in sides, saying into ``said``."""
+    sides = [
+        SimpleNamespace(name=name, env=SimpleNamespace(label="current", moved=()), probe={"libraries": {}})
+        for name in ("base", "candidate")
+    ]
+    schedule = schedule_for(1, floor=0.03, alpha=0.05, first=None, cap=None)
+    return AbRun(tuple(sides), [], schedule, say=said.append)  # type: ignore[arg-type]
+
+
 def test_a_comparison_a_dead_side_stopped_is_no_pass_and_says_why(tmp_path: Any) -> None:
     """Cases left open when a side's server died are not a pass (exit 3, as when nothing could be
     tested); the pairs they had are written, and the reason is said."""
@@ -104,12 +114,7 @@ def test_a_comparison_a_dead_side_stopped_is_no_pass_and_says_why(tmp_path: Any)
     from perfsuite.ab.rounds import CaseResult
 
     said: list[str] = []
-    sides = [
-        SimpleNamespace(name=name, env=SimpleNamespace(label="current", moved=()), probe={"libraries": {}})
-        for name in ("base", "candidate")
-    ]
-    schedule = schedule_for(1, floor=0.03, alpha=0.05, first=None, cap=None)
-    run = AbRun(tuple(sides), [], schedule, say=said.append)  # type: ignore[arg-type]
+    run = _run(said)
     open_ = CaseResult(case="tiny-bert-adafactor", log_ratios=[0.05, 0.04], stopped="B (current): its worker died")
     options = SimpleNamespace(upgrade=None, json=tmp_path / "ab.json", report=None)
     with (tmp_path / "out").open("w") as out:
@@ -121,3 +126,23 @@ def test_a_comparison_a_dead_side_stopped_is_no_pass_and_says_why(tmp_path: Any)
     written = json.loads((tmp_path / "ab.json").read_text())
     assert written["stopped"] == 1
     assert len(written["cases"][1]["ratios"]) == 2
+
+
+def test_a_case_that_regressed_at_its_first_pair_and_ran_on_to_time_it_points_to_the_flag(tmp_path: Any) -> None:
+    from rich.console import Console
+
+    from perfsuite.ab.rounds import CaseResult
+    from perfsuite.core.check import Check
+
+    said: list[str] = []
+    run = _run(said)
+    schedule = run.schedule
+    hungrier = Check("peak_memory", False, "10 MiB", "12 MiB", "+20%", "5%", "more memory", rel=0.2, limit=0.05)
+    timed_on = CaseResult(case="tiny-bert-vanilla", log_ratios=[0.0] * (schedule.first + 2), checks=[hungrier])
+    at_first_look = CaseResult(case="tiny-bert-bf16", log_ratios=[0.0] * schedule.first, checks=[hungrier])
+    options = SimpleNamespace(upgrade=None, json=None, report=None)
+    with (tmp_path / "out").open("w") as out:
+        run.finish([timed_on, at_first_look], options, 12.0, Console(file=out, width=200))  # type: ignore[arg-type]
+    (hint,) = [line for line in said if "--stop-on-regression" in line]
+    assert hint.startswith("perfsuite ab: 1 case(s) regressed on memory or loss at their first pair and ran on")
+    assert f"(up to {schedule.first + 2} pairs)" in hint

@@ -75,6 +75,12 @@ def test_activations_are_not_in_the_inventory_and_said_so() -> None:
         {"activations": 10}, {"activations": 2**20}, [], [], moved=["activations"], num_parameters=1
     )
     assert "not in the inventory" in tensors.describe(cause.categories[0])
+    peak = tensors.memory_cause(
+        {"temporaries": 2**20}, {"temporaries": 0}, [], [], moved=["temporaries"], num_parameters=1
+    )
+    assert tensors.describe(peak.categories[0]).startswith(
+        "temporaries -1.00 MiB at the peak: what an op makes and frees within itself, counted at the moment of the peak"
+    )  # a peak that moved to another moment moves them too
 
 
 MiB = 2**20

@@ -206,6 +206,18 @@ def test_a_backward_in_a_device_thread_without_python_frames_is_its_forwards() -
     assert profile.describe(add).endswith(": +1 with no Python frame")  # said, not dropped
 
 
+def test_an_asker_whose_function_moved_lines_is_one_asker() -> None:
+    """The candidate's file gained a line above ``forward``: its calls are one asker's, said at its new line."""
+
+    def side(line: int, views: int) -> StepProfile:
+        forward = f"acme/model.py({line}): forward"
+        return _profile({(STEP, forward): (50.0, 1), (STEP, forward, "aten::view"): (10.0 * views, views)})
+
+    (view,) = profile.diff([side(56, 74)] * 2, [side(57, 75)] * 2).level("op")
+    assert [(s.frame, s.calls_a, s.calls_b) for s in view.sources] == [("acme/model.py(57): forward", 74, 75)]
+    assert profile.describe(view).endswith(": +1 from acme/model.py:forward (line 57)")
+
+
 def test_a_count_that_varies_within_one_side_is_no_evidence() -> None:
     a = [_step(mm_calls=2), _step(mm_calls=3)]
     diff = profile.diff(a, [_step(mm_calls=4), _step(mm_calls=4)])

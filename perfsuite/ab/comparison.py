@@ -276,6 +276,15 @@ class AbRun:
                 f"when a side stopped answering: {why}"
             )
 
+        timed_on = [r for r in results if r.checks_regressed and len(r.log_ratios) > self.schedule.first]
+        if timed_on:  # --stop-on-regression finishes these at the first look
+            most = max(len(r.log_ratios) for r in timed_on)
+            self.say(
+                f"perfsuite ab: {len(timed_on)} case(s) regressed on memory or loss at their first pair and ran on "
+                f"to time them (up to {most} pairs); --stop-on-regression finishes such a case at its time's "
+                f"first look ({self.schedule.first} pairs)"
+            )
+
         def render(out: Path) -> list[Path]:
             try:
                 return write_report(payload, out)

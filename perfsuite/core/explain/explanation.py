@@ -117,7 +117,8 @@ def time_lines(diff: ProfileDiff) -> list[str]:
     else:
         bar = "one profile per side: call counts only"
     if not said:
-        return [f"time: no op, Python function or GPU activity differs beyond the profiles' noise ({step}; {bar})"]
+        what = "no op, Python function or GPU activity" if "device" in diff.thresholds else "no op or Python function"
+        return [f"time: {what} differs beyond the profiles' noise ({step}; {bar})"]
     return [*said, f"time: {step}; {bar}"]
 
 

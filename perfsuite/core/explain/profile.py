@@ -227,9 +227,12 @@ def diff(a: Sequence[StepProfile], b: Sequence[StepProfile]) -> ProfileDiff:
     thresholds: dict[str, float] = {}
     changes: list[Change] = []
     unstable: dict[str, int] = {}
+    moved_lines: dict[str, str] = {}
     for level in LEVELS:
         side_a = [t[level] for t in tables_a]
         renamed = _joined(level, side_a, [t[level] for t in tables_b])
+        if level == "python":
+            moved_lines = {a: b for b, a in renamed.items()}  # A's name of a function that moved lines → B's
         side_b = [{renamed.get(k, k): row for k, row in t[level].items()} for t in tables_b]
         keys = sorted(set().union(*side_a, *side_b))
         if not keys:
@@ -265,7 +268,7 @@ def diff(a: Sequence[StepProfile], b: Sequence[StepProfile]) -> ProfileDiff:
         changes += found[:KEPT]
     counted_ops = {c.key for c in changes if c.level == "op" and c.counted}
     if counted_ops:  # who asked for the calls that differ: searched only for the ops whose calls did
-        callers_a = [op_callers(p, counted_ops) for p in a]
+        callers_a = [_renamed(op_callers(p, counted_ops), moved_lines) for p in a]  # a moved function is one asker
         callers_b = [op_callers(p, counted_ops) for p in b]
         changes = [
             dataclasses.replace(c, sources=_sources(c.key, callers_a, callers_b))
@@ -282,6 +285,13 @@ def diff(a: Sequence[StepProfile], b: Sequence[StepProfile]) -> ProfileDiff:
         traces=(a[0].trace, b[0].trace),
         unstable=unstable,
     )
+
+
+def _renamed(
+    callers: dict[str, dict[tuple[str, bool], float]], names: Mapping[str, str]
+) -> dict[str, dict[tuple[str, bool], float]]:
+    """``callers`` with its frames renamed by ``names`` (A's name of a function that moved lines → B's)."""
+    return {op: {(names.get(f, f), back): n for (f, back), n in by.items()} for op, by in callers.items()}
 
 
 def _sources(

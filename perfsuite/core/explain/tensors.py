@@ -246,6 +246,12 @@ def describe(category: CategoryCause) -> str:
         return f"{head}: made within the step and kept after it, where other lists it: {kept}"
     if category.modules:
         return f"{head}: {by_module.describe(category.modules)}"
+    if category.category == "temporaries":
+        return (
+            f"{head} at the peak: what an op makes and frees within itself, counted at the moment of the peak, so "
+            "they move with the peak's moment as well as with the ops that make them (the step's ops, under time, "
+            "say what ran)"
+        )
     if category.category not in CATEGORY_KINDS:
         return f"{head}: not in the inventory (they live within a step); the step's ops, under time, say what ran"
     if not category.changes:
