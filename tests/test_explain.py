@@ -166,10 +166,18 @@ def test_a_tensor_made_in_the_step_and_kept_after_it_is_one_cause_not_two() -> N
         "made within the step, counted there under activations, and kept after it: new other model.last_probs "
         "(float32 (16, 64, 512), 2.00 MiB)"
     )
-    # A new tensor that did move other at the peak (held from before the step) is other's alone; one no
-    # longer kept (side A's) is not said to be made and kept: each line stays its category's own.
+    # A new tensor that did move other at the peak (the last step's copy, held from before the step) is
+    # other's; one no longer kept (side A's) is not said to be made and kept: each line stays its own.
     for alone in (cause((8 * mib, 0), (10 * mib, 2 * mib)), cause((10 * mib, 1024), (8 * mib, 1024), side="A")):
         assert [c.kept or c.counted_under for c in alone.categories] == ["", ""]
+    # Where the activations moved by as much again, they say that a kept tensor's two copies may both be there.
+    twice = {c.category: c for c in cause((8 * mib, 0), (10 * mib + 4096, 2 * mib)).categories}
+    assert twice["activations"].twice == ("model.last_probs",)
+    assert tensors.describe(twice["activations"]).endswith(
+        "; as much again as other's new model.last_probs, which the step makes and keeps: at the peak the last "
+        "step's copy (under other) and this step's (here) can both be alive"
+    )
+    assert not {c.category: c for c in cause((8 * mib, 0), (9 * mib, 2 * mib)).categories}["activations"].twice
 
 
 # Loss and gradients

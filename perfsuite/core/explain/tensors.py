@@ -64,6 +64,9 @@ class CategoryCause:
     within the step and kept after it."""
     modules: tuple[ModuleShare, ...] = ()
     """(activations) The modules whose own forward code kept more or fewer bytes (MemTracker's view)."""
+    twice: tuple[str, ...] = ()
+    """(activations) ``other``'s new tensors, kept after the step, whose bytes both categories moved by at
+    the peak: the last step's copy alive there (``other``) while the step makes its next."""
 
 
 @dataclass(frozen=True)
@@ -203,20 +206,27 @@ def _kept_from_the_step(categories: list[CategoryCause]) -> list[CategoryCause]:
     """Where ``other``'s tensors that differ (alive after the step) did not move ``other`` at the peak but
     make the move of activations or temporaries there, each is said to be the other's: a tensor made
     within the step and kept after it (``self.last = logits.softmax(-1)``) counts at the peak where it
-    was made, and after the step as ``other``."""
+    was made, and after the step as ``other``. Where they moved ``other`` at the peak too (the last step's
+    copy alive there) and the activations by as much again, the activations say so (``twice``)."""
     by_name = {c.category: c for c in categories}
     other = by_name.get("other")
     moved = _moved(other) if other is not None else None
     if other is None or not other.changes or moved is None:
         return categories
     net = sum(c.delta for c in other.changes)
+    names = tuple(c.name for c in other.changes if c.delta > 0)
+    acts = by_name.get("activations")
+    acts_moved = _moved(acts) if acts is not None else None
+    if _agree(net, moved) and net > 0 and acts is not None and acts_moved is not None:
+        if acts_moved >= net - max(64 * 1024, 0.01 * net):  # as much again in the step's activations
+            by_name["activations"] = dataclasses.replace(acts, twice=names)
+        return [by_name[c.category] for c in categories]
     if _agree(net, moved) or net - moved <= 0:  # a tensor no longer kept is not said so here
         return categories
     for name in ("activations", "temporaries"):
         within = by_name.get(name)
         step_moved = _moved(within) if within is not None else None
         if within is not None and step_moved is not None and _agree(net - moved, step_moved):
-            names = tuple(c.name for c in other.changes if c.delta > 0)
             by_name[name] = dataclasses.replace(within, kept=names)
             by_name["other"] = dataclasses.replace(other, counted_under=name)
             break
@@ -244,6 +254,13 @@ def describe(category: CategoryCause) -> str:
     if category.kept:
         kept = ", ".join(category.kept[:SHOWN])
         return f"{head}: made within the step and kept after it, where other lists it: {kept}"
+    if category.twice:
+        twice = (
+            f"; as much again as other's new {', '.join(category.twice[:SHOWN])}, which the step makes and keeps: "
+            "at the peak the last step's copy (under other) and this step's (here) can both be alive"
+        )
+        said = by_module.describe(category.modules) if category.modules else "not in the inventory"
+        return f"{head}: {said}{twice}"
     if category.modules:
         return f"{head}: {by_module.describe(category.modules)}"
     if category.category == "temporaries":
