@@ -77,6 +77,7 @@ def test_each_side_runs_its_own_commit_of_the_teams_code(
     err = capsys.readouterr().err
     assert f"the project's code: {first} ({git(root, 'rev-parse', '--short', first)} Document the step)" in err
     assert "Keep a buffer for the probe (#7)" in err
+    assert "perfsuite ab: the sides' code differs in 1 file(s): convnet/train.py" in err  # what is compared
 
     # The working tree at that commit, against it: nothing moved (its time, after one pair, undecided).
     code, payload = _ab(tmp_path, "--base-ref", "HEAD")
@@ -90,6 +91,7 @@ def test_each_side_runs_its_own_commit_of_the_teams_code(
     assert candidate.endswith("/convnet/train.py")
     assert len(candidate) == len(base)
     assert payload["sides"]["candidate"]["code"].startswith("the working tree (")
+    assert "perfsuite ab: no file differs between the sides' code (an A/A)" in capsys.readouterr().err
 
 
 def test_show_sides_names_the_code_each_side_runs(

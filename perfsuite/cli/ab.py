@@ -210,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
                 say(f"perfsuite: cannot test: {exc}")
                 return EXIT_CANNOT_TEST
             options = dataclasses.replace(options, trees=(base_tree, candidate_tree))
+            say(_differing(own[1]))
         try:
             ab_run = AbRun.start(options, specs, say)
         except Failed as exc:
@@ -291,6 +292,24 @@ def _own_refs(args: argparse.Namespace) -> tuple[str, list[str | None]] | None:
     if from_merge_base:
         base = commits.merge_base(top, shas[0], shas[1], f"{option} {args.own}")
     return option, [base, head]
+
+
+def _differing(refs: list[str | None]) -> str:
+    """Which files of the project's repository differ between the sides' code (the revisions ``refs``;
+    ``None``: the working tree), said before anything runs: a reader sees what the comparison is of."""
+    from perfsuite.ab import commits
+    from perfsuite.ab.own import project_root
+    from perfsuite.core.provenance import files_differ
+
+    base, head = refs
+    assert base is not None  # a base is always a commit
+    names = files_differ(commits.check_repository(project_root(), "--base-ref"), base, head)
+    if names is None:
+        return "perfsuite ab: git cannot tell which files differ between the sides' code"
+    if not names:
+        return "perfsuite ab: no file differs between the sides' code (an A/A)"
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"perfsuite ab: the sides' code differs in {len(names)} file(s): {shown}"
 
 
 def _code(revision: str | None) -> str:

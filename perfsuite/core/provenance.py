@@ -38,6 +38,18 @@ def git(root: Path, *args: str) -> str | None:
     return out.stdout.strip()
 
 
+def files_differ(top: Path, base: str, head: str | None = None) -> list[str] | None:
+    """The files of the repository at ``top`` that differ between ``base`` and ``head`` (``None``: the
+    working tree, with the files git does not ignore that it does not track yet), Python's bytecode
+    caches aside, sorted; ``None`` where git cannot tell."""
+    changed = git(top, "diff", "-z", "--name-only", base, *([head] if head is not None else []))
+    added = git(top, "ls-files", "-z", "--others", "--exclude-standard") if head is None else ""
+    if changed is None or added is None:
+        return None
+    names = {*changed.split("\0"), *added.split("\0")}
+    return sorted(name for name in names if name and "__pycache__" not in name.split("/"))
+
+
 def now() -> str:
     """The current UTC time, to the second, ISO 8601."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -27,7 +27,7 @@ from perfsuite.core.explain.explanation import PROFILED_STEPS
 from perfsuite.core.explain.records import ExplainAsk, ExplainRecord
 from perfsuite.core.explain.reference import alone_lines, aspects_failed, reference_pins
 from perfsuite.core.gates import failed_categories
-from perfsuite.core.provenance import git, library_versions
+from perfsuite.core.provenance import files_differ, git, library_versions
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
@@ -100,13 +100,11 @@ def _code_changed(ref: str, path: Path | None, project: Path | None) -> bool | N
     top = _top(_project(path, project))
     if top is None:
         return None
-    tracked = git(top, "diff", "-z", "--name-only", ref)
-    added = git(top, "ls-files", "-z", "--others", "--exclude-standard")
-    if tracked is None or added is None:
+    names = files_differ(top, ref)
+    if names is None:
         return None
     baselines = Path(os.path.relpath(path.parent.parent.resolve(), top.resolve())).as_posix() if path else None
-    names = [*tracked.split("\0"), *(n for n in added.split("\0") if "__pycache__" not in n.split("/"))]
-    return any(name and not (baselines and name.startswith(f"{baselines}/")) for name in names)
+    return any(not (baselines and name.startswith(f"{baselines}/")) for name in names)
 
 
 def _hint(spec: CaseSpec, baseline: Mapping[str, Any], path: Path | None, project: Path | None = None) -> str:
