@@ -249,6 +249,7 @@ def test_changed_code_runs_the_commit_that_holds_the_baseline_beside_the_working
     assert ran == [(base, "WIDTH = 4\n"), ("this side", "WIDTH = 8\n")]
     assert closed == [base, "this side"]
     assert lines[0] == f"explain: against {base} (the commit that last changed its baseline file), run beside this one:"
+    assert lines[1] == f"explain: the code differs from it in 1 file(s): {Path(inside, 'model.py').as_posix()}"
     assert any(line.startswith("memory: buffers +50.00 MiB") for line in lines), lines
     (project / "model.py").write_text("WIDTH = 4\n")  # as committed: nothing to run beside it
     (project / "__pycache__").mkdir()

@@ -233,4 +233,5 @@ def test_a_gate_failure_under_pytest_is_explained_against_the_commit_of_its_base
         f"explain: against the baseline's code at {recorded[:12]} (the commit that last changed its baseline file, "
         "the baseline recorded on uncommitted changes), run beside this one:"
     ) in out, out
+    assert "explain: the code differs from it in 1 file(s): convnet/train.py" in out, out
     assert "new other engine.kept (float32 (1024, 1024), 4.00 MiB)" in out, out

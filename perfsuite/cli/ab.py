@@ -299,7 +299,7 @@ def _differing(refs: list[str | None]) -> str:
     ``None``: the working tree), said before anything runs: a reader sees what the comparison is of."""
     from perfsuite.ab import commits
     from perfsuite.ab.own import project_root
-    from perfsuite.core.provenance import files_differ
+    from perfsuite.core.provenance import files_differ, said_files
 
     base, head = refs
     assert base is not None  # a base is always a commit
@@ -308,8 +308,7 @@ def _differing(refs: list[str | None]) -> str:
         return "perfsuite ab: git cannot tell which files differ between the sides' code"
     if not names:
         return "perfsuite ab: no file differs between the sides' code (an A/A)"
-    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    return f"perfsuite ab: the sides' code differs in {len(names)} file(s): {shown}"
+    return f"perfsuite ab: the sides' code differs in {said_files(names)}"
 
 
 def _code(revision: str | None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import platform
 import subprocess
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,12 @@ def files_differ(top: Path, base: str, head: str | None = None) -> list[str] | N
         return None
     names = {*changed.split("\0"), *added.split("\0")}
     return sorted(name for name in names if name and "__pycache__" not in name.split("/"))
+
+
+def said_files(names: Sequence[str], shown: int = 5) -> str:
+    """``2 file(s): README.md, acme/model.py``, the first ``shown`` named and how many more."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"{len(names)} file(s): {', '.join(names[:shown])}{more}"
 
 
 def now() -> str:

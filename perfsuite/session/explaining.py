@@ -27,7 +27,7 @@ from perfsuite.core.explain.explanation import PROFILED_STEPS
 from perfsuite.core.explain.records import ExplainAsk, ExplainRecord
 from perfsuite.core.explain.reference import alone_lines, aspects_failed, reference_pins
 from perfsuite.core.gates import failed_categories
-from perfsuite.core.provenance import files_differ, git, library_versions
+from perfsuite.core.provenance import files_differ, git, library_versions, said_files
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
@@ -61,10 +61,10 @@ def explain_failure(failure: Failure, *, timeout_s: float) -> list[str]:
         return []
     pins = reference_pins((failure.baseline.get("provenance") or {}).get("versions") or {}, library_versions())
     ref, where = _reference(failure.baseline, failure.path, failure.project)
-    changed = _code_changed(ref, failure.path, failure.project) if ref is not None else None
+    changed = _code_changes(ref, failure.path, failure.project) if ref is not None else None
     if pins or changed:
-        return _against_reference(failure, pins, ref if changed else None, where, timeout_s)
-    if changed is False:
+        return _against_reference(failure, pins, ref if changed else None, where, timeout_s, changed or [])
+    if changed == []:
         head = (
             f"explain: nothing the baseline records differs: this stack's versions, and this code ({where}, "
             f"{_short(ref)}); the change is the machine's, or something a baseline does not record; one "
@@ -93,10 +93,10 @@ def _project(path: Path | None, project: Path | None) -> Path | None:
     return project if project is not None else path.parent if path is not None else None
 
 
-def _code_changed(ref: str, path: Path | None, project: Path | None) -> bool | None:
-    """Whether the project's repository differs from ``ref``'s, the baselines aside: a tracked file
-    changed, or one git does not ignore added (Python's bytecode caches aside); ``None`` where git
-    cannot tell."""
+def _code_changes(ref: str, path: Path | None, project: Path | None) -> list[str] | None:
+    """The files of the project's repository that differ from ``ref``'s, the baselines aside: tracked ones
+    changed, and ones git does not ignore added (:func:`perfsuite.core.provenance.files_differ`); ``None``
+    where git cannot tell."""
     top = _top(_project(path, project))
     if top is None:
         return None
@@ -104,7 +104,7 @@ def _code_changed(ref: str, path: Path | None, project: Path | None) -> bool | N
     if names is None:
         return None
     baselines = Path(os.path.relpath(path.parent.parent.resolve(), top.resolve())).as_posix() if path else None
-    return any(not (baselines and name.startswith(f"{baselines}/")) for name in names)
+    return [name for name in names if not (baselines and name.startswith(f"{baselines}/"))]
 
 
 def _hint(spec: CaseSpec, baseline: Mapping[str, Any], path: Path | None, project: Path | None = None) -> str:
@@ -190,10 +190,11 @@ def _alone(failure: Failure, timeout_s: float) -> list[str]:
 
 
 def _against_reference(
-    failure: Failure, pins: Sequence[str], ref: str | None, where: str, timeout_s: float
+    failure: Failure, pins: Sequence[str], ref: str | None, where: str, timeout_s: float, files: Sequence[str] = ()
 ) -> list[str]:
     """The failure explained as ``perfsuite ab --explain`` would: the baseline's side as A (its versions
-    an overlay, ``pins``; its code the commit ``ref``, which ``where`` says how was found), this one as B."""
+    an overlay, ``pins``; its code the commit ``ref``, which ``where`` says how was found, ``files`` what
+    differs from it), this one as B."""
     from contextlib import nullcontext
 
     from perfsuite.ab.commits import GitError
@@ -235,4 +236,5 @@ def _against_reference(
     except (EnvError, GitError) as exc:
         return [f"explain: {baseline_side} cannot be rebuilt here: {exc}"]
     whose = f" ({where})" if ref else ""
-    return [f"explain: against {baseline_side}{whose}, run beside this one:", *found.lines()]
+    differ = [f"explain: the code differs from it in {said_files(files)}"] if ref and files else []
+    return [f"explain: against {baseline_side}{whose}, run beside this one:", *differ, *found.lines()]
