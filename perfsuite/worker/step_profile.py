@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfsuite.core.explain.frames import frame_name
+from perfsuite.core.explain.frames import OP, frame_name, kind
 from perfsuite.core.explain.records import DeviceRow, StackRow, StepProfile
 from perfsuite.core.explain.traces import device_rows
 
@@ -141,7 +141,7 @@ def host_stacks(
     origins = {key: path_of(event) for key, event in makers.items()}  # an autograd node's forward op: its path
     for event in counted:
         own = event.time_range.elapsed_us() - sum(c.time_range.elapsed_us() for c in event.cpu_children)
-        node = node_of(event) if "::" in event.name else None
+        node = node_of(event) if kind(event.name) == OP else None  # an op's: its node's forward
         origin = () if node is None else origins.get((node.sequence_nr, node.fwd_thread or node.thread), ())
         total = totals.setdefault((path_of(event), origin), [0.0, 0])
         total[0] += max(own, 0.0)
