@@ -185,13 +185,22 @@ def test_regressions_injected_into_one_side_are_named_by_their_mechanism(tmp_pat
 @pytest.mark.nightly
 @pytest.mark.alone  # a time change is named only beyond the profiles' own noise
 def test_an_a_a_of_the_explanation_shows_nothing(tmp_path: Path) -> None:
-    code, payload, err = _ab(tmp_path, "current")
-    assert code == 0, err
-    (case,) = payload["cases"]
-    found = case["explanation"]
-    assert found["errors"] == []
-    assert [c for c in found["time"]["changes"] if c["counted"]] == []
-    assert found["time"]["changes"] == [], found["time"]["thresholds"]
-    assert all(not c["changes"] for c in found["memory"]["categories"])
-    assert found["loss"]["step"] is None
+    """Call counts, memory and the loss are exact: an A/A shows none differing. A time item is shown
+    beyond 3 × the profiles' own noise, which an A/A still clears in 0.3-2.5% of explanations
+    (docs/explain.md, simulated): one shown is looked at again, and two A/As in a row showing one
+    (well under 0.1% if that rate holds) fail."""
+    for attempt in (1, 2):
+        (tmp_path / f"a-a-{attempt}").mkdir()
+        code, payload, err = _ab(tmp_path / f"a-a-{attempt}", "current")
+        assert code == 0, err
+        (case,) = payload["cases"]
+        found = case["explanation"]
+        assert found["errors"] == []
+        assert [c for c in found["time"]["changes"] if c["counted"]] == []
+        assert all(not c["changes"] for c in found["memory"]["categories"])
+        assert found["loss"]["step"] is None
+        shown = [(c["key"], c["us_a"], c["us_b"]) for c in found["time"]["changes"]]
+        if not shown:
+            break
+        assert attempt == 1, (shown, found["time"]["thresholds"])
     assert "no op or Python function differs" in err  # a CPU's: no GPU activity to speak of

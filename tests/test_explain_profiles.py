@@ -171,6 +171,18 @@ def test_an_ops_changed_calls_are_named_with_the_frames_that_asked_for_them() ->
     assert profile.describe(backward).endswith(": +1 from the backward pass")  # its forward not profiled
 
 
+def test_an_op_inside_an_op_of_its_name_is_part_of_that_call() -> None:
+    """``torch.eye`` runs ``aten::eye``, which fills its result through ``aten::eye`` again: one call asked."""
+    remix = "acme/model.py(83): _remix"
+    a = [_profile({(STEP, "aten::mm"): (100.0, 1)}) for _ in "ab"]
+    nested = {(STEP, remix, "aten::eye"): (20.0, 1), (STEP, remix, "aten::eye", "aten::eye"): (30.0, 1)}
+    b = [_profile({(STEP, "aten::mm"): (100.0, 1), **nested}) for _ in "ab"]
+    assert profile.tables(b[0])["op"]["aten::eye"] == profile.Row(1.0, 50.0)  # both calls' time, one call
+    (eye,) = profile.diff(a, b).level("op")
+    said = profile.describe(eye)
+    assert said == "new: aten::eye 0 → 1 calls/step, +0.05 ms/step: +1 from acme/model.py:_remix (line 83)"
+
+
 def test_a_backwards_op_is_asked_for_by_the_forward_frame_that_made_its_node() -> None:
     frames = (STEP, BERT, "aten::matmul", ENGINE, "autograd::engine::evaluate_function: MmBackward0", "aten::mm")
 

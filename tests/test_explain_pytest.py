@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from perfsuite.core.check import Check
 from perfsuite.core.explain.records import ExplainRecord, StackRow, StepFacts, StepProfile, TensorEntry
 from perfsuite.core.explain.reference import alone_lines, aspects_failed, reference_pins
+from perfsuite.core.provenance import run_facts
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
@@ -118,13 +120,11 @@ def test_the_same_versions_explain_from_one_run_of_this_stack(monkeypatch: pytes
     )
 
 
-def test_a_baseline_is_diffed_against_the_commit_that_committed_its_file(tmp_path: Path) -> None:
-    """Recorded before the code was committed (refresh, then commit), the recorded commit lacks the code
-    under test, though git called the tree clean where the code was a new, untracked file: the commit
-    that committed the baseline has it. A file changed since is no commit's."""
+def _repository(root: Path) -> tuple[Callable[..., str], Callable[[str], str]]:
+    """A new git repository at ``root``: its ``git(*args)`` and ``committed(message)`` (everything, its hash)."""
 
     def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True)
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True)
         return done.stdout.strip()
 
     def committed(message: str) -> str:
@@ -133,6 +133,15 @@ def test_a_baseline_is_diffed_against_the_commit_that_committed_its_file(tmp_pat
         return git("rev-parse", "HEAD")
 
     git("init", "-q")
+    return git, committed
+
+
+def test_a_baseline_is_diffed_against_the_commit_that_committed_its_file(tmp_path: Path) -> None:
+    """Recorded before the code was committed (refresh, then commit), the recorded commit lacks the code
+    under test, though git called the tree clean where the code was a new, untracked file: the commit
+    that committed the baseline has it. A file changed since is no commit's."""
+
+    git, committed = _repository(tmp_path)
     before = committed("before the model")
     path = tmp_path / "baselines" / "cpu" / "tiny-bert-vanilla.json"
     path.parent.mkdir(parents=True)
@@ -157,6 +166,31 @@ def test_a_baseline_is_diffed_against_the_commit_that_committed_its_file(tmp_pat
         "explain: to diff this code against a commit where it passed (the baseline was recorded on uncommitted "
         "changes, and its file as it is now is not committed): perfsuite ab --base-ref REF "
     )
+
+
+def test_a_commit_that_was_the_whole_code_is_preferred_to_the_file_s(tmp_path: Path) -> None:
+    """Recorded on a clean commit with no untracked file, then more code committed before the baseline:
+    the commit recorded is the code that ran; with a new file untracked, the baseline's commit has it."""
+
+    git, committed = _repository(tmp_path)
+    (tmp_path / "model.py").write_text("x = 1\n")
+    ran = committed("the model")
+    path = tmp_path / "baselines" / "cpu" / "tiny-bert-vanilla.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{}")
+    facts = run_facts(tmp_path, aside=tmp_path / "baselines")
+    assert (facts["commit"], facts["dirty"], facts["untracked"]) == (ran, False, False)  # the baselines aside
+    (tmp_path / "model.py").write_text("x = 2\n")
+    later = committed("a later change, committed with the baseline")
+    provenance = {**BASELINE["provenance"], "commit": ran, "dirty": False}  # type: ignore[dict-item]
+    exact = explaining._hint(SPEC, {**BASELINE, "provenance": {**provenance, "untracked": False}}, path)
+    assert exact.startswith(f"explain: to diff this code against the commit its baseline was recorded at: "
+                            f"perfsuite ab --base-ref {ran[:12]} ")  # fmt: skip
+    new_file = explaining._hint(SPEC, {**BASELINE, "provenance": {**provenance, "untracked": True}}, path)
+    assert new_file.startswith("explain: to diff this code against the commit that last changed its baseline file, "
+                               f"new files not yet tracked: perfsuite ab --base-ref {later[:12]} ")  # fmt: skip
+    (tmp_path / "notes.txt").write_text("")
+    assert run_facts(tmp_path, aside=tmp_path / "baselines")["untracked"] is True
 
 
 def test_other_versions_rebuild_the_baseline_s_stack_beside_this_one(monkeypatch: pytest.MonkeyPatch) -> None:

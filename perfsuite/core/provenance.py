@@ -62,14 +62,28 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def run_facts(root: Path) -> dict[str, Any]:
-    """``date``, ``commit`` and ``dirty`` (tracked files changed) of the repository at ``root``,
-    ``python`` and the stack's ``versions``."""
+def run_facts(root: Path, aside: Path | None = None) -> dict[str, Any]:
+    """``date``, ``commit``, ``dirty`` (tracked files changed) and ``untracked`` (files git neither tracks
+    nor ignores, bytecode caches and those under ``aside`` aside) of the repository at ``root``, ``python``
+    and the stack's ``versions``. A commit with neither is the whole code that ran."""
     status = git(root, "status", "--porcelain", "--untracked-files=no")
     return {
         "date": now(),
         "commit": git(root, "rev-parse", "HEAD"),
         "dirty": bool(status) if status is not None else None,
+        "untracked": _untracked(root, aside),
         "python": platform.python_version(),
         "versions": library_versions(),
     }
+
+
+def _untracked(root: Path, aside: Path | None) -> bool | None:
+    listed = git(root, "ls-files", "-z", "--others", "--exclude-standard", "--full-name", "--", ":/")
+    top = git(root, "rev-parse", "--show-toplevel")
+    if listed is None or not top:
+        return None
+    skip = None
+    if aside is not None and aside.resolve().is_relative_to(Path(top).resolve()):
+        skip = aside.resolve().relative_to(Path(top).resolve()).as_posix() + "/"
+    names = [name for name in listed.split("\0") if name and "__pycache__" not in name.split("/")]
+    return any(skip is None or not name.startswith(skip) for name in names)

@@ -251,7 +251,7 @@ _KINDS: dict[str, Callable[[Any], bool]] = {
     _LIST: lambda v: isinstance(v, list),
 }
 # What a report, a merge and the history read of a file, and so check: its env, each outcome and each check.
-_ENV = {"date": _TEXT, "commit": _TEXT, "dirty": _FLAG, "python": _TEXT, "versions": _OBJECT}
+_ENV = {"date": _TEXT, "commit": _TEXT, "dirty": _FLAG, "untracked": _FLAG, "python": _TEXT, "versions": _OBJECT}
 _OUTCOME = {"hardware": _TEXT, "message": _TEXT, "checks": _LIST, "records": _LIST, "baseline": _OBJECT}
 _OUTCOME |= {"tolerance": _OBJECT}
 _CHECK = {"metric": _TEXT, "ok": _FLAG, "compared": _FLAG, "change": _TEXT, "rel": _NUMBER, "limit": _NUMBER}

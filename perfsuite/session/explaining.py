@@ -122,23 +122,29 @@ def _hint(spec: CaseSpec, baseline: Mapping[str, Any], path: Path | None, projec
 def _reference(baseline: Mapping[str, Any], path: Path | None, project: Path | None) -> tuple[str | None, str]:
     """The commit whose code the baseline was recorded on (``None``: not known here), and how it was found.
 
-    The commit that last changed the baseline's file, where the file is committed as it is in the
-    project's repository: the change that recorded it was committed with (or after) the code it ran,
-    which the commit recorded may lack (changes not committed, or files git did not track yet). In a
-    shallow clone, a commit at the edge of its history is no answer (the file's change may be older).
-    Else the commit recorded, where its tracked files were clean and the repository has it."""
+    The commit recorded, where the repository has it and nothing else ran: no tracked file changed and
+    no file git neither tracks nor ignores (the baselines aside). Else the commit that last changed the
+    baseline's file, where the file is committed as it is in the project's repository: the change that
+    recorded it was committed with (or after) the code it ran, which the commit recorded may lack
+    (changes not committed, or files git did not track yet). In a shallow clone, a commit at the edge
+    of its history is no answer (the file's change may be older). Else the commit recorded, where its
+    tracked files were clean (a baseline from before untracked files were recorded)."""
     provenance = baseline.get("provenance") or {}
     dirty = ", the baseline recorded on uncommitted changes" if provenance.get("dirty") else ""
     top = _top(_project(path, project))
+    commit = provenance.get("commit")
+    clean = isinstance(commit, str) and bool(commit) and provenance.get("dirty") is False
+    known = clean and (top is None or git(top, "cat-file", "-e", f"{commit}^{{commit}}") is not None)
+    if known and provenance.get("untracked") is False:
+        return str(commit), "the commit its baseline was recorded at"
     shallow = False
     if path is not None and top is not None and _top(path.parent) == top:
         committed = git(path.parent, "log", "-1", "--format=%H", "--", path.name)
         shallow = bool(committed) and _at_the_edge(top, str(committed))
         if committed and not shallow and git(path.parent, "status", "--porcelain", "--", path.name) == "":
-            return committed, f"the commit that last changed its baseline file{dirty}"
-    commit = provenance.get("commit")
-    recorded = isinstance(commit, str) and commit and provenance.get("dirty") is False
-    if recorded and (top is None or git(top, "cat-file", "-e", f"{commit}^{{commit}}") is not None):
+            untracked = ", new files not yet tracked" if provenance.get("untracked") else ""
+            return committed, f"the commit that last changed its baseline file{dirty}{untracked}"
+    if known:
         return str(commit), "the commit its baseline was recorded at"
     if shallow:
         return None, "a commit where it passed (this clone's history is shallow: fetch it whole to find it)"

@@ -102,11 +102,12 @@ class RefreshStager:
         return None
 
     def _provenance(self, record: CaseRecord, repeats: int) -> dict[str, Any]:
-        facts = run_facts(self.repository)
+        facts = run_facts(self.repository, aside=self.root)
         return {
             "date": facts["date"],
             "commit": facts["commit"],
             "dirty": facts["dirty"],
+            "untracked": facts["untracked"],
             "repeats": repeats,
             "host": platform.node(),
             "device": record.device_name,

@@ -102,13 +102,11 @@ class Explanation:
 
 
 def time_lines(diff: ProfileDiff) -> list[str]:
-    """A line per level that changed (a few entries each), then the profiled step and the bar a time
-    change had to clear."""
+    """A line per change (the first few of each level that changed), then the profiled step and the bar
+    a time change had to clear."""
     said = []
     for level in profile.LEVELS:
-        found = diff.level(level)[:SHOWN_PER_LEVEL]
-        if found:
-            said.append(f"time, {LEVEL_NAMES[level]}: " + "; ".join(profile.describe(c) for c in found))
+        said += [f"time, {LEVEL_NAMES[level]}: {profile.describe(c)}" for c in diff.level(level)[:SHOWN_PER_LEVEL]]
     step = f"profiled step {diff.step_us_a / 1e3:,.1f} → {diff.step_us_b / 1e3:,.1f} ms"
     if diff.thresholds:
         bars = ", ".join(f"{LEVEL_NAMES[k]} {v / 1e3:.2f}" for k, v in diff.thresholds.items())

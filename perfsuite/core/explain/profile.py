@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from perfsuite.core.explain.frames import BUILTIN, OP, caller, is_backward, kind, package, python_parts, short
-from perfsuite.core.explain.records import StepProfile
+from perfsuite.core.explain.records import StackRow, StepProfile
 
 LEVELS = ("op", "python", "package", "device")
 """The tables an explanation diffs, in the order a reader meets them."""
@@ -63,7 +63,7 @@ def tables(profile: StepProfile) -> dict[str, dict[str, Row]]:
         if kind(name) == BUILTIN:  # a built-in's time is its Python caller's: `hook.py(3): f → <built-in ...>`
             caller = next((profile.frames[i] for i in reversed(row.path[:-1]) if python_parts(profile.frames[i])), None)
             name = name if caller is None else f"{caller} → {name}"
-        _add(sums[level], name, row.calls, row.self_us)
+        _add(sums[level], name, _asked(profile, row) if level == "op" else row.calls, row.self_us)
         if level == "python":
             owners = [found for i in reversed(row.path) if (found := packages[i]) is not None]
             _add(sums["package"], owners[0] if owners else "python", 0, row.self_us)
@@ -95,8 +95,15 @@ def op_callers(profile: StepProfile, ops: Iterable[str]) -> dict[str, dict[tuple
             forward = caller([profile.frames[i] for i in row.origin]) if row.origin else None
             asked[key] = (forward, True) if forward is not None and (not by or is_backward(by)) else (by, False)
         by_caller = found.setdefault(name, {})
-        by_caller[asked[key]] = by_caller.get(asked[key], 0.0) + row.calls / steps
+        by_caller[asked[key]] = by_caller.get(asked[key], 0.0) + _asked(profile, row) / steps
     return found
+
+
+def _asked(profile: StepProfile, row: StackRow) -> float:
+    """``row``'s calls as its caller asked for them: an op that runs inside an op of its own name (an
+    ``aten::eye`` that fills its result through ``aten::eye``'s out variant) is part of that call."""
+    name = profile.frames[row.path[-1]]
+    return 0.0 if any(profile.frames[i] == name for i in row.path[:-1]) else row.calls
 
 
 def _add(table: dict[str, list[float]], key: str, calls: float, us: float, size: float = 0.0) -> None:
@@ -332,11 +339,7 @@ def _moved(key: str, renamed: Mapping[str, str]) -> str:
 
 def _mean(side: Sequence[Mapping[str, Row]], key: str) -> Row:
     rows = [t.get(key, Row(0.0, 0.0)) for t in side]
-    return Row(
-        statistics.fmean(r.calls for r in rows),
-        statistics.fmean(r.us for r in rows),
-        statistics.fmean(r.bytes for r in rows),
-    )
+    return Row(*(statistics.fmean(getattr(r, f) for r in rows) for f in ("calls", "us", "bytes")))
 
 
 def describe(change: Change) -> str:
