@@ -189,6 +189,12 @@ def test_a_commit_that_was_the_whole_code_is_preferred_to_the_file_s(tmp_path: P
     new_file = explaining._hint(SPEC, {**BASELINE, "provenance": {**provenance, "untracked": True}}, path)
     assert new_file.startswith("explain: to diff this code against the commit that last changed its baseline file, "
                                f"new files not yet tracked: perfsuite ab --base-ref {later[:12]} ")  # fmt: skip
+    path.write_text('{"refreshed": true}')  # recorded again, not committed: no commit has the code the new files held
+    assert explaining._hint(SPEC, {**BASELINE, "provenance": {**provenance, "untracked": True}}, path).startswith(
+        "explain: to diff this code against a commit where it passed (the baseline was recorded on files git did "
+        "not track, and its file as it is now is not committed): perfsuite ab --base-ref REF "
+    )
+    assert run_facts(tmp_path, aside=tmp_path / "baselines")["dirty"] is False  # the baselines' own change aside
     (tmp_path / "notes.txt").write_text("")
     assert run_facts(tmp_path, aside=tmp_path / "baselines")["untracked"] is True
 

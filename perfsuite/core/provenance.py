@@ -64,26 +64,28 @@ def now() -> str:
 
 def run_facts(root: Path, aside: Path | None = None) -> dict[str, Any]:
     """``date``, ``commit``, ``dirty`` (tracked files changed) and ``untracked`` (files git neither tracks
-    nor ignores, bytecode caches and those under ``aside`` aside) of the repository at ``root``, ``python``
-    and the stack's ``versions``. A commit with neither is the whole code that ran."""
-    status = git(root, "status", "--porcelain", "--untracked-files=no")
+    nor ignores, bytecode caches aside) of the repository at ``root``, the files under ``aside`` (the
+    baselines) aside from both, ``python`` and the stack's ``versions``. A commit with neither is the
+    whole code that ran."""
+    top = git(root, "rev-parse", "--show-toplevel")
+    rest = _rest(aside, top)
+    status = git(root, "status", "--porcelain", "--untracked-files=no", "--", *rest)
+    listed = git(root, "ls-files", "-z", "--others", "--exclude-standard", "--", *rest)
+    names = [name for name in (listed or "").split("\0") if name and "__pycache__" not in name.split("/")]
     return {
         "date": now(),
         "commit": git(root, "rev-parse", "HEAD"),
         "dirty": bool(status) if status is not None else None,
-        "untracked": _untracked(root, aside),
+        "untracked": bool(names) if listed is not None and top else None,
         "python": platform.python_version(),
         "versions": library_versions(),
     }
 
 
-def _untracked(root: Path, aside: Path | None) -> bool | None:
-    listed = git(root, "ls-files", "-z", "--others", "--exclude-standard", "--full-name", "--", ":/")
-    top = git(root, "rev-parse", "--show-toplevel")
-    if listed is None or not top:
-        return None
-    skip = None
-    if aside is not None and aside.resolve().is_relative_to(Path(top).resolve()):
-        skip = aside.resolve().relative_to(Path(top).resolve()).as_posix() + "/"
-    names = [name for name in listed.split("\0") if name and "__pycache__" not in name.split("/")]
-    return any(skip is None or not name.startswith(skip) for name in names)
+def _rest(aside: Path | None, top: str | None) -> list[str]:
+    """The pathspecs of the whole repository at ``top`` but what lies under ``aside`` (a directory below
+    the top: the top itself sets nothing aside)."""
+    if aside is None or not top or not aside.resolve().is_relative_to(Path(top).resolve()):
+        return [":/"]
+    under = aside.resolve().relative_to(Path(top).resolve()).as_posix()
+    return [":/", f":(top,exclude){under}"] if under != "." else [":/"]

@@ -394,5 +394,6 @@ class PerfsuiteSession:
     def results_json(self) -> dict[str, Any]:
         """What ``--perfsuite-json`` writes: every matrix case's status, checks and run records."""
         return results_json(
-            repository=self.config.rootpath, refresh=self.refresh, drift=self.drifts.as_json(), outcomes=self.outcomes
-        )
+            repository=self.config.rootpath, baselines=self.root, refresh=self.refresh, drift=self.drifts.as_json(),
+            outcomes=self.outcomes,
+        )  # fmt: skip

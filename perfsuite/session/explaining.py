@@ -128,7 +128,8 @@ def _reference(baseline: Mapping[str, Any], path: Path | None, project: Path | N
     recorded it was committed with (or after) the code it ran, which the commit recorded may lack
     (changes not committed, or files git did not track yet). In a shallow clone, a commit at the edge
     of its history is no answer (the file's change may be older). Else the commit recorded, where its
-    tracked files were clean (a baseline from before untracked files were recorded)."""
+    tracked files were clean and nothing says files were untracked (a baseline from before perfsuite
+    recorded them)."""
     provenance = baseline.get("provenance") or {}
     dirty = ", the baseline recorded on uncommitted changes" if provenance.get("dirty") else ""
     top = _top(_project(path, project))
@@ -144,15 +145,14 @@ def _reference(baseline: Mapping[str, Any], path: Path | None, project: Path | N
         if committed and not shallow and git(path.parent, "status", "--porcelain", "--", path.name) == "":
             untracked = ", new files not yet tracked" if provenance.get("untracked") else ""
             return committed, f"the commit that last changed its baseline file{dirty}{untracked}"
-    if known:
+    if known and provenance.get("untracked") is None:
         return str(commit), "the commit its baseline was recorded at"
     if shallow:
         return None, "a commit where it passed (this clone's history is shallow: fetch it whole to find it)"
-    if dirty and top is not None:
-        return None, (
-            "a commit where it passed (the baseline was recorded on uncommitted changes, and its file as it is "
-            "now is not committed)"
-        )
+    if (dirty or provenance.get("untracked")) and top is not None:
+        what = "uncommitted changes" if dirty else "files git did not track"
+        now = "and its file as it is now is not committed"
+        return None, f"a commit where it passed (the baseline was recorded on {what}, {now})"
     return None, "a commit where it passed"
 
 

@@ -14,13 +14,19 @@ from perfsuite.core.results import PYTEST_RESULTS_SCHEMA_VERSION
 
 
 def results_json(
-    *, repository: Path, refresh: bool, drift: list[dict[str, Any]], outcomes: Sequence[Outcome]
+    *,
+    repository: Path,
+    baselines: Path | None = None,
+    refresh: bool,
+    drift: list[dict[str, Any]],
+    outcomes: Sequence[Outcome],
 ) -> dict[str, Any]:
-    """The results file of a session: its cases' ``outcomes``, the ``drift`` groups it gated against."""
+    """The results file of a session: its cases' ``outcomes``, the ``drift`` groups it gated against; its
+    repository's facts with the ``baselines`` directory aside (a refresh's own writes are no code)."""
     return {
         "schema_version": PYTEST_RESULTS_SCHEMA_VERSION,
         "refresh": refresh,
-        "env": run_facts(repository),
+        "env": run_facts(repository, aside=baselines),
         "drift": drift,
         "cases": [
             {

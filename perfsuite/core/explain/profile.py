@@ -50,8 +50,8 @@ class Row:
 
 def tables(profile: StepProfile) -> dict[str, dict[str, Row]]:
     """``profile``'s tables per step, by level: an op's or a Python function's self time and calls (a
-    built-in is a Python function too), a package's Python self time (a built-in's is its caller's
-    package's), a GPU activity's time, calls and bytes (``kind: name``)."""
+    built-in is a Python function too; an op inside one of its name is that call), a package's Python
+    self time (a built-in's is its caller's package's), a GPU activity's time, calls and bytes."""
     steps = max(profile.steps, 1)
     sums: dict[str, dict[str, list[float]]] = {level: {} for level in LEVELS}
     packages = [package(f) for f in profile.frames]
