@@ -199,6 +199,34 @@ def test_a_commit_that_was_the_whole_code_is_preferred_to_the_file_s(tmp_path: P
     assert run_facts(tmp_path, aside=tmp_path / "baselines")["untracked"] is True
 
 
+def test_a_virtual_environment_git_does_not_ignore_is_no_code(tmp_path: Path) -> None:
+    """``python -m venv .venv`` in a checkout (before Python 3.13 it writes no ``.gitignore`` there): its
+    files are neither a change of the code nor copied with the working tree; a new module is both."""
+    from perfsuite.ab.own import _copy_working_tree
+    from perfsuite.core.provenance import files_differ, untracked
+
+    root = tmp_path / "repo"
+    root.mkdir()
+    git, committed = _repository(root)
+    (root / "model.py").write_text("x = 1\n")
+    ran = committed("the model")
+    site = root / ".venv" / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    (root / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (site / "torch.py").write_text("")
+    assert untracked(root) == []
+    assert files_differ(root, ran) == []
+    assert run_facts(root)["untracked"] is False
+    (root / "layers.py").write_text("")
+    assert untracked(root) == ["layers.py"]
+    assert files_differ(root, ran) == ["layers.py"]
+    copied = _copy_working_tree(root, tmp_path / "copy", "test")
+    assert sorted(p.relative_to(copied).as_posix() for p in copied.rglob("*") if p.is_file()) == [
+        "layers.py",
+        "model.py",
+    ]
+
+
 def test_other_versions_rebuild_the_baseline_s_stack_beside_this_one(monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[str] = []
     closed: list[str] = []

@@ -227,11 +227,11 @@ def test_a_gate_failure_under_pytest_is_explained_against_the_commit_of_its_base
     gated = run("-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "--perfsuite-explain", "-k", CASE)
     out = gated.stdout + gated.stderr
     assert gated.returncode == 1, out
-    # Recorded on uncommitted changes (the test file and the overrides), committed with the baselines:
-    # that commit, not the one recorded, holds the code the baselines ran.
+    # Recorded on uncommitted changes (the overrides) and an untracked file (the test), committed with the
+    # baselines: that commit, not the one recorded, holds the code the baselines ran.
     assert (
         f"explain: against the baseline's code at {recorded[:12]} (the commit that last changed its baseline file, "
-        "the baseline recorded on uncommitted changes), run beside this one:"
+        "the baseline recorded on uncommitted changes, new files not yet tracked), run beside this one:"
     ) in out, out
     assert "explain: the code differs from it in 1 file(s): convnet/train.py" in out, out
     assert "new other engine.kept (float32 (1024, 1024), 4.00 MiB)" in out, out

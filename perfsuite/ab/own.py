@@ -24,6 +24,7 @@ from pathlib import Path
 from perfsuite.ab import commits
 from perfsuite.ab.envs import Env
 from perfsuite.core.declaration import find_pyproject
+from perfsuite.core.provenance import untracked
 
 WORKING_TREE = "the working tree"
 
@@ -90,17 +91,19 @@ def code_label(top: Path, ref: str | None, what: str) -> str:
 
 
 def _copy_working_tree(top: Path, into: Path, what: str) -> Path:
-    """The working tree's files as they are (tracked ones, changed or not, and untracked ones git does
-    not ignore) copied under ``into``: a directory of the same length as a commit's beside it.
+    """The working tree's files as they are (tracked ones, changed or not, and the
+    :func:`~perfsuite.core.provenance.untracked` ones) copied under ``into``: a directory of the same
+    length as a commit's beside it.
 
     Each side's server runs in, and imports from, a directory of one length: the length of a
     process's paths moves where its allocations land and so a step's time, by a few percent the same
     way in every run (an A/A of a team's convnet, the working tree in place against a commit's copy,
     called a case 4-6% faster at 120 pairs)."""
-    listed = commits.git(top, "ls-files", "-z", "--cached", "--others", "--exclude-standard", what=what)
-    if listed.returncode != 0:
+    listed = commits.git(top, "ls-files", "-z", "--cached", what=what)
+    added = untracked(top)
+    if listed.returncode != 0 or added is None:
         raise commits.GitError(f"{what}: git cannot list the working tree's files")
-    for name in filter(None, listed.stdout.split("\0")):
+    for name in [*filter(None, listed.stdout.split("\0")), *added]:
         source = top / name
         if not source.is_file() and not source.is_symlink():
             continue  # deleted in the working tree

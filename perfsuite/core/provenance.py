@@ -41,14 +41,27 @@ def git(root: Path, *args: str) -> str | None:
 
 def files_differ(top: Path, base: str, head: str | None = None) -> list[str] | None:
     """The files of the repository at ``top`` that differ between ``base`` and ``head`` (``None``: the
-    working tree, with the files git does not ignore that it does not track yet), Python's bytecode
-    caches aside, sorted; ``None`` where git cannot tell."""
+    working tree, with its :func:`untracked` files), Python's bytecode caches aside, sorted; ``None``
+    where git cannot tell."""
     changed = git(top, "diff", "-z", "--name-only", base, *([head] if head is not None else []))
-    added = git(top, "ls-files", "-z", "--others", "--exclude-standard") if head is None else ""
+    added = untracked(top) if head is None else []
     if changed is None or added is None:
         return None
-    names = {*changed.split("\0"), *added.split("\0")}
+    names = {*changed.split("\0"), *added}
     return sorted(name for name in names if name and "__pycache__" not in name.split("/"))
+
+
+def untracked(root: Path, *pathspecs: str) -> list[str] | None:
+    """The files of ``root``'s repository (``pathspecs`` narrow them) that git neither tracks nor ignores,
+    as ``git ls-files`` names them from ``root``: bytecode caches and virtual environments aside (a
+    directory holding ``pyvenv.cfg``: ``python -m venv`` before Python 3.13 writes no ``.gitignore``
+    into one); ``None`` where git cannot tell."""
+    listed = git(root, "ls-files", "-z", "--others", "--exclude-standard", *(["--", *pathspecs] if pathspecs else []))
+    if listed is None:
+        return None
+    names = [name for name in listed.split("\0") if name and "__pycache__" not in name.split("/")]
+    venvs = tuple(name.removesuffix("pyvenv.cfg") for name in names if name.endswith("/pyvenv.cfg"))
+    return [name for name in names if not (venvs and name.startswith(venvs))]
 
 
 def said_files(names: Sequence[str], shown: int = 5) -> str:
@@ -63,20 +76,19 @@ def now() -> str:
 
 
 def run_facts(root: Path, aside: Path | None = None) -> dict[str, Any]:
-    """``date``, ``commit``, ``dirty`` (tracked files changed) and ``untracked`` (files git neither tracks
-    nor ignores, bytecode caches aside) of the repository at ``root``, the files under ``aside`` (the
+    """``date``, ``commit``, ``dirty`` (tracked files changed) and ``untracked`` (:func:`untracked` files)
+    of the repository at ``root``, the files under ``aside`` (the
     baselines) aside from both, ``python`` and the stack's ``versions``. A commit with neither is the
     whole code that ran."""
     top = git(root, "rev-parse", "--show-toplevel")
     rest = _rest(aside, top)
     status = git(root, "status", "--porcelain", "--untracked-files=no", "--", *rest)
-    listed = git(root, "ls-files", "-z", "--others", "--exclude-standard", "--", *rest)
-    names = [name for name in (listed or "").split("\0") if name and "__pycache__" not in name.split("/")]
+    added = untracked(root, *rest)
     return {
         "date": now(),
         "commit": git(root, "rev-parse", "HEAD"),
         "dirty": bool(status) if status is not None else None,
-        "untracked": bool(names) if listed is not None and top else None,
+        "untracked": bool(added) if added is not None and top else None,
         "python": platform.python_version(),
         "versions": library_versions(),
     }
