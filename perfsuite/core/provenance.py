@@ -77,9 +77,8 @@ def now() -> str:
 
 def run_facts(root: Path, aside: Path | None = None) -> dict[str, Any]:
     """``date``, ``commit``, ``dirty`` (tracked files changed) and ``untracked`` (:func:`untracked` files)
-    of the repository at ``root``, the files under ``aside`` (the
-    baselines) aside from both, ``python`` and the stack's ``versions``. A commit with neither is the
-    whole code that ran."""
+    of the repository at ``root``, the files under ``aside`` (the baselines) aside from both, ``python``
+    and the stack's ``versions``. A commit with neither is the whole code that ran."""
     top = git(root, "rev-parse", "--show-toplevel")
     rest = _rest(aside, top)
     status = git(root, "status", "--porcelain", "--untracked-files=no", "--", *rest)
