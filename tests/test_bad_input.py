@@ -119,6 +119,11 @@ BASELINES = [
     (["refresh", "--time-limit", "0"], "--time-limit: must be more than 0 seconds, got 0"),
     (["refresh", "--time-limit", "soon"], "--time-limit: expected a number of seconds, got 'soon'"),
     (["prune"], "invalid choice: 'prune'"),
+    (["pool", "{tmp}/gate.json", "{tmp}/gate.json"], "pooling needs at least 3 sessions' results files, got 2"),
+    (["pool", "{tmp}/gate.json", "{tmp}/gate.json", "{tmp}/not-json.json"], "not-json.json"),
+    (["pool", "{tmp}/gate.json", "{tmp}/gate.json", "{tmp}/gate.json"], "gate.json: its env names no package versions"),
+    (["pool", "{tmp}/stack-1.json", "{tmp}/stack-1.json", "{tmp}/stack-2.json"], "ran different stacks (torch 1 vs 2)"),
+    (["pool", "{tmp}/stack-1.json", "{tmp}/stack-1.json", "{tmp}/stack-1.json"], "no baselines directory here"),
 ]
 if not cuda_usable():  # the GPU tier asked for on a machine without one
     BASELINES.append((["refresh", "--device", "cuda", "--tests", "{tmp}/file.txt"], "--device cuda: torch sees no"))
@@ -245,6 +250,8 @@ INPUTS = {
     "deep.json": '{"cases": ' + "[" * 700 + "]" * 700 + "}",  # JSON that json reads, past a walk's depth
     "gate.json": _gate(),
     "run.json": json.dumps({"schema_version": 1, "cases": [_RECORD]}),
+    "stack-1.json": _gate({"env": {"versions": {"torch": "1"}}}),
+    "stack-2.json": _gate({"env": {"versions": {"torch": "2"}}}),
     "case-int.json": _gate(case=123),
     "status-int.json": _gate(status=5),
     "status-weird.json": _gate(status="weird"),

@@ -1,4 +1,5 @@
-"""``perfsuite baselines refresh``: the matrix test of this machine's tier with ``--perfsuite-refresh``."""
+"""``perfsuite baselines refresh``: the matrix test of this machine's tier with ``--perfsuite-refresh``;
+``baselines pool`` is :mod:`perfsuite.cli.pooling`'s."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perfsuite.cli import pooling
 from perfsuite.cli.common import load_project, project_baselines
 from perfsuite.cli.interrupt import terminate_as_interrupt
 from perfsuite.cli.options import REPEATS, SCOPE, output_file, positive_seconds
@@ -58,6 +60,7 @@ def add_parser(sub: Any) -> None:
         help="the matrix test (default: [tool.perfsuite] tests, else tests/test_matrix.py)",
     )
     refresh.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
+    pooling.add_parser(actions)
 
 
 _USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR: pytest has said what it refused
@@ -65,6 +68,12 @@ _NO_TESTS_COLLECTED = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
 
 
 def run(args: Any) -> int:
+    if args.action == "pool":
+        return pooling.run(args)
+    return _refresh(args)
+
+
+def _refresh(args: Any) -> int:
     from perfsuite.worker.device import asked_device_type
 
     project_baselines()  # [tool.perfsuite] checked here: a mistake is one line, before pytest starts

@@ -1,0 +1,208 @@
+"""``perfsuite baselines pool``: one time class's step times from several sessions' results files
+(:mod:`perfsuite.core.pooled`), written into the baselines that already hold the cases' memory and loss."""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from perfsuite.cli.common import fail, project_baselines
+from perfsuite.core.baselines import BaselineError, baseline_path, load_baseline, write_texts_atomic
+from perfsuite.core.drift import MIN_CASES, Drift, drift_group
+from perfsuite.core.gates import format_time, rel_change
+from perfsuite.core.observation import observe
+from perfsuite.core.pooled import MIN_SESSIONS, Pool, Reading, Session, Target, pool
+from perfsuite.core.results import Results, ResultsError, load_results
+from perfsuite.core.tolerance import ConfigError, resolve_tolerance
+
+
+def add_parser(actions: Any) -> None:
+    """``baselines pool``'s arguments."""
+    pooled = actions.add_parser(
+        "pool",
+        help="set one time class's step times from several sessions' results files (hours or nights apart)",
+        description="Reads the first run of each case in each results file (pytest --perfsuite-json, perfsuite run "
+        "--json; one file per session, all of one stack) and stores, per case, the per-step medians over the "
+        "sessions as this time class's step time, with their spread read as the gate reads it (each session "
+        "against the others, its drift taken out). A case whose sessions spread too wide for its gate is refused. "
+        "Memory and loss are not touched: each case needs its baseline already, and a session whose run differs "
+        f"from it ran another stack. At least {MIN_SESSIONS} sessions.",
+    )
+    pooled.add_argument("results", type=Path, nargs="+", help="the sessions' results files")
+    pooled.add_argument("-k", dest="pattern", metavar="GLOB", help="only cases whose id matches (e.g. tiny-bert-*)")
+    pooled.add_argument("--time-class", help="the class to pool where the files hold several")
+    pooled.add_argument("--dry-run", action="store_true", help="show what would be stored, write nothing")
+
+
+def run(args: Any) -> int:
+    if len(args.results) < MIN_SESSIONS:
+        return fail(f"pooling needs at least {MIN_SESSIONS} sessions' results files, got {len(args.results)}")
+    try:
+        files = [load_results(path) for path in args.results]
+    except ResultsError as exc:
+        return fail(str(exc))
+    problem = _one_stack(files)
+    if problem is not None:
+        return fail(problem)
+    settings, root = project_baselines()
+    if root is None:
+        return fail("no baselines directory here: run this from the repository's root (`perfsuite init` makes one)")
+    pattern = args.pattern if args.pattern is None or any(c in args.pattern for c in "*?[") else f"*{args.pattern}*"
+    classes = sorted(
+        {str(c.record.time_class) for f in files for c in f.cases if c.ran and c.record and c.record.time_class}
+    )
+    time_class = args.time_class or (classes[0] if len(classes) == 1 else None)
+    if time_class not in classes:
+        named = f"--time-class {args.time_class}: no case of that class" if args.time_class else "several classes"
+        return fail(f"{named} in these files (they hold: {', '.join(classes) or 'none'})")
+    try:
+        sessions = [_session(f, time_class) for f in files]
+    except ValueError as exc:
+        return fail(str(exc))
+    try:
+        targets = _targets(sessions, root, settings)
+    except ConfigError as exc:
+        return fail(str(exc))
+    # Every case of the class is pooled, so that each session's drift is the median over all of its
+    # cases, as its gate reads it; -k picks what is shown and written.
+    result = pool(sessions, targets, time_class)
+    if pattern is not None:
+        result = dataclasses.replace(result, cases=[c for c in result.cases if fnmatch.fnmatchcase(c.case, pattern)])
+    if not result.cases:
+        return fail(f"-k {args.pattern}: no case of {time_class} in these files matches")
+    _print(result, sessions, files, targets)
+    return _write(result, targets, root, dry_run=args.dry_run)
+
+
+def _one_stack(files: Sequence[Results]) -> str | None:
+    """Why these files do not come from one stack (``None`` when they do)."""
+    first = files[0]
+    for f in files:
+        if not isinstance(f.env.get("versions"), dict):
+            return f"{f.path}: its env names no package versions, so which stack it ran cannot be told"
+    for f in files[1:]:
+        theirs, ours = f.env["versions"], first.env["versions"]
+        differing = [
+            f"{k} {ours.get(k)} vs {theirs.get(k)}" for k in sorted({*ours, *theirs}) if ours.get(k) != theirs.get(k)
+        ]
+        if f.env.get("python") != first.env.get("python"):
+            differing.insert(0, f"python {first.env.get('python')} vs {f.env.get('python')}")
+        if differing:
+            return f"{first.path} and {f.path} ran different stacks ({'; '.join(differing)}): pool one stack's sessions"
+    return None
+
+
+def _session(results: Results, time_class: str) -> Session:
+    readings = {}
+    for case in results.cases:
+        record = case.record
+        if not case.ran or record is None or record.time_class != time_class:
+            continue
+        try:
+            observed = observe(record, time_unit="calibrated" if record.device == "cpu" else "s")
+        except ValueError as exc:
+            raise ValueError(f"{results.path}: {exc}") from None
+        readings[case.id] = Reading(
+            observed=observed,
+            group=drift_group(record),
+            hardware=str(record.hardware or "cpu"),
+            precision=str(record.precision or "fp32"),
+            device=record.device_name,
+        )
+    env = results.env
+    return Session(
+        name=results.path, date=env.get("date"), commit=env.get("commit"), host=env.get("host"), readings=readings
+    )
+
+
+def _targets(sessions: Sequence[Session], root: Path, settings: Mapping[str, Any]) -> dict[str, Target]:
+    targets = {}
+    for case_id in sorted({c for s in sessions for c in s.readings}):
+        reading = next(s.readings[case_id] for s in sessions if case_id in s.readings)
+        hardware = reading.hardware
+        tolerance = resolve_tolerance(
+            settings,
+            hardware=hardware,
+            case_id=case_id,
+            precision=reading.precision,
+            time_class=reading.observed.time_class,
+        )
+        try:
+            stored = load_baseline(baseline_path(root, hardware, case_id), case_id=case_id, hardware=hardware)
+            targets[case_id] = Target(stored=stored, tolerance=tolerance, hardware=hardware)
+        except BaselineError as exc:
+            targets[case_id] = Target(stored=None, tolerance=tolerance, hardware=hardware, error=str(exc))
+    return targets
+
+
+def _span(sessions: Sequence[Session]) -> str:
+    """``from 2026-12-05T22:28 to 2026-12-06T02:41 (4 h 13 min)``, or what is known of it."""
+    try:
+        dates = sorted(datetime.fromisoformat(s.date) for s in sessions if s.date)
+    except ValueError:
+        return "at times their files do not say in a form read here"
+    if len(dates) < len(sessions):
+        return f"{len(sessions) - len(dates)} of them undated"
+    minutes = round((dates[-1] - dates[0]).total_seconds() / 60)
+    return f"from {dates[0]:%Y-%m-%dT%H:%M} to {dates[-1]:%Y-%m-%dT%H:%M} ({minutes // 60} h {minutes % 60} min)"
+
+
+def _print(result: Pool, sessions: Sequence[Session], files: Sequence[Results], targets: Mapping[str, Target]) -> None:
+    versions = files[0].env["versions"]
+    stack = ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
+    print(f"pooling {len(sessions)} sessions of {result.time_class}, {_span(sessions)}; one stack: {stack}")
+    limit = max(t.tolerance.time_drift_limit for t in targets.values())
+    for session, drifts in zip(sessions, result.drifts, strict=True):
+        moved = "; ".join(_drift(group, d, limit) for group, d in sorted(drifts.items()))
+        commit = (session.commit or "no commit")[:12]
+        print(f"  {session.name}: {session.date or 'undated'}, {commit}, drift against the pool: {moved or '—'}")
+    width = max(len(c.case) for c in result.cases)
+    for case in result.cases:
+        if case.entry is None:
+            print(f"{case.case:<{width}}  refused: {case.refused}")
+            continue
+        old = (targets[case.case].stored or {}).get("time", {}).get(result.time_class)
+        unit = case.entry["unit"]
+        before = "new" if not old or old.get("unit") != unit else format_time(float(old["median"]), unit)
+        change = "" if before == "new" else f" ({rel_change(case.entry['median'], float(old['median'])):+.1%})"
+        gate = targets[case.case].tolerance.time_tolerance(case.spread)
+        print(
+            f"{case.case:<{width}}  {before} → {format_time(case.entry['median'], unit)}{change}, spread "
+            f"{case.spread or 0.0:.1%} over {len(case.sessions)} sessions: gate ±{gate:.0%}"
+        )
+
+
+def _drift(group: str, drift: Drift, limit: float) -> str:
+    """``float32 -2.9% over 29 cases``, and whether the gate would take it out."""
+    said = f"{group.rsplit('/', 1)[-1]} {drift.change:+.1%} over {drift.cases} case(s)"
+    if drift.cases < MIN_CASES:
+        return f"{said} (too few to take out)"
+    return said if drift.applies(limit) else f"{said} (beyond ±{limit:.0%}: not taken out)"
+
+
+def _write(result: Pool, targets: Mapping[str, Target], root: Path, *, dry_run: bool) -> int:
+    texts: dict[Path, str] = {}
+    for case in result.cases:
+        target = targets[case.case]
+        if case.entry is None or target.stored is None:
+            continue
+        stored = dict(target.stored)
+        stored["time"] = dict(sorted({**stored["time"], result.time_class: case.entry}.items()))
+        text = json.dumps(stored, indent=2, sort_keys=False, allow_nan=False) + "\n"
+        texts[baseline_path(root, target.hardware, case.case)] = text
+    refused = sum(c.entry is None for c in result.cases)
+    if not dry_run:
+        write_texts_atomic(texts)
+    what = "would be written (--dry-run: nothing written)" if dry_run else f"written under {root}"
+    print(
+        f"{len(texts)} case(s) pooled, {what}: their {result.time_class} step time only, memory and loss "
+        f"untouched; {refused} refused",
+        file=sys.stdout,
+    )
+    return 1 if refused else 0

@@ -1,0 +1,224 @@
+"""A time class's step times pooled from several sessions' results files. Pure: no torch, no pytest.
+
+A refresh records one stretch of one machine: its repeats share whatever that host reads that hour,
+which their spread does not show. On a shared 2-core CI VM a refresh's repeats agreed within a few
+percent, and sessions of the same stack one to three hours later read the whole class 8-15% slower;
+a gate is only as good as the centre it is drawn around. Pooling takes the first run of each case in
+each of several sessions (a CI job's ``--perfsuite-json`` files, hours or nights apart) as the
+repeats of one baseline, and reads their spread as the gate will:
+
+- each session is compared with the per-step medians of the *other* sessions (as a refresh's
+  repeats are: :func:`perfsuite.core.baselines.repeat_deviations`);
+- a session's drift (the median of those changes over its cases of one group,
+  :mod:`perfsuite.core.drift`) is taken out where the gate would take it out, since a later session
+  is gated against its own drift; a session that drifted beyond the limit keeps its raw changes,
+  as the gate would;
+- the spread is :func:`perfsuite.core.baselines.robust_spread` of what remains, and a case whose
+  spread asks for a gate wider than its ceiling is refused, as a refresh refuses it.
+
+Only the step time is pooled: memory and loss are the baseline's already, and a session whose run
+of a case differs from them in either (or ran from other weights, or other kernels) ran another stack
+or another case, and the case is refused, naming that session.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfsuite.core.baselines import robust_spread, step_medians
+from perfsuite.core.drift import Drift, estimate
+from perfsuite.core.gates import compare
+from perfsuite.core.observation import Observation
+from perfsuite.core.stats import paired_change
+from perfsuite.core.tolerance import Tolerance
+
+MIN_SESSIONS = 3
+"""Fewest sessions a case's pooled step time is read from (a refresh's default repeats)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reading:
+    """One session's first run of one case."""
+
+    observed: Observation
+    group: str
+    """Its drift group (:func:`perfsuite.core.drift.group_of`)."""
+    hardware: str
+    """Its baselines' directory (``cpu``, or the GPU model)."""
+    precision: str = "fp32"
+    """The precision the case asked for, which picks its loss tolerance."""
+    device: str | None = None
+    """The device's name, kept with the step time for a reader."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Session:
+    """One results file: when and on what it ran, and its readings by case id."""
+
+    name: str
+    """How the output names it (the file as given)."""
+    date: str | None
+    commit: str | None
+    host: str | None
+    readings: Mapping[str, Reading]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """A case's stored baseline and the tolerance its gate resolves to (``error`` when it cannot be read)."""
+
+    stored: Mapping[str, Any] | None
+    tolerance: Tolerance
+    hardware: str
+    error: str | None = None
+
+
+@dataclass(kw_only=True)
+class PooledCase:
+    """One case's pooled step time, or why it was not pooled."""
+
+    case: str
+    sessions: list[str] = field(default_factory=list)
+    """The names of the sessions that read it, in order."""
+    deviations: list[float] = field(default_factory=list)
+    """Each session's change against the others, its drift taken out where the gate takes it out."""
+    spread: float | None = None
+    entry: dict[str, Any] | None = None
+    """The time entry to store under the class (``None`` when refused)."""
+    refused: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pool:
+    """What pooling found: each session's drift per group, and each case."""
+
+    time_class: str
+    drifts: list[dict[str, Drift]]
+    """One mapping per session (in order): group → its drift against the pooled baseline (the median
+    change of its cases there, as a later session's gate reads it)."""
+    cases: list[PooledCase]
+
+
+def _differs(case_id: str, session: Session, target: Target, reading: Reading) -> str | None:
+    """Why this session's run is not of the stack and case the baseline recorded (``None`` when it is)."""
+    assert target.stored is not None
+    checks = compare(
+        case_id, target.stored, reading.observed, target.tolerance, hardware=target.hardware, gate_time=False
+    )
+    for check in checks:
+        if check.metric != "step time" and not (check.ok and check.compared):
+            return f"{session.name} ran another stack or case than the baseline recorded: {check.message}"
+    return None
+
+
+def _readable(case_id: str, sessions: Sequence[Session], target: Target) -> tuple[list[int], str | None]:
+    """The indices of the sessions whose reading of the case pools, or why the case does not."""
+    if target.error is not None:
+        return [], target.error
+    read = [i for i, s in enumerate(sessions) if case_id in s.readings]
+    if len(read) < MIN_SESSIONS:
+        return read, f"read in {len(read)} of {len(sessions)} session(s); a pooled step time needs {MIN_SESSIONS}"
+    for i in read:
+        problem = _differs(case_id, sessions[i], target, sessions[i].readings[case_id])
+        if problem is not None:
+            return read, problem
+    lengths = {len(sessions[i].readings[case_id].observed.time_steps) for i in read}
+    units = {
+        (sessions[i].readings[case_id].observed.time_unit, sessions[i].readings[case_id].observed.calibration)
+        for i in read
+    }
+    if len(lengths) != 1 or 0 in lengths:
+        return read, f"its sessions timed different numbers of steps ({', '.join(map(str, sorted(lengths)))})"
+    if len(units) != 1:
+        return read, "its sessions' step times are in different units or calibrations"
+    return read, None
+
+
+def _raw_deviations(steps: Sequence[Sequence[float]]) -> list[float]:
+    """Each session's paired change against the per-step medians of the others."""
+    return [paired_change(s, step_medians([o for j, o in enumerate(steps) if j != i])) for i, s in enumerate(steps)]
+
+
+def pool(sessions: Sequence[Session], targets: Mapping[str, Target], time_class: str) -> Pool:
+    """Pool the step times of ``targets``' cases over ``sessions`` (all of ``time_class``)."""
+    cases: list[PooledCase] = []
+    raw: dict[str, dict[int, float]] = {}
+    whole: dict[str, dict[int, float]] = {}
+    for case_id, target in sorted(targets.items()):
+        read, problem = _readable(case_id, sessions, target)
+        pooled = PooledCase(case=case_id, sessions=[sessions[i].name for i in read], refused=problem)
+        cases.append(pooled)
+        if problem is None:
+            steps = [sessions[i].readings[case_id].observed.time_steps for i in read]
+            raw[case_id] = dict(zip(read, _raw_deviations(steps), strict=True))
+            whole[case_id] = {i: paired_change(s, step_medians(steps)) for i, s in zip(read, steps, strict=True)}
+
+    drifts = [_drifts(i, session, whole, targets) for i, session in enumerate(sessions)]
+    others = [_drifts(i, session, raw, targets) for i, session in enumerate(sessions)]
+    for pooled in cases:
+        if pooled.refused is not None:
+            continue
+        target = targets[pooled.case]
+        limit = target.tolerance.time_drift_limit
+        read = sorted(raw[pooled.case])
+        for i in read:
+            group = sessions[i].readings[pooled.case].group
+            change = raw[pooled.case][i]
+            # Whether the gate would take the session's drift out is read against the pooled baseline, as
+            # a later session's is; what is taken out is its drift against the other sessions, the same
+            # reference as the case's own change.
+            applies = group in drifts[i] and drifts[i][group].applies(limit)
+            pooled.deviations.append((1 + change) / (1 + others[i][group].change) - 1 if applies else change)
+        pooled.spread = robust_spread(pooled.deviations)
+        if not target.tolerance.spread_fits(pooled.spread):
+            pooled.refused = _too_wide(pooled, target.tolerance)
+            continue
+        pooled.entry = _entry([sessions[i] for i in read], pooled.case, pooled.spread)
+    return Pool(time_class=time_class, drifts=drifts, cases=cases)
+
+
+def _drifts(
+    index: int, session: Session, changes: Mapping[str, Mapping[int, float]], targets: Mapping[str, Target]
+) -> dict[str, Drift]:
+    """Session ``index``'s drift per group: the median of its cases' ``changes`` (those the gate would
+    take a drift out of)."""
+    by_group: dict[str, list[float]] = {}
+    for case_id, by_session in changes.items():
+        if index in by_session and targets[case_id].tolerance.time_drift_limit > 0:
+            by_group.setdefault(session.readings[case_id].group, []).append(by_session[index])
+    return {g: d for g, values in by_group.items() if (d := estimate(g, values)) is not None}
+
+
+def _too_wide(pooled: PooledCase, tol: Tolerance) -> str:
+    spread = pooled.spread or 0.0
+    shown = ", ".join(f"{name} {d:+.1%}" for name, d in zip(pooled.sessions, pooled.deviations, strict=True))
+    return (
+        f"its sessions spread {spread:.1%} (each against the others, a session's drift taken out where its gate "
+        f"would take it out: {shown}), so its gate would "
+        f"be ±{tol.wanted_tolerance(spread):.1%}, wider than its ceiling ±{tol.ceiling:.0%} or its "
+        f"max_refresh_spread {tol.max_refresh_spread:.0%}: pool more sessions, or compare side by side with "
+        "`perfsuite ab`"
+    )
+
+
+def _entry(sessions: Sequence[Session], case_id: str, spread: float | None) -> dict[str, Any]:
+    """The time entry a pooled case stores: the same keys a refresh writes, one repeat per session,
+    and the sessions it was pooled from."""
+    readings = [s.readings[case_id] for s in sessions]
+    first = readings[0].observed
+    dates = [s.date for s in sessions if s.date]
+    return {
+        "unit": first.time_unit,
+        "median": statistics.median(r.observed.time for r in readings),
+        "spread": spread,
+        "repeats": [r.observed.time for r in readings],
+        "steps": step_medians([r.observed.time_steps for r in readings]),
+        "step_time_s_median": statistics.median(r.observed.step_time_s for r in readings),
+        "calibration": first.calibration,
+        "recorded": max(dates) if dates else None,
+        "device": readings[0].device,
+        "sessions": [{"date": s.date, "commit": s.commit, "host": s.host} for s in sessions],
+    }

@@ -1,0 +1,213 @@
+"""A time class's step times pooled from several sessions (``perfsuite baselines pool``): each session's
+drift taken out as the gate takes it out, a session that moved one case against the rest refused with
+three sessions and set aside with more, a session of another stack or case refused, and the command
+writing the time entry only, memory and loss untouched."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfsuite.cli import main
+from perfsuite.core.observation import Observation
+from perfsuite.core.pooled import MIN_SESSIONS, Reading, Session, Target, pool
+from perfsuite.core.tolerance import Tolerance
+
+BASELINES = Path(__file__).parents[1] / "baselines" / "cpu"
+CASES = [
+    "tiny-bert-vanilla",
+    "tiny-bert-adafactor",
+    "tiny-bert-lora",
+    "tiny-gpt2-vanilla",
+    "tiny-t5-vanilla",
+    "tiny-llama-vanilla",
+]
+CLASS = "test-class"
+CPU = Tolerance(time_floor=0.15, time_k=1.5, max_refresh_spread=0.10, time_drift_limit=0.15)
+"""The CPU tier's step-time settings (``[tool.perfsuite.overrides."cpu/*"]``)."""
+
+
+def _stored(case: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((BASELINES / f"{case}.json").read_text())
+    return data
+
+
+def _steps(case: str, session: int, scale: float) -> list[float]:
+    """Twelve steps of ``case`` around 10 + its index, ``scale`` times, with a deterministic ±1.5% wobble."""
+    base = 10.0 + CASES.index(case)
+    return [scale * base * (1 + 0.015 * (((7 * i + 3 * session + CASES.index(case)) % 5) - 2) / 2) for i in range(12)]
+
+
+def _observation(case: str, steps: list[float], *, peak_delta: int = 0) -> Observation:
+    stored = _stored(case)
+    return Observation(
+        time=statistics.median(steps),
+        time_unit="calibrated",
+        time_class=CLASS,
+        calibration="numpy-mix-v2",
+        time_steps=steps,
+        step_time_s=statistics.median(steps) / 100,
+        peak_bytes=stored["memory"]["peak_bytes"] + peak_delta,
+        breakdown=stored["memory"]["breakdown"],
+        losses=stored["loss"],
+        attention=stored["spec"]["attention"],
+        initial_weights=stored["spec"]["initial_weights"],
+    )
+
+
+def _sessions(scales: list[float], moved: dict[tuple[int, str], float] | None = None) -> list[Session]:
+    """One session per scale (every case that much slower: the host's drift), ``moved`` cases further."""
+    sessions = []
+    for n, scale in enumerate(scales):
+        readings = {}
+        for case in CASES:
+            steps = _steps(case, n, scale * (moved or {}).get((n, case), 1.0))
+            readings[case] = Reading(observed=_observation(case, steps), group=f"{CLASS}/float32", hardware="cpu")
+        sessions.append(
+            Session(name=f"s{n + 1}", date=f"2026-12-0{n + 1}T00:00:00+00:00", commit="c", host="h", readings=readings)
+        )
+    return sessions
+
+
+def _targets(tolerance: Tolerance = CPU) -> dict[str, Target]:
+    return {case: Target(stored=_stored(case), tolerance=tolerance, hardware="cpu") for case in CASES}
+
+
+def test_each_sessions_drift_is_taken_out_as_the_gate_takes_it_out() -> None:
+    # Three sessions on hosts reading the whole class 0%, +12% and -6%: drift, not noise.
+    result = pool(_sessions([1.0, 1.12, 0.94]), _targets(), CLASS)
+    assert [c.refused for c in result.cases] == [None] * len(CASES)
+    drifts = [d[f"{CLASS}/float32"].change for d in result.drifts]
+    assert drifts[1] == pytest.approx(0.12, abs=0.02)
+    assert drifts[2] == pytest.approx(-0.06, abs=0.02)
+    for case in result.cases:
+        assert case.spread is not None
+        assert case.spread < 0.03, case
+        assert case.entry is not None
+        medians = [statistics.median(_steps(case.case, n, scale)) for n, scale in enumerate([1.0, 1.12, 0.94])]
+        assert case.entry["repeats"] == medians  # one repeat per session
+        assert case.entry["median"] == statistics.median(case.entry["repeats"])
+        assert [s["date"][:10] for s in case.entry["sessions"]] == ["2026-12-01", "2026-12-02", "2026-12-03"]
+        assert case.entry["recorded"].startswith("2026-12-03")
+    # A case the gate judges on its own change (no drift limit: a multi-rank case) keeps the drift in its
+    # spread: +12% against the others is too wide for its gate, so it is refused, saying so.
+    own = pool(
+        _sessions([1.0, 1.12, 0.94]), _targets(Tolerance(time_floor=0.15, time_k=1.5, max_refresh_spread=0.10)), CLASS
+    )
+    assert all(c.refused is not None and "its sessions spread" in c.refused for c in own.cases)
+
+
+def test_a_case_moved_against_the_rest_in_one_session_is_refused_of_three_and_set_aside_of_four() -> None:
+    moved = {(1, "tiny-bert-lora"): 1.25}
+    three = {c.case: c for c in pool(_sessions([1.0, 1.05, 0.97], moved), _targets(), CLASS).cases}
+    assert three["tiny-bert-lora"].entry is None
+    assert "s2 +2" in str(three["tiny-bert-lora"].refused)  # the session that moved it, and by how much
+    assert all(c.entry is not None for name, c in three.items() if name != "tiny-bert-lora")
+    four = {c.case: c for c in pool(_sessions([1.0, 1.05, 0.97, 1.02], moved), _targets(), CLASS).cases}
+    lora = four["tiny-bert-lora"]
+    assert lora.entry is not None
+    assert lora.spread is not None
+    assert lora.spread < 0.05
+    assert max(lora.deviations) > 0.15  # read, then set aside as one of four
+
+
+def test_a_session_of_another_stack_or_too_few_sessions_is_refused() -> None:
+    sessions = _sessions([1.0, 1.0, 1.0])
+    other = dict(sessions[2].readings)
+    steps = list(other["tiny-bert-vanilla"].observed.time_steps)
+    other["tiny-bert-vanilla"] = Reading(
+        observed=_observation("tiny-bert-vanilla", steps, peak_delta=4 * 2**20),
+        group=f"{CLASS}/float32",
+        hardware="cpu",
+    )
+    del other["tiny-t5-vanilla"]
+    sessions[2] = Session(name="s3", date=None, commit=None, host=None, readings=other)
+    cases = {c.case: c for c in pool(sessions, _targets(), CLASS).cases}
+    assert "s3 ran another stack or case than the baseline recorded" in str(cases["tiny-bert-vanilla"].refused)
+    assert "peak memory" in str(cases["tiny-bert-vanilla"].refused)
+    assert cases["tiny-t5-vanilla"].refused == f"read in 2 of 3 session(s); a pooled step time needs {MIN_SESSIONS}"
+    missing = Target(stored=None, tolerance=CPU, hardware="cpu", error="no baseline")
+    assert pool(sessions, {"tiny-bert-lora": missing}, CLASS).cases[0].refused == "no baseline"
+
+
+def _record(case: str, steps: list[float], *, torch: str = "2.13.0+cpu") -> dict[str, Any]:
+    stored = _stored(case)
+    model, strategy = stored["spec"]["model"], stored["spec"]["strategy"]
+    summary = {"samples": steps, "median": statistics.median(steps)}
+    return {
+        "model": model, "strategy": strategy, "engine": "loop", "status": "ok", "device": "cpu",
+        "device_name": "a test CPU", "hardware": "cpu", "time_class": CLASS, "threads": 1, "precision": "fp32",
+        "steps": 12, "warmup_steps": 2, "initial_weights": stored["spec"]["initial_weights"],
+        "step_time_s": {"samples": [s / 100 for s in steps], "median": statistics.median(steps) / 100},
+        "step_time_calibrated": summary, "calibration": {"workload": "numpy-mix-v2", "median_s": 0.01},
+        "peak_memory_bytes": stored["memory"]["peak_bytes"], "memory_breakdown_bytes": stored["memory"]["breakdown"],
+        "loss": stored["loss"], "applied": {"attention_implementation": stored["spec"]["attention"]},
+        "matmul_dtypes": {"float32": 10},
+    }  # fmt: skip
+
+
+def _project(tmp_path: Path) -> Path:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.perfsuite.overrides."cpu/*"]\ntime_floor = 0.15\ntime_k = 1.5\nmax_refresh_spread = 0.10\n'
+        "time_drift_limit = 0.15\n"
+    )
+    (tmp_path / "baselines" / "cpu").mkdir(parents=True)
+    for case in CASES:
+        (tmp_path / "baselines" / "cpu" / f"{case}.json").write_text((BASELINES / f"{case}.json").read_text())
+    files = []
+    for n, scale in enumerate([1.0, 1.12, 0.94]):
+        env = {"date": f"2026-12-0{n + 1}T0{n}:00:00+00:00", "commit": "abc", "python": "3.11.7",
+               "versions": {"torch": "2.13.0+cpu"}}  # fmt: skip
+        cases = [_record(case, _steps(case, n, scale)) for case in CASES]
+        files.append(tmp_path / f"session-{n + 1}.json")
+        files[-1].write_text(json.dumps({"schema_version": 1, "env": env, "cases": cases}))
+    return tmp_path
+
+
+def test_pool_writes_the_class_step_time_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(_project(tmp_path))
+    before = {case: _stored(case) for case in CASES}
+    sessions = ["session-1.json", "session-2.json", "session-3.json"]
+    assert main(["baselines", "pool", *sessions, "--dry-run"]) == 0
+    assert "nothing written" in capsys.readouterr().out
+    assert all(json.loads((tmp_path / "baselines" / "cpu" / f"{c}.json").read_text()) == before[c] for c in CASES)
+
+    assert main(["baselines", "pool", *sessions, "-k", "tiny-bert"]) == 0
+    out = capsys.readouterr().out
+    assert f"pooling 3 sessions of {CLASS}, from 2026-12-01T00:00 to 2026-12-03T02:00 (50 h 0 min)" in out
+    assert "session-2.json: 2026-12-02T01:00:00+00:00, abc, drift against the pool: float32 +1" in out
+    assert re.search(
+        r"^tiny-bert-lora +new → 12\.\d+× calibration, spread \d\.\d% over 3 sessions: gate ±15%$", out, re.M
+    )
+    assert "tiny-gpt2" not in out
+    for case in CASES:
+        after = json.loads((tmp_path / "baselines" / "cpu" / f"{case}.json").read_text())
+        if not case.startswith("tiny-bert"):  # -k
+            assert after == before[case]
+            continue
+        entry = after["time"].pop(CLASS)
+        assert after == before[case]  # every other class, memory and loss as they were
+        assert entry["unit"] == "calibrated"
+        assert len(entry["repeats"]) == len(entry["sessions"]) == 3
+
+
+def test_sessions_of_different_stacks_do_not_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(_project(tmp_path))
+    data = json.loads((tmp_path / "session-3.json").read_text())
+    data["env"]["versions"]["torch"] = "2.12.0+cpu"
+    (tmp_path / "session-3.json").write_text(json.dumps(data))
+    assert main(["baselines", "pool", "session-1.json", "session-2.json", "session-3.json"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "perfsuite: error: session-1.json and session-3.json ran different stacks (torch 2.13.0+cpu vs 2.12.0+cpu): "
+        "pool one stack's sessions\n"
+    )
