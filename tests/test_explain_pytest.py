@@ -5,6 +5,7 @@ that cannot tell; nightly, end to end on tiny-bert with a buffer and a scaled lo
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import shutil
@@ -199,9 +200,10 @@ def test_a_commit_that_was_the_whole_code_is_preferred_to_the_file_s(tmp_path: P
     assert run_facts(tmp_path, aside=tmp_path / "baselines")["untracked"] is True
 
 
-def test_a_virtual_environment_git_does_not_ignore_is_no_code(tmp_path: Path) -> None:
-    """``python -m venv .venv`` in a checkout (before Python 3.13 it writes no ``.gitignore`` there): its
-    files are neither a change of the code nor copied with the working tree; a new module is both."""
+def test_a_virtual_environment_or_results_file_git_does_not_ignore_is_no_code(tmp_path: Path) -> None:
+    """``python -m venv .venv`` in a checkout (before Python 3.13 it writes no ``.gitignore`` there), or an
+    earlier run's ``--perfsuite-json`` file: neither is a change of the code nor copied with the working
+    tree; a new module is both."""
     from perfsuite.ab.own import _copy_working_tree
     from perfsuite.core.provenance import files_differ, untracked
 
@@ -217,6 +219,11 @@ def test_a_virtual_environment_git_does_not_ignore_is_no_code(tmp_path: Path) ->
     assert untracked(root) == []
     assert files_differ(root, ran) == []
     assert run_facts(root)["untracked"] is False
+    # An earlier run's results file left in the checkout is no code either; a JSON file of the code's is.
+    (root / "results.json").write_text(json.dumps({"schema_version": 2, "env": {}, "cases": []}))
+    (root / "config.json").write_text(json.dumps({"hidden_size": 64}))
+    assert untracked(root) == ["config.json"]
+    (root / "config.json").unlink()
     (root / "layers.py").write_text("")
     assert untracked(root) == ["layers.py"]
     assert files_differ(root, ran) == ["layers.py"]
@@ -224,7 +231,7 @@ def test_a_virtual_environment_git_does_not_ignore_is_no_code(tmp_path: Path) ->
     assert sorted(p.relative_to(copied).as_posix() for p in copied.rglob("*") if p.is_file()) == [
         "layers.py",
         "model.py",
-    ]
+    ]  # neither the virtual environment nor the results file
 
 
 def test_other_versions_rebuild_the_baseline_s_stack_beside_this_one(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ One definition for every file perfsuite writes: a baseline's ``provenance``, the
 from __future__ import annotations
 
 import datetime
+import json
 import platform
 import subprocess
 from collections.abc import Sequence
@@ -53,15 +54,34 @@ def files_differ(top: Path, base: str, head: str | None = None) -> list[str] | N
 
 def untracked(root: Path, *pathspecs: str) -> list[str] | None:
     """The files of ``root``'s repository (``pathspecs`` narrow them) that git neither tracks nor ignores,
-    as ``git ls-files`` names them from ``root``: bytecode caches and virtual environments aside (a
-    directory holding ``pyvenv.cfg``: ``python -m venv`` before Python 3.13 writes no ``.gitignore``
-    into one); ``None`` where git cannot tell."""
+    as ``git ls-files`` names them from ``root``: bytecode caches, virtual environments (a directory
+    holding ``pyvenv.cfg``: ``python -m venv`` before Python 3.13 writes no ``.gitignore`` into one) and
+    perfsuite's own results files (:func:`results_file`) aside; ``None`` where git cannot tell."""
     listed = git(root, "ls-files", "-z", "--others", "--exclude-standard", *(["--", *pathspecs] if pathspecs else []))
     if listed is None:
         return None
     names = [name for name in listed.split("\0") if name and "__pycache__" not in name.split("/")]
     venvs = tuple(name.removesuffix("pyvenv.cfg") for name in names if name.endswith("/pyvenv.cfg"))
-    return [name for name in names if not (venvs and name.startswith(venvs))]
+    return [name for name in names if not (venvs and name.startswith(venvs)) and not results_file(root / name)]
+
+
+RESULTS_FILE_MAX_BYTES = 64 * 2**20
+"""The largest ``.json`` file :func:`results_file` reads to tell whether perfsuite wrote it."""
+
+
+def results_file(path: Path) -> bool:
+    """Whether ``path`` is a results file perfsuite writes (``--perfsuite-json``, ``perfsuite run``, ``ab``
+    or ``bisect --json``: a JSON object with a ``schema_version`` and a ``cases`` list): an earlier run's
+    output left in the checkout, which is no code."""
+    try:
+        if path.suffix != ".json" or path.stat().st_size > RESULTS_FILE_MAX_BYTES:
+            return False
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return (
+        isinstance(data, dict) and isinstance(data.get("schema_version"), int) and isinstance(data.get("cases"), list)
+    )
 
 
 def said_files(names: Sequence[str], shown: int = 5) -> str:
