@@ -123,7 +123,9 @@ BASELINES = [
     (["pool", "{tmp}/gate.json", "{tmp}/gate.json", "{tmp}/not-json.json"], "not-json.json"),
     (["pool", "{tmp}/gate.json", "{tmp}/gate.json", "{tmp}/gate.json"], "gate.json: its env names no package versions"),
     (["pool", "{tmp}/stack-1.json", "{tmp}/stack-1.json", "{tmp}/stack-2.json"], "ran different stacks (torch 1 vs 2)"),
-    (["pool", "{tmp}/stack-1.json", "{tmp}/stack-1.json", "{tmp}/stack-1.json"], "no baselines directory here"),
+    (["pool", "{tmp}/stack-1.json", "{tmp}/stack-2.json", "{tmp}/stack-1.json"], "different stacks"),
+    (["pool", "{tmp}/stack-1.json", "{tmp}/stack-1b.json", "{tmp}/stack-1.json"], "stack-1.json are the same session"),
+    (["pool", "{tmp}/stack-1.json", "{tmp}/stack-1b.json", "{tmp}/stack-1c.json"], "no baselines directory here"),
 ]
 if not cuda_usable():  # the GPU tier asked for on a machine without one
     BASELINES.append((["refresh", "--device", "cuda", "--tests", "{tmp}/file.txt"], "--device cuda: torch sees no"))
@@ -251,6 +253,8 @@ INPUTS = {
     "gate.json": _gate(),
     "run.json": json.dumps({"schema_version": 1, "cases": [_RECORD]}),
     "stack-1.json": _gate({"env": {"versions": {"torch": "1"}}}),
+    "stack-1b.json": _gate({"env": {"versions": {"torch": "1"}, "date": "2026-01-02"}}),
+    "stack-1c.json": _gate({"env": {"versions": {"torch": "1"}, "date": "2026-01-03"}}),
     "stack-2.json": _gate({"env": {"versions": {"torch": "2"}}}),
     "case-int.json": _gate(case=123),
     "status-int.json": _gate(status=5),

@@ -161,6 +161,13 @@ def test_a_baseline_that_cannot_be_read_is_one_line_naming_it(tmp_path: Path, ma
         load_baseline(path, case_id="tiny-bert-vanilla", hardware="cpu")
 
 
+def test_a_case_id_with_a_nul_byte_names_no_file_that_can_be_read(tmp_path: Path) -> None:
+    """A case id comes from a results file (``perfsuite baselines pool``, ``report``): data anyone can write."""
+    path = tmp_path / "tiny-bert\0vanilla.json"
+    with pytest.raises(BaselineError, match="cannot read the baseline"):
+        load_baseline(path, case_id="tiny-bert\0vanilla", hardware="cpu")
+
+
 def test_atomic_write_keeps_the_old_file_on_failure(tmp_path: Path) -> None:
     target = tmp_path / "r.json"
     write_json_atomic(target, {"a": 1})

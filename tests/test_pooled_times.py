@@ -28,6 +28,8 @@ CASES = [
     "tiny-llama-vanilla",
 ]
 CLASS = "test-class"
+VERSIONS = json.loads((BASELINES / "tiny-bert-vanilla.json").read_text())["provenance"]["versions"]
+"""The stack the committed baselines were recorded on, which the sessions ran too."""
 CPU = Tolerance(time_floor=0.15, time_k=1.5, max_refresh_spread=0.10, time_drift_limit=0.15)
 """The CPU tier's step-time settings (``[tool.perfsuite.overrides."cpu/*"]``)."""
 
@@ -68,8 +70,9 @@ def _sessions(scales: list[float], moved: dict[tuple[int, str], float] | None = 
         for case in CASES:
             steps = _steps(case, n, scale * (moved or {}).get((n, case), 1.0))
             readings[case] = Reading(observed=_observation(case, steps), group=f"{CLASS}/float32", hardware="cpu")
+        date = f"2026-12-0{n + 1}T00:00:00+00:00"
         sessions.append(
-            Session(name=f"s{n + 1}", date=f"2026-12-0{n + 1}T00:00:00+00:00", commit="c", host="h", readings=readings)
+            Session(name=f"s{n + 1}", date=date, commit="c", host="h", versions=VERSIONS, readings=readings)
         )
     return sessions
 
@@ -126,7 +129,7 @@ def test_a_session_of_another_stack_or_too_few_sessions_is_refused() -> None:
         hardware="cpu",
     )
     del other["tiny-t5-vanilla"]
-    sessions[2] = Session(name="s3", date=None, commit=None, host=None, readings=other)
+    sessions[2] = Session(name="s3", date=None, commit=None, host=None, versions=VERSIONS, readings=other)
     cases = {c.case: c for c in pool(sessions, _targets(), CLASS).cases}
     assert "s3 ran another stack or case than the baseline recorded" in str(cases["tiny-bert-vanilla"].refused)
     assert "peak memory" in str(cases["tiny-bert-vanilla"].refused)
@@ -151,7 +154,7 @@ def _record(case: str, steps: list[float], *, torch: str = "2.13.0+cpu") -> dict
     }  # fmt: skip
 
 
-def _project(tmp_path: Path) -> Path:
+def _project(tmp_path: Path, scales: tuple[float, ...] = (1.0, 1.12, 0.94)) -> Path:
     (tmp_path / "pyproject.toml").write_text(
         '[tool.perfsuite.overrides."cpu/*"]\ntime_floor = 0.15\ntime_k = 1.5\nmax_refresh_spread = 0.10\n'
         "time_drift_limit = 0.15\n"
@@ -160,9 +163,9 @@ def _project(tmp_path: Path) -> Path:
     for case in CASES:
         (tmp_path / "baselines" / "cpu" / f"{case}.json").write_text((BASELINES / f"{case}.json").read_text())
     files = []
-    for n, scale in enumerate([1.0, 1.12, 0.94]):
+    for n, scale in enumerate(scales):
         env = {"date": f"2026-12-0{n + 1}T0{n}:00:00+00:00", "commit": "abc", "python": "3.11.7",
-               "versions": {"torch": "2.13.0+cpu"}}  # fmt: skip
+               "versions": dict(VERSIONS)}  # fmt: skip
         cases = [_record(case, _steps(case, n, scale)) for case in CASES]
         files.append(tmp_path / f"session-{n + 1}.json")
         files[-1].write_text(json.dumps({"schema_version": 1, "env": env, "cases": cases}))
@@ -174,28 +177,69 @@ def test_pool_writes_the_class_step_time_only(
 ) -> None:
     monkeypatch.chdir(_project(tmp_path))
     before = {case: _stored(case) for case in CASES}
+
+    def now(case: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((tmp_path / "baselines" / "cpu" / f"{case}.json").read_text())
+        return data
+
     sessions = ["session-1.json", "session-2.json", "session-3.json"]
     assert main(["baselines", "pool", *sessions, "--dry-run"]) == 0
     assert "nothing written" in capsys.readouterr().out
-    assert all(json.loads((tmp_path / "baselines" / "cpu" / f"{c}.json").read_text()) == before[c] for c in CASES)
+    assert all(now(c) == before[c] for c in CASES)
 
-    assert main(["baselines", "pool", *sessions, "-k", "tiny-bert"]) == 0
+    # Three of six, while the other three have no time of this class: a later session's gate would take
+    # no drift out of three cases alone, so these sessions, 12% apart, spread too wide for it.
+    assert main(["baselines", "pool", *sessions, "-k", "tiny-bert"]) == 1
     out = capsys.readouterr().out
-    assert f"pooling 3 sessions of {CLASS}, from 2026-12-01T00:00 to 2026-12-03T02:00 (50 h 0 min)" in out
+    assert "float32 +10.3% (3 cases: too few, each gated alone)" in out
+    assert "0 case(s) pooled" in out
+    assert all(now(c) == before[c] for c in CASES)
+
+    assert main(["baselines", "pool", *sessions]) == 0
+    out = capsys.readouterr().out
+    assert f"pooling 3 sessions of {CLASS}, from 2026-12-01T00:00 to 2026-12-03T02:00 UTC (50 h 0 min)" in out
     assert "session-2.json: 2026-12-02T01:00:00+00:00, abc, drift against the pool: float32 +1" in out
     assert re.search(
         r"^tiny-bert-lora +new → 12\.\d+× calibration, spread \d\.\d% over 3 sessions: gate ±15%$", out, re.M
     )
-    assert "tiny-gpt2" not in out
     for case in CASES:
-        after = json.loads((tmp_path / "baselines" / "cpu" / f"{case}.json").read_text())
-        if not case.startswith("tiny-bert"):  # -k
-            assert after == before[case]
-            continue
+        after = now(case)
         entry = after["time"].pop(CLASS)
         assert after == before[case]  # every other class, memory and loss as they were
         assert entry["unit"] == "calibrated"
         assert len(entry["repeats"]) == len(entry["sessions"]) == 3
+
+    # Now that the others hold this class's time, they count towards each session's drift against it.
+    assert main(["baselines", "pool", *sessions, "-k", "tiny-bert"]) == 0
+    out = capsys.readouterr().out
+    assert "float32 +1" in out
+    assert "(6 cases)" in out
+    assert "tiny-gpt2" not in out.split("\n", 4)[-1]  # not written, not shown
+
+
+def test_a_session_given_twice_or_run_otherwise_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(_project(tmp_path, scales=(1.0, 1.02, 0.99)))  # hosts close enough for cases gated alone
+    assert main(["baselines", "pool", "session-1.json", "session-2.json", "./session-1.json"]) == 2
+    assert "session-1.json and session-1.json are the same session" in capsys.readouterr().err
+    copy = tmp_path / "copy.json"
+    copy.write_text((tmp_path / "session-2.json").read_text())
+    assert main(["baselines", "pool", "session-1.json", "session-2.json", "copy.json"]) == 2
+    assert "session-2.json and copy.json are the same session" in capsys.readouterr().err
+
+    data = json.loads((tmp_path / "session-2.json").read_text())
+    lora = next(c for c in data["cases"] if c["strategy"] == "lora")
+    lora["threads"] = 2
+    vanilla = next(c for c in data["cases"] if c["model"] == "tiny-bert" and c["strategy"] == "vanilla")
+    vanilla["step_time_calibrated"]["samples"][3] = 0.0
+    (tmp_path / "session-2.json").write_text(json.dumps(data))
+    assert main(["baselines", "pool", "session-1.json", "session-2.json", "session-3.json"]) == 1
+    out = capsys.readouterr().out
+    assert "tiny-bert-lora       refused: session-2.json ran the case otherwise than its baseline recorded " in out
+    assert "(threads 1 there, 2 here)" in out
+    assert "tiny-bert-vanilla    refused: session-2.json's step times are not all finite and above 0" in out
+    assert "4 case(s) pooled" in out
 
 
 def test_sessions_of_different_stacks_do_not_pool(

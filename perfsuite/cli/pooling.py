@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 import json
-import sys
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import timezone
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ from perfsuite.core.baselines import BaselineError, baseline_path, load_baseline
 from perfsuite.core.drift import MIN_CASES, Drift, drift_group
 from perfsuite.core.gates import format_time, rel_change
 from perfsuite.core.observation import observe
-from perfsuite.core.pooled import MIN_SESSIONS, Pool, Reading, Session, Target, pool
+from perfsuite.core.pooled import MIN_SESSIONS, SPEC_KEYS, Pool, Reading, Session, Target, pool, when
 from perfsuite.core.results import Results, ResultsError, load_results
 from perfsuite.core.tolerance import ConfigError, resolve_tolerance
 
@@ -41,13 +39,14 @@ def add_parser(actions: Any) -> None:
 
 
 def run(args: Any) -> int:
+    """Read, check and pool the files; print each case; write unless ``--dry-run``. 0, 1 (a case refused), 2."""
     if len(args.results) < MIN_SESSIONS:
         return fail(f"pooling needs at least {MIN_SESSIONS} sessions' results files, got {len(args.results)}")
     try:
         files = [load_results(path) for path in args.results]
     except ResultsError as exc:
         return fail(str(exc))
-    problem = _one_stack(files)
+    problem = _one_stack(files) or _distinct(files)
     if problem is not None:
         return fail(problem)
     settings, root = project_baselines()
@@ -57,6 +56,8 @@ def run(args: Any) -> int:
     classes = sorted(
         {str(c.record.time_class) for f in files for c in f.cases if c.ran and c.record and c.record.time_class}
     )
+    if not classes:
+        return fail("no case in these files ran to the end with a time class: nothing to pool")
     time_class = args.time_class or (classes[0] if len(classes) == 1 else None)
     if time_class not in classes:
         named = f"--time-class {args.time_class}: no case of that class" if args.time_class else "several classes"
@@ -69,11 +70,11 @@ def run(args: Any) -> int:
         targets = _targets(sessions, root, settings)
     except ConfigError as exc:
         return fail(str(exc))
-    # Every case of the class is pooled, so that each session's drift is the median over all of its
-    # cases, as its gate reads it; -k picks what is shown and written.
-    result = pool(sessions, targets, time_class)
-    if pattern is not None:
-        result = dataclasses.replace(result, cases=[c for c in result.cases if fnmatch.fnmatchcase(c.case, pattern)])
+    # -k picks what is written; every case of the class counts towards each session's drift, the others
+    # against the time their baseline holds, as a later gate counts them.
+    result = pool(
+        sessions, targets, time_class, written=lambda case: pattern is None or fnmatch.fnmatchcase(case, pattern)
+    )
     if not result.cases:
         return fail(f"-k {args.pattern}: no case of {time_class} in these files matches")
     _print(result, sessions, files, targets)
@@ -98,11 +99,27 @@ def _one_stack(files: Sequence[Results]) -> str | None:
     return None
 
 
+def _distinct(files: Sequence[Results]) -> str | None:
+    """Why these files are not as many sessions (``None`` when they are): a file given twice, or two copies
+    of one session (the same date, commit and host), would pool as repeats that agree by construction."""
+    seen: dict[object, str] = {}
+    for f in files:
+        for key in (
+            ("path", Path(f.path).resolve()),
+            ("env", f.env.get("date"), f.env.get("commit"), f.env.get("host")),
+        ):
+            if key in seen:
+                return f"{seen[key]} and {f.path} are the same session: pool different sessions' files"
+            seen[key] = f.path
+    return None
+
+
 def _session(results: Results, time_class: str) -> Session:
-    readings = {}
+    """One file's readings of ``time_class``: the first run of each case, as the gate observes it."""
+    readings: dict[str, Reading] = {}
     for case in results.cases:
         record = case.record
-        if not case.ran or record is None or record.time_class != time_class:
+        if not case.ran or record is None or record.time_class != time_class or case.id in readings:
             continue
         try:
             observed = observe(record, time_unit="calibrated" if record.device == "cpu" else "s")
@@ -113,15 +130,22 @@ def _session(results: Results, time_class: str) -> Session:
             group=drift_group(record),
             hardware=str(record.hardware or "cpu"),
             precision=str(record.precision or "fp32"),
+            spec={key: getattr(record, key) for key in SPEC_KEYS} | {"world_size": record.world_size or 1},
             device=record.device_name,
         )
     env = results.env
     return Session(
-        name=results.path, date=env.get("date"), commit=env.get("commit"), host=env.get("host"), readings=readings
+        name=results.path,
+        date=env.get("date"),
+        commit=env.get("commit"),
+        host=env.get("host"),
+        versions=env.get("versions") or {},
+        readings=readings,
     )
 
 
 def _targets(sessions: Sequence[Session], root: Path, settings: Mapping[str, Any]) -> dict[str, Target]:
+    """Each case's stored baseline (or why it cannot be read) and resolved tolerance."""
     targets = {}
     for case_id in sorted({c for s in sessions for c in s.readings}):
         reading = next(s.readings[case_id] for s in sessions if case_id in s.readings)
@@ -142,24 +166,23 @@ def _targets(sessions: Sequence[Session], root: Path, settings: Mapping[str, Any
 
 
 def _span(sessions: Sequence[Session]) -> str:
-    """``from 2026-12-05T22:28 to 2026-12-06T02:41 (4 h 13 min)``, or what is known of it."""
-    try:
-        dates = sorted(datetime.fromisoformat(s.date) for s in sessions if s.date)
-    except ValueError:
-        return "at times their files do not say in a form read here"
+    """``from 2026-12-05T22:28 to 2026-12-06T02:41 (4 h 13 min)`` (UTC), or what is known of it."""
+    dates = sorted(moment for s in sessions if (moment := when(s.date)) is not None)
     if len(dates) < len(sessions):
-        return f"{len(sessions) - len(dates)} of them undated"
+        return f"{len(sessions) - len(dates)} of them without a date read here"
     minutes = round((dates[-1] - dates[0]).total_seconds() / 60)
-    return f"from {dates[0]:%Y-%m-%dT%H:%M} to {dates[-1]:%Y-%m-%dT%H:%M} ({minutes // 60} h {minutes % 60} min)"
+    first, last = (d.astimezone(timezone.utc) for d in (dates[0], dates[-1]))
+    return f"from {first:%Y-%m-%dT%H:%M} to {last:%Y-%m-%dT%H:%M} UTC ({minutes // 60} h {minutes % 60} min)"
 
 
 def _print(result: Pool, sessions: Sequence[Session], files: Sequence[Results], targets: Mapping[str, Target]) -> None:
+    """The sessions (each one's drift against the pool), then one line per case: old → new, or refused."""
     versions = files[0].env["versions"]
     stack = ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
     print(f"pooling {len(sessions)} sessions of {result.time_class}, {_span(sessions)}; one stack: {stack}")
     limit = max(t.tolerance.time_drift_limit for t in targets.values())
     for session, drifts in zip(sessions, result.drifts, strict=True):
-        moved = "; ".join(_drift(group, d, limit) for group, d in sorted(drifts.items()))
+        moved = "; ".join(_drift(g, d, limit) for g, d in sorted(drifts.items(), key=lambda gd: -gd[1].cases))
         commit = (session.commit or "no commit")[:12]
         print(f"  {session.name}: {session.date or 'undated'}, {commit}, drift against the pool: {moved or '—'}")
     width = max(len(c.case) for c in result.cases)
@@ -179,14 +202,15 @@ def _print(result: Pool, sessions: Sequence[Session], files: Sequence[Results], 
 
 
 def _drift(group: str, drift: Drift, limit: float) -> str:
-    """``float32 -2.9% over 29 cases``, and whether the gate would take it out."""
-    said = f"{group.rsplit('/', 1)[-1]} {drift.change:+.1%} over {drift.cases} case(s)"
+    """``float32 -2.9% (29 cases)``, and where the gate would not take it out."""
+    dtype, cases = group.rsplit("/", 1)[-1], f"{drift.cases} case{'s' if drift.cases > 1 else ''}"
     if drift.cases < MIN_CASES:
-        return f"{said} (too few to take out)"
-    return said if drift.applies(limit) else f"{said} (beyond ±{limit:.0%}: not taken out)"
+        return f"{dtype} {drift.change:+.1%} ({cases}: too few, each gated alone)"
+    return f"{dtype} {drift.change:+.1%} ({cases}{'' if drift.applies(limit) else f': beyond ±{limit:.0%}, kept'})"
 
 
 def _write(result: Pool, targets: Mapping[str, Target], root: Path, *, dry_run: bool) -> int:
+    """Every pooled case's baseline with the class's new time (all at once, atomically); the exit code."""
     texts: dict[Path, str] = {}
     for case in result.cases:
         target = targets[case.case]
@@ -202,7 +226,6 @@ def _write(result: Pool, targets: Mapping[str, Target], root: Path, *, dry_run: 
     what = "would be written (--dry-run: nothing written)" if dry_run else f"written under {root}"
     print(
         f"{len(texts)} case(s) pooled, {what}: their {result.time_class} step time only, memory and loss "
-        f"untouched; {refused} refused",
-        file=sys.stdout,
+        f"untouched; {refused} refused"
     )
     return 1 if refused else 0

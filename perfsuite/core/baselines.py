@@ -127,8 +127,8 @@ def load_baseline(path: Path, *, case_id: str, hardware: str) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise MissingBaseline(missing_message(path, case_id=case_id, hardware=hardware)) from None
-    except (OSError, UnicodeDecodeError) as exc:  # a directory, unreadable, not UTF-8
-        why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else (exc.strerror or str(exc))
+    except (OSError, ValueError) as exc:  # a directory, unreadable, not UTF-8, a NUL in the name
+        why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else (getattr(exc, "strerror", None) or str(exc))
         raise BaselineError(f"{path}: cannot read the baseline ({why})") from None
     try:
         data = json.loads(text)

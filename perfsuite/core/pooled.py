@@ -23,20 +23,37 @@ or another case, and the case is refused, naming that session.
 
 from __future__ import annotations
 
+import datetime
+import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from perfsuite.core.baselines import robust_spread, step_medians
 from perfsuite.core.drift import Drift, estimate
-from perfsuite.core.gates import compare
+from perfsuite.core.gates import compare, time_change
 from perfsuite.core.observation import Observation
 from perfsuite.core.stats import paired_change
 from perfsuite.core.tolerance import Tolerance
 
 MIN_SESSIONS = 3
 """Fewest sessions a case's pooled step time is read from (a refresh's default repeats)."""
+SPEC_KEYS = ("threads", "steps", "warmup_steps", "batch_size", "micro_batch_size", "seq_len", "world_size")
+"""What a run must share with its baseline's ``spec`` for its step time to be a repeat of that case's: the
+same memory and loss can come from a run of other threads or steps, whose time is another."""
+
+
+def when(date: str | None) -> datetime.datetime | None:
+    """A results file's ``date`` as an aware time (one without a zone taken as UTC); ``None`` when it is not
+    an ISO 8601 date."""
+    try:
+        parsed = datetime.datetime.fromisoformat(date) if date else None
+    except ValueError:
+        return None
+    if parsed is not None and parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.timezone.utc)
+    return parsed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +67,8 @@ class Reading:
     """Its baselines' directory (``cpu``, or the GPU model)."""
     precision: str = "fp32"
     """The precision the case asked for, which picks its loss tolerance."""
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    """How it ran, in the baseline's ``spec`` keys (:data:`SPEC_KEYS`), to be checked against it."""
     device: str | None = None
     """The device's name, kept with the step time for a reader."""
 
@@ -63,6 +82,8 @@ class Session:
     date: str | None
     commit: str | None
     host: str | None
+    versions: Mapping[str, Any]
+    """The stack it ran (its ``env.versions``), which each case's baseline must have recorded too."""
     readings: Mapping[str, Reading]
 
 
@@ -105,6 +126,25 @@ class Pool:
 def _differs(case_id: str, session: Session, target: Target, reading: Reading) -> str | None:
     """Why this session's run is not of the stack and case the baseline recorded (``None`` when it is)."""
     assert target.stored is not None
+    recorded = (target.stored.get("provenance") or {}).get("versions") or {}
+    stack = [
+        f"{k} {recorded.get(k)} there, {session.versions.get(k)} here"
+        for k in sorted({*recorded, *session.versions})
+        if recorded.get(k) != session.versions.get(k)
+    ]
+    if stack:
+        return f"{session.name} ran another stack than its baseline recorded ({'; '.join(stack)}): refresh it first"
+    spec = target.stored.get("spec") or {}
+    ran = [
+        f"{k} {spec[k]} there, {reading.spec[k]} here"
+        for k in SPEC_KEYS
+        if spec.get(k) is not None and reading.spec.get(k) is not None and spec[k] != reading.spec[k]
+    ]
+    if ran:
+        return f"{session.name} ran the case otherwise than its baseline recorded ({'; '.join(ran)})"
+    observed = reading.observed
+    if not all(math.isfinite(t) and t > 0 for t in (observed.time, *observed.time_steps)):
+        return f"{session.name}'s step times are not all finite and above 0"
     checks = compare(
         case_id, target.stored, reading.observed, target.tolerance, hardware=target.hardware, gate_time=False
     )
@@ -130,7 +170,9 @@ def _readable(case_id: str, sessions: Sequence[Session], target: Target) -> tupl
         (sessions[i].readings[case_id].observed.time_unit, sessions[i].readings[case_id].observed.calibration)
         for i in read
     }
-    if len(lengths) != 1 or 0 in lengths:
+    if 0 in lengths:
+        return read, "a session kept no step-by-step times of it"
+    if len(lengths) != 1:
         return read, f"its sessions timed different numbers of steps ({', '.join(map(str, sorted(lengths)))})"
     if len(units) != 1:
         return read, "its sessions' step times are in different units or calibrations"
@@ -142,34 +184,47 @@ def _raw_deviations(steps: Sequence[Sequence[float]]) -> list[float]:
     return [paired_change(s, step_medians([o for j, o in enumerate(steps) if j != i])) for i, s in enumerate(steps)]
 
 
-def pool(sessions: Sequence[Session], targets: Mapping[str, Target], time_class: str) -> Pool:
-    """Pool the step times of ``targets``' cases over ``sessions`` (all of ``time_class``)."""
+def pool(
+    sessions: Sequence[Session],
+    targets: Mapping[str, Target],
+    time_class: str,
+    *,
+    written: Callable[[str], bool] = lambda case: True,
+) -> Pool:
+    """Pool the step times over ``sessions`` (all of ``time_class``) of ``targets``' cases that ``written``
+    selects. The others count towards each session's drift as a later gate counts them: against the time
+    their baseline holds for the class, where it holds one."""
     cases: list[PooledCase] = []
-    raw: dict[str, dict[int, float]] = {}
-    whole: dict[str, dict[int, float]] = {}
+    # Each case's change in each session: against the other sessions (what its spread is read from), and
+    # against the pooled baseline (what a later session is gated against).
+    against_others: dict[str, dict[int, float]] = {}
+    against_pool: dict[str, dict[int, float]] = {}
     for case_id, target in sorted(targets.items()):
         read, problem = _readable(case_id, sessions, target)
-        pooled = PooledCase(case=case_id, sessions=[sessions[i].name for i in read], refused=problem)
-        cases.append(pooled)
-        if problem is None:
+        if written(case_id):
+            cases.append(PooledCase(case=case_id, sessions=[sessions[i].name for i in read], refused=problem))
+        if problem is None and written(case_id):
             steps = [sessions[i].readings[case_id].observed.time_steps for i in read]
-            raw[case_id] = dict(zip(read, _raw_deviations(steps), strict=True))
-            whole[case_id] = {i: paired_change(s, step_medians(steps)) for i, s in zip(read, steps, strict=True)}
+            against_others[case_id] = dict(zip(read, _raw_deviations(steps), strict=True))
+            against_pool[case_id] = {i: paired_change(s, step_medians(steps)) for i, s in zip(read, steps, strict=True)}
+        elif target.stored is not None:
+            kept = _against_stored(case_id, sessions, target)
+            against_others[case_id] = against_pool[case_id] = kept
 
-    drifts = [_drifts(i, session, whole, targets) for i, session in enumerate(sessions)]
-    others = [_drifts(i, session, raw, targets) for i, session in enumerate(sessions)]
+    drifts = [_drifts(i, session, against_pool, targets) for i, session in enumerate(sessions)]
+    others = [_drifts(i, session, against_others, targets) for i, session in enumerate(sessions)]
     for pooled in cases:
         if pooled.refused is not None:
             continue
         target = targets[pooled.case]
         limit = target.tolerance.time_drift_limit
-        read = sorted(raw[pooled.case])
+        read = sorted(against_others[pooled.case])
         for i in read:
             group = sessions[i].readings[pooled.case].group
-            change = raw[pooled.case][i]
+            change = against_others[pooled.case][i]
             # Whether the gate would take the session's drift out is read against the pooled baseline, as
             # a later session's is; what is taken out is its drift against the other sessions, the same
-            # reference as the case's own change.
+            # reference as the case's own change (Drift.gated, with the two references apart).
             applies = group in drifts[i] and drifts[i][group].applies(limit)
             pooled.deviations.append((1 + change) / (1 + others[i][group].change) - 1 if applies else change)
         pooled.spread = robust_spread(pooled.deviations)
@@ -178,6 +233,26 @@ def pool(sessions: Sequence[Session], targets: Mapping[str, Target], time_class:
             continue
         pooled.entry = _entry([sessions[i] for i in read], pooled.case, pooled.spread)
     return Pool(time_class=time_class, drifts=drifts, cases=cases)
+
+
+def _against_stored(case_id: str, sessions: Sequence[Session], target: Target) -> dict[int, float]:
+    """A case not written: its change in each session against the time its baseline holds for the class
+    (none where it holds none, as the gate compares none)."""
+    assert target.stored is not None
+    changes = {}
+    for i, session in enumerate(sessions):
+        reading = session.readings.get(case_id)
+        change = None if reading is None else _safe_change(target.stored, reading.observed)
+        if change is not None:
+            changes[i] = change
+    return changes
+
+
+def _safe_change(stored: Mapping[str, Any], observed: Observation) -> float | None:
+    """:func:`perfsuite.core.gates.time_change`, ``None`` where a step time is not above 0."""
+    if not all(math.isfinite(t) and t > 0 for t in (observed.time, *observed.time_steps)):
+        return None
+    return time_change(stored, observed)
 
 
 def _drifts(
@@ -209,7 +284,7 @@ def _entry(sessions: Sequence[Session], case_id: str, spread: float | None) -> d
     and the sessions it was pooled from."""
     readings = [s.readings[case_id] for s in sessions]
     first = readings[0].observed
-    dates = [s.date for s in sessions if s.date]
+    dated = [(moment, s.date) for s in sessions if (moment := when(s.date)) is not None]
     return {
         "unit": first.time_unit,
         "median": statistics.median(r.observed.time for r in readings),
@@ -218,7 +293,7 @@ def _entry(sessions: Sequence[Session], case_id: str, spread: float | None) -> d
         "steps": step_medians([r.observed.time_steps for r in readings]),
         "step_time_s_median": statistics.median(r.observed.step_time_s for r in readings),
         "calibration": first.calibration,
-        "recorded": max(dates) if dates else None,
+        "recorded": max(dated)[1] if dated else None,
         "device": readings[0].device,
         "sessions": [{"date": s.date, "commit": s.commit, "host": s.host} for s in sessions],
     }

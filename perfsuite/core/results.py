@@ -36,8 +36,7 @@ SCHEMA_VERSIONS = {
     RUN_RESULTS_SCHEMA_VERSION: "perfsuite run --json",
     PYTEST_RESULTS_SCHEMA_VERSION: "pytest --perfsuite-json",
 }
-"""The ``schema_version`` values this perfsuite reads, and whose file each first was (either file is read
-under either: a file is told by its cases)."""
+"""The ``schema_version`` values read here, and whose file each first was (a file is told by its cases)."""
 GATE_STATUSES = ("passed", "failed", "skipped", "missing", "refreshed", "refused", "not reached")
 """An outcome's ``status`` in ``pytest --perfsuite-json``'s file (:class:`perfsuite.core.gates.Outcome`)."""
 
@@ -252,6 +251,7 @@ _KINDS: dict[str, Callable[[Any], bool]] = {
 }
 # What a report, a merge and the history read of a file, and so check: its env, each outcome and each check.
 _ENV = {"date": _TEXT, "commit": _TEXT, "dirty": _FLAG, "untracked": _FLAG, "python": _TEXT, "versions": _OBJECT}
+_ENV |= {"host": _TEXT}
 _OUTCOME = {"hardware": _TEXT, "message": _TEXT, "checks": _LIST, "records": _LIST, "baseline": _OBJECT}
 _OUTCOME |= {"tolerance": _OBJECT}
 _CHECK = {"metric": _TEXT, "ok": _FLAG, "compared": _FLAG, "change": _TEXT, "rel": _NUMBER, "limit": _NUMBER}
