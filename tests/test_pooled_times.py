@@ -15,7 +15,7 @@ import pytest
 
 from perfsuite.cli import main
 from perfsuite.core.observation import Observation
-from perfsuite.core.pooled import MIN_SESSIONS, Reading, Session, Target, pool
+from perfsuite.core.pooled import MIN_SESSIONS, Reading, Session, Target, held_out, pool
 from perfsuite.core.tolerance import Tolerance
 
 BASELINES = Path(__file__).parents[1] / "baselines" / "cpu"
@@ -119,6 +119,19 @@ def test_a_case_moved_against_the_rest_in_one_session_is_refused_of_three_and_se
     assert max(lora.deviations) > 0.15  # read, then set aside as one of four
 
 
+def test_each_session_held_out_is_gated_against_the_pool_of_the_others() -> None:
+    # Five sessions on hosts up to 12% apart; the fourth read tiny-bert-lora 25% slower than the rest.
+    sessions = _sessions([1.0, 1.12, 0.94, 1.05, 0.98], {(3, "tiny-bert-lora"): 1.25})
+    checks = held_out(sessions, _targets(), CLASS)
+    assert [c.session for c in checks] == ["s1", "s2", "s3", "s4", "s5"]
+    assert [c.beyond for c in checks] == [[], [], [], ["tiny-bert-lora"], []]
+    assert checks[3].changes["tiny-bert-lora"] == pytest.approx(0.25, abs=0.03)  # the host's 5% taken out
+    assert checks[3].gates["tiny-bert-lora"] == 0.15
+    # The others within a few percent: lora's pools of four hold the slow session, which moves their medians.
+    assert all(abs(change) < 0.05 for c in checks for case, change in c.changes.items() if case not in c.beyond)
+    assert held_out(sessions[:3], _targets(), CLASS) == []  # a pool of two is none
+
+
 def test_a_session_of_another_stack_or_too_few_sessions_is_refused() -> None:
     sessions = _sessions([1.0, 1.0, 1.0])
     other = dict(sessions[2].readings)
@@ -199,6 +212,7 @@ def test_pool_writes_the_class_step_time_only(
     out = capsys.readouterr().out
     assert f"pooling 3 sessions of {CLASS}, from 2026-12-01T00:00 to 2026-12-03T02:00 UTC (50 h 0 min)" in out
     assert "session-2.json: 2026-12-02T01:00:00+00:00, abc, drift against the pool: float32 +1" in out
+    assert "held out: none (3 sessions; of 4 or more, each is also gated against the pool of the others" in out
     assert re.search(
         r"^tiny-bert-lora +new → 12\.\d+× calibration, spread \d\.\d% over 3 sessions: gate ±15%$", out, re.M
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import statistics
 from collections.abc import Mapping, Sequence
 from datetime import timezone
 from pathlib import Path
@@ -15,7 +16,18 @@ from perfsuite.core.baselines import BaselineError, baseline_path, load_baseline
 from perfsuite.core.drift import MIN_CASES, Drift, drift_group
 from perfsuite.core.gates import format_time, rel_change
 from perfsuite.core.observation import observe
-from perfsuite.core.pooled import MIN_SESSIONS, SPEC_KEYS, Pool, Reading, Session, Target, pool, when
+from perfsuite.core.pooled import (
+    MIN_SESSIONS,
+    SPEC_KEYS,
+    HeldOut,
+    Pool,
+    Reading,
+    Session,
+    Target,
+    held_out,
+    pool,
+    when,
+)
 from perfsuite.core.results import Results, ResultsError, load_results
 from perfsuite.core.tolerance import ConfigError, resolve_tolerance
 
@@ -70,14 +82,18 @@ def run(args: Any) -> int:
         targets = _targets(sessions, root, settings)
     except ConfigError as exc:
         return fail(str(exc))
+
     # -k picks what is written; every case of the class counts towards each session's drift, the others
     # against the time their baseline holds, as a later gate counts them.
-    result = pool(
-        sessions, targets, time_class, written=lambda case: pattern is None or fnmatch.fnmatchcase(case, pattern)
-    )
+    def written(case: str) -> bool:
+        return pattern is None or fnmatch.fnmatchcase(case, pattern)
+
+    result = pool(sessions, targets, time_class, written=written)
+    checks = held_out(sessions, targets, time_class, written=written)
     if not result.cases:
         return fail(f"-k {args.pattern}: no case of {time_class} in these files matches")
     _print(result, sessions, files, targets)
+    _print_held_out(checks, len(sessions))
     return _write(result, targets, root, dry_run=args.dry_run)
 
 
@@ -199,6 +215,34 @@ def _print(result: Pool, sessions: Sequence[Session], files: Sequence[Results], 
             f"{case.case:<{width}}  {before} → {format_time(case.entry['median'], unit)}{change}, spread "
             f"{case.spread or 0.0:.1%} over {len(case.sessions)} sessions: gate ±{gate:.0%}"
         )
+
+
+def _print_held_out(checks: Sequence[HeldOut], sessions: int) -> None:
+    """The A/A the files make: each session against the pool of the others."""
+    if not checks:
+        print(
+            f"held out: none ({sessions} sessions; of {MIN_SESSIONS + 1} or more, each is also gated against "
+            "the pool of the others, an A/A from these files)"
+        )
+        return
+    print("held out, each session gated against the pool of the others as a later session's gate reads it:")
+    for check in checks:
+        if not check.changes:
+            print(f"  {check.session}: no case compared")
+            continue
+        sizes = sorted(abs(c) for c in check.changes.values())
+        outside = ", ".join(
+            f"{case} {check.changes[case]:+.1%} (gate ±{check.gates[case]:.0%})" for case in check.beyond
+        )
+        print(
+            f"  {check.session}: {len(sizes)} cases, median |change| {statistics.median(sizes):.1%}, largest "
+            f"{sizes[-1]:.1%}; {f'outside their gates: {outside}' if outside else 'none outside its gate'}"
+        )
+    readings = sum(len(c.changes) for c in checks)
+    print(
+        f"  in all: {sum(len(c.beyond) for c in checks)} of {readings} first readings outside their gates "
+        "(the gate runs such a case again; two of three runs decide)"
+    )
 
 
 def _drift(group: str, drift: Drift, limit: float) -> str:

@@ -297,3 +297,62 @@ def _entry(sessions: Sequence[Session], case_id: str, spread: float | None) -> d
         "device": readings[0].device,
         "sessions": [{"date": s.date, "commit": s.commit, "host": s.host} for s in sessions],
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeldOut:
+    """One session gated against the pool of the other sessions, as a later session's gate reads it: an
+    A/A of the pooled times, from the files themselves."""
+
+    session: str
+    changes: dict[str, float]
+    """Each written case's change as the gate judges it (its drift taken out where the gate takes it out)."""
+    gates: dict[str, float]
+    """Each one's gate: the tolerance its spread in that pool sets."""
+
+    @property
+    def beyond(self) -> list[str]:
+        """The cases whose first reading lies outside their gate (a retry would run them again)."""
+        return [case for case, change in self.changes.items() if abs(change) > self.gates[case]]
+
+
+def held_out(
+    sessions: Sequence[Session],
+    targets: Mapping[str, Target],
+    time_class: str,
+    *,
+    written: Callable[[str], bool] = lambda case: True,
+) -> list[HeldOut]:
+    """Each session gated against :func:`pool` of the others (none of fewer than ``MIN_SESSIONS + 1``
+    sessions): its cases' first readings, the drift of its group counted as in :func:`pool`."""
+    if len(sessions) <= MIN_SESSIONS:
+        return []
+    checks = []
+    for k, session in enumerate(sessions):
+        pooled = pool([s for i, s in enumerate(sessions) if i != k], targets, time_class, written=written)
+        entries = {c.case: c for c in pooled.cases if c.entry is not None}
+        raw: dict[str, float] = {}
+        for case_id, target in targets.items():
+            reading = session.readings.get(case_id)
+            if reading is None:
+                continue
+            if case_id in entries:
+                change = _safe_change({"time": {time_class: entries[case_id].entry}}, reading.observed)
+            elif target.stored is not None and not written(case_id):
+                change = _safe_change(target.stored, reading.observed)
+            else:
+                continue
+            if change is not None:
+                raw[case_id] = change
+        drifts = _drifts(0, session, {case: {0: change} for case, change in raw.items()}, targets)
+        changes, gates = {}, {}
+        for case_id, entry in entries.items():
+            if case_id not in raw:
+                continue
+            tolerance = targets[case_id].tolerance
+            drift = drifts.get(session.readings[case_id].group)
+            change = raw[case_id]
+            changes[case_id] = drift.gated(change, tolerance.time_drift_limit) if drift is not None else change
+            gates[case_id] = tolerance.time_tolerance(entry.spread)
+        checks.append(HeldOut(session=session.name, changes=changes, gates=gates))
+    return checks
