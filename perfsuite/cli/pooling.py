@@ -5,31 +5,19 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import statistics
-from collections.abc import Mapping, Sequence
-from datetime import timezone
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from perfsuite.cli.common import fail, project_baselines
 from perfsuite.core.baselines import BaselineError, baseline_path, load_baseline, write_texts_atomic
-from perfsuite.core.drift import MIN_CASES, Drift, drift_group
-from perfsuite.core.gates import format_time, rel_change
+from perfsuite.core.drift import drift_group
 from perfsuite.core.observation import observe
-from perfsuite.core.pooled import (
-    MIN_SESSIONS,
-    SPEC_KEYS,
-    HeldOut,
-    Pool,
-    Reading,
-    Session,
-    Target,
-    held_out,
-    pool,
-    when,
-)
+from perfsuite.core.pooled import MIN_SESSIONS, SPEC_KEYS, Pool, Reading, Session, Target, pool
+from perfsuite.core.pooled_aa import held_out
 from perfsuite.core.results import Results, ResultsError, load_results
 from perfsuite.core.tolerance import ConfigError, resolve_tolerance
+from perfsuite.reports.pooled import case_lines, held_out_lines, plural, session_lines
 
 
 def add_parser(actions: Any) -> None:
@@ -45,7 +33,12 @@ def add_parser(actions: Any) -> None:
         f"from it ran another stack. At least {MIN_SESSIONS} sessions.",
     )
     pooled.add_argument("results", type=Path, nargs="+", help="the sessions' results files")
-    pooled.add_argument("-k", dest="pattern", metavar="GLOB", help="only cases whose id matches (e.g. tiny-bert-*)")
+    pooled.add_argument(
+        "-k",
+        dest="pattern",
+        metavar="GLOB",
+        help="write only this case, or the cases a glob or word matches (tiny-bert-*)",
+    )
     pooled.add_argument("--time-class", help="the class to pool where the files hold several")
     pooled.add_argument("--dry-run", action="store_true", help="show what would be stored, write nothing")
 
@@ -64,7 +57,6 @@ def run(args: Any) -> int:
     settings, root = project_baselines()
     if root is None:
         return fail("no baselines directory here: run this from the repository's root (`perfsuite init` makes one)")
-    pattern = args.pattern if args.pattern is None or any(c in args.pattern for c in "*?[") else f"*{args.pattern}*"
     classes = sorted(
         {str(c.record.time_class) for f in files for c in f.cases if c.ran and c.record and c.record.time_class}
     )
@@ -85,16 +77,34 @@ def run(args: Any) -> int:
 
     # -k picks what is written; every case of the class counts towards each session's drift, the others
     # against the time their baseline holds, as a later gate counts them.
-    def written(case: str) -> bool:
-        return pattern is None or fnmatch.fnmatchcase(case, pattern)
-
+    written = _selection(args.pattern, targets)
     result = pool(sessions, targets, time_class, written=written)
-    checks = held_out(sessions, targets, time_class, written=written)
     if not result.cases:
-        return fail(f"-k {args.pattern}: no case of {time_class} in these files matches")
-    _print(result, sessions, files, targets)
-    _print_held_out(checks, len(sessions))
+        return fail(f"-k {args.pattern}: no case of {time_class} in these files matches (a glob matches whole ids)")
+    kept = {c.case for c in result.cases if c.entry is not None}
+    checks = held_out(sessions, targets, time_class, written=written, kept=kept)
+    for line in [*session_lines(result, sessions, targets), *case_lines(result, targets, len(sessions))]:
+        print(line)
+    uncounted = [c for c in targets if not written(c) and not (targets[c].stored or {}).get("time", {}).get(time_class)]
+    if uncounted:
+        print(
+            f"{plural(len(uncounted), 'case')} of the class not written (-k) and holding no time of it count towards "
+            "no session's drift, as in a later gate: pool every case of a class first"
+        )
+    for line in held_out_lines(checks, len(sessions)):
+        print(line)
     return _write(result, targets, root, dry_run=args.dry_run)
+
+
+def _selection(pattern: str | None, targets: Mapping[str, Target]) -> Callable[[str], bool]:
+    """``-k``: a case id exactly, else a glob over whole ids, else a word anywhere in one; any case."""
+    if pattern is None:
+        return lambda case: True
+    wanted = pattern.lower()
+    if wanted in (c.lower() for c in targets):
+        return lambda case: case.lower() == wanted
+    glob = wanted if any(c in wanted for c in "*?[") else f"*{wanted}*"
+    return lambda case: fnmatch.fnmatchcase(case.lower(), glob)
 
 
 def _one_stack(files: Sequence[Results]) -> str | None:
@@ -181,78 +191,6 @@ def _targets(sessions: Sequence[Session], root: Path, settings: Mapping[str, Any
     return targets
 
 
-def _span(sessions: Sequence[Session]) -> str:
-    """``from 2026-12-05T22:28 to 2026-12-06T02:41 (4 h 13 min)`` (UTC), or what is known of it."""
-    dates = sorted(moment for s in sessions if (moment := when(s.date)) is not None)
-    if len(dates) < len(sessions):
-        return f"{len(sessions) - len(dates)} of them without a date read here"
-    minutes = round((dates[-1] - dates[0]).total_seconds() / 60)
-    first, last = (d.astimezone(timezone.utc) for d in (dates[0], dates[-1]))
-    return f"from {first:%Y-%m-%dT%H:%M} to {last:%Y-%m-%dT%H:%M} UTC ({minutes // 60} h {minutes % 60} min)"
-
-
-def _print(result: Pool, sessions: Sequence[Session], files: Sequence[Results], targets: Mapping[str, Target]) -> None:
-    """The sessions (each one's drift against the pool), then one line per case: old → new, or refused."""
-    versions = files[0].env["versions"]
-    stack = ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
-    print(f"pooling {len(sessions)} sessions of {result.time_class}, {_span(sessions)}; one stack: {stack}")
-    limit = max(t.tolerance.time_drift_limit for t in targets.values())
-    for session, drifts in zip(sessions, result.drifts, strict=True):
-        moved = "; ".join(_drift(g, d, limit) for g, d in sorted(drifts.items(), key=lambda gd: -gd[1].cases))
-        commit = (session.commit or "no commit")[:12]
-        print(f"  {session.name}: {session.date or 'undated'}, {commit}, drift against the pool: {moved or '—'}")
-    width = max(len(c.case) for c in result.cases)
-    for case in result.cases:
-        if case.entry is None:
-            print(f"{case.case:<{width}}  refused: {case.refused}")
-            continue
-        old = (targets[case.case].stored or {}).get("time", {}).get(result.time_class)
-        unit = case.entry["unit"]
-        before = "new" if not old or old.get("unit") != unit else format_time(float(old["median"]), unit)
-        change = "" if before == "new" else f" ({rel_change(case.entry['median'], float(old['median'])):+.1%})"
-        gate = targets[case.case].tolerance.time_tolerance(case.spread)
-        print(
-            f"{case.case:<{width}}  {before} → {format_time(case.entry['median'], unit)}{change}, spread "
-            f"{case.spread or 0.0:.1%} over {len(case.sessions)} sessions: gate ±{gate:.0%}"
-        )
-
-
-def _print_held_out(checks: Sequence[HeldOut], sessions: int) -> None:
-    """The A/A the files make: each session against the pool of the others."""
-    if not checks:
-        print(
-            f"held out: none ({sessions} sessions; of {MIN_SESSIONS + 1} or more, each is also gated against "
-            "the pool of the others, an A/A from these files)"
-        )
-        return
-    print("held out, each session gated against the pool of the others as a later session's gate reads it:")
-    for check in checks:
-        if not check.changes:
-            print(f"  {check.session}: no case compared")
-            continue
-        sizes = sorted(abs(c) for c in check.changes.values())
-        outside = ", ".join(
-            f"{case} {check.changes[case]:+.1%} (gate ±{check.gates[case]:.0%})" for case in check.beyond
-        )
-        print(
-            f"  {check.session}: {len(sizes)} cases, median |change| {statistics.median(sizes):.1%}, largest "
-            f"{sizes[-1]:.1%}; {f'outside their gates: {outside}' if outside else 'none outside its gate'}"
-        )
-    readings = sum(len(c.changes) for c in checks)
-    print(
-        f"  in all: {sum(len(c.beyond) for c in checks)} of {readings} first readings outside their gates "
-        "(the gate runs such a case again; two of three runs decide)"
-    )
-
-
-def _drift(group: str, drift: Drift, limit: float) -> str:
-    """``float32 -2.9% (29 cases)``, and where the gate would not take it out."""
-    dtype, cases = group.rsplit("/", 1)[-1], f"{drift.cases} case{'s' if drift.cases > 1 else ''}"
-    if drift.cases < MIN_CASES:
-        return f"{dtype} {drift.change:+.1%} ({cases}: too few, each gated alone)"
-    return f"{dtype} {drift.change:+.1%} ({cases}{'' if drift.applies(limit) else f': beyond ±{limit:.0%}, kept'})"
-
-
 def _write(result: Pool, targets: Mapping[str, Target], root: Path, *, dry_run: bool) -> int:
     """Every pooled case's baseline with the class's new time (all at once, atomically); the exit code."""
     texts: dict[Path, str] = {}
@@ -269,7 +207,7 @@ def _write(result: Pool, targets: Mapping[str, Target], root: Path, *, dry_run: 
         write_texts_atomic(texts)
     what = "would be written (--dry-run: nothing written)" if dry_run else f"written under {root}"
     print(
-        f"{len(texts)} case(s) pooled, {what}: their {result.time_class} step time only, memory and loss "
-        f"untouched; {refused} refused"
+        f"{plural(len(texts), 'case')} pooled, {what}: their {result.time_class} step time only, memory and "
+        f"loss untouched; {refused} refused"
     )
     return 1 if refused else 0

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfsuite.core.baselines import robust_spread, step_medians
+from perfsuite.core.baselines import robust_spread, set_aside, step_medians
 from perfsuite.core.drift import Drift, estimate
 from perfsuite.core.gates import compare, time_change
 from perfsuite.core.observation import Observation
@@ -107,9 +107,16 @@ class PooledCase:
     deviations: list[float] = field(default_factory=list)
     """Each session's change against the others, its drift taken out where the gate takes it out."""
     spread: float | None = None
+    set_aside: list[str] = field(default_factory=list)
+    """The sessions the spread set aside as the farthest (:func:`perfsuite.core.baselines.set_aside`)."""
     entry: dict[str, Any] | None = None
     """The time entry to store under the class (``None`` when refused)."""
     refused: str | None = None
+
+    @property
+    def too_few(self) -> bool:
+        """Refused only for being read in fewer than :data:`MIN_SESSIONS` sessions."""
+        return self.refused is not None and len(self.sessions) < MIN_SESSIONS and self.refused.startswith("read in")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,7 +140,10 @@ def _differs(case_id: str, session: Session, target: Target, reading: Reading) -
         if recorded.get(k) != session.versions.get(k)
     ]
     if stack:
-        return f"{session.name} ran another stack than its baseline recorded ({'; '.join(stack)}): refresh it first"
+        return (
+            f"{session.name} ran other package versions than its baseline was recorded on ({'; '.join(stack)}): "
+            "refresh the case on this stack first, or pool sessions of the baseline's"
+        )
     spec = target.stored.get("spec") or {}
     ran = [
         f"{k} {spec[k]} there, {reading.spec[k]} here"
@@ -141,7 +151,10 @@ def _differs(case_id: str, session: Session, target: Target, reading: Reading) -
         if spec.get(k) is not None and reading.spec.get(k) is not None and spec[k] != reading.spec[k]
     ]
     if ran:
-        return f"{session.name} ran the case otherwise than its baseline recorded ({'; '.join(ran)})"
+        return (
+            f"{session.name} ran it otherwise than its baseline recorded ({'; '.join(ran)}): pool sessions that "
+            "ran it as the baseline did"
+        )
     observed = reading.observed
     if not all(math.isfinite(t) and t > 0 for t in (observed.time, *observed.time_steps)):
         return f"{session.name}'s step times are not all finite and above 0"
@@ -150,7 +163,11 @@ def _differs(case_id: str, session: Session, target: Target, reading: Reading) -
     )
     for check in checks:
         if check.metric != "step time" and not (check.ok and check.compared):
-            return f"{session.name} ran another stack or case than the baseline recorded: {check.message}"
+            return (
+                f"{session.name}'s {check.metric} differs from its baseline's ({check.baseline} there, "
+                f"{check.measured} here): another stack or case "
+                "ran; pool sessions of the baseline's stack, or refresh the case first"
+            )
     return None
 
 
@@ -160,7 +177,7 @@ def _readable(case_id: str, sessions: Sequence[Session], target: Target) -> tupl
         return [], target.error
     read = [i for i, s in enumerate(sessions) if case_id in s.readings]
     if len(read) < MIN_SESSIONS:
-        return read, f"read in {len(read)} of {len(sessions)} session(s); a pooled step time needs {MIN_SESSIONS}"
+        return read, f"read in {len(read)} of {len(sessions)} sessions; a pooled step time needs {MIN_SESSIONS}"
     for i in read:
         problem = _differs(case_id, sessions[i], target, sessions[i].readings[case_id])
         if problem is not None:
@@ -211,8 +228,8 @@ def pool(
             kept = _against_stored(case_id, sessions, target)
             against_others[case_id] = against_pool[case_id] = kept
 
-    drifts = [_drifts(i, session, against_pool, targets) for i, session in enumerate(sessions)]
-    others = [_drifts(i, session, against_others, targets) for i, session in enumerate(sessions)]
+    drifts = [drifts_of(i, session, against_pool, targets) for i, session in enumerate(sessions)]
+    others = [drifts_of(i, session, against_others, targets) for i, session in enumerate(sessions)]
     for pooled in cases:
         if pooled.refused is not None:
             continue
@@ -228,8 +245,10 @@ def pool(
             applies = group in drifts[i] and drifts[i][group].applies(limit)
             pooled.deviations.append((1 + change) / (1 + others[i][group].change) - 1 if applies else change)
         pooled.spread = robust_spread(pooled.deviations)
+        farthest = sorted(range(len(read)), key=lambda j: -abs(pooled.deviations[j]))[: set_aside(len(read))]
+        pooled.set_aside = [pooled.sessions[j] for j in sorted(farthest)]
         if not target.tolerance.spread_fits(pooled.spread):
-            pooled.refused = _too_wide(pooled, target.tolerance)
+            pooled.refused = _too_wide(pooled, target.tolerance, time_class)
             continue
         pooled.entry = _entry([sessions[i] for i in read], pooled.case, pooled.spread)
     return Pool(time_class=time_class, drifts=drifts, cases=cases)
@@ -242,20 +261,20 @@ def _against_stored(case_id: str, sessions: Sequence[Session], target: Target) -
     changes = {}
     for i, session in enumerate(sessions):
         reading = session.readings.get(case_id)
-        change = None if reading is None else _safe_change(target.stored, reading.observed)
+        change = None if reading is None else safe_change(target.stored, reading.observed)
         if change is not None:
             changes[i] = change
     return changes
 
 
-def _safe_change(stored: Mapping[str, Any], observed: Observation) -> float | None:
+def safe_change(stored: Mapping[str, Any], observed: Observation) -> float | None:
     """:func:`perfsuite.core.gates.time_change`, ``None`` where a step time is not above 0."""
     if not all(math.isfinite(t) and t > 0 for t in (observed.time, *observed.time_steps)):
         return None
     return time_change(stored, observed)
 
 
-def _drifts(
+def drifts_of(
     index: int, session: Session, changes: Mapping[str, Mapping[int, float]], targets: Mapping[str, Target]
 ) -> dict[str, Drift]:
     """Session ``index``'s drift per group: the median of its cases' ``changes`` (those the gate would
@@ -267,15 +286,19 @@ def _drifts(
     return {g: d for g, values in by_group.items() if (d := estimate(g, values)) is not None}
 
 
-def _too_wide(pooled: PooledCase, tol: Tolerance) -> str:
+def _too_wide(pooled: PooledCase, tol: Tolerance, time_class: str) -> str:
+    """Why a case's sessions disagree too much to pool, each session's change, and the ways on (a line each)."""
     spread = pooled.spread or 0.0
     shown = ", ".join(f"{name} {d:+.1%}" for name, d in zip(pooled.sessions, pooled.deviations, strict=True))
+    over = [f"a ±{tol.wanted_tolerance(spread):.1%} gate, over its ±{tol.ceiling:.0%} ceiling"]
+    if spread > tol.max_refresh_spread:
+        over.append(f"over max_refresh_spread {tol.max_refresh_spread:.0%}")
+    ceiling = math.ceil(max(tol.wanted_tolerance(spread), spread * tol.time_k) * 100) / 100
     return (
-        f"its sessions spread {spread:.1%} (each against the others, a session's drift taken out where its gate "
-        f"would take it out: {shown}), so its gate would "
-        f"be ±{tol.wanted_tolerance(spread):.1%}, wider than its ceiling ±{tol.ceiling:.0%} or its "
-        f"max_refresh_spread {tol.max_refresh_spread:.0%}: pool more sessions, or compare side by side with "
-        "`perfsuite ab`"
+        f"sessions spread {spread:.1%} ({'; '.join(over)})\neach against the others: {shown}\nPool more "
+        f"sessions (of 4-6 the farthest is set aside), or widen its gate knowingly: "
+        f'[tool.perfsuite.overrides."{time_class}/{pooled.case}"] time_ceiling = {ceiling:g}'
+        + (f", max_refresh_spread = {math.ceil(spread * 100) / 100:g}" if spread > tol.max_refresh_spread else "")
     )
 
 
@@ -297,62 +320,3 @@ def _entry(sessions: Sequence[Session], case_id: str, spread: float | None) -> d
         "device": readings[0].device,
         "sessions": [{"date": s.date, "commit": s.commit, "host": s.host} for s in sessions],
     }
-
-
-@dataclass(frozen=True, kw_only=True)
-class HeldOut:
-    """One session gated against the pool of the other sessions, as a later session's gate reads it: an
-    A/A of the pooled times, from the files themselves."""
-
-    session: str
-    changes: dict[str, float]
-    """Each written case's change as the gate judges it (its drift taken out where the gate takes it out)."""
-    gates: dict[str, float]
-    """Each one's gate: the tolerance its spread in that pool sets."""
-
-    @property
-    def beyond(self) -> list[str]:
-        """The cases whose first reading lies outside their gate (a retry would run them again)."""
-        return [case for case, change in self.changes.items() if abs(change) > self.gates[case]]
-
-
-def held_out(
-    sessions: Sequence[Session],
-    targets: Mapping[str, Target],
-    time_class: str,
-    *,
-    written: Callable[[str], bool] = lambda case: True,
-) -> list[HeldOut]:
-    """Each session gated against :func:`pool` of the others (none of fewer than ``MIN_SESSIONS + 1``
-    sessions): its cases' first readings, the drift of its group counted as in :func:`pool`."""
-    if len(sessions) <= MIN_SESSIONS:
-        return []
-    checks = []
-    for k, session in enumerate(sessions):
-        pooled = pool([s for i, s in enumerate(sessions) if i != k], targets, time_class, written=written)
-        entries = {c.case: c for c in pooled.cases if c.entry is not None}
-        raw: dict[str, float] = {}
-        for case_id, target in targets.items():
-            reading = session.readings.get(case_id)
-            if reading is None:
-                continue
-            if case_id in entries:
-                change = _safe_change({"time": {time_class: entries[case_id].entry}}, reading.observed)
-            elif target.stored is not None and not written(case_id):
-                change = _safe_change(target.stored, reading.observed)
-            else:
-                continue
-            if change is not None:
-                raw[case_id] = change
-        drifts = _drifts(0, session, {case: {0: change} for case, change in raw.items()}, targets)
-        changes, gates = {}, {}
-        for case_id, entry in entries.items():
-            if case_id not in raw:
-                continue
-            tolerance = targets[case_id].tolerance
-            drift = drifts.get(session.readings[case_id].group)
-            change = raw[case_id]
-            changes[case_id] = drift.gated(change, tolerance.time_drift_limit) if drift is not None else change
-            gates[case_id] = tolerance.time_tolerance(entry.spread)
-        checks.append(HeldOut(session=session.name, changes=changes, gates=gates))
-    return checks
