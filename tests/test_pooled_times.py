@@ -118,6 +118,7 @@ def test_a_case_moved_against_the_rest_in_one_session_is_refused_of_three_and_se
     assert lora.spread is not None
     assert lora.spread < 0.05
     assert max(lora.deviations) > 0.15  # read, then set aside as one of four
+    assert lora.set_aside == ["s2"]
 
 
 def test_each_session_held_out_is_gated_against_the_pool_of_the_others() -> None:
