@@ -88,8 +88,9 @@ def format_time(value: float, unit: str) -> str:
     return f"{value:.3f}× calibration" if unit == "calibrated" else f"{value * 1e3:,.2f} ms"
 
 
-def format_bytes(value: float) -> str:
-    return f"{value / 2**20:,.2f} MiB"
+def format_bytes(value: float, *, signed: bool = False) -> str:
+    """Bytes in MiB to two places (``1,234.56 MiB``; signed: ``+1.50 MiB``): every size a person reads."""
+    return f"{value / 2**20:{'+' if signed else ''},.2f} MiB"
 
 
 def format_byte_change(change: float) -> str:

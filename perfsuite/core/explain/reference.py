@@ -16,12 +16,11 @@ from collections.abc import Mapping, Sequence
 from perfsuite.core.explain import gradients, profile
 from perfsuite.core.explain.records import ExplainRecord, TensorEntry
 from perfsuite.core.explain.tensors import CATEGORY_KINDS
-from perfsuite.core.gates import BREAKDOWN_PREFIX, PEAK_MEMORY
+from perfsuite.core.gates import BREAKDOWN_PREFIX, PEAK_MEMORY, format_bytes
 
 SKIPPED = {"perfsuite"}
 """Versions a reference does not pin: perfsuite measures, it is not measured."""
 SHOWN = 5
-MiB = 2**20
 
 
 def reference_pins(then: Mapping[str, str | None], now: Mapping[str, str | None]) -> list[str]:
@@ -48,13 +47,9 @@ def aspects_failed(metrics: Sequence[str]) -> tuple[str, ...]:
     return tuple(a for a, on in wanted.items() if on)
 
 
-def _mib(n: float) -> str:
-    return f"{n / MiB:,.2f} MiB"
-
-
 def _tensor(entry: TensorEntry) -> str:
     name = entry.name or "(unnamed)"
-    return f"{entry.kind.replace('_', ' ')} {name} {entry.dtype} {tuple(entry.shape)} {_mib(entry.nbytes)}"
+    return f"{entry.kind.replace('_', ' ')} {name} {entry.dtype} {tuple(entry.shape)} {format_bytes(entry.nbytes)}"
 
 
 def alone_lines(
@@ -81,17 +76,17 @@ def alone_lines(
         where = "the curves hold" if step is None else f"parts from the baseline's at step {step}"
         out.append(f"loss: {where}, from {weights}; gradients need a reference run to compare with")
     for category, change in moved.items():
-        kind = CATEGORY_KINDS.get(category)
+        kind, size = CATEGORY_KINDS.get(category), format_bytes(change, signed=True)
         if kind is None:
-            out.append(f"memory: {category} {change / MiB:+,.2f} MiB: not in the inventory (they live within a step)")
+            out.append(f"memory: {category} {size}: not in the inventory (they live within a step)")
             continue
         held = sorted((t for t in run.tensors if t.kind == kind), key=lambda t: -t.nbytes)
         sized = [t for t in held if change > 0 and abs(t.nbytes - change) <= max(64 * 1024, 0.01 * change)]
         if sized:
-            out.append(f"memory: {category} {change / MiB:+,.2f} MiB, the size of " + "; ".join(map(_tensor, sized)))
+            out.append(f"memory: {category} {size}, the size of " + "; ".join(map(_tensor, sized)))
         else:
             largest = "; ".join(map(_tensor, held[:SHOWN])) or "none"
-            out.append(f"memory: {category} {change / MiB:+,.2f} MiB; its largest tensors now: {largest}")
+            out.append(f"memory: {category} {size}; its largest tensors now: {largest}")
     if "time" in what and run.profile is not None:
         ops = sorted(profile.tables(run.profile)["op"].items(), key=lambda kv: -kv[1].us)[:SHOWN]
         heaviest = "; ".join(f"{key} {row.us / 1e3:,.2f} ms/step ({row.calls:,.0f} calls)" for key, row in ops)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from perfsuite.core.explain import modules as by_module
 from perfsuite.core.explain.modules import ModuleShare
 from perfsuite.core.explain.records import AllocationSite, TensorEntry
+from perfsuite.core.gates import format_bytes
 
 CATEGORY_KINDS = {
     "parameters": "parameter",
@@ -27,7 +28,6 @@ CATEGORY_KINDS = {
     "other": "other",
 }
 """The memory breakdown's categories that the inventory lists, and the inventory's kind for each."""
-MiB = 2**20
 SHOWN = 12
 """Tensors named per category (the JSON keeps them all)."""
 
@@ -119,14 +119,14 @@ def arithmetic(found: Sequence[TensorChange], num_parameters: int) -> str:
     if left:
         return ""
     dtype = dtypes.pop() if len(dtypes) == 1 else "mixed"
-    said = f"{_signed_mib(net)} = {_millions(elements)} elements × {size} B ({dtype})"
+    said = f"{_signed(net)} = {_millions(elements)} elements × {size} B ({dtype})"
     copies = elements / num_parameters if num_parameters else 0
     if copies and math.isclose(copies, round(copies)) and 1 <= round(copies) <= 4:
         k = round(copies)
         times = "" if k == 1 else f"{k} × "
         what = f"one {dtype} copy" if k == 1 else f"{k} {dtype} copies"
         params = _millions(num_parameters)
-        return f"{_signed_mib(net)} = {times}{params} parameters × {size} B: {what} of the parameters"
+        return f"{_signed(net)} = {times}{params} parameters × {size} B: {what} of the parameters"
     return said
 
 
@@ -137,10 +137,6 @@ def _element_size(entry: TensorEntry) -> int:
 
 def _millions(n: int) -> str:
     return f"{n / 1e6:.3g} M" if n >= 100_000 else f"{n:,}"
-
-
-def _signed_mib(n: int) -> str:
-    return f"{n / MiB:+,.2f} MiB"
 
 
 def memory_cause(
@@ -238,19 +234,19 @@ def describe_change(change: TensorChange) -> str:
     a, b = change.a, change.b
     label = change.kind.replace("_", " ")
     if a is None and b is not None:
-        return f"new {label} {change.name} ({b.dtype} {_shape(b)}, {b.nbytes / MiB:,.2f} MiB)"
+        return f"new {label} {change.name} ({b.dtype} {_shape(b)}, {format_bytes(b.nbytes)})"
     if b is None and a is not None:
-        return f"gone {label} {change.name} ({a.dtype} {_shape(a)}, {a.nbytes / MiB:,.2f} MiB)"
+        return f"gone {label} {change.name} ({a.dtype} {_shape(a)}, {format_bytes(a.nbytes)})"
     assert a is not None
     assert b is not None
-    return f"{label} {change.name}: {a.dtype} {_shape(a)} → {b.dtype} {_shape(b)} ({_signed_mib(change.delta)})"
+    return f"{label} {change.name}: {a.dtype} {_shape(a)} → {b.dtype} {_shape(b)} ({_signed(change.delta)})"
 
 
 def describe(category: CategoryCause) -> str:
     """One category's move in a line: its bytes (with the arithmetic where there is one), then the tensors."""
     name = category.category.replace("_", " ")
     moved = _moved(category)
-    head = name if moved is None else f"{name} {_signed_mib(moved)}"
+    head = name if moved is None else f"{name} {_signed(moved)}"
     if category.kept:
         kept = ", ".join(category.kept[:SHOWN])
         return f"{head}: made within the step and kept after it, where other lists it: {kept}"
@@ -282,10 +278,10 @@ def describe(category: CategoryCause) -> str:
             else f"{head} at the peak (the tensors that differ, taken together: {category.arithmetic})"
         )
     if category.counted_under and moved is not None:
-        total = category.arithmetic or _signed_mib(net)
+        total = category.arithmetic or _signed(net)
         under = category.counted_under.replace("_", " ")
         head = (
-            f"{name} {_signed_mib(moved)} at the peak; its tensors that differ ({total}) were made within the step, "
+            f"{name} {_signed(moved)} at the peak; its tensors that differ ({total}) were made within the step, "
             f"counted there under {under}, and kept after it"
         )
     named = "; ".join(describe_change(c) for c in category.changes[:SHOWN])
@@ -295,3 +291,7 @@ def describe(category: CategoryCause) -> str:
 
 def _shape(entry: TensorEntry) -> str:
     return "(" + ", ".join(map(str, entry.shape)) + ("," if len(entry.shape) == 1 else "") + ")"
+
+
+def _signed(n: int) -> str:
+    return format_bytes(n, signed=True)
