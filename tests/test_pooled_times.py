@@ -121,6 +121,25 @@ def test_a_case_moved_against_the_rest_in_one_session_is_refused_of_three_and_se
     assert lora.set_aside == ["s2"]
 
 
+def test_a_case_gated_alone_carries_its_sessions_drift_and_none_is_set_aside() -> None:
+    # Four sessions, the last on a host 14% slower; tiny-bert-lora alone in its group (an fp16 case among
+    # fp32 ones), so no drift is taken out of it: that host's 14% stays, as it would in every retry there.
+    sessions = _sessions([1.0, 1.01, 0.99, 1.14])
+    for session in sessions:
+        reading = session.readings["tiny-bert-lora"]
+        alone = Reading(observed=reading.observed, group=f"{CLASS}/float16", hardware="cpu")
+        session.readings["tiny-bert-lora"] = alone  # type: ignore[index]
+    cases = {c.case: c for c in pool(sessions, _targets(), CLASS).cases}
+    lora = cases["tiny-bert-lora"]
+    assert lora.carries_drift
+    assert lora.set_aside == []
+    assert lora.refused is not None
+    assert "Its gate takes no session's drift out" in lora.refused
+    vanilla = cases["tiny-bert-vanilla"]  # the drift taken out, the fourth session reads like the rest
+    assert not vanilla.carries_drift
+    assert vanilla.entry is not None
+
+
 def test_each_session_held_out_is_gated_against_the_pool_of_the_others() -> None:
     # Five sessions on hosts up to 12% apart; the fourth read tiny-bert-lora 25% slower than the rest.
     sessions = _sessions([1.0, 1.12, 0.94, 1.05, 0.98], {(3, "tiny-bert-lora"): 1.25})

@@ -109,6 +109,8 @@ class PooledCase:
     spread: float | None = None
     set_aside: list[str] = field(default_factory=list)
     """The sessions the spread set aside as the farthest (:func:`perfsuite.core.baselines.set_aside`)."""
+    carries_drift: bool = False
+    """Whether a session's drift stayed in its change (the gate would take none out): none is set aside."""
     entry: dict[str, Any] | None = None
     """The time entry to store under the class (``None`` when refused)."""
     refused: str | None = None
@@ -244,8 +246,13 @@ def pool(
             # reference as the case's own change (Drift.gated, with the two references apart).
             applies = group in drifts[i] and drifts[i][group].applies(limit)
             pooled.deviations.append((1 + change) / (1 + others[i][group].change) - 1 if applies else change)
-        pooled.spread = robust_spread(pooled.deviations)
-        farthest = sorted(range(len(read)), key=lambda j: -abs(pooled.deviations[j]))[: set_aside(len(read))]
+            pooled.carries_drift |= not applies
+        # A session set aside is a burst that a retry would not meet again. A case that carries a session's
+        # drift (its group too small to take one out, or a drift past the limit) meets it in every retry of
+        # that session, so none of its sessions is set aside: its spread is the largest.
+        aside = 0 if pooled.carries_drift else set_aside(len(read))
+        pooled.spread = max(abs(d) for d in pooled.deviations) if aside == 0 else robust_spread(pooled.deviations)
+        farthest = sorted(range(len(read)), key=lambda j: -abs(pooled.deviations[j]))[:aside]
         pooled.set_aside = [pooled.sessions[j] for j in sorted(farthest)]
         if not target.tolerance.spread_fits(pooled.spread):
             pooled.refused = _too_wide(pooled, target.tolerance, time_class)
@@ -295,9 +302,14 @@ def _too_wide(pooled: PooledCase, tol: Tolerance, time_class: str) -> str:
         over.append(f"over max_refresh_spread {tol.max_refresh_spread:.0%}")
     ceiling = math.ceil(max(tol.wanted_tolerance(spread), spread * tol.time_k) * 100) / 100
     return (
-        f"sessions spread {spread:.1%} ({'; '.join(over)})\neach against the others: {shown}\nPool more "
-        f"sessions (of 4-6 the farthest is set aside), or widen its gate knowingly: "
-        f'[tool.perfsuite.overrides."{time_class}/{pooled.case}"] time_ceiling = {ceiling:g}'
+        f"sessions spread {spread:.1%} ({'; '.join(over)})\neach against the others: {shown}\n"
+        + (
+            "Its gate takes no session's drift out, so the hosts' drift is its noise: leave its time not compared "
+            "on this class, or widen its gate knowingly: "
+            if pooled.carries_drift
+            else "Pool more sessions (of 4-6 the farthest is set aside), or widen its gate knowingly: "
+        )
+        + f'[tool.perfsuite.overrides."{time_class}/{pooled.case}"] time_ceiling = {ceiling:g}'
         + (f", max_refresh_spread = {math.ceil(spread * 100) / 100:g}" if spread > tol.max_refresh_spread else "")
     )
 
