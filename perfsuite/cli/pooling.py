@@ -13,7 +13,7 @@ from perfsuite.cli.common import fail, project_baselines
 from perfsuite.core.baselines import BaselineError, baseline_path, load_baseline, write_texts_atomic
 from perfsuite.core.drift import drift_group
 from perfsuite.core.observation import observe
-from perfsuite.core.pooled import MIN_SESSIONS, SPEC_KEYS, Pool, Reading, Session, Target, pool
+from perfsuite.core.pooled import MIN_SESSIONS, SPEC_KEYS, Pool, Reading, Session, Target, differing, pool
 from perfsuite.core.pooled_aa import held_out
 from perfsuite.core.results import Results, ResultsError, load_results
 from perfsuite.core.tolerance import ConfigError, resolve_tolerance
@@ -115,13 +115,11 @@ def _one_stack(files: Sequence[Results]) -> str | None:
             return f"{f.path}: its env names no package versions, so which stack it ran cannot be told"
     for f in files[1:]:
         theirs, ours = f.env["versions"], first.env["versions"]
-        differing = [
-            f"{k} {ours.get(k)} vs {theirs.get(k)}" for k in sorted({*ours, *theirs}) if ours.get(k) != theirs.get(k)
-        ]
+        changed = [f"{k} {ours.get(k)} vs {theirs.get(k)}" for k in differing(ours, theirs)]
         if f.env.get("python") != first.env.get("python"):
-            differing.insert(0, f"python {first.env.get('python')} vs {f.env.get('python')}")
-        if differing:
-            return f"{first.path} and {f.path} ran different stacks ({'; '.join(differing)}): pool one stack's sessions"
+            changed.insert(0, f"python {first.env.get('python')} vs {f.env.get('python')}")
+        if changed:
+            return f"{first.path} and {f.path} ran different stacks ({'; '.join(changed)}): pool one stack's sessions"
     return None
 
 

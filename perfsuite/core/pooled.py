@@ -44,6 +44,11 @@ SPEC_KEYS = ("threads", "steps", "warmup_steps", "batch_size", "micro_batch_size
 same memory and loss can come from a run of other threads or steps, whose time is another."""
 
 
+def differing(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
+    """The keys whose values differ between two ``versions`` tables (one missing counts), sorted."""
+    return [k for k in sorted({*ours, *theirs}) if ours.get(k) != theirs.get(k)]
+
+
 def when(date: str | None) -> datetime.datetime | None:
     """A results file's ``date`` as an aware time (one without a zone taken as UTC); ``None`` when it is not
     an ISO 8601 date."""
@@ -137,9 +142,7 @@ def _differs(case_id: str, session: Session, target: Target, reading: Reading) -
     assert target.stored is not None
     recorded = (target.stored.get("provenance") or {}).get("versions") or {}
     stack = [
-        f"{k} {recorded.get(k)} there, {session.versions.get(k)} here"
-        for k in sorted({*recorded, *session.versions})
-        if recorded.get(k) != session.versions.get(k)
+        f"{k} {recorded.get(k)} there, {session.versions.get(k)} here" for k in differing(recorded, session.versions)
     ]
     if stack:
         return (
@@ -157,8 +160,7 @@ def _differs(case_id: str, session: Session, target: Target, reading: Reading) -
             f"{session.name} ran it otherwise than its baseline recorded ({'; '.join(ran)}): pool sessions that "
             "ran it as the baseline did"
         )
-    observed = reading.observed
-    if not all(math.isfinite(t) and t > 0 for t in (observed.time, *observed.time_steps)):
+    if not _positive(reading.observed):
         return f"{session.name}'s step times are not all finite and above 0"
     checks = compare(
         case_id, target.stored, reading.observed, target.tolerance, hardware=target.hardware, gate_time=False
@@ -276,9 +278,12 @@ def _against_stored(case_id: str, sessions: Sequence[Session], target: Target) -
 
 def safe_change(stored: Mapping[str, Any], observed: Observation) -> float | None:
     """:func:`perfsuite.core.gates.time_change`, ``None`` where a step time is not above 0."""
-    if not all(math.isfinite(t) and t > 0 for t in (observed.time, *observed.time_steps)):
-        return None
-    return time_change(stored, observed)
+    return time_change(stored, observed) if _positive(observed) else None
+
+
+def _positive(observed: Observation) -> bool:
+    """Whether every step time of ``observed`` is finite and above 0 (a results file is anyone's data)."""
+    return all(math.isfinite(t) and t > 0 for t in (observed.time, *observed.time_steps))
 
 
 def drifts_of(
@@ -300,7 +305,7 @@ def _too_wide(pooled: PooledCase, tol: Tolerance, time_class: str) -> str:
     over = [f"a ±{tol.wanted_tolerance(spread):.1%} gate, over its ±{tol.ceiling:.0%} ceiling"]
     if spread > tol.max_refresh_spread:
         over.append(f"over max_refresh_spread {tol.max_refresh_spread:.0%}")
-    ceiling = math.ceil(max(tol.wanted_tolerance(spread), spread * tol.time_k) * 100) / 100
+    ceiling = tol.ceiling_admitting(spread)
     return (
         f"sessions spread {spread:.1%} ({'; '.join(over)})\neach against the others: {shown}\n"
         + (

@@ -43,8 +43,7 @@ def too_noisy(new: Mapping[str, Any], time_class: str, tol: Tolerance) -> str:
         if spread > tol.max_refresh_spread
         else f"so its gate would be ±{wanted:.1%} ({tol.time_k:g} × spread), wider than its ceiling ±{tol.ceiling:.0%}"
     )
-    # The smallest whole percent that would admit this spread, for a gate widened on purpose.
-    ceiling = math.ceil(max(wanted, spread * tol.time_k) * 100) / 100
+    ceiling = tol.ceiling_admitting(spread)
     case, hardware = new["case"], new["hardware"]
     return (
         f"step time spread {spread:.1%} over {len(repeats)} repeats"

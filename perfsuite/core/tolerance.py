@@ -81,6 +81,11 @@ class Tolerance:
         """The step-time gate of a baseline with ``spread``: max(floor, k × spread), at most the ceiling."""
         return min(self.ceiling, self.wanted_tolerance(spread))
 
+    def ceiling_admitting(self, spread: float) -> float:
+        """The smallest whole-percent ``time_ceiling`` that would admit ``spread``: what a refusal offers
+        for a gate widened on purpose."""
+        return math.ceil(max(self.wanted_tolerance(spread), spread * self.time_k) * 100) / 100
+
     def spread_fits(self, spread: float | None) -> bool:
         """Whether a refresh may record ``spread``: within ``max_refresh_spread``, and asking for no
         gate wider than the ceiling."""
