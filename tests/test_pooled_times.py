@@ -140,6 +140,37 @@ def test_a_case_gated_alone_carries_its_sessions_drift_and_none_is_set_aside() -
     assert vanilla.entry is not None
 
 
+def test_a_host_drifting_with_time_refuses_the_cases_that_carry_its_drift() -> None:
+    """Six sessions whose host reads 2-3% slower each day: the cases gated against their session's drift
+    pool, the one gated alone (tiny-bert-lora, an fp16 case among fp32 ones) is refused for the trend. The
+    same six hosts in another order of days have no trend, and the same case pools: its spread was not
+    the reason."""
+
+    def alone(sessions: list[Session]) -> list[Session]:
+        for session in sessions:
+            reading = session.readings["tiny-bert-lora"]
+            session.readings["tiny-bert-lora"] = Reading(  # type: ignore[index]
+                observed=reading.observed, group=f"{CLASS}/float16", hardware="cpu"
+            )
+        return sessions
+
+    rising = pool(alone(_sessions([0.94, 0.97, 1.0, 1.02, 1.05, 1.08])), _targets(), CLASS)
+    assert rising.trend is not None
+    assert rising.trend.found
+    assert rising.trend.group == f"{CLASS}/float32"
+    assert rising.trend.tau == 1.0
+    assert rising.trend.change == pytest.approx(0.14, abs=0.02)  # the first session to the last
+    cases = {c.case: c for c in rising.cases}
+    assert "moved with the sessions' time" in str(cases["tiny-bert-lora"].refused)
+    assert "time_ceiling = " in str(cases["tiny-bert-lora"].refused)  # and the override that allows it
+    assert all(c.entry is not None for name, c in cases.items() if name != "tiny-bert-lora")
+
+    shuffled = pool(alone(_sessions([1.0, 0.94, 1.08, 0.97, 1.05, 1.02])), _targets(), CLASS)
+    assert shuffled.trend is not None
+    assert not shuffled.trend.found
+    assert all(c.entry is not None for c in shuffled.cases)
+
+
 def test_each_session_held_out_is_gated_against_the_pool_of_the_others() -> None:
     # Five sessions on hosts up to 12% apart; the fourth read tiny-bert-lora 25% slower than the rest.
     sessions = _sessions([1.0, 1.12, 0.94, 1.05, 0.98], {(3, "tiny-bert-lora"): 1.25})
@@ -234,6 +265,7 @@ def test_pool_writes_the_class_step_time_only(
     assert f"pooling 3 sessions of {CLASS}, from 2026-12-01T00:00 to 2026-12-03T02:00 UTC (50 h 0 min)" in out
     assert "  session-2.json (abc): drift float32 +1" in out
     assert "held out: none (3 sessions; of 4 or more, each is also gated against the pool of the others" in out
+    assert "  drift against time: not read (fewer than 4 sessions" in out
     assert re.search(
         r"^tiny-bert-lora +new → 12\.\d+× calibration, spread \d\.\d% over 3 sessions: gate ±15%$", out, re.M
     )

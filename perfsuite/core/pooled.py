@@ -14,7 +14,9 @@ repeats of one baseline, and reads their spread as the gate will:
   is gated against its own drift; a session that drifted beyond the limit keeps its raw changes,
   as the gate would;
 - the spread is :func:`perfsuite.core.baselines.robust_spread` of what remains, and a case whose
-  spread asks for a gate wider than its ceiling is refused, as a refresh refuses it.
+  spread asks for a gate wider than its ceiling is refused, as a refresh refuses it;
+- where the host's drift moved with the sessions' time (:mod:`perfsuite.core.pooled_trend`), a case
+  whose gate takes out no drift is refused: a later session meets a drift these do not span.
 
 Only the step time is pooled: memory and loss are the baseline's already, and a session whose run
 of a case differs from them in either (or ran from other weights, or other kernels) ran another stack
@@ -34,6 +36,7 @@ from perfsuite.core.baselines import robust_spread, set_aside, step_medians
 from perfsuite.core.drift import Drift, estimate
 from perfsuite.core.gates import compare, time_change
 from perfsuite.core.observation import Observation
+from perfsuite.core.pooled_trend import Trend, host_trend
 from perfsuite.core.stats import paired_change
 from perfsuite.core.tolerance import Tolerance
 
@@ -135,6 +138,9 @@ class Pool:
     """One mapping per session (in order): group → its drift against the pooled baseline (the median
     change of its cases there, as a later session's gate reads it)."""
     cases: list[PooledCase]
+    trend: Trend | None = None
+    """The host's drift against the sessions' dates (:mod:`perfsuite.core.pooled_trend`), where 4 or more have
+    both."""
 
 
 def _differs(case_id: str, session: Session, target: Target, reading: Reading) -> str | None:
@@ -234,6 +240,7 @@ def pool(
 
     drifts = [drifts_of(i, session, against_pool, targets) for i, session in enumerate(sessions)]
     others = [drifts_of(i, session, against_others, targets) for i, session in enumerate(sessions)]
+    trend = host_trend([when(s.date) for s in sessions], drifts)
     for pooled in cases:
         if pooled.refused is not None:
             continue
@@ -259,8 +266,11 @@ def pool(
         if not target.tolerance.spread_fits(pooled.spread):
             pooled.refused = _too_wide(pooled, target.tolerance, time_class)
             continue
+        if pooled.carries_drift and trend is not None and trend.found:
+            pooled.refused = _moving(pooled, target.tolerance, time_class, trend)
+            continue
         pooled.entry = _entry([sessions[i] for i in read], pooled.case, pooled.spread)
-    return Pool(time_class=time_class, drifts=drifts, cases=cases)
+    return Pool(time_class=time_class, drifts=drifts, cases=cases, trend=trend)
 
 
 def _against_stored(case_id: str, sessions: Sequence[Session], target: Target) -> dict[int, float]:
@@ -316,6 +326,19 @@ def _too_wide(pooled: PooledCase, tol: Tolerance, time_class: str) -> str:
         )
         + f'[tool.perfsuite.overrides."{time_class}/{pooled.case}"] time_ceiling = {ceiling:g}'
         + (f", max_refresh_spread = {math.ceil(spread * 100) / 100:g}" if spread > tol.max_refresh_spread else "")
+    )
+
+
+def _moving(pooled: PooledCase, tol: Tolerance, time_class: str, trend: Trend) -> str:
+    """Why a case that carries its sessions' drift is not pooled from sessions whose drift moved with time."""
+    shown = ", ".join(f"{name} {d:+.1%}" for name, d in zip(pooled.sessions, pooled.deviations, strict=True))
+    ceiling = tol.ceiling_admitting((pooled.spread or 0.0) + abs(trend.change))
+    return (
+        f"its gate takes no session's drift out, and the host's drift moved with the sessions' time: "
+        f"{trend.describe()}\neach against the others: {shown}\n"
+        "A later session meets a drift these do not span: pool sessions over the hosts and times the gate meets,\n"
+        "leave its time not compared on this class, or widen its gate by the trend knowingly: "
+        f'[tool.perfsuite.overrides."{time_class}/{pooled.case}"] time_ceiling = {ceiling:g}'
     )
 
 

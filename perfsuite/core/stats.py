@@ -84,3 +84,39 @@ def median_interval(values: Sequence[float], *, confidence: float = 0.95) -> tup
         if 1 - 2 * below >= confidence:
             return ordered[k - 1], ordered[n - k]
     raise ValueError(f"{n} values are too few for a {confidence:.0%} interval of the median")
+
+
+def kendall_trend(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Kendall's tau between ``xs`` and ``ys`` and its exact two-sided p-value, the chance that ``ys`` in a
+    random order (no association) agree with ``xs`` as far or farther. A tied pair counts neither way
+    (tau-a); the p-value is that of untied data. Two values or fewer: ``(0.0, 1.0)``."""
+    n = len(xs)
+    if n != len(ys):
+        raise ValueError(f"kendall_trend needs equal lengths ({n} vs {len(ys)})")
+    pairs = n * (n - 1) // 2
+    if n < 3:
+        return 0.0, 1.0
+    score = sum(_sign((xs[j] - xs[i]) * (ys[j] - ys[i])) for i in range(n) for j in range(i + 1, n))
+    # The number of orderings of n untied values with k inversions (score = pairs - 2k), built one value at a time.
+    counts = [1]
+    for m in range(2, n + 1):
+        grown = [0] * (len(counts) + m - 1)
+        for k, c in enumerate(counts):
+            for extra in range(m):
+                grown[k + extra] += c
+        counts = grown
+    as_far = sum(c for k, c in enumerate(counts) if abs(pairs - 2 * k) >= abs(score))
+    return score / pairs, as_far / math.factorial(n)
+
+
+def theil_sen_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """The median of the slopes between every two points of distinct ``xs`` (0.0 where there is none):
+    a line's slope that one outlying point cannot move."""
+    slopes = [
+        (ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]
+    ]
+    return statistics.median(slopes) if slopes else 0.0
+
+
+def _sign(value: float) -> int:
+    return (value > 0) - (value < 0)

@@ -11,6 +11,7 @@ from perfsuite.core.drift import MIN_CASES, Drift
 from perfsuite.core.gates import format_time, rel_change
 from perfsuite.core.pooled import MIN_SESSIONS, Pool, PooledCase, Session, Target, when
 from perfsuite.core.pooled_aa import HeldOut
+from perfsuite.core.pooled_trend import SIGNIFICANCE, Trend
 
 SHOWN = 5
 """Cases named in a line that counts many."""
@@ -45,7 +46,8 @@ def _named(cases: Sequence[str]) -> str:
 
 
 def session_lines(result: Pool, sessions: Sequence[Session], targets: Mapping[str, Target]) -> list[str]:
-    """The header (the class, when, the stack) and one line per session with its drift against the pool."""
+    """The header (the class, when, the stack), one line per session with its drift against the pool, and
+    whether that drift moved with the sessions' time."""
     versions = ", ".join(f"{k} {v}" for k, v in sorted(sessions[0].versions.items()))
     lines = [
         f"pooling {plural(len(sessions), 'session')} of {result.time_class}, {span(sessions)}",
@@ -55,7 +57,22 @@ def session_lines(result: Pool, sessions: Sequence[Session], targets: Mapping[st
     for session, drifts in zip(sessions, result.drifts, strict=True):
         moved = "; ".join(_drift(g, d, limit) for g, d in sorted(drifts.items(), key=lambda gd: -gd[1].cases))
         lines.append(f"  {session.name} ({(session.commit or 'no commit')[:12]}): drift {moved or '—'}")
-    return lines
+    return [*lines, *_trend(result.trend)]
+
+
+def _trend(trend: Trend | None) -> list[str]:
+    """Whether the host's drift moved with the sessions' time, and what the pool does about it."""
+    if trend is None:
+        return [
+            "  drift against time: not read (fewer than 4 sessions with a date and a drift of the host's largest group)"
+        ]
+    if not trend.found:
+        return [f"  drift against time: {trend.describe()}: no trend at p < {SIGNIFICANCE:g}"]
+    return [
+        f"  drift against time: {trend.describe()}: a trend",
+        "    the cases whose gate takes out no drift are refused; the others are gated against their session's drift,",
+        "    which a later session may push past the limit",
+    ]
 
 
 def case_lines(result: Pool, targets: Mapping[str, Target], sessions: int) -> list[str]:
