@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from perfsuite.core.observation import Observation
 from perfsuite.core.pooled import MIN_SESSIONS, Reading, Session, Target, pool
 from perfsuite.core.pooled_aa import held_out
 from perfsuite.core.tolerance import Tolerance
+from perfsuite.reports.pooled import session_lines
 
 BASELINES = Path(__file__).parents[1] / "baselines" / "cpu"
 CASES = [
@@ -140,13 +142,14 @@ def test_a_case_gated_alone_carries_its_sessions_drift_and_none_is_set_aside() -
     assert vanilla.entry is not None
 
 
-def test_a_host_drifting_with_time_refuses_the_cases_that_carry_its_drift() -> None:
-    """Six sessions whose host reads 2-3% slower each day: the cases gated against their session's drift
-    pool, the one gated alone (tiny-bert-lora, an fp16 case among fp32 ones) is refused for the trend. The
-    same six hosts in another order of days have no trend, and the same case pools: its spread was not
-    the reason."""
+def test_a_host_drifting_with_time_widens_the_cases_that_carry_its_drift_by_its_move() -> None:
+    """Six sessions whose host reads a little slower each day. The cases gated against their session's
+    drift pool as they are; the one gated alone (tiny-bert-lora, an fp16 case among fp32 ones) has the
+    move added to its spread: past its ceiling it is refused with the override that admits it, and with
+    that override it pools with that spread. The same hosts in another order of days have no trend."""
 
-    def alone(sessions: list[Session]) -> list[Session]:
+    def alone(scales: list[float]) -> list[Session]:
+        sessions = _sessions(scales)
         for session in sessions:
             reading = session.readings["tiny-bert-lora"]
             session.readings["tiny-bert-lora"] = Reading(  # type: ignore[index]
@@ -154,21 +157,58 @@ def test_a_host_drifting_with_time_refuses_the_cases_that_carry_its_drift() -> N
             )
         return sessions
 
-    rising = pool(alone(_sessions([0.94, 0.97, 1.0, 1.02, 1.05, 1.08])), _targets(), CLASS)
-    assert rising.trend is not None
-    assert rising.trend.found
-    assert rising.trend.group == f"{CLASS}/float32"
-    assert rising.trend.tau == 1.0
-    assert rising.trend.change == pytest.approx(0.14, abs=0.02)  # the first session to the last
-    cases = {c.case: c for c in rising.cases}
-    assert "moved with the sessions' time" in str(cases["tiny-bert-lora"].refused)
-    assert "time_ceiling = " in str(cases["tiny-bert-lora"].refused)  # and the override that allows it
-    assert all(c.entry is not None for name, c in cases.items() if name != "tiny-bert-lora")
+    rising = alone([0.94, 0.97, 1.0, 1.02, 1.05, 1.08])
+    result = pool(rising, _targets(), CLASS)
+    assert result.trend is not None
+    assert result.trend.found
+    assert result.trend.group == f"{CLASS}/float32"
+    assert result.trend.tau == 1.0
+    assert result.trend.change == pytest.approx(0.13, abs=0.01)  # the first session to the last
+    cases = {c.case: c for c in result.cases}
+    lora = cases["tiny-bert-lora"]
+    assert lora.trend_added == pytest.approx(result.trend.change)
+    assert "the host's drift moved 13." in str(lora.refused)
+    assert all(c.entry is not None and c.trend_added == 0 for name, c in cases.items() if name != "tiny-bert-lora")
+    lines = session_lines(result, rising, _targets())
+    assert "  drift against time: a trend" in lines
+    assert max(len(line) for line in lines[2:]) <= 100
 
-    shuffled = pool(alone(_sessions([1.0, 0.94, 1.08, 0.97, 1.05, 1.02])), _targets(), CLASS)
+    # The override the refusal names admits the case, and its gate is drawn from the widened spread.
+    override = re.search(r"time_ceiling = ([\d.]+), max_refresh_spread = ([\d.]+)", str(lora.refused))
+    assert override is not None
+    ceiling, most = map(float, override.groups())
+    widened = _targets()
+    widened["tiny-bert-lora"] = Target(
+        stored=_stored("tiny-bert-lora"),
+        tolerance=Tolerance(**{**vars(CPU), "time_ceiling": ceiling, "max_refresh_spread": most}),
+        hardware="cpu",
+    )
+    admitted = {c.case: c for c in pool(rising, widened, CLASS).cases}["tiny-bert-lora"]
+    assert admitted.entry is not None
+    assert admitted.entry["spread"] == pytest.approx(lora.spread)
+    assert widened["tiny-bert-lora"].tolerance.time_tolerance(admitted.entry["spread"]) > 0.30
+
+    # A smaller move fits under the ceiling: the case is written, its spread carrying the move.
+    mild = {c.case: c for c in pool(alone([0.99, 0.995, 1.0, 1.005, 1.01, 1.015]), _targets(), CLASS).cases}
+    assert mild["tiny-bert-lora"].entry is not None
+    assert mild["tiny-bert-lora"].trend_added == pytest.approx(0.025, abs=0.005)
+    assert mild["tiny-bert-lora"].entry["spread"] > mild["tiny-bert-lora"].trend_added
+
+    shuffled = pool(alone([1.0, 0.94, 1.08, 0.97, 1.05, 1.02]), _targets(), CLASS)
     assert shuffled.trend is not None
     assert not shuffled.trend.found
-    assert all(c.entry is not None for c in shuffled.cases)
+    assert all(c.entry is not None and c.trend_added == 0 for c in shuffled.cases)
+
+
+def test_the_trend_is_read_over_dated_sessions_only() -> None:
+    sessions = _sessions([0.94, 0.97, 1.0, 1.02, 1.05])
+    assert pool(sessions, _targets(), CLASS).trend is not None
+    undated = [replace(s, date=None) if n in (1, 3) else s for n, s in enumerate(sessions)]
+    result = pool(undated, _targets(), CLASS)
+    assert result.trend is None  # three dated: no order of three is unlikely enough to call
+    assert "  drift against time: not read (fewer than 4 sessions with a date" in "\n".join(
+        session_lines(result, undated, _targets())
+    )
 
 
 def test_each_session_held_out_is_gated_against_the_pool_of_the_others() -> None:

@@ -16,7 +16,8 @@ repeats of one baseline, and reads their spread as the gate will:
 - the spread is :func:`perfsuite.core.baselines.robust_spread` of what remains, and a case whose
   spread asks for a gate wider than its ceiling is refused, as a refresh refuses it;
 - where the host's drift moved with the sessions' time (:mod:`perfsuite.core.pooled_trend`), a case
-  whose gate takes out no drift is refused: a later session meets a drift these do not span.
+  whose gate takes out no drift has that move added to its spread: a later session meets a drift
+  these do not span, and the case's gate widens by it, or the case is refused past its ceiling.
 
 Only the step time is pooled: memory and loss are the baseline's already, and a session whose run
 of a case differs from them in either (or ran from other weights, or other kernels) ran another stack
@@ -119,6 +120,9 @@ class PooledCase:
     """The sessions the spread set aside as the farthest (:func:`perfsuite.core.baselines.set_aside`)."""
     carries_drift: bool = False
     """Whether a session's drift stayed in its change (the gate would take none out): none is set aside."""
+    trend_added: float = 0.0
+    """The host's drift's move over the sessions, added to the spread of a case that carries drift where
+    the sessions' drift moved with their time (:mod:`perfsuite.core.pooled_trend`)."""
     entry: dict[str, Any] | None = None
     """The time entry to store under the class (``None`` when refused)."""
     refused: str | None = None
@@ -261,13 +265,13 @@ def pool(
         # that session, so none of its sessions is set aside: its spread is the largest.
         aside = 0 if pooled.carries_drift else set_aside(len(read))
         pooled.spread = max(abs(d) for d in pooled.deviations) if aside == 0 else robust_spread(pooled.deviations)
+        if pooled.carries_drift and trend is not None and trend.found:
+            pooled.trend_added = abs(trend.change)
+            pooled.spread = (pooled.spread or 0.0) + pooled.trend_added
         farthest = sorted(range(len(read)), key=lambda j: -abs(pooled.deviations[j]))[:aside]
         pooled.set_aside = [pooled.sessions[j] for j in sorted(farthest)]
         if not target.tolerance.spread_fits(pooled.spread):
             pooled.refused = _too_wide(pooled, target.tolerance, time_class)
-            continue
-        if pooled.carries_drift and trend is not None and trend.found:
-            pooled.refused = _moving(pooled, target.tolerance, time_class, trend)
             continue
         pooled.entry = _entry([sessions[i] for i in read], pooled.case, pooled.spread)
     return Pool(time_class=time_class, drifts=drifts, cases=cases, trend=trend)
@@ -315,30 +319,22 @@ def _too_wide(pooled: PooledCase, tol: Tolerance, time_class: str) -> str:
     over = [f"a ±{tol.wanted_tolerance(spread):.1%} gate, over its ±{tol.ceiling:.0%} ceiling"]
     if spread > tol.max_refresh_spread:
         over.append(f"over max_refresh_spread {tol.max_refresh_spread:.0%}")
+    moved = (
+        f"and the host's drift moved {pooled.trend_added:.1%} with their time, added: a later session meets it whole\n"
+        if pooled.trend_added
+        else ""
+    )
     ceiling = tol.ceiling_admitting(spread)
     return (
-        f"sessions spread {spread:.1%} ({'; '.join(over)})\neach against the others: {shown}\n"
+        f"sessions spread {spread:.1%} ({'; '.join(over)})\neach against the others: {shown}\n{moved}"
         + (
-            "Its gate takes no session's drift out, so the hosts' drift is its noise: leave its time not compared "
-            "on this class, or widen its gate knowingly: "
+            "Its gate takes no session's drift out, so the hosts' drift is its noise: leave its time not compared\n"
+            "on this class, or widen its gate knowingly:\n"
             if pooled.carries_drift
-            else "Pool more sessions (of 4-6 the farthest is set aside), or widen its gate knowingly: "
+            else "Pool more sessions (of 4-6 the farthest is set aside), or widen its gate knowingly:\n"
         )
         + f'[tool.perfsuite.overrides."{time_class}/{pooled.case}"] time_ceiling = {ceiling:g}'
         + (f", max_refresh_spread = {math.ceil(spread * 100) / 100:g}" if spread > tol.max_refresh_spread else "")
-    )
-
-
-def _moving(pooled: PooledCase, tol: Tolerance, time_class: str, trend: Trend) -> str:
-    """Why a case that carries its sessions' drift is not pooled from sessions whose drift moved with time."""
-    shown = ", ".join(f"{name} {d:+.1%}" for name, d in zip(pooled.sessions, pooled.deviations, strict=True))
-    ceiling = tol.ceiling_admitting((pooled.spread or 0.0) + abs(trend.change))
-    return (
-        f"its gate takes no session's drift out, and the host's drift moved with the sessions' time: "
-        f"{trend.describe()}\neach against the others: {shown}\n"
-        "A later session meets a drift these do not span: pool sessions over the hosts and times the gate meets,\n"
-        "leave its time not compared on this class, or widen its gate by the trend knowingly: "
-        f'[tool.perfsuite.overrides."{time_class}/{pooled.case}"] time_ceiling = {ceiling:g}'
     )
 
 

@@ -11,7 +11,7 @@ from perfsuite.core.drift import MIN_CASES, Drift
 from perfsuite.core.gates import format_time, rel_change
 from perfsuite.core.pooled import MIN_SESSIONS, Pool, PooledCase, Session, Target, when
 from perfsuite.core.pooled_aa import HeldOut
-from perfsuite.core.pooled_trend import SIGNIFICANCE, Trend
+from perfsuite.core.pooled_trend import SIGNIFICANCE, Trend, lasting
 
 SHOWN = 5
 """Cases named in a line that counts many."""
@@ -27,8 +27,7 @@ def span(sessions: Sequence[Session]) -> str:
     dates = sorted(moment for s in sessions if (moment := when(s.date)) is not None)
     if len(dates) < len(sessions):
         return f"{len(sessions) - len(dates)} of them without a date read here"
-    minutes = round((dates[-1] - dates[0]).total_seconds() / 60)
-    apart = f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
+    apart = lasting((dates[-1] - dates[0]).total_seconds() / 60)
     return f"from {dates[0]:%Y-%m-%dT%H:%M} to {dates[-1]:%Y-%m-%dT%H:%M} UTC ({apart})"
 
 
@@ -63,15 +62,14 @@ def session_lines(result: Pool, sessions: Sequence[Session], targets: Mapping[st
 def _trend(trend: Trend | None) -> list[str]:
     """Whether the host's drift moved with the sessions' time, and what the pool does about it."""
     if trend is None:
-        return [
-            "  drift against time: not read (fewer than 4 sessions with a date and a drift of the host's largest group)"
-        ]
+        return ["  drift against time: not read (fewer than 4 sessions with a date and the host's drift)"]
     if not trend.found:
-        return [f"  drift against time: {trend.describe()}: no trend at p < {SIGNIFICANCE:g}"]
+        return [f"  drift against time: no trend at p < {SIGNIFICANCE:g}", f"    {trend.describe()}"]
     return [
-        f"  drift against time: {trend.describe()}: a trend",
-        "    the cases whose gate takes out no drift are refused; the others are gated against their session's drift,",
-        "    which a later session may push past the limit",
+        "  drift against time: a trend",
+        f"    {trend.describe()}",
+        "    added to the spread of each case whose gate takes out no drift; the others' gates take each",
+        "    session's drift out, which a later session may push past the limit",
     ]
 
 
@@ -102,6 +100,7 @@ def _case_line(case: PooledCase, target: Target, time_class: str, width: int) ->
         before = f"{format_time(float(old['median']), unit)}{backed}"
     change = "" if before == "new" else f" ({rel_change(case.entry['median'], float(old['median'])):+.1%})"
     aside = f", {' and '.join(case.set_aside)} set aside as the farthest" if case.set_aside else ""
+    aside += f", {case.trend_added:.1%} of it the host's trend" if case.trend_added else ""
     return (
         f"{case.case:<{width}}  {before} → {format_time(case.entry['median'], unit)}{change}, spread "
         f"{case.spread or 0.0:.1%} over {plural(len(case.sessions), 'session')}{aside}: gate "
