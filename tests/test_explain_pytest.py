@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -181,6 +182,7 @@ def test_a_commit_that_was_the_whole_code_is_preferred_to_the_file_s(tmp_path: P
     path.write_text("{}")
     facts = run_facts(tmp_path, aside=tmp_path / "baselines")
     assert (facts["commit"], facts["dirty"], facts["untracked"]) == (ran, False, False)  # the baselines aside
+    assert facts["host"] == platform.node()  # a session's identity, with its date and commit (baselines pool)
     (tmp_path / "model.py").write_text("x = 2\n")
     later = committed("a later change, committed with the baseline")
     provenance = {**BASELINE["provenance"], "commit": ran, "dirty": False}  # type: ignore[dict-item]

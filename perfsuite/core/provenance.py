@@ -97,8 +97,8 @@ def now() -> str:
 
 def run_facts(root: Path, aside: Path | None = None) -> dict[str, Any]:
     """``date``, ``commit``, ``dirty`` (tracked files changed) and ``untracked`` (:func:`untracked` files)
-    of the repository at ``root``, the files under ``aside`` (the baselines) aside from both, ``python``
-    and the stack's ``versions``. A commit with neither is the whole code that ran."""
+    of the repository at ``root``, the files under ``aside`` (the baselines) aside from both, the ``host``,
+    ``python`` and the stack's ``versions``. A commit with neither is the whole code that ran."""
     top = git(root, "rev-parse", "--show-toplevel")
     rest = _rest(aside, top)
     status = git(root, "status", "--porcelain", "--untracked-files=no", "--", *rest)
@@ -108,6 +108,7 @@ def run_facts(root: Path, aside: Path | None = None) -> dict[str, Any]:
         "commit": git(root, "rev-parse", "HEAD"),
         "dirty": bool(status) if status is not None else None,
         "untracked": bool(added) if added is not None and top else None,
+        "host": platform.node(),
         "python": platform.python_version(),
         "versions": library_versions(),
     }

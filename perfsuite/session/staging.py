@@ -4,7 +4,6 @@ staged file written at the end of the session (atomically), with the pinned pyte
 from __future__ import annotations
 
 import json
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -109,7 +108,7 @@ class RefreshStager:
             "dirty": facts["dirty"],
             "untracked": facts["untracked"],
             "repeats": repeats,
-            "host": platform.node(),
+            "host": facts["host"],
             "device": record.device_name,
             "python": facts["python"],
             "versions": facts["versions"],
