@@ -362,3 +362,17 @@ def test_sessions_of_different_stacks_do_not_pool(
         "perfsuite: error: session-1.json and session-3.json ran different stacks (torch 2.13.0+cpu vs 2.12.0+cpu): "
         "pool one stack's sessions\n"
     )
+
+
+def test_sessions_are_named_by_their_path_below_the_files_common_directory(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from perfsuite.cli.pooling import _short_names
+
+    def files(*paths: Path) -> Any:
+        return [SimpleNamespace(path=str(p)) for p in paths]
+
+    flat = files(tmp_path / "push-1.json", tmp_path / "push-2.json", tmp_path / "push-3.json")
+    assert _short_names(flat) == ["push-1.json", "push-2.json", "push-3.json"]
+    artifacts = files(*(tmp_path / "sessions" / run / "perfsuite.json" for run in ("101", "102", "103")))
+    assert _short_names(artifacts) == ["101/perfsuite.json", "102/perfsuite.json", "103/perfsuite.json"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,7 @@ def run(args: Any) -> int:
         named = f"--time-class {args.time_class}: no case of that class" if args.time_class else "several classes"
         return fail(f"{named} in these files (they hold: {', '.join(classes) or 'none'})")
     try:
-        sessions = [_session(f, time_class) for f in files]
+        sessions = [_session(f, time_class, name) for f, name in zip(files, _short_names(files), strict=True)]
     except ValueError as exc:
         return fail(str(exc))
     try:
@@ -138,7 +139,15 @@ def _distinct(files: Sequence[Results]) -> str | None:
     return None
 
 
-def _session(results: Results, time_class: str) -> Session:
+def _short_names(files: Sequence[Results]) -> list[str]:
+    """Each file's path below the directory they all lie in (``push-1.json``, or ``1234/perfsuite.json``
+    for artifacts downloaded one directory each): what the output names the sessions by."""
+    paths = [Path(f.path).absolute() for f in files]
+    common = Path(os.path.commonpath([p.parent for p in paths]))
+    return [p.relative_to(common).as_posix() for p in paths]
+
+
+def _session(results: Results, time_class: str, name: str) -> Session:
     """One file's readings of ``time_class``: the first run of each case, as the gate observes it."""
     readings: dict[str, Reading] = {}
     for case in results.cases:
@@ -159,7 +168,7 @@ def _session(results: Results, time_class: str) -> Session:
         )
     env = results.env
     return Session(
-        name=results.path,
+        name=name,
         date=env.get("date"),
         commit=env.get("commit"),
         host=env.get("host"),

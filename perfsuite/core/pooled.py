@@ -87,7 +87,7 @@ class Session:
     """One results file: when and on what it ran, and its readings by case id."""
 
     name: str
-    """How the output names it (the file as given)."""
+    """How the output names it (its file below the directory all the files lie in)."""
     date: str | None
     commit: str | None
     host: str | None
