@@ -397,3 +397,93 @@ def test_an_explanation_that_fails_or_is_interrupted_leaves_the_answer(
     assert written["first_bad"] == "4.45.0"
     if isinstance(fails, RuntimeError):
         assert written["explanation"]["errors"] == ["RuntimeError: boom"]
+
+
+def _memory_range(
+    monkeypatch: pytest.MonkeyPatch, explained: list[tuple[str, str]], interrupted: bool = False
+) -> Callable[[str], Any]:
+    """A memory search over RELEASES whose first bad release, 4.46.0, cannot be tested, nor can 4.46.1;
+    each explanation asked for is listed (A, B) and says the buffers grew (or is interrupted)."""
+    from perfsuite.ab import explain as ab_explain
+    from perfsuite.ab.rounds import CaseResult
+    from perfsuite.core.check import Check
+    from perfsuite.core.explain.explanation import Explanation
+    from perfsuite.core.explain.tensors import CategoryCause, MemoryCause
+
+    grew = Check("memory: buffers", False, "0.00 MiB", "50.00 MiB", "+inf", "±5%", "buffers grew")
+
+    def compare(point: str) -> CaseResult:
+        if point in ("4.46.0", "4.46.1"):
+            return CaseResult(case="tiny-bert-vanilla", error=f"transformers=={point} did not install")
+        return CaseResult(case="tiny-bert-vanilla", checks=[grew] if point in ("4.47.0", "4.48.0") else [])
+
+    def explain_case(sides: Any, spec: Any, result: Any, what: Any, **kw: Any) -> Explanation:
+        explained.append((sides[0].name, sides[1].name))
+        if interrupted:
+            raise KeyboardInterrupt
+        return Explanation(result.case, tuple(what), memory=MemoryCause((CategoryCause("buffers", 0, 50 * 2**20),)))
+
+    monkeypatch.setattr(ab_explain, "explain_case", explain_case)
+    return compare
+
+
+def test_a_range_left_by_untestable_releases_is_explained_by_its_judged_ends(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No single first bad release: the last good runs against the first judged bad, and the line says
+    that the change is in it or in the untested releases before it; the answer stays a range, exit 1."""
+    import dataclasses
+
+    explained: list[tuple[str, str]] = []
+    said: list[str] = []
+    bisection = _bisection(monkeypatch, tmp_path, _memory_range(monkeypatch, explained), said)
+    bisection.options = dataclasses.replace(bisection.options, metric="memory")
+    assert bisection.run() == 1
+    assert explained == [("4.46.0rc1", "4.47.0")]
+    answer = said.index(
+        "perfsuite: the first bad transformers is one of 4.46.0, 4.46.1, 4.47.0; the others could not be tested"
+    )
+    assert said[answer + 1 :] == [
+        "perfsuite: why: A 4.46.0rc1 (last good) → B 4.47.0 (the first judged bad; the change is in it or in the "
+        "untested 4.46.0, 4.46.1), instrumented runs, A B A B",
+        "  memory: buffers +50.00 MiB: no tensor differs by name, dtype or shape",
+    ]
+    written = json.loads((tmp_path / "bisect.json").read_text())
+    assert (written["first_bad"], written["candidates"]) == (None, ["4.46.0", "4.46.1", "4.47.0"])
+    assert written["explanation"]["memory"] is not None
+
+
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_releases_whose_commits_cannot_be_bisected_are_explained_instead(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], interrupted: bool
+) -> None:
+    """--repo: the commits between the last good release and the first judged bad are searched (a range
+    of untestable releases too: their commits may build); where the clone lacks the releases' tags,
+    that is said in one line and the releases' answer is explained instead, and written. Ctrl-C there
+    stops the command as after any search: the answer said and written, exit 130."""
+    from perfsuite.ab import bisect, bisecting
+    from perfsuite.cli import main
+
+    explained: list[tuple[str, str]] = []
+    compare = _memory_range(monkeypatch, explained, interrupted)
+    monkeypatch.setattr(bisecting, "Side", lambda name, env: _Side(name, env))
+    monkeypatch.setattr(bisecting, "preload_for", lambda specs: None)
+    monkeypatch.setattr(bisecting, "make_env", lambda *a, **k: None)
+    monkeypatch.setattr(bisecting, "compare_case", lambda spec, sides, *a, **k: compare(sides[1].name))
+    monkeypatch.setattr(bisect, "index_versions", lambda package: RELEASES)
+    subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "clone.git")], check=True)
+    args = ["bisect", "transformers", "--good", "4.44.0", "--bad", "4.48.0", "--case", "tiny-bert-vanilla"]
+    args += ["--metric", "memory", "--repo", str(tmp_path / "clone.git"), "--json", str(tmp_path / "bisect.json")]
+    assert main(args) == (130 if interrupted else 1)
+    said = capsys.readouterr().err
+    clone = tmp_path / "clone.git"
+    assert f"the commits between 4.45.1 and 4.47.0 were not bisected: --repo: {clone} has no tag" in said
+    assert explained == [("4.45.1", "4.47.0")]  # pre-releases are not searched without --pre
+    written = json.loads((tmp_path / "bisect.json").read_text())
+    assert written["candidates"] == ["4.46.0", "4.46.1", "4.47.0"]
+    if interrupted:
+        assert said.rstrip().endswith(f"interrupted by SIGINT after the search (written to {tmp_path / 'bisect.json'})")
+        assert (written["interrupted"], written["explanation"]) == ("SIGINT", None)
+        return
+    assert said.rstrip().endswith("memory: buffers +50.00 MiB: no tensor differs by name, dtype or shape"), said
+    assert written["explanation"]["memory"] is not None

@@ -41,6 +41,12 @@ class Found:
     """The versions one of which is the first bad one (just ``[first_bad]`` when found)."""
     steps: list[Step] = field(default_factory=list)
 
+    @property
+    def known_bad(self) -> str:
+        """The first version judged bad: :attr:`first_bad` when found, else the last of the range (the
+        untestable versions before it are the others the change may be in)."""
+        return self.candidates[-1]
+
 
 def index_versions(package: str) -> list[str]:
     """The versions the configured package index serves for ``package`` (``pip index versions``)."""

@@ -172,8 +172,24 @@ class Bisection:
         """Search, saying each step; the exit code. Ctrl-C or SIGTERM (a ``KeyboardInterrupt``, under
         :func:`perfsuite.cli.interrupt.terminate_as_interrupt`) stops it: what was compared is said and
         written to ``--json``, and the interrupt goes on to the command."""
+        return self._stopped_by_signal(self._run)
+
+    def explain_found(self) -> None:
+        """Explain the answer of a search whose explanation was left to another (``explains=False``)
+        that could not run, and write it to ``--json`` with the answer; an interrupt as :meth:`run`'s."""
+        assert self.found is not None
+        found = self.found
+
+        def explain() -> int:
+            self.explanation = self._explain(found, None)
+            self._write(found, self.ends)
+            return 0
+
+        self._stopped_by_signal(explain)
+
+    def _stopped_by_signal(self, work: Callable[[], int]) -> int:
         try:
-            return self._run()
+            return work()
         except KeyboardInterrupt:
             signal = self.heard() or "SIGINT"
             self._write(self.found, self.ends, interrupted=signal)
@@ -236,44 +252,47 @@ class Bisection:
                     f"perfsuite: the first bad {package} is {self.describe(found.first_bad)} "
                     f"(last good {self.describe(found.last_good)}) for {self.spec.id}'s {metric}"
                 )
-                if self.explains and self.options.explain:
-                    self.explanation = self._explain(good, found)
+            else:
+                others = "the other" if len(found.candidates) == 2 else "the others"
+                shown = ", ".join(map(self.describe, found.candidates))
+                self.say(f"perfsuite: the first bad {package} is one of {shown}; {others} could not be tested")
+            if self.explains and self.options.explain:
+                self.explanation = self._explain(found, good)
         finally:
             good.close()
         self._write(found, ends)
-        if found.first_bad is not None:
-            return 0
-        untested = "the other could not be tested" if len(found.candidates) == 2 else "the others could not be tested"
-        self.say(
-            f"perfsuite: the first bad {package} is one of {', '.join(map(self.describe, found.candidates))}; "
-            f"{untested}"
-        )
-        return 1
+        return 0 if found.first_bad is not None else 1
 
-    def _explain(self, good: Side, found: Found) -> Explanation:
+    def _explain(self, found: Found, good: Side | None) -> Explanation:
         """The first bad point (B) against the last good (A), on the metric searched: each instrumented,
         A B A B (:func:`perfsuite.ab.explain.explain_case`), for memory and loss against one pair of them
         (the breakdowns and curves their causes are read against: the search's own where the last good
-        is the good end). Said as it comes; an explanation that fails says why and leaves the answer."""
+        is the good end, whose side is ``good`` while it runs). Where untestable points leave a range,
+        B is its known bad end: the change is in B or in an untested point before it. Said as it comes;
+        an explanation that fails says why and leaves the answer."""
         from perfsuite.ab.explain import explain_case
 
-        assert found.first_bad is not None
-        metric, timeout = self.options.metric, self.options.timeout or 600.0
-        last, first = self.describe(found.last_good), self.describe(found.first_bad)
-        self.say(f"perfsuite: why: A {last} (last good) → B {first} (first bad), instrumented runs, A B A B")
+        metric, timeout, known = self.options.metric, self.options.timeout or 600.0, found.known_bad
+        last, first = self.describe(found.last_good), self.describe(known)
+        if found.first_bad is not None:
+            said = "first bad"
+        else:
+            untested = ", ".join(map(self.describe, found.candidates[:-1]))
+            said = f"the first judged bad; the change is in it or in the untested {untested}"
+        self.say(f"perfsuite: why: A {last} (last good) → B {first} ({said}), instrumented runs, A B A B")
         opened: list[Side] = []
         try:
-            if found.last_good == self.versions[0]:
+            if found.last_good == self.versions[0] and good is not None:
                 base = good
             else:
                 base = Side(found.last_good, self._env(found.last_good, "base"))
                 opened.append(base)
-            bad = Side(found.first_bad, self._env(found.first_bad, "candidate"))
+            bad = Side(known, self._env(known, "candidate"))
             opened.append(bad)
             for side in opened:
                 side.check_pins()
             result = CaseResult(case=self.spec.id)
-            searched = self.compared.get(found.first_bad)
+            searched = self.compared.get(known)
             if metric != "time" and base is good and searched is not None and searched.error is None:
                 result = searched
             elif metric != "time":

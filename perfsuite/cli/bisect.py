@@ -78,8 +78,9 @@ def add_parser(sub: Any) -> None:
         "--no-explain",
         dest="explain",
         action="store_false",
-        help="do not explain the answer (by default the first bad release or commit is run instrumented against "
-        "the last good, A B A B, and the cause of the change in the metric searched is said)",
+        help="do not explain the answer (by default the first bad release or commit, or the first judged bad of a "
+        "range, is run instrumented against the last good, A B A B, and the cause of the change in the metric "
+        "searched is said)",
     )
     bisect.add_argument("--json", type=output_file, help="write the steps and the answer to this JSON file")
 
@@ -167,7 +168,7 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
     releases = Bisection(options, spec, versions, say, heard=heard, explains=args.repo is None)  # else the commit's
     code = releases.run()
     found = releases.found
-    if args.repo is None or found is None or found.first_bad is None:
+    if args.repo is None or found is None:
         return code
     from perfsuite.ab import commits
     from perfsuite.ab.builds import release_tag
@@ -179,15 +180,17 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
         if args.json and released is not None:
             write_results({**json.loads(args.json.read_text()), "releases": released}, json_file=args.json, say=None)
 
-    try:
-        good, bad = (release_tag(args.repo, args.package, v, "--repo") for v in (found.last_good, found.first_bad))
+    try:  # a range of releases left by untestable ones: their commits may build from source
+        good, bad = (release_tag(args.repo, args.package, v, "--repo") for v in (found.last_good, found.known_bad))
         base = make_env(f"{args.package}=={found.last_good}", name="good", held=options.held)
         code = _commits(options, spec, say, heard, *_clone_commits(args, good.sha, bad.sha, base))
     except BisectInterrupted:
         with_releases()
         raise
     except (commits.GitError, EnvError) as exc:
-        say(f"perfsuite: the commits between {found.last_good} and {found.first_bad} were not bisected: {exc}")
+        say(f"perfsuite: the commits between {found.last_good} and {found.known_bad} were not bisected: {exc}")
+        if options.explain:  # the releases' answer is explained instead
+            releases.explain_found()
         return 1
     with_releases()
     return code
