@@ -1,0 +1,58 @@
+"""docs/time-classes.md's table says, per CPU time class, how many cases of each tier have a stored
+step time: it is read here against the baselines in `baselines/cpu/`, so a refresh, a pool or a
+withdrawal that changes what a class gates changes the page with it."""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+from pathlib import Path
+
+from perfsuite.core.matrix import nightly_only
+from perfsuite.core.spec import parse_case_id
+
+ROOT = Path(__file__).resolve().parent.parent
+ROW = re.compile(
+    r"^\| `(?P<cls>[a-z0-9.-]+)` \| (?P<push>\d+) of (?P<pushes>\d+) \| (?P<night>\d+) of (?P<nights>\d+) \|"
+)
+
+
+def _stored() -> tuple[collections.Counter[tuple[str, bool]], collections.Counter[bool]]:
+    """(class, nightly) → cases with a time for that class; nightly → cases in that tier."""
+    timed: collections.Counter[tuple[str, bool]] = collections.Counter()
+    cases: collections.Counter[bool] = collections.Counter()
+    for path in (ROOT / "baselines" / "cpu").glob("*.json"):
+        if path.name.startswith("pytest-benchmark."):
+            continue
+        baseline = json.loads(path.read_text())
+        nightly = nightly_only(*parse_case_id(baseline["case"]))
+        cases[nightly] += 1
+        for time_class in baseline["time"]:
+            timed[time_class, nightly] += 1
+    return timed, cases
+
+
+def _rows() -> dict[str, tuple[int, int, int, int]]:
+    rows = {}
+    for line in (ROOT / "docs" / "time-classes.md").read_text().splitlines():
+        found = ROW.match(line)
+        if found:
+            rows[found["cls"]] = tuple(int(found[k]) for k in ("push", "pushes", "night", "nights"))
+    return rows  # type: ignore[return-value]
+
+
+def test_the_page_counts_each_classs_timed_cases_as_the_baselines_hold_them() -> None:
+    timed, cases = _stored()
+    rows = _rows()
+    stored = {time_class for time_class, _ in timed}
+    unlisted = stored - set(rows)
+    assert not unlisted, f"classes with stored times that docs/time-classes.md does not list: {unlisted}"
+    for time_class, row in rows.items():
+        actual = (timed[time_class, False], cases[False], timed[time_class, True], cases[True])
+        assert row == actual, f"{time_class}: the page says {row}, the baselines hold {actual}"
+
+
+def test_the_table_is_read_at_all() -> None:
+    """A reworded table that the pattern no longer matches fails here, not silently above."""
+    assert len(_rows()) >= 5
