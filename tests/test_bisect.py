@@ -399,11 +399,17 @@ def test_an_explanation_that_fails_or_is_interrupted_leaves_the_answer(
         assert written["explanation"]["errors"] == ["RuntimeError: boom"]
 
 
-def _memory_range(
-    monkeypatch: pytest.MonkeyPatch, explained: list[tuple[str, str]], interrupted: bool = False
-) -> Callable[[str], Any]:
-    """A memory search over RELEASES whose first bad release, 4.46.0, cannot be tested, nor can 4.46.1;
-    each explanation asked for is listed (A, B) and says the buffers grew (or is interrupted)."""
+def _memory_search(
+    monkeypatch: pytest.MonkeyPatch,
+    explained: list[tuple[str, str]],
+    *,
+    bad_from: str = "4.46.0",
+    untestable: tuple[str, ...] = ("4.46.0", "4.46.1"),
+    interrupted: bool = False,
+) -> tuple[Callable[[str], Any], list[str]]:
+    """A memory search over RELEASES whose buffers grow from ``bad_from`` on, ``untestable`` not
+    installing: its comparison (by the candidate side's name) and the points it compared. Each
+    explanation asked for is listed (A, B) and says the buffers grew (or is interrupted)."""
     from perfsuite.ab import explain as ab_explain
     from perfsuite.ab.rounds import CaseResult
     from perfsuite.core.check import Check
@@ -411,11 +417,14 @@ def _memory_range(
     from perfsuite.core.explain.tensors import CategoryCause, MemoryCause
 
     grew = Check("memory: buffers", False, "0.00 MiB", "50.00 MiB", "+inf", "±5%", "buffers grew")
+    bad = RELEASES[RELEASES.index(bad_from) :]
+    compared: list[str] = []
 
     def compare(point: str) -> CaseResult:
-        if point in ("4.46.0", "4.46.1"):
+        compared.append(point)
+        if point in untestable:
             return CaseResult(case="tiny-bert-vanilla", error=f"transformers=={point} did not install")
-        return CaseResult(case="tiny-bert-vanilla", checks=[grew] if point in ("4.47.0", "4.48.0") else [])
+        return CaseResult(case="tiny-bert-vanilla", checks=[grew] if point in bad else [])
 
     def explain_case(sides: Any, spec: Any, result: Any, what: Any, **kw: Any) -> Explanation:
         explained.append((sides[0].name, sides[1].name))
@@ -424,7 +433,10 @@ def _memory_range(
         return Explanation(result.case, tuple(what), memory=MemoryCause((CategoryCause("buffers", 0, 50 * 2**20),)))
 
     monkeypatch.setattr(ab_explain, "explain_case", explain_case)
-    return compare
+    return compare, compared
+
+
+GREW = "  memory: buffers +50.00 MiB: no tensor differs by name, dtype or shape"
 
 
 def test_a_range_left_by_untestable_releases_is_explained_by_its_judged_ends(
@@ -436,44 +448,51 @@ def test_a_range_left_by_untestable_releases_is_explained_by_its_judged_ends(
 
     explained: list[tuple[str, str]] = []
     said: list[str] = []
-    bisection = _bisection(monkeypatch, tmp_path, _memory_range(monkeypatch, explained), said)
+    bisection = _bisection(monkeypatch, tmp_path, _memory_search(monkeypatch, explained)[0], said)
     bisection.options = dataclasses.replace(bisection.options, metric="memory")
     assert bisection.run() == 1
     assert explained == [("4.46.0rc1", "4.47.0")]
     answer = said.index(
-        "perfsuite: the first bad transformers is one of 4.46.0, 4.46.1, 4.47.0; the others could not be tested"
+        "perfsuite: the first bad transformers is one of 4.46.0, 4.46.1, 4.47.0: 4.47.0 is bad, 4.46.0, 4.46.1 "
+        "could not be tested"
     )
     assert said[answer + 1 :] == [
-        "perfsuite: why: A 4.46.0rc1 (last good) → B 4.47.0 (the first judged bad; the change is in it or in the "
+        "perfsuite: why: A 4.46.0rc1 (last good) → B 4.47.0 (first judged bad; the change is in it or in the "
         "untested 4.46.0, 4.46.1), instrumented runs, A B A B",
-        "  memory: buffers +50.00 MiB: no tensor differs by name, dtype or shape",
+        GREW,
     ]
     written = json.loads((tmp_path / "bisect.json").read_text())
     assert (written["first_bad"], written["candidates"]) == (None, ["4.46.0", "4.46.1", "4.47.0"])
     assert written["explanation"]["memory"] is not None
 
 
-@pytest.mark.parametrize("interrupted", [False, True])
-def test_releases_whose_commits_cannot_be_bisected_are_explained_instead(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], interrupted: bool
-) -> None:
-    """--repo: the commits between the last good release and the first judged bad are searched (a range
-    of untestable releases too: their commits may build); where the clone lacks the releases' tags,
-    that is said in one line and the releases' answer is explained instead, and written. Ctrl-C there
-    stops the command as after any search: the answer said and written, exit 130."""
+def _bisect_repo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, compare: Callable[[str], Any]) -> list[str]:
+    """``perfsuite bisect transformers ... --repo`` over RELEASES with sides that start nothing: its argv."""
     from perfsuite.ab import bisect, bisecting
-    from perfsuite.cli import main
 
-    explained: list[tuple[str, str]] = []
-    compare = _memory_range(monkeypatch, explained, interrupted)
     monkeypatch.setattr(bisecting, "Side", lambda name, env: _Side(name, env))
+    monkeypatch.setattr(_Side, "closed", [])
     monkeypatch.setattr(bisecting, "preload_for", lambda specs: None)
     monkeypatch.setattr(bisecting, "make_env", lambda *a, **k: None)
     monkeypatch.setattr(bisecting, "compare_case", lambda spec, sides, *a, **k: compare(sides[1].name))
     monkeypatch.setattr(bisect, "index_versions", lambda package: RELEASES)
     subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "clone.git")], check=True)
     args = ["bisect", "transformers", "--good", "4.44.0", "--bad", "4.48.0", "--case", "tiny-bert-vanilla"]
-    args += ["--metric", "memory", "--repo", str(tmp_path / "clone.git"), "--json", str(tmp_path / "bisect.json")]
+    return args + ["--metric", "memory", "--repo", str(tmp_path / "clone.git"), "--json", str(tmp_path / "bisect.json")]
+
+
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_a_range_of_releases_whose_commits_cannot_be_searched_is_explained_instead(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], interrupted: bool
+) -> None:
+    """--repo: the commits between the last good release and the first judged bad are searched (a range
+    of untestable releases too: their commits may build); where the clone lacks the releases' tags,
+    that is said in one line and the releases' answer stands, explained and written with the commits'
+    error, exit 1 (a range). Ctrl-C there stops the command as after any search: exit 130."""
+    from perfsuite.cli import main
+
+    explained: list[tuple[str, str]] = []
+    args = _bisect_repo(monkeypatch, tmp_path, _memory_search(monkeypatch, explained, interrupted=interrupted)[0])
     assert main(args) == (130 if interrupted else 1)
     said = capsys.readouterr().err
     clone = tmp_path / "clone.git"
@@ -485,5 +504,62 @@ def test_releases_whose_commits_cannot_be_bisected_are_explained_instead(
         assert said.rstrip().endswith(f"interrupted by SIGINT after the search (written to {tmp_path / 'bisect.json'})")
         assert (written["interrupted"], written["explanation"]) == ("SIGINT", None)
         return
-    assert said.rstrip().endswith("memory: buffers +50.00 MiB: no tensor differs by name, dtype or shape"), said
+    assert said.rstrip().endswith(GREW), said
     assert written["explanation"]["memory"] is not None
+    assert written["commits"]["error"].startswith(f"--repo: {clone} has no tag for transformers 4.45.1")
+
+
+def test_a_release_next_to_the_good_end_is_explained_on_sides_of_its_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first bad release right after the good end, its commits not searchable: the good end's side
+    has closed with the search, so the explanation opens its own, and compares one pair of them for
+    the breakdowns (not the search's pair, made against the closed side); exit 0, a release found."""
+    from perfsuite.cli import main
+
+    explained: list[tuple[str, str]] = []
+    compare, compared = _memory_search(monkeypatch, explained, bad_from="4.45.0", untestable=())
+    assert main(_bisect_repo(monkeypatch, tmp_path, compare)) == 0
+    said = capsys.readouterr().err
+    assert "the commits between 4.44.0 and 4.45.0 were not bisected" in said
+    assert "perfsuite: why: A 4.44.0 (last good) → B 4.45.0 (first bad), instrumented runs, A B A B" in said
+    assert explained == [("4.44.0", "4.45.0")]
+    assert compared.count("4.45.0") == 2  # the search's, then the explanation's own pair
+    assert _Side.closed[-2:] == ["4.44.0", "4.45.0"]  # the explanation's two sides, each closed
+    assert json.loads((tmp_path / "bisect.json").read_text())["first_bad"] == "4.45.0"
+
+
+@pytest.mark.parametrize("explain", [True, False])
+def test_commits_whose_search_gives_no_answer_leave_the_releases_answer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], explain: bool
+) -> None:
+    """The commits' search ran and gave no answer (an end that does not build: its exit 3): the releases'
+    answer stands, explained unless --no-explain, its exit code the command's, and --json is the
+    releases' answer with the commits' attempt beside it."""
+    from perfsuite.ab import builds, envs
+    from perfsuite.ab.commits import Commit
+    from perfsuite.cli import bisect as cli_bisect
+    from perfsuite.cli import main
+
+    def commits(options: Any, spec: Any, say: Any, heard: Any, *found: Any) -> tuple[int, None]:
+        say("perfsuite: cannot test the good end aaaa: it does not build")
+        (tmp_path / "bisect.json").write_text(json.dumps({"kind": "perfsuite-bisect", "what": "transformers commit"}))
+        return 3, None
+
+    monkeypatch.setattr(builds, "release_tag", lambda repo, package, v, what: Commit(v * 2, v, f"Release {v}"))
+    monkeypatch.setattr(envs, "make_env", lambda *a, **k: None)
+    monkeypatch.setattr(cli_bisect, "_clone_commits", lambda *a: ({}, None, "transformers commit", None))
+    monkeypatch.setattr(cli_bisect, "_commits", commits)
+    explained: list[tuple[str, str]] = []
+    args = _bisect_repo(monkeypatch, tmp_path, _memory_search(monkeypatch, explained, untestable=())[0])
+    assert main(args + ([] if explain else ["--no-explain"])) == 0
+    said = capsys.readouterr().err
+    assert (
+        "perfsuite: the commits between 4.45.1 and 4.46.0 were not bisected: their search gave no answer (exit 3); "
+        "the releases' answer stands"
+    ) in said
+    assert explained == ([("4.45.1", "4.46.0")] if explain else [])
+    written = json.loads((tmp_path / "bisect.json").read_text())
+    assert (written["first_bad"], written["what"]) == ("4.46.0", "transformers")
+    assert written["commits"] == {"kind": "perfsuite-bisect", "what": "transformers commit"}
+    assert (written["explanation"] is not None) == explain

@@ -115,9 +115,10 @@ class Bisection:
     """The signal that stopped the command, once one has (``SIGINT``, ``SIGTERM``). A signal handled
     where a comparison cannot tell (its last pair in, its look not yet taken) still stops the search."""
     explains: bool = True
-    """Whether a first bad point found is explained (``False``: a search that another goes on from)."""
+    """Whether the answer is explained (``False``: a search that another goes on from)."""
     explanation: Explanation | None = None
-    """Why the first bad point differs from the last good on the metric searched, once explained."""
+    """Why the first bad point (or a range's first judged bad) differs from the last good on the metric
+    searched, once explained."""
     compared: dict[str, CaseResult] = dataclasses.field(default_factory=dict)
     """Each point's comparison with the good end, by point."""
 
@@ -253,9 +254,11 @@ class Bisection:
                     f"(last good {self.describe(found.last_good)}) for {self.spec.id}'s {metric}"
                 )
             else:
-                others = "the other" if len(found.candidates) == 2 else "the others"
-                shown = ", ".join(map(self.describe, found.candidates))
-                self.say(f"perfsuite: the first bad {package} is one of {shown}; {others} could not be tested")
+                untested = ", ".join(found.candidates[:-1])
+                self.say(
+                    f"perfsuite: the first bad {package} is one of {', '.join(map(self.describe, found.candidates))}: "
+                    f"{found.known_bad} is bad, {untested} could not be tested"
+                )
             if self.explains and self.options.explain:
                 self.explanation = self._explain(found, good)
         finally:
@@ -277,8 +280,7 @@ class Bisection:
         if found.first_bad is not None:
             said = "first bad"
         else:
-            untested = ", ".join(map(self.describe, found.candidates[:-1]))
-            said = f"the first judged bad; the change is in it or in the untested {untested}"
+            said = f"first judged bad; the change is in it or in the untested {', '.join(found.candidates[:-1])}"
         self.say(f"perfsuite: why: A {last} (last good) → B {first} ({said}), instrumented runs, A B A B")
         opened: list[Side] = []
         try:

@@ -20,6 +20,8 @@ from perfsuite.cli.options import at_least, fraction, output_file, positive_frac
 from perfsuite.core.results import write_results
 
 if TYPE_CHECKING:
+    from perfsuite.ab.bisect import Found
+    from perfsuite.ab.bisecting import Bisection
     from perfsuite.ab.options import BisectOptions
 
 METRICS = ("time", "memory", "loss")
@@ -41,9 +43,10 @@ def add_parser(sub: Any) -> None:
         "--repo",
         type=Path,
         metavar="PATH",
-        help="a local clone of the package: once the first bad release is found, go on commit by commit between "
-        "its tag and the last good release's, each commit built from the clone (a pure-Python build where the "
-        "package allows) over the last good release's dependencies; a commit that does not build or import is "
+        help="a local clone of the package: once the first bad release (or a range's first judged bad) is "
+        "found, go on commit by commit between its tag and the last good release's, each commit built from the "
+        "clone (a pure-Python build where the package allows) over the last good release's dependencies; a "
+        "commit that does not build or import is "
         "stepped around",
     )
     bisect.add_argument(
@@ -106,7 +109,7 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
     from packaging.utils import canonicalize_name
 
     from perfsuite.ab.bisect import BisectError, between, check_order, index_versions
-    from perfsuite.ab.bisecting import BisectInterrupted, Bisection, case_spec
+    from perfsuite.ab.bisecting import Bisection, case_spec
     from perfsuite.ab.comparison import cap_problem
     from perfsuite.ab.envs import EnvError, make_env, parse_held
     from perfsuite.ab.options import BisectOptions
@@ -150,7 +153,7 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
         if any(canonicalize_name(r.name) == bisected for r in options.held):
             raise ValueError(f"--with holds {args.package}, the package bisected: each side installs its own release")
         if args.own:
-            return _commits(options, spec, say, heard, *_project_commits(args, options))
+            return _commits(options, spec, say, heard, *_project_commits(args, options))[0]
         if args.commits:
             return _commits(
                 options,
@@ -158,7 +161,7 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
                 say,
                 heard,
                 *_clone_commits(args, args.good, args.bad, make_env("current", name="good", held=options.held)),
-            )
+            )[0]
         check_order(args.good, args.bad)
         versions = between(index_versions(args.package), args.good, args.bad, pre=args.pre)
     except (BisectError, ValueError, EnvError) as exc:
@@ -170,29 +173,58 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
     found = releases.found
     if args.repo is None or found is None:
         return code
-    from perfsuite.ab import commits
-    from perfsuite.ab.builds import release_tag
+    return _releases_commits(args, options, spec, say, heard, releases, code)
 
+
+def _releases_commits(
+    args: argparse.Namespace,
+    options: BisectOptions,
+    spec: Any,
+    say: Callable[[str], None],
+    heard: Callable[[], str | None],
+    releases: Bisection,
+    code: int,
+) -> int:
+    """``--repo``: the commits between the last good release's tag and the first judged bad's (a range
+    of untestable releases too: a commit may build where its release did not install). Where they
+    give no answer (no tag, an end that does not build, source builds that do not differ), the
+    releases' answer stands, explained, with its exit code; ``--json`` keeps the commits' attempt."""
+    from perfsuite.ab import commits
+    from perfsuite.ab.bisecting import BisectInterrupted
+    from perfsuite.ab.builds import release_tag
+    from perfsuite.ab.envs import EnvError, make_env
+
+    assert releases.found is not None
+    last_good, known_bad = releases.found.last_good, releases.found.known_bad
     released = json.loads(args.json.read_text()) if args.json else None
 
-    def with_releases() -> None:
-        """The commits' answer (or what an interrupt left of it), with the releases' it went on from."""
-        if args.json and released is not None:
-            write_results({**json.loads(args.json.read_text()), "releases": released}, json_file=args.json, say=None)
+    def add(key: str, value: Any) -> None:
+        """``--json``: ``key`` added to what the file holds."""
+        if args.json:
+            write_results({**json.loads(args.json.read_text()), key: value}, json_file=args.json, say=None)
 
-    try:  # a range of releases left by untestable ones: their commits may build from source
-        good, bad = (release_tag(args.repo, args.package, v, "--repo") for v in (found.last_good, found.known_bad))
-        base = make_env(f"{args.package}=={found.last_good}", name="good", held=options.held)
-        code = _commits(options, spec, say, heard, *_clone_commits(args, good.sha, bad.sha, base))
+    try:
+        good, bad = (release_tag(args.repo, args.package, v, "--repo") for v in (last_good, known_bad))
+        base = make_env(f"{args.package}=={last_good}", name="good", held=options.held)
+        commit_code, answer = _commits(options, spec, say, heard, *_clone_commits(args, good.sha, bad.sha, base))
     except BisectInterrupted:
-        with_releases()
+        add("releases", released)  # with what the interrupt left of the commits' search
         raise
     except (commits.GitError, EnvError) as exc:
-        say(f"perfsuite: the commits between {found.last_good} and {found.known_bad} were not bisected: {exc}")
-        if options.explain:  # the releases' answer is explained instead
-            releases.explain_found()
-        return 1
-    with_releases()
+        why, searched = str(exc), None
+    else:
+        if answer is not None:  # a first bad commit, or a range of them: narrower than the releases'
+            add("releases", released)
+            return commit_code
+        why = f"their search gave no answer (exit {commit_code})"
+        searched = json.loads(args.json.read_text()) if args.json else None
+    span = f"the commits between {last_good} and {known_bad}"
+    say(f"perfsuite: {span} were not bisected: {why}; the releases' answer stands")
+    if options.explain:
+        releases.explain_found()  # writes the releases' answer, explained
+    elif args.json and released is not None:
+        write_results(released, json_file=args.json, say=None)
+    add("commits", searched or {"error": why})
     return code
 
 
@@ -248,23 +280,18 @@ def _commits(
     env_for: Any,
     what: str,
     scratch: Path | None,
-) -> int:
-    """Bisect the commits ``found`` (good first), each side's environment from ``env_for``."""
+) -> tuple[int, Found | None]:
+    """Bisect the commits ``found`` (good first), each side's environment from ``env_for``: the exit
+    code and the answer (``None`` where the ends did not differ or could not be tested)."""
     from perfsuite.ab.bisecting import Bisection
 
     points = list(found)
     say(f"perfsuite: {what}s: {len(points) - 1} after {points[0]} (good), up to {points[-1]} (bad)")
+    bisection = Bisection(
+        options, spec, points, say, env_for=env_for, what=what, describe=lambda p: found[p].describe(), heard=heard
+    )
     try:
-        return Bisection(
-            options,
-            spec,
-            points,
-            say,
-            env_for=env_for,
-            what=what,
-            describe=lambda p: found[p].describe(),
-            heard=heard,
-        ).run()
+        return bisection.run(), bisection.found
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
