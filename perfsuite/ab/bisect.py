@@ -47,6 +47,11 @@ class Found:
         untestable versions before it are the others the change may be in)."""
         return self.candidates[-1]
 
+    @property
+    def untested(self) -> list[str]:
+        """The versions before :attr:`known_bad` that could not be tested (none when found)."""
+        return self.candidates[:-1]
+
 
 def index_versions(package: str) -> list[str]:
     """The versions the configured package index serves for ``package`` (``pip index versions``)."""

@@ -254,7 +254,7 @@ class Bisection:
                     f"(last good {self.describe(found.last_good)}) for {self.spec.id}'s {metric}"
                 )
             else:
-                untested = ", ".join(found.candidates[:-1])
+                untested = ", ".join(found.untested)
                 self.say(
                     f"perfsuite: the first bad {package} is one of {', '.join(map(self.describe, found.candidates))}: "
                     f"{found.known_bad} is bad, {untested} could not be tested"
@@ -280,7 +280,7 @@ class Bisection:
         if found.first_bad is not None:
             said = "first bad"
         else:
-            said = f"first judged bad; the change is in it or in the untested {', '.join(found.candidates[:-1])}"
+            said = f"first judged bad; the change is in it or in the untested {', '.join(found.untested)}"
         self.say(f"perfsuite: why: A {last} (last good) → B {first} ({said}), instrumented runs, A B A B")
         opened: list[Side] = []
         try:

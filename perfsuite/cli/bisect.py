@@ -46,8 +46,7 @@ def add_parser(sub: Any) -> None:
         help="a local clone of the package: once the first bad release (or a range's first judged bad) is "
         "found, go on commit by commit between its tag and the last good release's, each commit built from the "
         "clone (a pure-Python build where the package allows) over the last good release's dependencies; a "
-        "commit that does not build or import is "
-        "stepped around",
+        "commit that does not build or import is stepped around",
     )
     bisect.add_argument(
         "--commits",
