@@ -104,6 +104,7 @@ def test_two_profiles_of_one_step_and_an_extra_call() -> None:
     assert profile.describe(mm).endswith(f": +1 from test_explain_worker.py:step (line {line})")
 
 
+@pytest.mark.alone  # a time change is named only beyond the profiles' own noise: nothing beside them
 def test_a_backwards_ops_are_asked_for_by_the_forward_frame_that_made_them() -> None:
     cpu = get_device("cpu")
     a = [profile_steps(_driven(Tiny()), cpu, 2) for _ in range(2)]
