@@ -37,6 +37,7 @@ STAGES = [
     ("smoke", [], None),
     ("claims", [], None),
     ("refresh", ["bert-base-uncased-grad_ckpt", "3"], None),
+    ("refresh", ["uncased-grad_ckpt or uncased-all", "3"], "push"),
     ("missing", ["220", "not uncased-zero3_offload and not uncased-all"], "push"),
     ("missing", ["300"], None),
     ("compare", [], "push"),
@@ -64,7 +65,7 @@ def _stage(
     out, calls = tmp_path / "out", tmp_path / "calls.jsonl"
     out.mkdir(exist_ok=True)
     env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "OUT": str(out), "STAGE_CALLS": str(calls)}
-    for name in ("SCOPE", "AB_STRATEGIES", "AB_LIMIT_S", "COMPARE_LIMIT_S"):
+    for name in ("SCOPE", "AB_STRATEGIES", "AB_LIMIT_S", "COMPARE_LIMIT_S", "REFRESH_LIMIT_S"):
         env.pop(name, None)
     env.update(variables)
     if scope:
@@ -104,6 +105,10 @@ def test_the_scope_reaches_the_refresh_and_the_compare(tmp_path: Path) -> None:
     (tmp_path / "calls.jsonl").unlink()
     _, unscoped = _stage(tmp_path, "missing", ["200"], None)
     assert not any(arg.startswith("--scope") for arg in unscoped[0])
+    (tmp_path / "calls.jsonl").unlink()
+    _, rerecord = _stage(tmp_path, "refresh", ["uncased-all", "3"], "push", REFRESH_LIMIT_S="150")
+    assert "--scope=push" in rerecord[0]
+    assert rerecord[0][rerecord[0].index("--time-limit") + 1] == "150"
 
 
 @pytest.mark.parametrize("stage", ["ab", "inject"])

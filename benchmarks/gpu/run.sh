@@ -7,12 +7,13 @@
 # its baselines under baselines/<gpu>/, which the stage copies to $OUT/baselines.tgz for committing.
 #   smoke             perfsuite run's quick set on the GPU (bert-base-uncased, 10 cases), timed
 #   claims            the GPU-only strategy claims (pytest -m gpu tests/test_strategy_claims.py)
-#   refresh EXPR [N]  perfsuite baselines refresh -k EXPR --repeats N (default 3) on the GPU
+#   refresh EXPR [N]  perfsuite baselines refresh -k EXPR --repeats N (default 3) on the GPU, stopping itself at
+#                     $REFRESH_LIMIT_S seconds where that is set (the cases it finished are written)
 #   missing S [EXPR [N]]  the cases (matching EXPR) with no baseline on this GPU yet, for at most S seconds,
 #                     N repeats (default 2): what finishes is written, the next call goes on from there
 #   compare [EXPR]    pytest -m gpu --benchmark-compare [-k EXPR] against the refreshed baselines (a case
 #                     with no baseline on this GPU is skipped without running)
-#                     (both of these take the scope in $SCOPE, push, nightly or weekly: default every case)
+#                     (these three take the scope in $SCOPE, push, nightly or weekly: default every case)
 #   push [R [C [missing]]]  the push scope as a user runs it: perfsuite baselines refresh --scope push (2
 #                     repeats, stopping itself at R seconds, default 330; with `missing`, only the cases with no
 #                     baseline on this GPU yet), then pytest -m gpu --perfsuite-scope push --benchmark-compare
@@ -47,7 +48,7 @@ timed() {  # timed NAME CMD...: the command, then its wall time; the command's e
     echo "$name: $((SECONDS - start)) s wall"
     return "$status"
 }
-scope=()  # missing and compare: --scope / --perfsuite-scope from $SCOPE
+scope=()  # refresh, missing and compare: --scope / --perfsuite-scope from $SCOPE
 [ -n "${SCOPE:-}" ] && scope=("--scope=$SCOPE")
 rc=0  # the stage's exit status: its last failing command's (a pipe's, under pipefail)
 
@@ -72,8 +73,10 @@ case "$stage" in
     refresh)
         # Appends: a job may refresh in several small batches, each written when it ends.
         expr=${1:?usage: run.sh refresh EXPR [N]}
-        timed refresh perfsuite baselines refresh --device cuda -k "$expr" --repeats "${2:-3}" -- -p no:cacheprovider \
-            2>&1 | tee -a "$OUT/refresh.log" || rc=$?
+        limit=()
+        [ -n "${REFRESH_LIMIT_S:-}" ] && limit=(--time-limit "$REFRESH_LIMIT_S")
+        timed refresh perfsuite baselines refresh --device cuda -k "$expr" "${scope[@]}" "${limit[@]}" \
+            --repeats "${2:-3}" -- -p no:cacheprovider 2>&1 | tee -a "$OUT/refresh.log" || rc=$?
         keep_baselines
         ;;
     missing)
