@@ -79,6 +79,10 @@ def pytest_perfsuite_run_case(config, spec, timeout_s):
 CASES = "tiny-bert-vanilla or (tiny-bert-fp16 and not grad_ckpt) or tiny-bert-grad_ckpt"
 
 
+REFRESH = ("-p", "no:cacheprovider", "-m", "cpu and not trainer", "-k", CASES, "--perfsuite-refresh")
+"""pytest's arguments for a refresh of the three cases (add ``--perfsuite-repeats``)."""
+
+
 def write_project(root: Path) -> None:
     (root / "test_matrix.py").write_text(MATRIX_TEST)
     (root / "conftest.py").write_text(FAKE_RUNNER)
@@ -93,19 +97,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_project(root)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_")}
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-m",
-            "cpu and not trainer",
-            "-k",
-            CASES,
-            "--perfsuite-refresh",
-            "--perfsuite-repeats=3",
-        ],
+        [sys.executable, "-m", "pytest", *REFRESH, "--perfsuite-repeats=3"],
         cwd=root,
         env=env,
         capture_output=True,

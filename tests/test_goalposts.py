@@ -51,6 +51,15 @@ def test_added_removed_unreadable_and_unmoved_baselines() -> None:
     assert goalposts.baseline_moves(path, BASELINE, None) == f"`tiny-bert-vanilla` on cpu: baseline removed (`{path}`)"
     assert "unreadable" in str(goalposts.baseline_moves(path, BASELINE, "{not json"))
     assert "unreadable" in str(goalposts.baseline_moves(path, BASELINE, "[1]"))
+
+    # A pool's withdrawal of a class's time says why.
+    def withdrawn(data: dict[str, Any]) -> None:
+        del data["time"]["amd-25.1-avx2"]
+        data["untimed"] = {"amd-25.1-avx2": {"spread": 0.142, "widest": 0.1, "sessions": 6, "date": None}}
+
+    line = str(goalposts.baseline_moves(path, BASELINE, _moved(withdrawn)))
+    withdrawal = f"step time [amd-25.1-avx2] {_MEDIAN:.4g} → — calibrated"
+    assert f"{withdrawal} (too noisy to gate: its pooled sessions there spread 14.2%)" in line
     # Provenance alone (a refresh's date) moves no goalpost.
     assert goalposts.baseline_moves(path, BASELINE, _moved(lambda d: d["provenance"].update(date="x"))) is None
 

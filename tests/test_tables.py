@@ -158,6 +158,35 @@ def test_a_step_time_left_ungated_on_purpose_says_so() -> None:
     missing = gate_text([outcome("not compared")], refresh=False)
     assert "time not compared: no figure for this time class" in missing
     assert "step time NOT gated for 1 of 1" in missing.splitlines()[0]
+    assert "record them here with `perfsuite baselines refresh --missing`" in missing.splitlines()[0]
+
+
+def test_a_step_time_too_noisy_on_its_class_is_not_sent_to_a_refresh() -> None:
+    """A case whose class keeps no time of it (a pool found its sessions there too noisy) is counted apart
+    from one with no figure yet, and no refresh is advised for it alone (one would not record its time
+    there); the row says why."""
+    from types import SimpleNamespace
+
+    from perfsuite.core.check import UNTIMED, Check
+    from perfsuite.reports.tables import gate_text
+
+    def outcome(change: str) -> SimpleNamespace:
+        time = Check("step time", True, "—", "10 ms", change, "—", "", compared=False)
+        record = CaseRecord.from_json(
+            {"model": "tiny-bert", "strategy": "vanilla", "status": "ok", "time_class": "amd-x"}, "record"
+        )
+        return SimpleNamespace(case="tiny-bert-vanilla", status="passed", checks=[time], records=[record], message="")
+
+    noisy = gate_text([outcome(UNTIMED), outcome(UNTIMED)], refresh=False)
+    first = noisy.splitlines()[0]
+    assert "step time NOT gated for 2 of 2 (too noisy on amd-x to keep a time, their pooled sessions" in first
+    assert "baselines refresh" not in first
+    assert "`perfsuite ab`" in first
+    assert "time not compared: too noisy on this time class" in noisy
+    both = gate_text([outcome(UNTIMED), outcome("not compared"), outcome("not compared")], refresh=False)
+    first = both.splitlines()[0]
+    assert "NOT gated for 3 of 3 (2 with no baseline figures for this machine's time class amd-x; 1 too noisy" in first
+    assert "record them here with `perfsuite baselines refresh --missing`" in first  # it leaves the noisy one out
 
 
 def test_a_loss_not_compared_for_other_initial_weights_says_so_in_the_row_and_the_first_line() -> None:
@@ -197,13 +226,14 @@ def test_under_the_compare_table_a_key_says_what_delta_time_is() -> None:
 
 
 def test_the_first_line_says_what_the_gates_catch() -> None:
+    from perfsuite.core.check import TimeCheck
     from perfsuite.reports.tables import verdict
 
     cls = "amd-25.1-avx2"
-    line = verdict(["passed"] * 3, [(True, cls, 0.15), (True, cls, 0.20), (True, cls, 0.20)])
+    line = verdict(["passed"] * 3, [TimeCheck(True, cls, 0.15), TimeCheck(True, cls, 0.20), TimeCheck(True, cls, 0.20)])
     assert line == (
         "perfsuite: passed: 3 passed; step time gated for all 3: 1 of 3 catch a change of 15% or less, "
         "2 only a change of 20.0% or more"
     )
-    line = verdict(["passed"] * 2, [(True, cls, 0.20), (True, cls, 0.30)])
+    line = verdict(["passed"] * 2, [TimeCheck(True, cls, 0.20), TimeCheck(True, cls, 0.30)])
     assert line.endswith("0 of 2 catch a change of 15% or less, 2 only a change of 20.0%-30.0% or more")

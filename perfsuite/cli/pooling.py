@@ -18,6 +18,7 @@ from perfsuite.core.pooled import MIN_SESSIONS, SPEC_KEYS, Pool, Reading, Sessio
 from perfsuite.core.pooled_aa import held_out
 from perfsuite.core.results import Results, ResultsError, load_results
 from perfsuite.core.tolerance import ConfigError, resolve_tolerance
+from perfsuite.core.untimed import timed, withdrawn
 from perfsuite.reports.pooled import case_lines, held_out_lines, plural, session_lines
 
 
@@ -29,7 +30,8 @@ def add_parser(actions: Any) -> None:
         description="Reads the first run of each case in each results file (pytest --perfsuite-json, perfsuite run "
         "--json; one file per session, all of one stack) and stores, per case, the per-step medians over the "
         "sessions as this time class's step time, with their spread read as the gate reads it (each session "
-        "against the others, its drift taken out). A case whose sessions spread too wide for its gate is refused. "
+        "against the others, its drift taken out). A case whose sessions spread too wide for its gate is refused, "
+        "and the class's time removed from its baseline, `untimed` kept in its place (its gate says so). "
         "Memory and loss are not touched: each case needs its baseline already, and a session whose run differs "
         f"from it ran another stack. At least {MIN_SESSIONS} sessions.",
     )
@@ -203,18 +205,29 @@ def _write(result: Pool, targets: Mapping[str, Target], root: Path, *, dry_run: 
     texts: dict[Path, str] = {}
     for case in result.cases:
         target = targets[case.case]
-        if case.entry is None or target.stored is None:
+        if target.stored is None:
             continue
-        stored = dict(target.stored)
-        stored["time"] = dict(sorted({**stored["time"], result.time_class: case.entry}.items()))
+        if case.entry is not None:
+            stored = timed(target.stored, result.time_class, case.entry)
+        elif case.untimed is not None:  # too noisy on the class: its time there is withdrawn, and why kept
+            stored = withdrawn(target.stored, result.time_class, case.untimed)
+        else:
+            continue
         text = json.dumps(stored, indent=2, sort_keys=False, allow_nan=False) + "\n"
         texts[baseline_path(root, target.hardware, case.case)] = text
     refused = sum(c.entry is None for c in result.cases)
+    noisy = [c.case for c in result.cases if c.entry is None and c.untimed is not None and targets[c.case].stored]
     if not dry_run:
         write_texts_atomic(texts)
     what = "would be written (--dry-run: nothing written)" if dry_run else f"written under {root}"
     print(
-        f"{plural(len(texts), 'case')} pooled, {what}: their {result.time_class} step time only, memory and "
-        f"loss untouched; {refused} refused"
+        f"{plural(len(texts) - len(noisy), 'case')} pooled, {what}: their {result.time_class} step time only, "
+        f"memory and loss untouched; {refused} refused"
     )
+    if noisy:
+        print(
+            f"too noisy on {result.time_class} to gate: {', '.join(noisy)}. The class's time "
+            f"{'would be' if dry_run else 'is'} removed from each baseline and `untimed` written in its place: "
+            "the gate says so, a refresh keeps it, and a later pool whose sessions fit stores their time"
+        )
     return 1 if refused else 0

@@ -9,7 +9,7 @@ Memory and the loss curve are one per file; step times are kept per *time class*
 (:mod:`perfsuite.core.hardware`): ``"time": {"amd-25.1-avx2": {...}, "intel-6.143-...": {...}}``,
 because which kernels torch runs, and so every time figure, depends on the CPU's
 features while memory and loss do not. A refresh on a new class adds its entry and
-leaves the others as they were.
+leaves the others; a class too noisy to gate holds none (:mod:`perfsuite.core.untimed`).
 """
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ import statistics
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from perfsuite.core import untimed
 from perfsuite.core.hardware import hardware_key
 from perfsuite.core.stats import paired_change
 
 __all__ = ["hardware_key"]  # re-exported: where a baseline file lives
-
-_T = TypeVar("_T")
 
 BASELINE_SCHEMA_VERSION = 2
 PYTEST_BENCHMARK_FILE = "pytest-benchmark.json"
@@ -173,6 +172,8 @@ def load_baseline(path: Path, *, case_id: str, hardware: str) -> dict[str, Any]:
         case_id,
         hardware,
     )
+    why = untimed.problem(data) if isinstance(time, dict) else None
+    _require(why is None, path, f"corrupt baseline ({why})", case_id, hardware)
     _require(
         isinstance(memory, dict)
         and finite_number(memory.get("peak_bytes"), at_least=0)
@@ -213,8 +214,8 @@ def incomplete(
     except BaselineError:
         return "unreadable baseline"
     entry = data["time"].get(time_class)
-    if entry is None:
-        return f"no step time for {time_class}"
+    if entry is None:  # none where a pool found the class's sessions too noisy to gate: nothing to record
+        return None if untimed.untimed_on(data, time_class) else f"no step time for {time_class}"
     if entry["unit"] != unit or (unit == "calibrated" and entry.get("calibration") != calibration):
         return f"its {time_class} step time is {entry['unit']} ({entry.get('calibration')}), not {unit} ({calibration})"
     return None
@@ -274,10 +275,13 @@ def repeat_deviations(times: Sequence[float], time_steps: Sequence[Sequence[floa
     if len(times) < 2:
         return [0.0 for _ in times]
     if step_medians(time_steps):
-        return [paired_change(repeat, step_medians(_without(time_steps, i))) for i, repeat in enumerate(time_steps)]
+        return [
+            paired_change(repeat, step_medians([s for j, s in enumerate(time_steps) if j != i]))
+            for i, repeat in enumerate(time_steps)
+        ]
     deviations = []
     for i, value in enumerate(times):
-        median = statistics.median(_without(times, i))
+        median = statistics.median([t for j, t in enumerate(times) if j != i])
         deviations.append((value - median) / median if median else (0.0 if value == 0 else math.inf))
     return deviations
 
@@ -285,10 +289,6 @@ def repeat_deviations(times: Sequence[float], time_steps: Sequence[Sequence[floa
 def step_medians(time_steps: Sequence[Sequence[float]]) -> list[float]:
     """Each step's median over repeats (``[]`` for none): what a baseline keeps and a run is paired with."""
     return [statistics.median(values) for values in zip(*time_steps, strict=True)]
-
-
-def _without(values: Sequence[_T], index: int) -> list[_T]:
-    return [v for i, v in enumerate(values) if i != index]
 
 
 def time_spread(times: Sequence[float], time_steps: Sequence[Sequence[float]] = ()) -> float | None:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
+
+UNTIMED = "too noisy here"
+"""A step-time check's change where its class keeps no time of the case (:mod:`perfsuite.core.untimed`)."""
 
 
 @dataclass(frozen=True)
@@ -27,3 +31,14 @@ class Check:
     """Step time: the change against the baseline alone, before the session's drift is taken out."""
     drift: float | None = None
     """Step time: the session's drift it was gated against (``None`` when it was gated on its own change)."""
+
+
+class TimeCheck(NamedTuple):
+    """One case's step-time check, as a session's verdict line counts it."""
+
+    compared: bool
+    time_class: str | None
+    limit: float | None
+    """The smallest change its gate catches (``None`` when not compared)."""
+    untimed: bool = False
+    """Not compared because its class keeps no time of the case: too noisy there (:data:`UNTIMED`)."""

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perfsuite.core.baselines import refresh_command
-from perfsuite.core.check import Check
+from perfsuite.core.check import UNTIMED, Check
 from perfsuite.core.drift import Drift
 from perfsuite.core.kernels import check_kernels
 from perfsuite.core.loss import check_loss
@@ -39,6 +39,7 @@ from perfsuite.core.observation import Observation
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.stats import paired_change
 from perfsuite.core.tolerance import Tolerance
+from perfsuite.core.untimed import untimed_on
 
 
 @dataclasses.dataclass
@@ -191,6 +192,19 @@ def check_time(
             compared=False,
         )
     base_time = baseline["time"].get(observed.time_class)
+    if base_time is None and (withdrawn := untimed_on(baseline, observed.time_class)) is not None:
+        return Check(
+            "step time",
+            True,
+            "(not kept here)",
+            format_time(observed.time, observed.time_unit),
+            UNTIMED,
+            "—",
+            f"{case_id}: step time not gated on {observed.time_class}: pooled there, its {withdrawn.describe()}, "
+            "so no time is kept for this class (memory and loss were gated); `perfsuite ab` compares two stacks "
+            "side by side on this machine",
+            compared=False,
+        )
     if base_time is None:
         return _not_compared(case_id, baseline, observed, hardware, fail=fail_uncompared)
     if _comparable_time(baseline, observed) is None:

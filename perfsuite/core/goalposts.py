@@ -44,6 +44,8 @@ def _figures(text: str | None) -> dict[str, Any] | None:
         raise ValueError("not a JSON object")
     times, memory = data.get("time"), data.get("memory")
     times = times if isinstance(times, dict) else {}
+    untimed = data.get("untimed")
+    untimed = untimed if isinstance(untimed, dict) else {}
     memory = memory if isinstance(memory, dict) else {}
     return {
         "case": str(data.get("case", "?")),
@@ -53,6 +55,7 @@ def _figures(text: str | None) -> dict[str, Any] | None:
         },
         "memory": _number(memory.get("peak_bytes")),
         "loss": data.get("loss"),
+        "untimed": {str(k): _number(v.get("spread")) for k, v in untimed.items() if isinstance(v, dict)},
     }
 
 
@@ -82,6 +85,8 @@ def baseline_moves(path: str, old: str | None, new: str | None) -> str | None:
         (was, unit), (now, _) = before["time"].get(time_class, (None, "")), after["time"].get(time_class, (None, ""))
         if was != now:
             moves.append(f"step time [{time_class}] {_change(was, now, f' {unit}' if unit else '')}")
+            if now is None and (spread := after["untimed"].get(time_class)) is not None:
+                moves[-1] += f" (too noisy to gate: its pooled sessions there spread {spread:.1%})"
     if before["memory"] != after["memory"]:
         moves.append(f"peak memory {_change(before['memory'], after['memory'], ' MiB', 2**20)}")
     if before["loss"] != after["loss"]:

@@ -40,6 +40,7 @@ from perfsuite.core.observation import Observation
 from perfsuite.core.pooled_trend import Trend, host_trend
 from perfsuite.core.stats import paired_change
 from perfsuite.core.tolerance import Tolerance
+from perfsuite.core.untimed import Untimed
 
 MIN_SESSIONS = 3
 """Fewest sessions a case's pooled step time is read from (a refresh's default repeats)."""
@@ -126,6 +127,9 @@ class PooledCase:
     entry: dict[str, Any] | None = None
     """The time entry to store under the class (``None`` when refused)."""
     refused: str | None = None
+    untimed: Untimed | None = None
+    """Refused for its sessions' spread (not for too few of them, nor another stack): what the baseline
+    keeps in place of the class's time (:mod:`perfsuite.core.untimed`)."""
 
     @property
     def too_few(self) -> bool:
@@ -272,6 +276,10 @@ def pool(
         pooled.set_aside = [pooled.sessions[j] for j in sorted(farthest)]
         if not target.tolerance.spread_fits(pooled.spread):
             pooled.refused = _too_wide(pooled, target.tolerance, time_class)
+            latest = _latest([sessions[i] for i in read])
+            pooled.untimed = Untimed(
+                spread=pooled.spread or 0.0, widest=target.tolerance.widest_spread, sessions=len(read), date=latest
+            )
             continue
         pooled.entry = _entry([sessions[i] for i in read], pooled.case, pooled.spread)
     return Pool(time_class=time_class, drifts=drifts, cases=cases, trend=trend)
@@ -343,7 +351,6 @@ def _entry(sessions: Sequence[Session], case_id: str, spread: float | None) -> d
     and the sessions it was pooled from."""
     readings = [s.readings[case_id] for s in sessions]
     first = readings[0].observed
-    dated = [(moment, s.date) for s in sessions if (moment := when(s.date)) is not None]
     return {
         "unit": first.time_unit,
         "median": statistics.median(r.observed.time for r in readings),
@@ -352,7 +359,13 @@ def _entry(sessions: Sequence[Session], case_id: str, spread: float | None) -> d
         "steps": step_medians([r.observed.time_steps for r in readings]),
         "step_time_s_median": statistics.median(r.observed.step_time_s for r in readings),
         "calibration": first.calibration,
-        "recorded": max(dated)[1] if dated else None,
+        "recorded": _latest(sessions),
         "device": readings[0].device,
         "sessions": [{"date": s.date, "commit": s.commit, "host": s.host} for s in sessions],
     }
+
+
+def _latest(sessions: Sequence[Session]) -> str | None:
+    """The latest of the sessions' dates, as written (``None`` where none had one)."""
+    dated = [(moment, s.date) for s in sessions if (moment := when(s.date)) is not None]
+    return max(dated)[1] if dated else None

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.core.baselines import BaselineError, MissingBaseline, baseline_path, load_baseline, write_json_atomic
+from perfsuite.core.check import UNTIMED, TimeCheck
 from perfsuite.core.drift import drift_group, estimate
 from perfsuite.core.gates import baseline_figures, compare, time_change
 from perfsuite.core.observation import Observation, observe
@@ -97,18 +98,17 @@ class Results:
             counts[case.status] = counts.get(case.status, 0) + 1
         return ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
 
-    def time_checks(self) -> list[tuple[bool, str | None, float | None]]:
-        """Per case whose step time was checked: whether it was compared, its time class, and the smallest
-        change its gate catches (what :func:`perfsuite.reports.tables.verdict` counts)."""
+    def time_checks(self) -> list[TimeCheck]:
+        """Per case whose step time was checked, what :func:`perfsuite.reports.tables.verdict` counts."""
         checks = []
         for case in self.cases:
             check = case.check("step time")
             if check is None or check.get("change") == "not gated":
                 continue
-            compared = bool(check.get("compared", True))
-            limit = check.get("limit") if compared else None
+            compared, limit = bool(check.get("compared", True)), check.get("limit")
             time_class = case.record.time_class if case.record is not None else None
-            checks.append((compared, time_class, float(limit) if isinstance(limit, (int, float)) else None))
+            limit = float(limit) if compared and isinstance(limit, (int, float)) else None
+            checks.append(TimeCheck(compared, time_class, limit, check.get("change") == UNTIMED))
         return checks
 
     def by_table(self) -> dict[str, list[ReportCase]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from perfsuite.core.check import UNTIMED
 from perfsuite.core.results import ReportCase, Results, regressions_first
 from perfsuite.history.records import judge_all
 from perfsuite.reports.tables import catches_cell, verdict
@@ -38,7 +39,8 @@ def gate_row(case: ReportCase, trend: str) -> list[str]:
     time, memory, loss = case.check("step time"), case.check("peak memory"), case.check("loss")
     note = "; ".join(f"{m} out of tolerance" for m in case.failed_metrics)
     if time is not None and not time.get("compared", True):
-        note = "time not compared (no figure for this time class)" + (f"; {note}" if note else "")
+        why = "too noisy on this time class" if time.get("change") == UNTIMED else "no figure for this time class"
+        note = f"time not compared ({why})" + (f"; {note}" if note else "")
     if loss is not None and not loss.get("compared", True):
         note = "loss not compared (other initial weights)" + (f"; {note}" if note else "")
     if not case.checks and case.message:
@@ -110,7 +112,7 @@ def summary_markdown(
     line = verdict([c.status for c in results.cases], results.time_checks())
     passed = (
         "Every case passed its gates."
-        if all(c for c, _, _ in results.time_checks())
+        if all(check.compared for check in results.time_checks())
         else "No case failed a gate it was given."
     )
     body = [*head[:2], f"**{line}**", "", *head[2:], "**Needs a look**" if first else passed, ""]

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from perfsuite.core.check import Check
+from perfsuite.core.check import UNTIMED, Check, TimeCheck
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.stats import percent_of
 from perfsuite.core.tolerance import GATE_SENSITIVE
@@ -182,7 +182,9 @@ def _gate_cells(outcome: Any) -> list[str]:
     failing = [c for c in outcome.checks if not c.ok and c.compared]
     notes = [f"{c.metric} out of tolerance" for c in failing]
     if time is not None and not time.compared:
-        why = "not gated (--perfsuite-time=off)" if time.change == "not gated" else "no figure for this time class"
+        why = {"not gated": "not gated (--perfsuite-time=off)", UNTIMED: "too noisy on this time class"}.get(
+            time.change, "no figure for this time class"
+        )
         notes.insert(0, f"time not compared: {why}")
     if loss is not None and not loss.compared:
         notes.insert(0, "loss not compared: other initial weights")
@@ -231,9 +233,7 @@ def _refresh_rows(outcome: Any) -> list[list[str]]:
     return rows
 
 
-def verdict(
-    statuses: Sequence[str], time_checks: Sequence[tuple[bool, str | None, float | None]], unbaselined: int = 0
-) -> str:
+def verdict(statuses: Sequence[str], time_checks: Sequence[TimeCheck], unbaselined: int = 0) -> str:
     """The first line of every summary: how many cases passed or failed, and how many were skipped for want
     of a baseline here (``unbaselined``, under ``--perfsuite-missing=skip``); how many of those whose step time
     was gated would catch a change of :data:`~perfsuite.core.tolerance.GATE_SENSITIVE` or less (and how
@@ -255,8 +255,8 @@ def verdict(
             f", {unbaselined} NOT gated (no baseline here, skipped: `perfsuite baselines refresh --missing` "
             "records them)"
         )
-    uncompared = [time_class for compared, time_class, _ in time_checks if not compared]
-    limits = [limit for compared, _, limit in time_checks if compared and limit is not None]
+    uncompared = [check for check in time_checks if not check.compared]
+    limits = [check.limit for check in time_checks if check.compared and check.limit is not None]
     sensitive = sum(1 for limit in limits if limit <= GATE_SENSITIVE + 1e-9)
     catches = ""
     if limits:
@@ -268,11 +268,26 @@ def verdict(
             catches += f", {len(wide)} only a change of {span} or more"
     if not uncompared:
         return line + (f"; step time gated for all {len(time_checks)}{catches}" if time_checks else "")
-    classes = ", ".join(sorted({c or "unknown" for c in uncompared}))
+    missing = sorted({c.time_class or "unknown" for c in uncompared if not c.untimed})
+    noisy = sorted({c.time_class or "unknown" for c in uncompared if c.untimed})
+    both = bool(missing and noisy)
+    untimed = sum(c.untimed for c in uncompared)
+    why = []
+    if missing:
+        why.append(
+            (f"{len(uncompared) - untimed} with " if both else "")
+            + f"no baseline figures for this machine's time class {', '.join(missing)}"
+        )
+    if noisy:
+        why.append(
+            (f"{untimed} " if both else "")
+            + f"too noisy on {', '.join(noisy)} to keep a time, their pooled sessions there spread past their gates"
+        )
+    # --missing leaves out the cases too noisy here: a refresh keeps their classes untimed.
+    record = "record them here with `perfsuite baselines refresh --missing`, or " if missing else ""
     return (
-        f"{line}; step time NOT gated for {len(uncompared)} of {len(time_checks)} (no baseline figures for "
-        f"this machine's time class {classes}; memory and loss were gated): record them here with "
-        "`perfsuite baselines refresh`, or compare two stacks side by side on this machine (`perfsuite ab`)"
+        f"{line}; step time NOT gated for {len(uncompared)} of {len(time_checks)} ({'; '.join(why)}; memory and "
+        f"loss were gated): {record}compare two stacks side by side on this machine (`perfsuite ab`)"
         + (f"; of those gated{catches}" if limits else "")
     )
 
@@ -285,7 +300,7 @@ def outcomes_verdict(outcomes: Sequence[Any], unbaselined: int = 0) -> str:
         check = next((c for c in outcome.checks if c.metric == "step time"), None)
         if check is not None and check.change != "not gated":
             time_class = outcome.records[0].time_class if outcome.records else None
-            time_checks.append((bool(check.compared), time_class, check.limit))
+            time_checks.append(TimeCheck(bool(check.compared), time_class, check.limit, check.change == UNTIMED))
     line = verdict([o.status for o in outcomes], time_checks, unbaselined)
     other = sum(1 for o in outcomes for c in o.checks if c.metric == "loss" and not c.compared)
     if other:

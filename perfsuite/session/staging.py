@@ -27,6 +27,7 @@ from perfsuite.core.record import CaseRecord
 from perfsuite.core.refresh import diff_rows, refusals
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
+from perfsuite.core.untimed import kept, untimed_on
 from perfsuite.session.scope import RefreshBudget
 
 
@@ -92,11 +93,15 @@ class RefreshStager:
         except BaselineError:
             old = None
         outcome.diff = diff_rows(old, new, time_class)
-        reasons = refusals(new, tolerance, time_class, gate_time=self.gate_time)
+        noisy = None if old is None else untimed_on(old, time_class)
+        if noisy is not None:  # a pool found this class too noisy to gate: one refresh does not outweigh it
+            metric, _, measured, _ = outcome.diff[0]  # the step time's row (diff_rows)
+            outcome.diff[0] = (metric, "none kept", f"{measured}, not kept", f"too noisy here: {noisy.describe()}")
+        reasons = refusals(new, tolerance, time_class, gate_time=self.gate_time and noisy is None)
         if reasons:
             outcome.status = "refused"
             return "; ".join(reasons)
-        self.staged[path] = with_other_classes(new, old)
+        self.staged[path] = kept(with_other_classes(new, old), old)
         outcome.status = "refreshed"
         return None
 

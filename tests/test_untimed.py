@@ -1,0 +1,123 @@
+"""A time class too noisy to gate a case (``untimed`` in its baseline, written by ``perfsuite baselines
+pool``): read strictly, said by the gate in place of a comparison, left out by ``refresh --missing`` and
+kept by a refresh, which does not record the class's time over it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from plugin_project import REFRESH, baseline, edit, gate
+
+from perfsuite.core.baselines import BaselineError, incomplete, load_baseline
+from perfsuite.core.check import UNTIMED
+from perfsuite.core.gates import check_time
+from perfsuite.core.observation import Observation
+from perfsuite.core.tolerance import Tolerance
+from perfsuite.core.untimed import Untimed, kept, timed, untimed_on, withdrawn
+
+CLASS = "fake-1.2-avx2"  # the fake runner's time class
+WHY: dict[str, Any] = {"spread": 0.142, "widest": 0.10, "sessions": 6, "date": "2026-12-06T08:56:00+00:00"}
+ENTRY = {"unit": "calibrated", "median": 50.0, "spread": 0.01, "steps": [], "calibration": "numpy-mix-v2"}
+
+
+def _stored(**extra: Any) -> dict[str, Any]:
+    return {
+        "schema_version": 2,
+        "case": "tiny-bert-all",
+        "hardware": "cpu",
+        "time": {"other-class": dict(ENTRY)},
+        "memory": {"peak_bytes": 1000, "breakdown": {"parameters": 1000}},
+        "loss": [2.0, 1.9],
+        **extra,
+    }
+
+
+@pytest.mark.parametrize(
+    ("untimed", "why"),
+    [
+        ([], "`untimed` maps time classes"),
+        ({CLASS: {**WHY, "spread": -0.1}}, "spread and widest are finite numbers of 0 or more"),
+        ({CLASS: {**WHY, "sessions": 0}}, "sessions is a whole number of 1 or more"),
+        (
+            {CLASS: {k: v for k, v in WHY.items() if k != "date"}},
+            "each class maps to spread, widest, sessions and date",
+        ),
+        ({"other-class": WHY}, "`untimed`: other-class also holds a step time"),
+    ],
+)
+def test_a_baseline_whose_untimed_is_wrong_is_refused_naming_it(tmp_path: Path, untimed: Any, why: str) -> None:
+    path = tmp_path / "tiny-bert-all.json"
+    path.write_text(json.dumps(_stored(untimed=untimed)))
+    with pytest.raises(BaselineError, match="corrupt baseline") as raised:
+        load_baseline(path, case_id="tiny-bert-all", hardware="cpu")
+    assert why in str(raised.value)
+    path.write_text(json.dumps(_stored(untimed={CLASS: WHY})))
+    assert untimed_on(load_baseline(path, case_id="tiny-bert-all", hardware="cpu"), CLASS) == Untimed(**WHY)
+
+
+def test_the_gate_says_the_class_is_too_noisy_and_passes_even_where_a_missing_time_fails() -> None:
+    stored = _stored(untimed={CLASS: WHY})
+    observed = Observation(
+        time=51.0, time_unit="calibrated", time_class=CLASS, calibration="numpy-mix-v2", time_steps=[],
+        step_time_s=0.5, peak_bytes=1000, breakdown={"parameters": 1000}, losses=[2.0, 1.9],
+    )  # fmt: skip
+    check = check_time("tiny-bert-all", stored, observed, Tolerance(), "cpu", fail_uncompared=True)
+    assert (check.ok, check.compared, check.change) == (True, False, UNTIMED)
+    assert "not gated on fake-1.2-avx2: pooled there, its 6 sessions to 2026-12-06 spread 14.2%" in check.message
+    assert "where 10.0% at most fits its gate" in check.message
+    bare = check_time("tiny-bert-all", _stored(), observed, Tolerance(), "cpu", fail_uncompared=True)
+    assert (bare.ok, bare.change) == (False, "not compared")  # a class merely missing its time still fails there
+
+
+def test_a_pool_withdraws_a_time_and_a_later_one_restores_it_while_a_refresh_keeps_it() -> None:
+    stored = _stored(time={CLASS: dict(ENTRY), "other-class": dict(ENTRY)})
+    out = withdrawn(stored, CLASS, Untimed(**WHY))
+    assert list(out["time"]) == ["other-class"]
+    assert out["untimed"] == {CLASS: WHY}
+    refreshed = kept({**stored, "time": {CLASS: dict(ENTRY), "other-class": dict(ENTRY)}}, out)
+    assert list(refreshed["time"]) == ["other-class"]
+    assert refreshed["untimed"] == {CLASS: WHY}
+    assert kept(stored, _stored()) == stored  # nothing untimed: the refresh's baseline as it is
+    back = timed(out, CLASS, ENTRY)
+    assert back["time"][CLASS] == ENTRY
+    assert "untimed" not in back
+
+
+def test_refresh_missing_does_not_take_on_a_class_too_noisy_to_gate(tmp_path: Path) -> None:
+    path = tmp_path / "tiny-bert-all.json"
+    path.write_text(json.dumps(_stored(untimed={CLASS: WHY})))
+    args = {"case_id": "tiny-bert-all", "hardware": "cpu", "unit": "calibrated", "calibration": "numpy-mix-v2"}
+    assert incomplete(path, time_class=CLASS, **args) is None
+    assert incomplete(path, time_class="a-third-class", **args) == "no step time for a-third-class"
+
+
+def test_a_gate_and_a_refresh_on_a_class_too_noisy_to_gate(project: pytest.Pytester) -> None:
+    """End to end, through the plugin: the summary counts the case apart and sends it to no refresh; a
+    refresh records the others and keeps the case's class untimed, saying so in its table."""
+
+    def withdraw(data: dict[str, Any]) -> None:
+        data["time"].pop(CLASS)
+        data["untimed"] = {CLASS: WHY}
+
+    edit(project, "tiny-bert-vanilla", withdraw)
+    result = gate(project)
+    result.assert_outcomes(passed=3)
+    first = next(line for line in result.outlines if line.startswith("perfsuite: passed"))
+    assert f"step time NOT gated for 1 of 3 (too noisy on {CLASS} to keep a time" in first
+    assert "baselines refresh" not in first
+    result.stdout.fnmatch_lines(
+        ["*tiny-bert-vanilla*(not kept here) →*too noisy here*time not compared: too noisy on this*"]
+    )
+
+    refresh = project.runpytest_subprocess(*REFRESH, "--perfsuite-repeats=1")
+    refresh.assert_outcomes(passed=3)
+    refresh.stdout.fnmatch_lines(
+        ["*tiny-bert-vanilla*refreshed*step time*none kept*not kept*too noisy here: 6 sessions*"]
+    )
+    data = json.loads(baseline(project, "tiny-bert-vanilla").read_text())
+    assert CLASS not in data["time"]
+    assert data["untimed"] == {CLASS: WHY}
+    assert CLASS in json.loads(baseline(project, "tiny-bert-fp16").read_text())["time"]
