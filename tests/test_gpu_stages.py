@@ -143,3 +143,16 @@ def test_a_stage_it_does_not_know_is_a_usage_error(tmp_path: Path, args: list[st
     status, calls = _stage(tmp_path, args[0], args[1:], None)
     assert status == 2
     assert not calls
+
+
+def test_the_documented_inject_job_runs_to_its_first_alarm_look() -> None:
+    """docs/gpu.md sizes the two-case jobs: *slower* can first be called at pair 8 (two cases, one look
+    each at 97.5%), so the injected slowdown runs 8 pairs; an A/A may end at 6 with *same*."""
+    from perfsuite.ab.comparison import schedule_for
+
+    injected = schedule_for(2, floor=0.03, alpha=0.05, first=8, cap=8)
+    assert (injected.first, injected.alarms) == (8, (8,))
+    aa = schedule_for(2, floor=0.03, alpha=0.05, first=6, cap=8)
+    assert (aa.first, aa.alarms) == (6, (8,))
+    text = (ROOT / "docs" / "gpu.md").read_text()
+    assert "run.sh inject 8 8" in text
