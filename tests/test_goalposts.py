@@ -60,6 +60,14 @@ def test_added_removed_unreadable_and_unmoved_baselines() -> None:
     line = str(goalposts.baseline_moves(path, BASELINE, _moved(withdrawn)))
     withdrawal = f"step time [amd-25.1-avx2] {_MEDIAN:.4g} → — calibrated"
     assert f"{withdrawal} (too noisy to gate: its pooled sessions there spread 14.2%)" in line
+    unmarked = _moved(lambda d: d["time"].pop("amd-25.1-avx2"))  # a class with no time marked, then lifted
+    marked = goalposts.baseline_moves(path, unmarked, _moved(withdrawn))
+    assert marked == (
+        "`tiny-bert-vanilla` on cpu: step time [amd-25.1-avx2] now (its pooled sessions there spread 14.2%) "
+        "marked too noisy to gate"
+    )
+    lifted = str(goalposts.baseline_moves(path, _moved(withdrawn), unmarked))
+    assert lifted.endswith("step time [amd-25.1-avx2] no longer marked too noisy to gate")
     # Provenance alone (a refresh's date) moves no goalpost.
     assert goalposts.baseline_moves(path, BASELINE, _moved(lambda d: d["provenance"].update(date="x"))) is None
 

@@ -113,6 +113,10 @@ def test_a_case_moved_against_the_rest_in_one_session_is_refused_of_three_and_se
     three = {c.case: c for c in pool(_sessions([1.0, 1.05, 0.97], moved), _targets(), CLASS).cases}
     assert three["tiny-bert-lora"].entry is None
     assert "s2 +2" in str(three["tiny-bert-lora"].refused)  # the session that moved it, and by how much
+    noisy = three["tiny-bert-lora"].untimed  # refused for its spread: the class keeps why
+    assert noisy is not None
+    assert (noisy.sessions, noisy.widest) == (3, 0.1)
+    assert noisy.spread == three["tiny-bert-lora"].spread
     assert all(c.entry is not None for name, c in three.items() if name != "tiny-bert-lora")
     four = {c.case: c for c in pool(_sessions([1.0, 1.05, 0.97, 1.02], moved), _targets(), CLASS).cases}
     lora = four["tiny-bert-lora"]
@@ -239,6 +243,8 @@ def test_a_session_of_another_stack_or_too_few_sessions_is_refused() -> None:
     refused = str(cases["tiny-bert-vanilla"].refused)
     assert "s3's peak memory differs from its baseline's (92.96 MiB there, 96.96 MiB here)" in refused
     assert cases["tiny-t5-vanilla"].refused == f"read in 2 of 3 sessions; a pooled step time needs {MIN_SESSIONS}"
+    assert cases["tiny-bert-vanilla"].untimed is None  # another case ran, or too few sessions: no word on its noise
+    assert cases["tiny-t5-vanilla"].untimed is None
     missing = Target(stored=None, tolerance=CPU, hardware="cpu", error="no baseline")
     assert pool(sessions, {"tiny-bert-lora": missing}, CLASS).cases[0].refused == "no baseline"
 
@@ -297,19 +303,11 @@ def test_pool_writes_the_class_step_time_only(
     assert main(["baselines", "pool", *sessions, "-k", "tiny-bert"]) == 1
     out = capsys.readouterr().out
     assert "float32 +10.3% (3 cases: too few, each gated alone)" in out
-    assert "0 cases pooled" in out
-    assert f"too noisy on {CLASS} to gate: tiny-bert-adafactor, tiny-bert-lora, tiny-bert-vanilla." in out
-    for case in CASES:
-        after = now(case)
-        untimed = after.pop("untimed", None)
-        assert after == before[case]  # every class's time, memory and loss as they were
-        if case.startswith("tiny-bert"):  # refused for their spread: the class keeps why in place of a time
-            assert untimed is not None
-            assert untimed[CLASS]["sessions"] == 3
-            assert untimed[CLASS]["spread"] > 0.10
-            assert untimed[CLASS]["date"] == "2026-12-03T02:00:00+00:00"
-        else:
-            assert untimed is None
+    assert "0 cases pooled and 0 withdrawn" in out
+    # Their spread is the drift that the cases -k left out would have taken out: no time is withdrawn for it.
+    assert "3 cases of the class not written (-k) and holding no time of it count towards no session's drift" in out
+    assert "no time withdrawn: without those cases, the sessions' drift is not read as a later gate" in out
+    assert all(now(c) == before[c] for c in CASES)
 
     assert main(["baselines", "pool", *sessions]) == 0
     out = capsys.readouterr().out
@@ -333,6 +331,42 @@ def test_pool_writes_the_class_step_time_only(
     assert "float32 +1" in out
     assert "(6 cases)" in out
     assert "tiny-gpt2" not in out.split("\n", 4)[-1]  # not written, not shown
+
+
+def test_a_case_too_noisy_to_pool_has_its_class_withdrawn_and_its_pinned_entry_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(_project(tmp_path, scales=(1.0, 1.02, 0.99)))
+    second = tmp_path / "session-2.json"
+    data = json.loads(second.read_text())
+    lora = next(c for c in data["cases"] if c["model"] == "tiny-bert" and c["strategy"] == "lora")
+    for key in ("step_time_calibrated", "step_time_s"):
+        lora[key] = {"samples": [1.3 * v for v in lora[key]["samples"]], "median": 1.3 * lora[key]["median"]}
+    second.write_text(json.dumps(data))
+    stored = json.loads((tmp_path / "baselines" / "cpu" / "tiny-bert-lora.json").read_text())
+    stored["time"][CLASS] = {"unit": "calibrated", "median": 12.0, "spread": 0.01, "steps": [], "calibration": "x"}
+    (tmp_path / "baselines" / "cpu" / "tiny-bert-lora.json").write_text(json.dumps(stored))
+    pinned = tmp_path / "baselines" / "cpu" / f"pytest-benchmark.{CLASS}.json"
+    entries = [{"param": "tiny-bert-lora", "fullname": "m::t[tiny-bert-lora]"}, {"param": "tiny-bert-vanilla"}]
+    pinned.write_text(json.dumps({"machine_info": {}, "benchmarks": entries}))
+    files = {p.name: p.read_bytes() for p in (tmp_path / "baselines" / "cpu").iterdir()}
+    sessions = ["session-1.json", "session-2.json", "session-3.json"]
+
+    assert main(["baselines", "pool", *sessions, "--dry-run"]) == 1
+    out = capsys.readouterr().out
+    assert "5 cases pooled and 1 withdrawn, would be written (--dry-run: nothing written)" in out
+    assert f"withdrawn, too noisy on {CLASS} to gate: tiny-bert-lora. The class's time would be removed" in out
+    assert {p.name: p.read_bytes() for p in (tmp_path / "baselines" / "cpu").iterdir()} == files
+
+    assert main(["baselines", "pool", *sessions]) == 1
+    after = json.loads((tmp_path / "baselines" / "cpu" / "tiny-bert-lora.json").read_text())
+    assert CLASS not in after["time"]
+    assert after["untimed"][CLASS]["sessions"] == 3
+    assert after["untimed"][CLASS]["widest"] == 0.1
+    assert json.loads(pinned.read_text())["benchmarks"] == [{"param": "tiny-bert-vanilla"}]
+    vanilla = json.loads((tmp_path / "baselines" / "cpu" / "tiny-bert-vanilla.json").read_text())
+    assert CLASS in vanilla["time"]
+    assert "untimed" not in vanilla
 
 
 def test_a_session_given_twice_or_run_otherwise_is_refused(

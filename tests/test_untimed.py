@@ -40,7 +40,10 @@ def _stored(**extra: Any) -> dict[str, Any]:
     [
         ([], "`untimed` maps time classes"),
         ({CLASS: {**WHY, "spread": -0.1}}, "spread and widest are finite numbers of 0 or more"),
-        ({CLASS: {**WHY, "sessions": 0}}, "sessions is a whole number of 1 or more"),
+        ({CLASS: {**WHY, "spread": 10**400}}, "spread and widest are finite numbers of 0 or more"),
+        ({CLASS: {**WHY, "spread": 0.05}}, "the spread the wider"),
+        ({CLASS: {**WHY, "sessions": 1}}, "sessions is a whole number of 2 or more"),
+        ({CLASS: {**WHY, "date": "yesterday"}}, "date is an ISO 8601 date and time, or null"),
         (
             {CLASS: {k: v for k, v in WHY.items() if k != "date"}},
             "each class maps to spread, widest, sessions and date",
@@ -66,8 +69,15 @@ def test_the_gate_says_the_class_is_too_noisy_and_passes_even_where_a_missing_ti
     )  # fmt: skip
     check = check_time("tiny-bert-all", stored, observed, Tolerance(), "cpu", fail_uncompared=True)
     assert (check.ok, check.compared, check.change) == (True, False, UNTIMED)
-    assert "not gated on fake-1.2-avx2: pooled there, its 6 sessions to 2026-12-06 spread 14.2%" in check.message
-    assert "where 10.0% at most fits its gate" in check.message
+    assert check.message == (
+        "tiny-bert-all: step time not gated on fake-1.2-avx2, too noisy there: 6 sessions to 2026-12-06 spread "
+        f"14.2%; its gate allows {Tolerance().widest_spread:.1%}; memory and loss were gated"
+    )
+    wider = Tolerance(time_ceiling=0.5, max_refresh_spread=0.2)  # widened knowingly since: the refresh it needs
+    again = check_time("tiny-bert-all", stored, observed, wider, "cpu").message
+    assert again.endswith(
+        "its gate allows that spread now: record the class's time with `perfsuite baselines refresh -k tiny-bert-all`"
+    )
     bare = check_time("tiny-bert-all", _stored(), observed, Tolerance(), "cpu", fail_uncompared=True)
     assert (bare.ok, bare.change) == (False, "not compared")  # a class merely missing its time still fails there
 
@@ -81,6 +91,9 @@ def test_a_pool_withdraws_a_time_and_a_later_one_restores_it_while_a_refresh_kee
     assert list(refreshed["time"]) == ["other-class"]
     assert refreshed["untimed"] == {CLASS: WHY}
     assert kept(stored, _stored()) == stored  # nothing untimed: the refresh's baseline as it is
+    elsewhere = kept({**stored, "time": {"a-third-class": dict(ENTRY)}}, out)  # a refresh on another class
+    assert list(elsewhere["time"]) == ["a-third-class"]
+    assert elsewhere["untimed"] == {CLASS: WHY}
     back = timed(out, CLASS, ENTRY)
     assert back["time"][CLASS] == ENTRY
     assert "untimed" not in back
@@ -98,11 +111,14 @@ def test_a_gate_and_a_refresh_on_a_class_too_noisy_to_gate(project: pytest.Pytes
     """End to end, through the plugin: the summary counts the case apart and sends it to no refresh; a
     refresh records the others and keeps the case's class untimed, saying so in its table."""
 
-    def withdraw(data: dict[str, Any]) -> None:
-        data["time"].pop(CLASS)
-        data["untimed"] = {CLASS: WHY}
+    def withdraw(why: dict[str, Any]) -> Any:
+        def change(data: dict[str, Any]) -> None:
+            data["time"].pop(CLASS)
+            data["untimed"] = {CLASS: why}
 
-    edit(project, "tiny-bert-vanilla", withdraw)
+        return change
+
+    edit(project, "tiny-bert-vanilla", withdraw(WHY))
     result = gate(project)
     result.assert_outcomes(passed=3)
     first = next(line for line in result.outlines if line.startswith("perfsuite: passed"))
@@ -112,6 +128,12 @@ def test_a_gate_and_a_refresh_on_a_class_too_noisy_to_gate(project: pytest.Pytes
         ["*tiny-bert-vanilla*(not kept here) →*too noisy here*time not compared: too noisy on this*"]
     )
 
+    # A spread the case's gate allows now (its tolerance widened since) lifts the class's withdrawal.
+    edit(project, "tiny-bert-fp16", withdraw({**WHY, "spread": 0.03, "widest": 0.02}))
+    pinned = baseline(project, f"pytest-benchmark.{CLASS}")
+    benchmarks = json.loads(pinned.read_text())
+    benchmarks["benchmarks"] = [b for b in benchmarks["benchmarks"] if b["param"] != "tiny-bert-vanilla"]
+    pinned.write_text(json.dumps(benchmarks))  # as the pool that withdrew vanilla's time leaves it
     refresh = project.runpytest_subprocess(*REFRESH, "--perfsuite-repeats=1")
     refresh.assert_outcomes(passed=3)
     refresh.stdout.fnmatch_lines(
@@ -120,4 +142,8 @@ def test_a_gate_and_a_refresh_on_a_class_too_noisy_to_gate(project: pytest.Pytes
     data = json.loads(baseline(project, "tiny-bert-vanilla").read_text())
     assert CLASS not in data["time"]
     assert data["untimed"] == {CLASS: WHY}
-    assert CLASS in json.loads(baseline(project, "tiny-bert-fp16").read_text())["time"]
+    fp16 = json.loads(baseline(project, "tiny-bert-fp16").read_text())
+    assert CLASS in fp16["time"]
+    assert "untimed" not in fp16
+    written = json.loads(pinned.read_text())["benchmarks"]
+    assert {b["param"] for b in written} == {"tiny-bert-fp16", "tiny-bert-grad_ckpt"}  # none for a time not kept

@@ -11,14 +11,20 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.cli.common import fail, project_baselines
-from perfsuite.core.baselines import BaselineError, baseline_path, load_baseline, write_texts_atomic
+from perfsuite.core.baselines import (
+    BaselineError,
+    baseline_path,
+    load_baseline,
+    pinned_benchmark_path,
+    write_texts_atomic,
+)
 from perfsuite.core.drift import drift_group
 from perfsuite.core.observation import observe
 from perfsuite.core.pooled import MIN_SESSIONS, SPEC_KEYS, Pool, Reading, Session, Target, differing, pool
 from perfsuite.core.pooled_aa import held_out
 from perfsuite.core.results import Results, ResultsError, load_results
 from perfsuite.core.tolerance import ConfigError, resolve_tolerance
-from perfsuite.core.untimed import timed, withdrawn
+from perfsuite.core.untimed import timed, untimed_on, withdrawn
 from perfsuite.reports.pooled import case_lines, held_out_lines, plural, session_lines
 
 
@@ -88,15 +94,32 @@ def run(args: Any) -> int:
     checks = held_out(sessions, targets, time_class, written=written, kept=kept)
     for line in [*session_lines(result, sessions, targets), *case_lines(result, targets, len(sessions))]:
         print(line)
-    uncounted = [c for c in targets if not written(c) and not (targets[c].stored or {}).get("time", {}).get(time_class)]
-    if uncounted:
+    # Cases -k leaves out that hold no time of the class count towards no session's drift, as in a later gate;
+    # once pooled, they would (those the drift leaves out, and those kept untimed, never do).
+    unsettled = [
+        c
+        for c in targets
+        if not written(c)
+        and not (targets[c].stored or {}).get("time", {}).get(time_class)
+        and targets[c].tolerance.time_drift_limit > 0
+        and not _untimed(targets[c], time_class)
+    ]
+    if unsettled:
         print(
-            f"{plural(len(uncounted), 'case')} of the class not written (-k) and holding no time of it count towards "
+            f"{plural(len(unsettled), 'case')} of the class not written (-k) and holding no time of it count towards "
             "no session's drift, as in a later gate: pool every case of a class first"
         )
     for line in held_out_lines(checks, len(sessions)):
         print(line)
+    if unsettled and any(c.untimed is not None for c in result.cases):  # a spread read without them
+        print("no time withdrawn: without those cases, the sessions' drift is not read as a later gate will read it")
+        for case in result.cases:
+            case.untimed = None
     return _write(result, targets, root, dry_run=args.dry_run)
+
+
+def _untimed(target: Target, time_class: str) -> bool:
+    return target.stored is not None and untimed_on(target.stored, time_class) is not None
 
 
 def _selection(pattern: str | None, targets: Mapping[str, Target]) -> Callable[[str], bool]:
@@ -217,17 +240,38 @@ def _write(result: Pool, targets: Mapping[str, Target], root: Path, *, dry_run: 
         texts[baseline_path(root, target.hardware, case.case)] = text
     refused = sum(c.entry is None for c in result.cases)
     noisy = [c.case for c in result.cases if c.entry is None and c.untimed is not None and targets[c.case].stored]
+    if noisy:
+        hardware = targets[noisy[0]].hardware
+        pinned = _without_pinned(pinned_benchmark_path(root, hardware, result.time_class), noisy)
+        texts.update(pinned)
     if not dry_run:
         write_texts_atomic(texts)
     what = "would be written (--dry-run: nothing written)" if dry_run else f"written under {root}"
+    pooled = sum(c.entry is not None and targets[c.case].stored is not None for c in result.cases)
     print(
-        f"{plural(len(texts) - len(noisy), 'case')} pooled, {what}: their {result.time_class} step time only, "
-        f"memory and loss untouched; {refused} refused"
+        f"{plural(pooled, 'case')} pooled and {len(noisy)} withdrawn, {what}: their {result.time_class} step time "
+        f"only, memory and loss untouched; {refused} refused"
     )
     if noisy:
         print(
-            f"too noisy on {result.time_class} to gate: {', '.join(noisy)}. The class's time "
-            f"{'would be' if dry_run else 'is'} removed from each baseline and `untimed` written in its place: "
-            "the gate says so, a refresh keeps it, and a later pool whose sessions fit stores their time"
+            f"withdrawn, too noisy on {result.time_class} to gate: {', '.join(noisy)}. The class's time "
+            f"{'would be' if dry_run else 'is'} removed from each baseline (and the pinned pytest-benchmark file) and "
+            "`untimed` written in its place: the gate says so, a refresh keeps it, and a later pool whose sessions "
+            "fit stores their time"
         )
     return 1 if refused else 0
+
+
+def _without_pinned(path: Path, cases: Sequence[str]) -> dict[Path, str]:
+    """The pinned pytest-benchmark file at ``path`` without ``cases``' entries (nothing where it holds none)."""
+    try:
+        pinned = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # none, or not readable: --benchmark-compare reports that itself
+    benchmarks = pinned.get("benchmarks") if isinstance(pinned, dict) else None
+    if not isinstance(benchmarks, list):
+        return {}
+    kept = [b for b in benchmarks if not (isinstance(b, dict) and b.get("param") in cases)]
+    if len(kept) == len(benchmarks):
+        return {}
+    return {path: json.dumps({**pinned, "benchmarks": kept}, indent=2, sort_keys=False, allow_nan=False) + "\n"}

@@ -200,9 +200,13 @@ def check_time(
             format_time(observed.time, observed.time_unit),
             UNTIMED,
             "—",
-            f"{case_id}: step time not gated on {observed.time_class}: pooled there, its {withdrawn.describe()}, "
-            "so no time is kept for this class (memory and loss were gated); `perfsuite ab` compares two stacks "
-            "side by side on this machine",
+            f"{case_id}: step time not gated on {observed.time_class}, too noisy there: "
+            f"{withdrawn.describe(tol.widest_spread)}; memory and loss were gated"
+            + (
+                f"; its gate allows that spread now: record the class's time with {refresh_command(case_id)}"
+                if tol.spread_fits(withdrawn.spread)
+                else ""
+            ),
             compared=False,
         )
     if base_time is None:

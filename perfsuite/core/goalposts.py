@@ -87,6 +87,11 @@ def baseline_moves(path: str, old: str | None, new: str | None) -> str | None:
             moves.append(f"step time [{time_class}] {_change(was, now, f' {unit}' if unit else '')}")
             if now is None and (spread := after["untimed"].get(time_class)) is not None:
                 moves[-1] += f" (too noisy to gate: its pooled sessions there spread {spread:.1%})"
+    for time_class in sorted(set(before["untimed"]) | set(after["untimed"])):
+        was, now = before["untimed"].get(time_class), after["untimed"].get(time_class)
+        if was != now and not (now is not None and time_class in before["time"]):  # a withdrawal: said above
+            said = "no longer" if now is None else f"now (its pooled sessions there spread {now:.1%})"
+            moves.append(f"step time [{time_class}] {said} marked too noisy to gate")
     if before["memory"] != after["memory"]:
         moves.append(f"peak memory {_change(before['memory'], after['memory'], ' MiB', 2**20)}")
     if before["loss"] != after["loss"]:

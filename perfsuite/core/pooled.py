@@ -278,7 +278,10 @@ def pool(
             pooled.refused = _too_wide(pooled, target.tolerance, time_class)
             latest = _latest([sessions[i] for i in read])
             pooled.untimed = Untimed(
-                spread=pooled.spread or 0.0, widest=target.tolerance.widest_spread, sessions=len(read), date=latest
+                spread=pooled.spread or 0.0,
+                widest=round(target.tolerance.widest_spread, 6),
+                sessions=len(read),
+                date=latest,
             )
             continue
         pooled.entry = _entry([sessions[i] for i in read], pooled.case, pooled.spread)
@@ -336,8 +339,8 @@ def _too_wide(pooled: PooledCase, tol: Tolerance, time_class: str) -> str:
     return (
         f"sessions spread {spread:.1%} ({'; '.join(over)})\neach against the others: {shown}\n{moved}"
         + (
-            "Its gate takes no session's drift out, so the hosts' drift is its noise: leave its time not compared\n"
-            "on this class, or widen its gate knowingly:\n"
+            "Its gate takes no session's drift out, so the hosts' drift is its noise: its time on this class goes\n"
+            "ungated, or widen its gate knowingly and pool again:\n"
             if pooled.carries_drift
             else "Pool more sessions (of 4-6 the farthest is set aside), or widen its gate knowingly:\n"
         )

@@ -11,6 +11,7 @@ fit stores their time and removes it. Pure: no torch, no pytest.
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,12 +33,12 @@ class Untimed:
     date: str | None = None
     """The latest session's date (ISO 8601), where the sessions had one."""
 
-    def describe(self) -> str:
-        """One clause: ``6 sessions to 2026-12-06 spread 14.2%, where 10.0% at most fits its gate``."""
+    def describe(self, widest: float | None = None) -> str:
+        """One clause: ``6 sessions to 2026-12-06 spread 14.2%; its gate allows 10.0%`` (``widest``: what the
+        case's gate allows now, where known; else what it allowed when pooled)."""
         until = f" to {self.date[:10]}" if self.date else ""
-        return (
-            f"{self.sessions} sessions{until} spread {self.spread:.1%}, where {self.widest:.1%} at most fits its gate"
-        )
+        allows = self.widest if widest is None else widest
+        return f"{self.sessions} sessions{until} spread {self.spread:.1%}; its gate allows {allows:.1%}"
 
     def to_json(self) -> dict[str, Any]:
         return {"spread": self.spread, "widest": self.widest, "sessions": self.sessions, "date": self.date}
@@ -48,17 +49,32 @@ class Untimed:
         if not isinstance(value, Mapping) or set(value) != {"spread", "widest", "sessions", "date"}:
             raise ValueError("each class maps to spread, widest, sessions and date")
         spread, widest, sessions, date = value["spread"], value["widest"], value["sessions"], value["date"]
-        if not all(_fraction(v) for v in (spread, widest)):
-            raise ValueError("spread and widest are finite numbers of 0 or more")
-        if isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1:
-            raise ValueError("sessions is a whole number of 1 or more")
-        if date is not None and not isinstance(date, str):
-            raise ValueError("date is a string or null")
+        if not (_fraction(spread) and _fraction(widest) and spread > widest):
+            raise ValueError("spread and widest are finite numbers of 0 or more, the spread the wider")
+        if isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 2:
+            raise ValueError("sessions is a whole number of 2 or more")
+        if date is not None and not _date(date):
+            raise ValueError("date is an ISO 8601 date and time, or null")
         return cls(spread=float(spread), widest=float(widest), sessions=sessions, date=date)
 
 
 def _fraction(value: object) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value) and value >= 0
+    except OverflowError:  # an integer past a float's range
+        return False
+
+
+def _date(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
 
 
 def problem(baseline: Mapping[str, Any]) -> str | None:
@@ -93,8 +109,14 @@ def withdrawn(baseline: Mapping[str, Any], time_class: str, why: Untimed) -> dic
 
 def timed(baseline: Mapping[str, Any], time_class: str, entry: Mapping[str, Any]) -> dict[str, Any]:
     """``baseline`` with ``entry`` as ``time_class``'s step time, and no longer untimed there."""
-    out = dict(baseline)
+    out = lifted(baseline, time_class)
     out["time"] = dict(sorted({**baseline["time"], time_class: dict(entry)}.items()))
+    return out
+
+
+def lifted(baseline: Mapping[str, Any], time_class: str) -> dict[str, Any]:
+    """``baseline`` no longer untimed on ``time_class`` (its time, if any, as it is)."""
+    out = dict(baseline)
     rest = {c: e for c, e in baseline.get(KEY, {}).items() if c != time_class}
     if rest:
         out[KEY] = rest

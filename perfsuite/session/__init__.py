@@ -20,6 +20,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +118,7 @@ class PerfsuiteSession:
         if self.explain and self.refresh:
             raise pytest.UsageError("--perfsuite-explain explains a gate's failures; a refresh has none")
         self.budget = RefreshBudget(limit) if limit is not None else None
-        self.already_complete = 0
-        """Selected cases a refresh ``--missing`` left out: their baselines here are complete."""
+        self.already_complete = 0  # selected cases a refresh --missing left out: their baselines here are complete
         self.unbaselined: list[str] = []  # cases a gate skipped, --perfsuite-missing=skip: no baseline here
         self.runs = RunCache(config)
         if self.budget is not None:
@@ -279,7 +279,8 @@ class PerfsuiteSession:
         path = baseline_path(self.root, hardware, spec.id)
         if self.refresh:
             if self.time_mode != "off":
-                repeat_while_too_wide(observations, tolerance, lambda n: self._repeat(spec, n), self.budget, started)
+                if self.stager.records_time(path, spec.id, hardware, time_class, tolerance):  # not where untimed
+                    repeat_while_too_wide(observations, tolerance, partial(self._repeat, spec), self.budget, started)
                 runs = outcome.records = list(self.runs.records[spec])
                 if self.budget is not None:
                     self.budget.ran(time.monotonic() - started)

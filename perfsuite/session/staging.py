@@ -27,7 +27,7 @@ from perfsuite.core.record import CaseRecord
 from perfsuite.core.refresh import diff_rows, refusals
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
-from perfsuite.core.untimed import kept, untimed_on
+from perfsuite.core.untimed import Untimed, kept, lifted, untimed_on
 from perfsuite.session.scope import RefreshBudget
 
 
@@ -44,6 +44,8 @@ class RefreshStager:
         self.staged_benchmarks: dict[str, tuple[str, str]] = {}
         """pytest node id → (hardware, time class): the cases whose pinned pytest-benchmark entry a refresh replaces."""
         self.written: list[Path] = []
+        self.untimed_kept: set[str] = set()
+        """The cases whose time a refresh did not record (:meth:`untimed`): their pinned entries are not written."""
 
     def stage(
         self,
@@ -93,10 +95,14 @@ class RefreshStager:
         except BaselineError:
             old = None
         outcome.diff = diff_rows(old, new, time_class)
-        noisy = None if old is None else untimed_on(old, time_class)
+        noisy = self.untimed(old, time_class, tolerance)
         if noisy is not None:  # a pool found this class too noisy to gate: one refresh does not outweigh it
-            metric, _, measured, _ = outcome.diff[0]  # the step time's row (diff_rows)
+            metric, _, measured, _ = outcome.diff[0]  # the step time's row, then its spread's (diff_rows)
             outcome.diff[0] = (metric, "none kept", f"{measured}, not kept", f"too noisy here: {noisy.describe()}")
+            outcome.diff.pop(1)
+            self.untimed_kept.add(spec.id)
+        elif old is not None and untimed_on(old, time_class) is not None:  # its gate now allows the pool's spread
+            old = lifted(old, time_class)
         reasons = refusals(new, tolerance, time_class, gate_time=self.gate_time and noisy is None)
         if reasons:
             outcome.status = "refused"
@@ -104,6 +110,21 @@ class RefreshStager:
         self.staged[path] = kept(with_other_classes(new, old), old)
         outcome.status = "refreshed"
         return None
+
+    @staticmethod
+    def untimed(old: dict[str, Any] | None, time_class: str, tolerance: Tolerance) -> Untimed | None:
+        """Why ``old`` keeps no time for ``time_class`` where the case's gate still does not allow its
+        pooled sessions' spread (``None``: a refresh records the class's time as usual)."""
+        noisy = None if old is None else untimed_on(old, time_class)
+        return noisy if noisy is not None and not tolerance.spread_fits(noisy.spread) else None
+
+    def records_time(self, path: Path, case_id: str, hardware: str, time_class: str, tolerance: Tolerance) -> bool:
+        """Whether a refresh of the case records its time on ``time_class`` (else it takes no more repeats)."""
+        try:
+            old: dict[str, Any] | None = load_baseline(path, case_id=case_id, hardware=hardware)
+        except BaselineError:
+            old = None
+        return self.untimed(old, time_class, tolerance) is None
 
     def _provenance(self, record: CaseRecord, repeats: int) -> dict[str, Any]:
         facts = run_facts(self.repository, aside=self.root)
@@ -129,7 +150,7 @@ class RefreshStager:
         by_class: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for bench in benchmark_json["benchmarks"]:
             key = self.staged_benchmarks.get(bench["fullname"])
-            if key is not None:
+            if key is not None and bench.get("param") not in self.untimed_kept:
                 by_class.setdefault(key, []).append(bench)
         for (hardware, time_class), fresh in by_class.items():
             path = pinned_benchmark_path(self.root, hardware, time_class)
