@@ -178,7 +178,7 @@ def test_a_host_drifting_with_time_widens_the_cases_that_carry_its_drift_by_its_
     assert max(len(line) for line in lines[2:]) <= 100
 
     # The override the refusal names admits the case, and its gate is drawn from the widened spread.
-    override = re.search(r"time_ceiling = ([\d.]+), max_refresh_spread = ([\d.]+)", str(lora.refused))
+    override = re.search(r"\ntime_ceiling = ([\d.]+)\nmax_refresh_spread = ([\d.]+)", str(lora.refused))
     assert override is not None
     ceiling, most = map(float, override.groups())
     widened = _targets()
@@ -210,7 +210,7 @@ def test_the_trend_is_read_over_dated_sessions_only() -> None:
     undated = [replace(s, date=None) if n in (1, 3) else s for n, s in enumerate(sessions)]
     result = pool(undated, _targets(), CLASS)
     assert result.trend is None  # three dated: no order of three is unlikely enough to call
-    assert "  drift against time: not read (fewer than 4 sessions with a date" in "\n".join(
+    assert "  drift against time: not read (it needs 4 dated sessions" in "\n".join(
         session_lines(result, undated, _targets())
     )
 
@@ -314,7 +314,7 @@ def test_pool_writes_the_class_step_time_only(
     assert f"pooling 3 sessions of {CLASS}, from 2026-12-01T00:00 to 2026-12-03T02:00 UTC (50 h 0 min)" in out
     assert "  session-2.json (abc): drift float32 +1" in out
     assert "held out: none (3 sessions; of 4 or more, each is also gated against the pool of the others" in out
-    assert "  drift against time: not read (fewer than 4 sessions" in out
+    assert "  drift against time: not read (it needs 4 dated sessions" in out
     assert re.search(
         r"^tiny-bert-lora +new → 12\.\d+× calibration, spread \d\.\d% over 3 sessions: gate ±15%$", out, re.M
     )

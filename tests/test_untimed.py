@@ -71,12 +71,12 @@ def test_the_gate_says_the_class_is_too_noisy_and_passes_even_where_a_missing_ti
     assert (check.ok, check.compared, check.change) == (True, False, UNTIMED)
     assert check.message == (
         "tiny-bert-all: step time not gated on fake-1.2-avx2, too noisy there: 6 sessions to 2026-12-06 spread "
-        f"14.2%; its gate allows {Tolerance().widest_spread:.1%}; memory and loss were gated"
+        f"14.2%, past the {Tolerance().widest_spread:.1%} its gate admits; memory and loss were gated"
     )
     wider = Tolerance(time_ceiling=0.5, max_refresh_spread=0.2)  # widened knowingly since: the refresh it needs
     again = check_time("tiny-bert-all", stored, observed, wider, "cpu").message
     assert again.endswith(
-        "its gate allows that spread now: record the class's time with `perfsuite baselines refresh -k tiny-bert-all`"
+        "its gate admits that spread now: record the class's time with `perfsuite baselines refresh -k tiny-bert-all`"
     )
     bare = check_time("tiny-bert-all", _stored(), observed, Tolerance(), "cpu", fail_uncompared=True)
     assert (bare.ok, bare.change) == (False, "not compared")  # a class merely missing its time still fails there
@@ -125,7 +125,7 @@ def test_a_gate_and_a_refresh_on_a_class_too_noisy_to_gate(project: pytest.Pytes
     assert f"step time NOT gated for 1 of 3 (too noisy on {CLASS} to keep a time" in first
     assert "baselines refresh" not in first
     result.stdout.fnmatch_lines(
-        ["*tiny-bert-vanilla*(not kept here) →*too noisy here*time not compared: too noisy on this*"]
+        ["*tiny-bert-vanilla*(none: sessions spread 14.2%) →*too noisy here*time not compared: too noisy on this*"]
     )
 
     # A spread the case's gate allows now (its tolerance widened since) lifts the class's withdrawal.

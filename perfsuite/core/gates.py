@@ -196,14 +196,14 @@ def check_time(
         return Check(
             "step time",
             True,
-            "(not kept here)",
+            f"(none: sessions spread {withdrawn.spread:.1%})",
             format_time(observed.time, observed.time_unit),
             UNTIMED,
             "—",
             f"{case_id}: step time not gated on {observed.time_class}, too noisy there: "
             f"{withdrawn.describe(tol.widest_spread)}; memory and loss were gated"
             + (
-                f"; its gate allows that spread now: record the class's time with {refresh_command(case_id)}"
+                f"; its gate admits that spread now: record the class's time with {refresh_command(case_id)}"
                 if tol.spread_fits(withdrawn.spread)
                 else ""
             ),

@@ -344,8 +344,8 @@ def _too_wide(pooled: PooledCase, tol: Tolerance, time_class: str) -> str:
             if pooled.carries_drift
             else "Pool more sessions (of 4-6 the farthest is set aside), or widen its gate knowingly:\n"
         )
-        + f'[tool.perfsuite.overrides."{time_class}/{pooled.case}"] time_ceiling = {ceiling:g}'
-        + (f", max_refresh_spread = {math.ceil(spread * 100) / 100:g}" if spread > tol.max_refresh_spread else "")
+        + f'[tool.perfsuite.overrides."{time_class}/{pooled.case}"]\ntime_ceiling = {ceiling:g}'
+        + (f"\nmax_refresh_spread = {math.ceil(spread * 100) / 100:g}" if spread > tol.max_refresh_spread else "")
     )
 
 

@@ -34,11 +34,11 @@ class Untimed:
     """The latest session's date (ISO 8601), where the sessions had one."""
 
     def describe(self, widest: float | None = None) -> str:
-        """One clause: ``6 sessions to 2026-12-06 spread 14.2%; its gate allows 10.0%`` (``widest``: what the
-        case's gate allows now, where known; else what it allowed when pooled)."""
+        """One clause: ``6 sessions to 2026-12-06 spread 14.2%, past the 10.0% its gate admits`` (``widest``:
+        the spread the case's gate admits now, where known; else what it admitted when pooled)."""
         until = f" to {self.date[:10]}" if self.date else ""
-        allows = self.widest if widest is None else widest
-        return f"{self.sessions} sessions{until} spread {self.spread:.1%}; its gate allows {allows:.1%}"
+        admits = self.widest if widest is None else widest
+        return f"{self.sessions} sessions{until} spread {self.spread:.1%}, past the {admits:.1%} its gate admits"
 
     def to_json(self) -> dict[str, Any]:
         return {"spread": self.spread, "widest": self.widest, "sessions": self.sessions, "date": self.date}

@@ -62,7 +62,7 @@ def session_lines(result: Pool, sessions: Sequence[Session], targets: Mapping[st
 def _trend(trend: Trend | None) -> list[str]:
     """Whether the host's drift moved with the sessions' time, and what the pool does about it."""
     if trend is None:
-        return ["  drift against time: not read (fewer than 4 sessions with a date and the host's drift)"]
+        return ["  drift against time: not read (it needs 4 dated sessions with a drift: a group of 5 cases or more)"]
     if not trend.found:
         return [f"  drift against time: no trend at p < {SIGNIFICANCE:g}", f"    {trend.describe()}"]
     return [

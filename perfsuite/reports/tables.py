@@ -281,7 +281,8 @@ def verdict(statuses: Sequence[str], time_checks: Sequence[TimeCheck], unbaselin
     if noisy:
         why.append(
             (f"{untimed} " if both else "")
-            + f"too noisy on {', '.join(noisy)} to keep a time, their pooled sessions there spread past their gates"
+            + f"too noisy on {', '.join(noisy)} to keep a time, their pooled sessions there spread past their gates: "
+            "more sessions pooled, or gates widened knowingly, time them"
         )
     # --missing leaves out the cases too noisy here: a refresh keeps their classes untimed.
     record = "record them here with `perfsuite baselines refresh --missing`, or " if missing else ""
