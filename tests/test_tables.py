@@ -181,7 +181,7 @@ def test_a_step_time_too_noisy_on_its_class_is_not_sent_to_a_refresh() -> None:
     first = noisy.splitlines()[0]
     assert "step time NOT gated for 2 of 2 (too noisy on amd-x to keep a time, their pooled sessions" in first
     assert "baselines refresh" not in first
-    assert "`perfsuite ab`" in first
+    assert "(`perfsuite ab --base-ref BASE`: this code against its base; `--base PINS`: an upgrade)" in first
     assert "time not compared: too noisy on this time class" in noisy
     both = gate_text([outcome(UNTIMED), outcome("not compared"), outcome("not compared")], refresh=False)
     first = both.splitlines()[0]

@@ -288,8 +288,8 @@ def verdict(statuses: Sequence[str], time_checks: Sequence[TimeCheck], unbaselin
     record = "record them here with `perfsuite baselines refresh --missing`, or " if missing else ""
     return (
         f"{line}; step time NOT gated for {len(uncompared)} of {len(time_checks)} ({'; '.join(why)}; memory and "
-        f"loss were gated): {record}compare two stacks side by side on this machine (`perfsuite ab`)"
-        + (f"; of those gated{catches}" if limits else "")
+        f"loss were gated): {record}compare two stacks side by side on this machine (`perfsuite ab --base-ref BASE`: "
+        "this code against its base; `--base PINS`: an upgrade)" + (f"; of those gated{catches}" if limits else "")
     )
 
 
