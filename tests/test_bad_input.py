@@ -119,6 +119,7 @@ BASELINES = [
     (["refresh", "--time-limit", "0"], "--time-limit: must be more than 0 seconds, got 0"),
     (["refresh", "--time-limit", "soon"], "--time-limit: expected a number of seconds, got 'soon'"),
     (["prune"], "invalid choice: 'prune'"),
+    (["classes", "cpu"], "unrecognized arguments: cpu"),
     (["pool", "{tmp}/gate.json", "{tmp}/gate.json"], "pooling needs at least 3 sessions' results files, got 2"),
     (["pool", "{tmp}/gate.json", "{tmp}/gate.json", "{tmp}/not-json.json"], "not-json.json"),
     (["pool", "{tmp}/gate.json", "{tmp}/gate.json", "{tmp}/gate.json"], "gate.json: its env names no package versions"),

@@ -5,10 +5,10 @@ withdrawal that changes what a class gates changes the page with it."""
 from __future__ import annotations
 
 import collections
-import json
 import re
 from pathlib import Path
 
+from perfsuite.core.coverage import coverage
 from perfsuite.core.matrix import nightly_only
 from perfsuite.core.spec import parse_case_id
 
@@ -19,17 +19,16 @@ ROW = re.compile(
 
 
 def _stored() -> tuple[collections.Counter[tuple[str, bool]], collections.Counter[bool]]:
-    """(class, nightly) → cases with a time for that class; nightly → cases in that tier."""
+    """(class, nightly) → cases with a time for that class; nightly → cases in that tier (as
+    `perfsuite baselines classes` reads them)."""
     timed: collections.Counter[tuple[str, bool]] = collections.Counter()
     cases: collections.Counter[bool] = collections.Counter()
-    for path in (ROOT / "baselines" / "cpu").glob("*.json"):
-        if path.name.startswith("pytest-benchmark."):
-            continue
-        baseline = json.loads(path.read_text())
-        nightly = nightly_only(*parse_case_id(baseline["case"]))
-        cases[nightly] += 1
-        for time_class in baseline["time"]:
-            timed[time_class, nightly] += 1
+    cpu = next(d for d in coverage(ROOT / "baselines") if d.hardware == "cpu")
+    assert not cpu.unreadable, cpu.unreadable
+    nightly = {case: nightly_only(*parse_case_id(case)) for case in cpu.cases}
+    cases.update(nightly.values())
+    for found in cpu.classes:
+        timed.update((found.time_class, nightly[case]) for case in found.timed)
     return timed, cases
 
 

@@ -1,5 +1,5 @@
 """``perfsuite baselines refresh``: the matrix test of this machine's tier with ``--perfsuite-refresh``;
-``baselines pool`` is :mod:`perfsuite.cli.pooling`'s."""
+``baselines pool`` is :mod:`perfsuite.cli.pooling`'s, ``baselines classes`` :mod:`perfsuite.cli.classes`'."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perfsuite.cli import pooling
+from perfsuite.cli import classes, pooling
 from perfsuite.cli.common import load_project, project_baselines
 from perfsuite.cli.interrupt import terminate_as_interrupt
 from perfsuite.cli.options import REPEATS, SCOPE, output_file, positive_seconds
@@ -61,6 +61,7 @@ def add_parser(sub: Any) -> None:
     )
     refresh.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
     pooling.add_parser(actions)
+    classes.add_parser(actions)
 
 
 _USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR: pytest has said what it refused
@@ -70,6 +71,8 @@ _NO_TESTS_COLLECTED = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
 def run(args: Any) -> int:
     if args.action == "pool":
         return pooling.run(args)
+    if args.action == "classes":
+        return classes.run(args)
     return _refresh(args)
 
 

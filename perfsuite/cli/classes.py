@@ -1,0 +1,69 @@
+"""``perfsuite baselines classes``: per hardware directory of the project's baselines, how many cases
+each time class holds a step time of, and this machine's class among them (:mod:`perfsuite.core.coverage`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from perfsuite.cli.common import fail, project_baselines
+from perfsuite.core.coverage import ClassCoverage, HardwareCoverage, coverage
+from perfsuite.core.hardware import local_cpu_class
+
+SHOWN = 4
+"""How many untimed cases a class's line names."""
+
+
+def add_parser(actions: Any) -> None:
+    """``baselines classes``' arguments (none)."""
+    actions.add_parser(
+        "classes",
+        help="how many cases each time class holds a step time of, and this machine's class",
+        description="Reads the project's baselines and prints, per hardware directory (cpu, a GPU model) and time "
+        "class, how many cases hold a step time there, how many a pool found too noisy to time there (untimed), "
+        "and this machine's CPU class, so that whether a run here gates step time is seen before it runs. "
+        "Exit 1 if a baseline cannot be read (each is named), 2 without a baselines directory.",
+    )
+
+
+def run(args: Any) -> int:  # noqa: ARG001 - the subcommand takes no arguments
+    _, root = project_baselines()
+    if root is None:
+        return fail("no baselines directory here: run this from the repository's root (`perfsuite init` makes one)")
+    found = coverage(root)
+    if not found:
+        return fail(f"{root} holds no baseline: `perfsuite baselines refresh` records them")
+    here = local_cpu_class()
+    for directory in found:
+        for line in lines(directory, here if directory.hardware == "cpu" else None):
+            print(line)
+    unreadable = [line for d in found for line in d.unreadable]
+    for line in unreadable:
+        print(f"unreadable: {line}")
+    return 1 if unreadable else 0
+
+
+def lines(directory: HardwareCoverage, here: str | None) -> list[str]:
+    """One directory's lines: its header, then a line per class (this machine's ``here`` first)."""
+    total = len(directory.cases)
+    head = f"baselines/{directory.hardware}: {total} baseline(s)"
+    classes = list(directory.classes)
+    if here is not None:
+        classes = [directory.of(here), *(c for c in classes if c.time_class != here)]
+    names = [c.time_class + (" (this machine)" if c.time_class == here else "") for c in classes]
+    width = max(map(len, names))
+    return [head, *(f"  {name:<{width}}  {_counts(c, total)}" for name, c in zip(names, classes, strict=True))]
+
+
+def _counts(found: ClassCoverage, total: int) -> str:
+    text = f"{len(found.timed)} of {total} timed"
+    if not found.timed and not found.untimed:
+        text += ": a gate here compares memory and loss only"
+    if found.untimed:
+        text += f", {len(found.untimed)} too noisy to time (untimed): {_names(found.untimed)}"
+    return text
+
+
+def _names(cases: Sequence[str]) -> str:
+    more = f" and {len(cases) - SHOWN} more" if len(cases) > SHOWN else ""
+    return ", ".join(cases[:SHOWN]) + more
