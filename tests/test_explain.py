@@ -66,7 +66,7 @@ def test_a_dtype_change_and_unnamed_tensors_matched_by_shape() -> None:
     a = [_t("parameter", "w", (10, 10)), _t("other", "", (64,)), _t("other", "", (64,))]
     b = [_t("parameter", "w", (10, 10), "bfloat16", 2), *[_t("other", "", (64,))] * 3, _t("other", "", (8,))]
     (w,) = tensors.changes(a, b, "parameter")
-    assert tensors.describe_change(w) == "parameter w: float32 (10, 10) → bfloat16 (10, 10) (-0.00 MiB)"
+    assert tensors.describe_change(w) == "parameter w: float32 (10, 10) → bfloat16 (10, 10) (-0.2 KiB)"
     assert [c.name for c in tensors.changes(a, b, "other")] == ["(unnamed float32 64) #3", "(unnamed float32 8)"]
 
 
@@ -135,9 +135,7 @@ def test_one_repeated_module_that_moved_alone_keeps_its_name_and_a_small_move_it
     mixed = {"Net": 3 * MiB, "Net.0": MiB, "Net.1": MiB, "Net.2": MiB}  # a Sequential: Linear, ReLU, Linear
     (share,) = by_module.changes(mixed, {**mixed, "Net": 3 * MiB + 2048, "Net.0": MiB + 2048})
     assert (share.module, share.modules) == ("Net.0", 1)
-    assert (
-        by_module.describe((share,)) == "kept by the forward of Net.0 +2.00 KiB (1,024.00 → 1,026.00 KiB, its own code)"
-    )
+    assert by_module.describe((share,)) == "kept by the forward of Net.0 +2.0 KiB (1,024.0 → 1,026.0 KiB, its own code)"
 
 
 def test_a_tensor_made_in_the_step_and_kept_after_it_is_one_cause_not_two() -> None:
@@ -442,7 +440,7 @@ def test_an_explanation_says_each_cause_and_survives_its_json() -> None:
         "loss: parts at step 0 (2 → 2.02); every gradient ×1.01 there (4 tensors): a scale of the loss; "
         "the same initial weights, data and learning rate"
     )
-    assert lines[1].startswith("memory: buffers +0.00 MiB = 1,024 elements × 4 B (float32): new buffer cache")
+    assert lines[1].startswith("memory: buffers +4.0 KiB = 1,024 elements × 4 B (float32): new buffer cache")
     assert (
         lines[2] == "memory: activations +1.00 MiB: kept by the forward of LM +1.00 MiB (2.00 → 3.00 MiB, its own code)"
     )

@@ -78,7 +78,7 @@ def test_the_cause_is_in_summary_md_s_first_screen(tmp_path: Path) -> None:
     assert "  - time, ops: aten::mm 2 → 3 calls/step" in head
     new_hook = "new: acme/hooks.py:slow_hook (line 9) → sleep 0 → 1 calls/step, +0.90 ms/step"
     assert f"  - time, Python functions: {new_hook}" in head
-    assert "  - memory: buffers +0.00 MiB = 1,024 elements × 4 B (float32): new buffer cache" in head
+    assert "  - memory: buffers +4.0 KiB = 1,024 elements × 4 B (float32): new buffer cache" in head
     assert "  - loss: parts at step 0 (2 → 2.02); every gradient ×1.01 there (2 tensors)" in head
     assert "tiny-bert-adafactor" not in head  # nothing to explain
     assert "| tiny-bert-vanilla | regressed [1] |" in text

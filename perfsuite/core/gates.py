@@ -94,15 +94,22 @@ def format_bytes(value: float, *, signed: bool = False) -> str:
     return f"{value / 2**20:{'+' if signed else ''},.2f} MiB"
 
 
+def byte_unit(change: float) -> tuple[int, str, int]:
+    """The unit a change of ``change`` bytes reads in, and its places: MiB (two), or KiB (one) below a
+    hundredth of a MiB, where MiB would read ``+0.00``. Every change of bytes a person reads."""
+    return (2**10, "KiB", 1) if 0 < abs(change) < 2**20 / 100 else (2**20, "MiB", 2)
+
+
 def format_byte_change(change: float) -> str:
-    """A change of a few bytes' category, signed: in KiB under a MiB, else in MiB."""
-    return f"{change / 2**10:+,.1f} KiB" if abs(change) < 2**20 else f"{change / 2**20:+,.2f} MiB"
+    """A change of bytes, signed, in :func:`byte_unit`'s unit: ``+4.0 KiB``, ``-1.50 MiB``."""
+    scale, unit, places = byte_unit(change)
+    return f"{change / scale:+,.{places}f} {unit}"
 
 
 def category_change(name: str, before: float, after: float) -> str:
     """A breakdown category's change in a few words: ``buffers +12.5%``; a category of a few bytes
     (under the memory gate's absolute tolerance), against which a percentage says nothing, in its bytes:
-    ``buffers +256.0 KiB``."""
+    ``buffers +0.25 MiB``, ``buffers +4.0 KiB``."""
     label = name.replace("_", " ")
     if abs(before) < Tolerance().memory_atol_bytes:
         return f"{label} {format_byte_change(after - before)}"

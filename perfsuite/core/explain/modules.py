@@ -10,17 +10,17 @@ summed under one pattern (``layer.*``; one that moved alone keeps its name), and
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from perfsuite.core.gates import byte_unit, format_byte_change
 
 _INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
 SHOWN = 3
 """Modules named per explanation (the JSON keeps every one that clears :data:`SMALLEST`)."""
 SMALLEST = 0.05
 """A module is named where its own share moved by at least this fraction of the largest move."""
-MiB = 2**20
 
 
 @dataclass(frozen=True)
@@ -87,23 +87,12 @@ def describe(shares: tuple[ModuleShare, ...]) -> str:
         whose = "its own code" if share.modules == 1 else f"{share.modules} modules' own code"
         if min(share.bytes_a, share.bytes_b) >= 0:
             whose = f"{_range(share.bytes_a, share.bytes_b)}, {whose}"
-        said.append(f"{share.module} {_size(share.delta, signed=True)} ({whose})")
+        said.append(f"{share.module} {format_byte_change(share.delta)} ({whose})")
     more = f"; and {len(shares) - SHOWN} more" if len(shares) > SHOWN else ""
     return "kept by the forward of " + "; ".join(said) + more
 
 
-def _size(size: int, *, signed: bool = False) -> str:
-    """MiB, or KiB below a hundredth of one (a small move would read ``+0.00 MiB``)."""
-    value, unit = _scaled(abs(size))
-    return f"{math.copysign(value, size):{'+' if signed else ''},.2f} {unit}"
-
-
 def _range(a: int, b: int) -> str:
-    """``2.00 → 5.00 MiB``: both sides in the unit their change needs (KiB where it is small)."""
-    _, unit = _scaled(abs(b - a))
-    scale = MiB if unit == "MiB" else 1024
-    return f"{a / scale:,.2f} → {b / scale:,.2f} {unit}"
-
-
-def _scaled(size: int) -> tuple[float, str]:
-    return (size / MiB, "MiB") if size >= MiB / 100 or size == 0 else (size / 1024, "KiB")
+    """``2.00 → 5.00 MiB``: both sides in the unit their change reads in (:func:`byte_unit`)."""
+    scale, unit, places = byte_unit(b - a)
+    return f"{a / scale:,.{places}f} → {b / scale:,.{places}f} {unit}"

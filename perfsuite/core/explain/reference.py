@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from perfsuite.core.explain import gradients, profile
 from perfsuite.core.explain.records import ExplainRecord, TensorEntry
 from perfsuite.core.explain.tensors import CATEGORY_KINDS
-from perfsuite.core.gates import BREAKDOWN_PREFIX, PEAK_MEMORY, format_bytes
+from perfsuite.core.gates import BREAKDOWN_PREFIX, PEAK_MEMORY, format_byte_change, format_bytes
 
 SKIPPED = {"perfsuite"}
 """Versions a reference does not pin: perfsuite measures, it is not measured."""
@@ -76,7 +76,7 @@ def alone_lines(
         where = "the curves hold" if step is None else f"parts from the baseline's at step {step}"
         out.append(f"loss: {where}, from {weights}; gradients need a reference run to compare with")
     for category, change in moved.items():
-        kind, size = CATEGORY_KINDS.get(category), format_bytes(change, signed=True)
+        kind, size = CATEGORY_KINDS.get(category), format_byte_change(change)
         if kind is None:
             out.append(f"memory: {category} {size}: not in the inventory (they live within a step)")
             continue

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from perfsuite.core.explain import modules as by_module
 from perfsuite.core.explain.modules import ModuleShare
 from perfsuite.core.explain.records import AllocationSite, TensorEntry
-from perfsuite.core.gates import format_bytes
+from perfsuite.core.gates import format_byte_change, format_bytes
 
 CATEGORY_KINDS = {
     "parameters": "parameter",
@@ -294,4 +294,4 @@ def _shape(entry: TensorEntry) -> str:
 
 
 def _signed(n: int) -> str:
-    return format_bytes(n, signed=True)
+    return format_byte_change(n)
