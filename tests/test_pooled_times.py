@@ -215,6 +215,18 @@ def test_the_trend_is_read_over_dated_sessions_only() -> None:
     )
 
 
+def test_sessions_within_an_hour_are_said_to_be_one_stretch_of_the_host() -> None:
+    days = _sessions([1.0, 1.02, 0.99])  # a day apart
+    assert not any(
+        "one stretch of the host" in line for line in session_lines(pool(days, _targets(), CLASS), days, _targets())
+    )
+    minutes = [replace(s, date=f"2026-12-01T00:{10 * n:02d}:00+00:00") for n, s in enumerate(days)]
+    lines = session_lines(pool(minutes, _targets(), CLASS), minutes, _targets())
+    assert "  all within an hour: one stretch of the host, as a refresh's repeats are; later sessions may spread" in (
+        "\n".join(lines)
+    )
+
+
 def test_each_session_held_out_is_gated_against_the_pool_of_the_others() -> None:
     # Five sessions on hosts up to 12% apart; the fourth read tiny-bert-lora 25% slower than the rest.
     sessions = _sessions([1.0, 1.12, 0.94, 1.05, 0.98], {(3, "tiny-bert-lora"): 1.25})

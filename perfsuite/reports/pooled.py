@@ -22,6 +22,10 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+CLOSE_S = 3600
+"""Sessions closer together than this are said to sample one stretch of the host."""
+
+
 def span(sessions: Sequence[Session]) -> str:
     """``from 2026-12-05T22:28 to 2026-12-06T02:41 UTC (4 h 13 min)``, or what is known of it."""
     dates = sorted(moment for s in sessions if (moment := when(s.date)) is not None)
@@ -52,6 +56,12 @@ def session_lines(result: Pool, sessions: Sequence[Session], targets: Mapping[st
         f"pooling {plural(len(sessions), 'session')} of {result.time_class}, {span(sessions)}",
         f"  stack: {versions}",
     ]
+    dates = sorted(moment for s in sessions if (moment := when(s.date)) is not None)
+    if len(dates) == len(sessions) and (dates[-1] - dates[0]).total_seconds() < CLOSE_S:
+        lines.append(
+            "  all within an hour: one stretch of the host, as a refresh's repeats are; "
+            "later sessions may spread wider (pool sessions hours or nights apart)"
+        )
     limit = max((t.tolerance.time_drift_limit for t in targets.values()), default=0.0)
     for session, drifts in zip(sessions, result.drifts, strict=True):
         moved = "; ".join(_drift(g, d, limit) for g, d in sorted(drifts.items(), key=lambda gd: -gd[1].cases))
