@@ -338,7 +338,7 @@ def _summarize(terminalreporter: Any, exitstatus: int, config: pytest.Config) ->
     if state.already_complete:
         terminalreporter.write_line(
             f"perfsuite: {state.already_complete} selected case(s) already have complete baselines here "
-            "(--missing left them out; a case whose time here is `untimed`, too noisy to keep, counts as complete)"
+            "(--missing left them out)"
         )
     state.report_nothing_gated(terminalreporter, config.getoption("perfsuite_markdown"))
     if not state.outcomes:

@@ -59,8 +59,8 @@ def test_the_command_puts_this_machines_class_first_and_says_when_it_gates_no_ti
     out = capsys.readouterr().out.splitlines()
     assert out[:3] == [
         "baselines/cpu: 3 baseline(s)",
-        "  class-b (this machine)  1 of 3 timed, 1 too noisy to time (untimed): tiny-bert-fp16",
-        "  class-a                 2 of 3 timed",
+        "  class-b (this machine)  1 of 3 timed, 1 too noisy to time (untimed): tiny-bert-fp16, 1 with no time",
+        "  class-a                 2 of 3 timed, 1 with no time",
     ]
     assert out[3:] == ["baselines/nvidia-h100-80gb-hbm3: 1 baseline(s)", "  nvidia-h100-80gb-hbm3  1 of 1 timed"]
 
@@ -76,12 +76,20 @@ def test_an_unreadable_baseline_is_named_and_no_baselines_is_one_line(
 ) -> None:
     project = _project(tmp_path / "p")
     (project / "baselines" / "cpu" / "tiny-bert-bf16.json").write_text("{")
+    (project / "baselines" / "nvidia-x").mkdir()  # a directory whose only baseline cannot be read
+    (project / "baselines" / "nvidia-x" / "bert-base-uncased-vanilla.json").write_text("{")
+    (project / "baselines" / "cpu-again").symlink_to(project / "baselines" / "cpu")  # not counted twice
+    (project / "baselines" / "README.md").write_text("not a directory")
     monkeypatch.chdir(project)
     assert main(["baselines", "classes"]) == 1
-    out = capsys.readouterr().out
-    assert "baselines/cpu: 3 baseline(s)" in out
-    assert "unreadable: " in out
-    assert "tiny-bert-bf16.json: corrupt baseline (not JSON" in out
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "baselines/cpu: 3 baseline(s), 1 unreadable (below)"
+    assert out[4].startswith("  unreadable: ")
+    assert "tiny-bert-bf16.json: corrupt baseline (not JSON" in out[4]
+    assert out[5] == "baselines/nvidia-h100-80gb-hbm3: 1 baseline(s)"
+    assert out[7] == "baselines/nvidia-x: 0 baseline(s), 1 unreadable (below)"
+    assert out[8].startswith("  unreadable: ")
+    assert len(out) == 9
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "pyproject.toml").write_text("[tool.perfsuite]\n")

@@ -66,7 +66,7 @@ def test_a_dtype_change_and_unnamed_tensors_matched_by_shape() -> None:
     a = [_t("parameter", "w", (10, 10)), _t("other", "", (64,)), _t("other", "", (64,))]
     b = [_t("parameter", "w", (10, 10), "bfloat16", 2), *[_t("other", "", (64,))] * 3, _t("other", "", (8,))]
     (w,) = tensors.changes(a, b, "parameter")
-    assert tensors.describe_change(w) == "parameter w: float32 (10, 10) → bfloat16 (10, 10) (-0.2 KiB)"
+    assert tensors.describe_change(w) == "parameter w: float32 (10, 10) → bfloat16 (10, 10) (-200 B)"
     assert [c.name for c in tensors.changes(a, b, "other")] == ["(unnamed float32 64) #3", "(unnamed float32 8)"]
 
 

@@ -138,6 +138,7 @@ def test_a_category_of_a_few_bytes_changes_in_bytes_a_larger_one_in_percent() ->
     assert category_change("optimizer_state", 4 * 2**20, 5 * 2**20) == "optimizer state +25.0%"
     assert category_change("buffers", 0, 256 * 2**10) == "buffers +0.25 MiB"  # of nothing: no percent
     assert category_change("buffers", 0, 4 * 2**10) == "buffers +4.0 KiB"  # where MiB would read +0.00
+    assert category_change("buffers", 100, 68) == "buffers -32 B"  # and bytes below a KiB
     assert category_change("buffers", few - 1, few - 1 + 3 * 2**20) == "buffers +3.00 MiB"
     assert category_change("buffers", few, 0) == "buffers -100.0%"
 

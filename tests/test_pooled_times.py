@@ -222,9 +222,8 @@ def test_sessions_within_an_hour_are_said_to_be_one_stretch_of_the_host() -> Non
     )
     minutes = [replace(s, date=f"2026-12-01T00:{10 * n:02d}:00+00:00") for n, s in enumerate(days)]
     lines = session_lines(pool(minutes, _targets(), CLASS), minutes, _targets())
-    assert "  all within an hour: one stretch of the host, as a refresh's repeats are; later sessions may spread" in (
-        "\n".join(lines)
-    )
+    assert "  all within an hour: one stretch of the host, as a refresh's repeats are; later sessions may" in lines
+    assert max(map(len, lines[2:4])) <= 100  # the two lines it adds
 
 
 def test_each_session_held_out_is_gated_against_the_pool_of_the_others() -> None:

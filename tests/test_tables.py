@@ -179,9 +179,11 @@ def test_a_step_time_too_noisy_on_its_class_is_not_sent_to_a_refresh() -> None:
 
     noisy = gate_text([outcome(UNTIMED), outcome(UNTIMED)], refresh=False)
     first = noisy.splitlines()[0]
-    assert "step time NOT gated for 2 of 2 (too noisy on amd-x to keep a time, their pooled sessions" in first
+    assert (
+        "step time NOT gated for 2 of 2 (too noisy on amd-x to keep a time, as a pool of sessions there found;" in first
+    )
     assert "baselines refresh" not in first
-    assert "(`perfsuite ab --base-ref BASE`: this code against its base; `--base PINS`: an upgrade)" in first
+    assert "`perfsuite ab` (`--base-ref REF` for this code against its base, `--base OLD --candidate current`" in first
     assert "time not compared: too noisy on this time class" in noisy
     both = gate_text([outcome(UNTIMED), outcome("not compared"), outcome("not compared")], refresh=False)
     first = both.splitlines()[0]

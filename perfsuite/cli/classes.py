@@ -3,7 +3,9 @@ each time class holds a step time of, and this machine's class among them (:mod:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from perfsuite.cli.common import fail, project_baselines
@@ -34,33 +36,38 @@ def run(args: Any) -> int:  # noqa: ARG001 - the subcommand takes no arguments
     if not found:
         return fail(f"{root} holds no baseline: `perfsuite baselines refresh` records them")
     here = local_cpu_class()
+    shown = Path(os.path.relpath(root, Path.cwd()))
     for directory in found:
-        for line in lines(directory, here if directory.hardware == "cpu" else None):
+        for line in lines(directory, here if directory.hardware == "cpu" else None, shown):
             print(line)
-    unreadable = [line for d in found for line in d.unreadable]
-    for line in unreadable:
-        print(f"unreadable: {line}")
-    return 1 if unreadable else 0
+    return 1 if any(d.unreadable for d in found) else 0
 
 
-def lines(directory: HardwareCoverage, here: str | None) -> list[str]:
-    """One directory's lines: its header, then a line per class (this machine's ``here`` first)."""
+def lines(directory: HardwareCoverage, here: str | None, root: Path = Path("baselines")) -> list[str]:
+    """One directory's lines: its header, a line per class (this machine's ``here`` first), then each
+    baseline it could not read."""
     total = len(directory.cases)
-    head = f"baselines/{directory.hardware}: {total} baseline(s)"
+    head = f"{(root / directory.hardware).as_posix()}: {total} baseline(s)"
+    if directory.unreadable:
+        head += f", {len(directory.unreadable)} unreadable (below)"
     classes = list(directory.classes)
     if here is not None:
         classes = [directory.of(here), *(c for c in classes if c.time_class != here)]
     names = [c.time_class + (" (this machine)" if c.time_class == here else "") for c in classes]
-    width = max(map(len, names))
-    return [head, *(f"  {name:<{width}}  {_counts(c, total)}" for name, c in zip(names, classes, strict=True))]
+    width = max(map(len, names), default=0)
+    rows = [f"  {name:<{width}}  {_counts(c, total)}" for name, c in zip(names, classes, strict=True)]
+    return [head, *rows, *(f"  unreadable: {line}" for line in directory.unreadable)]
 
 
 def _counts(found: ClassCoverage, total: int) -> str:
     text = f"{len(found.timed)} of {total} timed"
     if not found.timed and not found.untimed:
-        text += ": a gate here compares memory and loss only"
+        return text + ": a gate here compares memory and loss only"
     if found.untimed:
         text += f", {len(found.untimed)} too noisy to time (untimed): {_names(found.untimed)}"
+    rest = total - len(found.timed) - len(found.untimed)
+    if rest:
+        text += f", {rest} with no time"
     return text
 
 

@@ -41,7 +41,7 @@ class HardwareCoverage:
 def coverage(root: Path) -> list[HardwareCoverage]:
     """Every hardware directory under ``root`` that holds baselines, sorted, each class sorted."""
     found = []
-    for directory in sorted(p for p in root.iterdir() if p.is_dir()):
+    for directory in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):  # a link: counted twice
         files = sorted(p for p in directory.glob("*.json") if not p.name.startswith("pytest-benchmark"))
         if files:
             found.append(_directory(directory.name, files))

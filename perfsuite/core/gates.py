@@ -95,9 +95,12 @@ def format_bytes(value: float, *, signed: bool = False) -> str:
 
 
 def byte_unit(change: float) -> tuple[int, str, int]:
-    """The unit a change of ``change`` bytes reads in, and its places: MiB (two), or KiB (one) below a
-    hundredth of a MiB, where MiB would read ``+0.00``. Every change of bytes a person reads."""
-    return (2**10, "KiB", 1) if 0 < abs(change) < 2**20 / 100 else (2**20, "MiB", 2)
+    """The unit a change of ``change`` bytes reads in, and its places: MiB (two); below a hundredth of a
+    MiB, where MiB would read ``+0.00``, KiB (one); below a KiB, bytes. Every change of bytes a person
+    reads (a change of nothing: ``+0.00 MiB``)."""
+    if abs(change) >= 2**20 / 100 or change == 0:
+        return 2**20, "MiB", 2
+    return (2**10, "KiB", 1) if abs(change) >= 2**10 else (1, "B", 0)
 
 
 def format_byte_change(change: float) -> str:
@@ -200,6 +203,7 @@ def check_time(
         )
     base_time = baseline["time"].get(observed.time_class)
     if base_time is None and (withdrawn := untimed_on(baseline, observed.time_class)) is not None:
+        why = withdrawn.why_ungated(tol.widest_spread, tol.spread_fits(withdrawn.spread), refresh_command(case_id))
         return Check(
             "step time",
             True,
@@ -207,13 +211,7 @@ def check_time(
             format_time(observed.time, observed.time_unit),
             UNTIMED,
             "—",
-            f"{case_id}: step time not gated on {observed.time_class}, too noisy there: "
-            f"{withdrawn.describe(tol.widest_spread)}; memory and loss were gated"
-            + (
-                f"; its gate admits that spread now: record the class's time with {refresh_command(case_id)}"
-                if tol.spread_fits(withdrawn.spread)
-                else ""
-            ),
+            f"{case_id}: step time not gated on {observed.time_class}: {why}; memory and loss were gated",
             compared=False,
         )
     if base_time is None:

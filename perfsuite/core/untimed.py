@@ -38,7 +38,18 @@ class Untimed:
         the spread the case's gate admits now, where known; else what it admitted when pooled)."""
         until = f" to {self.date[:10]}" if self.date else ""
         admits = self.widest if widest is None else widest
-        return f"{self.sessions} sessions{until} spread {self.spread:.1%}, past the {admits:.1%} its gate admits"
+        where = "past" if self.spread > admits else "within"
+        return f"{self.sessions} sessions{until} spread {self.spread:.1%}, {where} the {admits:.1%} its gate admits"
+
+    def why_ungated(self, widest: float, admits: bool, refresh: str) -> str:
+        """The gate's words for a class kept untimed: too noisy there; or, where the case's gate now
+        ``admits`` the pooled spread (``widest`` the spread it admits), the ``refresh`` that records a time."""
+        pooled = self.describe(widest)
+        if admits:
+            return (
+                f"no time kept there, though its gate now admits the pooled spread ({pooled}): record it with {refresh}"
+            )
+        return f"too noisy there ({pooled})"
 
     def to_json(self) -> dict[str, Any]:
         return {"spread": self.spread, "widest": self.widest, "sessions": self.sessions, "date": self.date}

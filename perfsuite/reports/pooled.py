@@ -58,10 +58,10 @@ def session_lines(result: Pool, sessions: Sequence[Session], targets: Mapping[st
     ]
     dates = sorted(moment for s in sessions if (moment := when(s.date)) is not None)
     if len(dates) == len(sessions) and (dates[-1] - dates[0]).total_seconds() < CLOSE_S:
-        lines.append(
-            "  all within an hour: one stretch of the host, as a refresh's repeats are; "
-            "later sessions may spread wider (pool sessions hours or nights apart)"
-        )
+        lines += [
+            "  all within an hour: one stretch of the host, as a refresh's repeats are; later sessions may",
+            "  spread wider (pool sessions hours or nights apart)",
+        ]
     limit = max((t.tolerance.time_drift_limit for t in targets.values()), default=0.0)
     for session, drifts in zip(sessions, result.drifts, strict=True):
         moved = "; ".join(_drift(g, d, limit) for g, d in sorted(drifts.items(), key=lambda gd: -gd[1].cases))

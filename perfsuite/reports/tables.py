@@ -281,15 +281,15 @@ def verdict(statuses: Sequence[str], time_checks: Sequence[TimeCheck], unbaselin
     if noisy:
         why.append(
             (f"{untimed} " if both else "")
-            + f"too noisy on {', '.join(noisy)} to keep a time, their pooled sessions there spread past their gates: "
-            "more sessions pooled, or gates widened knowingly, time them"
+            + f"too noisy on {', '.join(noisy)} to keep a time, as a pool of sessions there found"
         )
     # --missing leaves out the cases too noisy here: a refresh keeps their classes untimed.
     record = "record them here with `perfsuite baselines refresh --missing`, or " if missing else ""
     return (
         f"{line}; step time NOT gated for {len(uncompared)} of {len(time_checks)} ({'; '.join(why)}; memory and "
-        f"loss were gated): {record}compare two stacks side by side on this machine (`perfsuite ab --base-ref BASE`: "
-        "this code against its base; `--base PINS`: an upgrade)" + (f"; of those gated{catches}" if limits else "")
+        f"loss were gated): {record}compare two stacks side by side on this machine with `perfsuite ab` "
+        "(`--base-ref REF` for this code against its base, `--base OLD --candidate current` for an upgrade)"
+        + (f"; of those gated{catches}" if limits else "")
     )
 
 
