@@ -43,7 +43,7 @@ def run(args: Any) -> int:  # noqa: ARG001 - the subcommand takes no arguments
     return 1 if any(d.unreadable for d in found) else 0
 
 
-def lines(directory: HardwareCoverage, here: str | None, root: Path = Path("baselines")) -> list[str]:
+def lines(directory: HardwareCoverage, here: str | None, root: Path) -> list[str]:
     """One directory's lines: its header, a line per class (this machine's ``here`` first), then each
     baseline it could not read."""
     total = len(directory.cases)
