@@ -23,7 +23,6 @@ from perfsuite.core.baselines import (
     hardware_key,
     incomplete,
     load_baseline,
-    pinned_benchmark_path,
     repeat_deviations,
     time_spread,
     with_other_classes,
@@ -84,13 +83,6 @@ def test_a_refresh_on_another_class_keeps_the_recorded_classes_times() -> None:
     assert merged["time"]["amd-25.1-avx2"] == old["time"]["amd-25.1-avx2"]
     assert merged["time"]["intel-6.143-avx512-vnni-bf16-fp16-amx"]["median"] == 2.0
     assert with_other_classes(new, None) == new
-
-
-def test_pinned_benchmark_file_is_per_time_class(tmp_path: Path) -> None:
-    epyc = pinned_benchmark_path(tmp_path, "cpu", "amd-25.1-avx2")
-    assert epyc == tmp_path / "cpu" / "pytest-benchmark.amd-25.1-avx2.json"
-    gpu = "nvidia-h100-80gb-hbm3"
-    assert pinned_benchmark_path(tmp_path, gpu, gpu) == tmp_path / gpu / "pytest-benchmark.json"
 
 
 def test_a_written_baseline_loads_back(tmp_path: Path) -> None:

@@ -358,10 +358,20 @@ def test_a_case_too_noisy_to_pool_has_its_class_withdrawn_and_its_pinned_entry_r
     stored["time"][CLASS] = {"unit": "calibrated", "median": 12.0, "spread": 0.01, "steps": [], "calibration": "x"}
     (tmp_path / "baselines" / "cpu" / "tiny-bert-lora.json").write_text(json.dumps(stored))
     pinned = tmp_path / "baselines" / "cpu" / f"pytest-benchmark.{CLASS}.json"
-    entries = [{"param": "tiny-bert-lora", "fullname": "m::t[tiny-bert-lora]"}, {"param": "tiny-bert-vanilla"}]
-    pinned.write_text(json.dumps({"machine_info": {}, "benchmarks": entries}))
+    vanilla_entry = {"param": "tiny-bert-vanilla", "fullname": "m::t[tiny-bert-vanilla]"}
+    entries = [{"param": "tiny-bert-lora", "fullname": "m::t[tiny-bert-lora]"}, vanilla_entry]
+    pinned.write_text(json.dumps({"machine_info": {}, "benchmarks": [{"param": "tiny-bert-lora"}]}))
     files = {p.name: p.read_bytes() for p in (tmp_path / "baselines" / "cpu").iterdir()}
     sessions = ["session-1.json", "session-2.json", "session-3.json"]
+
+    # A pinned file it cannot read: one line, and nothing written.
+    assert main(["baselines", "pool", *sessions]) == 2
+    err = capsys.readouterr().err
+    assert "corrupt pinned pytest-benchmark file ('benchmarks' is not a list of entries, each with its fullname)" in err
+    assert "its entries of tiny-bert-lora are to be removed" in err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "baselines" / "cpu").iterdir()} == files
+    pinned.write_text(json.dumps({"machine_info": {}, "benchmarks": entries}))
+    files = {p.name: p.read_bytes() for p in (tmp_path / "baselines" / "cpu").iterdir()}
 
     assert main(["baselines", "pool", *sessions, "--dry-run"]) == 1
     out = capsys.readouterr().out
@@ -374,7 +384,7 @@ def test_a_case_too_noisy_to_pool_has_its_class_withdrawn_and_its_pinned_entry_r
     assert CLASS not in after["time"]
     assert after["untimed"][CLASS]["sessions"] == 3
     assert after["untimed"][CLASS]["widest"] == 0.1
-    assert json.loads(pinned.read_text())["benchmarks"] == [{"param": "tiny-bert-vanilla"}]
+    assert json.loads(pinned.read_text())["benchmarks"] == [vanilla_entry]
     vanilla = json.loads((tmp_path / "baselines" / "cpu" / "tiny-bert-vanilla.json").read_text())
     assert CLASS in vanilla["time"]
     assert "untimed" not in vanilla

@@ -11,15 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.cli.common import fail, project_baselines
-from perfsuite.core.baselines import (
-    BaselineError,
-    baseline_path,
-    load_baseline,
-    pinned_benchmark_path,
-    write_texts_atomic,
-)
+from perfsuite.core.baselines import BaselineError, baseline_path, load_baseline, write_texts_atomic
 from perfsuite.core.drift import drift_group
 from perfsuite.core.observation import observe
+from perfsuite.core.pinned import pinned_path, read_pinned, without
 from perfsuite.core.pooled import MIN_SESSIONS, SPEC_KEYS, Pool, Reading, Session, Target, differing, pool
 from perfsuite.core.pooled_aa import held_out
 from perfsuite.core.results import Results, ResultsError, load_results
@@ -240,10 +235,14 @@ def _write(result: Pool, targets: Mapping[str, Target], root: Path, *, dry_run: 
         texts[baseline_path(root, target.hardware, case.case)] = text
     refused = sum(c.entry is None for c in result.cases)
     noisy = [c.case for c in result.cases if c.entry is None and c.untimed is not None and targets[c.case].stored]
-    if noisy:
-        hardware = targets[noisy[0]].hardware
-        pinned = _without_pinned(pinned_benchmark_path(root, hardware, result.time_class), noisy)
-        texts.update(pinned)
+    for hardware in sorted({targets[case].hardware for case in noisy}):
+        path = pinned_path(root, hardware, result.time_class)
+        try:
+            left = without(read_pinned(path), noisy)
+        except BaselineError as exc:  # before anything is written
+            return fail(f"{exc} (its entries of {', '.join(noisy)} are to be removed)")
+        if left is not None:
+            texts[path] = json.dumps(left, indent=2, sort_keys=False, allow_nan=False) + "\n"
     if not dry_run:
         write_texts_atomic(texts)
     what = "would be written (--dry-run: nothing written)" if dry_run else f"written under {root}"
@@ -260,18 +259,3 @@ def _write(result: Pool, targets: Mapping[str, Target], root: Path, *, dry_run: 
             "fit stores their time"
         )
     return 1 if refused else 0
-
-
-def _without_pinned(path: Path, cases: Sequence[str]) -> dict[Path, str]:
-    """The pinned pytest-benchmark file at ``path`` without ``cases``' entries (nothing where it holds none)."""
-    try:
-        pinned = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}  # none, or not readable: --benchmark-compare reports that itself
-    benchmarks = pinned.get("benchmarks") if isinstance(pinned, dict) else None
-    if not isinstance(benchmarks, list):
-        return {}
-    kept = [b for b in benchmarks if not (isinstance(b, dict) and b.get("param") in cases)]
-    if len(kept) == len(benchmarks):
-        return {}
-    return {path: json.dumps({**pinned, "benchmarks": kept}, indent=2, sort_keys=False, allow_nan=False) + "\n"}

@@ -30,8 +30,6 @@ from perfsuite.core.stats import paired_change
 __all__ = ["hardware_key"]  # re-exported: where a baseline file lives
 
 BASELINE_SCHEMA_VERSION = 2
-PYTEST_BENCHMARK_FILE = "pytest-benchmark.json"
-"""The pinned pytest-benchmark file next to a hardware's baselines (what ``--benchmark-compare`` reads)."""
 
 TIME_UNITS = ("calibrated", "s")
 """``calibrated``: the median over timed steps of step time ÷ the calibration workload's time
@@ -55,13 +53,6 @@ def refresh_command(case_id: str | None = None, *, hardware: str = "cpu") -> str
 
 def baseline_path(root: Path, hardware: str, case_id: str) -> Path:
     return root / hardware / f"{case_id}.json"
-
-
-def pinned_benchmark_path(root: Path, hardware: str, time_class: str) -> Path:
-    """The pytest-benchmark file ``--benchmark-compare`` reads: one per time class (times only compare within one)."""
-    if time_class == hardware:  # a GPU: the directory already names the class
-        return root / hardware / PYTEST_BENCHMARK_FILE
-    return root / hardware / f"pytest-benchmark.{time_class}.json"
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfsuite.core.baselines import BaselineError, load_baseline
+from perfsuite.core.pinned import is_pinned
 from perfsuite.core.untimed import KEY as UNTIMED
 
 
@@ -42,7 +43,7 @@ def coverage(root: Path) -> list[HardwareCoverage]:
     """Every hardware directory under ``root`` that holds baselines, sorted, each class sorted."""
     found = []
     for directory in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):  # a link: counted twice
-        files = sorted(p for p in directory.glob("*.json") if not p.name.startswith("pytest-benchmark"))
+        files = sorted(p for p in directory.glob("*.json") if not is_pinned(p.name))
         if files:
             found.append(_directory(directory.name, files))
     return found

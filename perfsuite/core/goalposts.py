@@ -68,7 +68,7 @@ def _change(old: float | None, new: float | None, unit: str = "", scale: float =
 
 def baseline_moves(path: str, old: str | None, new: str | None) -> str | None:
     """One line for a changed baseline file: what each figure was and is; ``None`` when nothing gated moved."""
-    if path.rsplit("/", 1)[-1].startswith("pytest-benchmark"):
+    if path.rsplit("/", 1)[-1].startswith("pytest-benchmark"):  # core/pinned.py's PREFIX (no import: see above)
         how = "added" if old is None else "removed" if new is None else "changed"
         return f"`{path}`: the pinned pytest-benchmark file {how}"
     try:

@@ -27,18 +27,13 @@ from typing import Any
 import pytest
 
 from perfsuite.cli.interrupt import Interrupt, terminate_as_interrupt
-from perfsuite.core.baselines import (
-    BaselineError,
-    MissingBaseline,
-    baseline_path,
-    load_baseline,
-    pinned_benchmark_path,
-)
+from perfsuite.core.baselines import BaselineError, MissingBaseline, baseline_path, load_baseline
 from perfsuite.core.declaration import find_pyproject, project_baselines_dir, read_pyproject
 from perfsuite.core.declaration import load as load_declaration
 from perfsuite.core.drift import MIN_CASES, Drift
 from perfsuite.core.gates import Outcome, baseline_figures
 from perfsuite.core.observation import Observation, observe
+from perfsuite.core.pinned import pinned_path
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.registry import DeclarationError
 from perfsuite.core.spec import CaseSpec
@@ -390,7 +385,7 @@ class PerfsuiteSession:
         self.stager.write(self.benchmark_json)
 
     def pinned_benchmark(self, hardware: str, time_class: str) -> Path:
-        return pinned_benchmark_path(self.root, hardware, time_class)
+        return pinned_path(self.root, hardware, time_class)
 
     def results_json(self) -> dict[str, Any]:
         """What ``--perfsuite-json`` writes: every matrix case's status, checks and run records."""

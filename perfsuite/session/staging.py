@@ -3,7 +3,6 @@ staged file written at the end of the session (atomically), with the pinned pyte
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +13,6 @@ from perfsuite.core.baselines import (
     build_baseline,
     cannot_fit,
     load_baseline,
-    pinned_benchmark_path,
     repeat_deviations,
     time_spread,
     with_other_classes,
@@ -22,6 +20,7 @@ from perfsuite.core.baselines import (
 )
 from perfsuite.core.gates import Outcome
 from perfsuite.core.observation import Observation
+from perfsuite.core.pinned import merged, pinned_path, read_pinned
 from perfsuite.core.provenance import run_facts
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.refresh import diff_rows, refusals
@@ -153,24 +152,9 @@ class RefreshStager:
             if key is not None and bench.get("param") not in self.untimed_kept:
                 by_class.setdefault(key, []).append(bench)
         for (hardware, time_class), fresh in by_class.items():
-            path = pinned_benchmark_path(self.root, hardware, time_class)
-            pinned = _read_pinned(path)
-            names = {b["fullname"] for b in fresh}
-            kept = [b for b in pinned.get("benchmarks", []) if b["fullname"] not in names]
-            payload = dict(benchmark_json)
-            payload["benchmarks"] = sorted(kept + fresh, key=lambda b: b["fullname"])
-            write_json_atomic(path, payload)
+            path = pinned_path(self.root, hardware, time_class)
+            write_json_atomic(path, merged(read_pinned(path), benchmark_json, fresh))
             self.written.append(path)
-
-
-def _read_pinned(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except json.JSONDecodeError as exc:
-        raise BaselineError(f"{path}: corrupt pinned pytest-benchmark file ({exc}); delete it and refresh") from None
-    return data if isinstance(data, dict) else {}
 
 
 def repeat_while_too_wide(
