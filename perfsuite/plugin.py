@@ -329,6 +329,18 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         _summarize(terminalreporter, exitstatus, config)
 
 
+def _left_complete(cases: dict[str, bool]) -> str:
+    """The line for the cases a refresh ``--missing`` left out (id → untimed on this class)."""
+    line = f"perfsuite: {len(cases)} selected case(s) already have complete baselines here (--missing left them out)"
+    untimed = sorted(case for case, kept_untimed in cases.items() if kept_untimed)
+    if untimed:
+        line += (
+            f"; {len(untimed)} of them keep no step time on this class, too noisy here for their gates "
+            f"(a later `perfsuite baselines pool` decides): {', '.join(untimed)}"
+        )
+    return line
+
+
 def _summarize(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """The perfsuite section of the summary, and the files asked for (``--perfsuite-json``, ``--perfsuite-report``,
     ``--perfsuite-markdown``)."""
@@ -336,10 +348,7 @@ def _summarize(terminalreporter: Any, exitstatus: int, config: pytest.Config) ->
 
     state = _session(config)
     if state.already_complete:
-        terminalreporter.write_line(
-            f"perfsuite: {state.already_complete} selected case(s) already have complete baselines here "
-            "(--missing left them out)"
-        )
+        terminalreporter.write_line(_left_complete(state.already_complete))
     state.report_nothing_gated(terminalreporter, config.getoption("perfsuite_markdown"))
     if not state.outcomes:
         return

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plugin_project import REFRESH, baseline, edit, gate
+from plugin_project import REFRESH, baseline, edit, gate, local_class
 
 from perfsuite.core.baselines import BaselineError, incomplete, load_baseline
 from perfsuite.core.check import UNTIMED
@@ -150,3 +150,14 @@ def test_a_gate_and_a_refresh_on_a_class_too_noisy_to_gate(project: pytest.Pytes
     assert "untimed" not in fp16
     written = json.loads(pinned.read_text())["benchmarks"]
     assert {b["param"] for b in written} == {"tiny-bert-fp16", "tiny-bert-grad_ckpt"}  # none for a time not kept
+    # On this machine's class, a refresh --missing takes on none of the three, and names the one it left
+    # for its noise.
+    here = local_class()
+    edit(project, "tiny-bert-vanilla", lambda data: data.update(untimed={here: data["untimed"][CLASS]}))
+    for case in ("tiny-bert-fp16", "tiny-bert-grad_ckpt"):
+        edit(project, case, lambda data: data["time"].update({here: data["time"][CLASS]}))
+    missing = project.runpytest_subprocess(*REFRESH, "--perfsuite-refresh-missing")
+    assert missing.ret == pytest.ExitCode.OK
+    missing.stdout.fnmatch_lines(
+        ["perfsuite: 3 selected case(s) already have complete baselines here*; 1 of them keep no step*bert-vanilla"]
+    )

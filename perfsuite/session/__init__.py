@@ -113,7 +113,7 @@ class PerfsuiteSession:
         if self.explain and self.refresh:
             raise pytest.UsageError("--perfsuite-explain explains a gate's failures; a refresh has none")
         self.budget = RefreshBudget(limit) if limit is not None else None
-        self.already_complete = 0  # selected cases a refresh --missing left out: their baselines here are complete
+        self.already_complete: dict[str, bool] = {}  # a refresh --missing left out: complete here (True: untimed)
         self.unbaselined: list[str] = []  # cases a gate skipped, --perfsuite-missing=skip: no baseline here
         self.runs = RunCache(config)
         if self.budget is not None:

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from perfsuite.core.baselines import baseline_path, incomplete, missing_message
+from perfsuite.core import untimed
+from perfsuite.core.baselines import baseline_path, incomplete, load_baseline, missing_message
 from perfsuite.core.gates import Outcome
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
@@ -87,15 +88,16 @@ def select_by_baselines(
     config: pytest.Config, items: list[pytest.Item], session: Any, case_of: Callable[[pytest.Item], CaseSpec | None]
 ) -> None:
     """At collection: a refresh ``--missing`` deselects the cases whose baselines here are complete
-    (counted in ``session.already_complete``); a gate under ``--perfsuite-missing=skip`` skips
-    the cases without a baseline here before they run (listed in ``session.unbaselined``)."""
+    (``session.already_complete``: each one's id, and whether it is untimed here); a gate under
+    ``--perfsuite-missing=skip`` skips the cases without a baseline here before they run (listed in
+    ``session.unbaselined``)."""
     specs = {item.nodeid: spec for item in items if (spec := case_of(item)) is not None}
     if session.refresh:
         if not session.refresh_missing:
             return
         complete = complete_on_this_machine(specs.values(), session.root, session.time_unit)
         drop = [item for item in items if specs.get(item.nodeid) in complete]
-        session.already_complete = len(drop)
+        session.already_complete = {spec.id: complete[spec] for item in drop if (spec := specs[item.nodeid])}
         _deselect(config, items, drop)
         return
     missing = without_baseline(specs.values(), session.root)
@@ -137,12 +139,14 @@ def complete_on_this_machine(
     root: Path,
     time_unit: Callable[[str], str],
     keys: Callable[[str], tuple[str, str] | None] = machine_keys,
-) -> set[CaseSpec]:
+) -> dict[CaseSpec, bool]:
     """The cases whose baselines here already hold all a gate compares (a refresh ``--missing``
-    skips them); ``time_unit`` maps a device type to the unit the session gates step time in."""
+    skips them), each with whether it is one a pool keeps untimed on this machine's class
+    (:mod:`perfsuite.core.untimed`); ``time_unit`` maps a device type to the unit the session gates
+    step time in."""
     from perfsuite.worker.calibrate import NAME as CALIBRATION
 
-    complete = set()
+    complete = {}
     for spec, hardware, time_class in _on_this_machine(specs, keys):
         path = baseline_path(root, hardware, spec.id)
         unit = time_unit("cpu" if spec.device == "cpu" else "cuda")
@@ -150,8 +154,9 @@ def complete_on_this_machine(
         why = incomplete(
             path, case_id=spec.id, hardware=hardware, time_class=time_class, unit=unit, calibration=calibration
         )
-        if why is None:
-            complete.add(spec)
+        if why is None:  # readable, so loading it again cannot fail
+            baseline = load_baseline(path, case_id=spec.id, hardware=hardware)
+            complete[spec] = untimed.untimed_on(baseline, time_class) is not None
     return complete
 
 
