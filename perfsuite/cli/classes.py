@@ -24,7 +24,7 @@ def add_parser(actions: Any) -> None:
         description="Reads the project's baselines and prints, per hardware directory (cpu, a GPU model) and time "
         "class, how many cases hold a step time there, how many a pool found too noisy to time there (untimed), "
         "and this machine's CPU class, so that whether a run here gates step time is seen before it runs. "
-        "Exit 1 if a baseline cannot be read (each is named), 2 without a baselines directory.",
+        "Exit 0 with none yet, 1 if a baseline cannot be read (each is named), 2 without a baselines directory.",
     )
 
 
@@ -33,10 +33,14 @@ def run(args: Any) -> int:  # noqa: ARG001 - the subcommand takes no arguments
     if root is None:
         return fail("no baselines directory here: run this from the repository's root (`perfsuite init` makes one)")
     found = coverage(root)
-    if not found:
-        return fail(f"{root} holds no baseline: `perfsuite baselines refresh` records them")
-    here = local_cpu_class()
     shown = Path(os.path.relpath(root, Path.cwd()))
+    if not found:  # a new repository's, before its first refresh: an answer, not an error
+        print(
+            f"{shown.as_posix()}: no baseline yet, so a gate compares nothing; "
+            "`perfsuite baselines refresh` records them"
+        )
+        return 0
+    here = local_cpu_class()
     for directory in found:
         for line in lines(directory, here if directory.hardware == "cpu" else None, shown):
             print(line)
