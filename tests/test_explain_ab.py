@@ -96,7 +96,7 @@ def test_only_a_verdict_that_calls_for_it_is_explained(tmp_path: Path) -> None:
     )
     assert "    time, ops: aten::mm 2 → 3 calls/step, +0.05 ms/step: +1 with no Python frame" in said
     assert memory.lines() == ["memory: buffers +4.0 KiB = 1,024 elements × 4 B (float32): new buffer cache "
-                              "(float32 (1024,), 0.00 MiB)"]  # fmt: skip
+                              "(float32 (1024,), 4.0 KiB)"]  # fmt: skip
     assert results[1].as_json()["explanation"]["time"]["changes"][0]["key"] == "aten::mm"
 
 

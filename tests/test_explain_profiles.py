@@ -341,7 +341,7 @@ def test_a_gpu_trace_gives_kernels_copies_and_collectives_with_bytes() -> None:
         [StepProfile(1, (), (), device=tuple(traces.device_rows({"traceEvents": events + events[2:3]})))],
     )
     (copy,) = diff.level("device")
-    assert "memcpy: Memcpy HtoD (Pageable -> Device) 1 → 2 calls/step, 0.00 → 0.01 MiB/step" in profile.describe(copy)
+    assert "memcpy: Memcpy HtoD (Pageable -> Device) 1 → 2 calls/step, 4.0 → 8.0 KiB/step" in profile.describe(copy)
 
 
 def test_allocation_sites_are_the_first_frames_outside_torch() -> None:

@@ -87,7 +87,7 @@ def test_alone_it_names_the_tensor_the_size_of_the_change_and_says_what_it_canno
     other = alone_lines(_alone_record(), ("memory",), moved={"buffers": 3 * 2**20}, loss_then=[], loss_now=[],
                         weights_then=None, loss_tolerance=(0, 0))  # fmt: skip
     assert other == ["memory: buffers +3.00 MiB; its largest tensors now: buffer injected_cache float32 (13107200,) "
-                     "50.00 MiB; buffer ids int64 (512,) 0.00 MiB"]  # fmt: skip
+                     "50.00 MiB; buffer ids int64 (512,) 4.0 KiB"]  # fmt: skip
 
 
 def test_the_same_versions_explain_from_one_run_of_this_stack(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -250,7 +250,7 @@ def test_cli_refresh_rewrites_only_the_selected_files_and_prints_the_diff(projec
     result.stdout.fnmatch_lines(
         [
             "*tiny-bert-fp16*refreshed*step time*50.000× calibration*50.000× calibration*+0.0%*",
-            "*peak memory*0.00 MiB*100.00 MiB*",
+            "*peak memory*1 B*100.00 MiB*",
             "wrote 2 file(s) under baselines/",
         ]
     )

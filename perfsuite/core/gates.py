@@ -39,6 +39,7 @@ from perfsuite.core.observation import Observation
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.stats import paired_change
 from perfsuite.core.tolerance import Tolerance
+from perfsuite.core.units import format_byte_change, format_bytes, format_time
 from perfsuite.core.untimed import untimed_on
 
 
@@ -83,30 +84,6 @@ def only_time_failed(checks: Sequence[Check]) -> bool:
     """True when the step time is the only failing check: what a time retry can settle."""
     failing = [c for c in checks if not c.ok]
     return bool(failing) and all(c.metric == "step time" and c.compared for c in failing)
-
-
-def format_time(value: float, unit: str) -> str:
-    return f"{value:.3f}× calibration" if unit == "calibrated" else f"{value * 1e3:,.2f} ms"
-
-
-def format_bytes(value: float, *, signed: bool = False) -> str:
-    """Bytes in MiB to two places (``1,234.56 MiB``; signed: ``+1.50 MiB``): every size a person reads."""
-    return f"{value / 2**20:{'+' if signed else ''},.2f} MiB"
-
-
-def byte_unit(change: float) -> tuple[int, str, int]:
-    """The unit a change of ``change`` bytes reads in, and its places: MiB (two); below a hundredth of a
-    MiB, where MiB would read ``+0.00``, KiB (one); below a KiB, bytes. Every change of bytes a person
-    reads (a change of nothing: ``+0.00 MiB``)."""
-    if abs(change) >= 2**20 / 100 or change == 0:
-        return 2**20, "MiB", 2
-    return (2**10, "KiB", 1) if abs(change) >= 2**10 else (1, "B", 0)
-
-
-def format_byte_change(change: float) -> str:
-    """A change of bytes, signed, in :func:`byte_unit`'s unit: ``+4.0 KiB``, ``-1.50 MiB``."""
-    scale, unit, places = byte_unit(change)
-    return f"{change / scale:+,.{places}f} {unit}"
 
 
 def category_change(name: str, before: float, after: float) -> str:

@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from perfsuite.core.baselines import set_aside
-from perfsuite.core.gates import format_bytes, format_time, rel_change
+from perfsuite.core.gates import rel_change
 from perfsuite.core.tolerance import Tolerance
+from perfsuite.core.units import format_bytes, format_time
 
 
 def refusals(new: Mapping[str, Any], tol: Tolerance, time_class: str, *, gate_time: bool = True) -> list[str]:

@@ -8,10 +8,11 @@ import statistics
 from collections.abc import Mapping, Sequence
 
 from perfsuite.core.drift import MIN_CASES, Drift
-from perfsuite.core.gates import format_time, rel_change
+from perfsuite.core.gates import rel_change
 from perfsuite.core.pooled import MIN_SESSIONS, Pool, PooledCase, Session, Target, when
 from perfsuite.core.pooled_aa import HeldOut
 from perfsuite.core.pooled_trend import SIGNIFICANCE, Trend, lasting
+from perfsuite.core.units import format_time
 
 SHOWN = 5
 """Cases named in a line that counts many."""

@@ -19,6 +19,7 @@ from perfsuite.core.explain.gradients import LossCause
 from perfsuite.core.explain.profile import LEVEL_NAMES, ProfileDiff
 from perfsuite.core.explain.records import ExplainAsk, ExplainRecord, load
 from perfsuite.core.explain.tensors import MemoryCause
+from perfsuite.core.units import format_byte_range
 
 ASPECTS = ("time", "memory", "loss")
 EXPLAIN = ("auto", "all", "none")
@@ -92,10 +93,7 @@ class Explanation:
             out.append(f"loss: {gradients.describe(self.loss)}")
         if self.memory is not None:
             out += [f"memory: {tensors.describe(c)}" for c in self.memory.categories]
-            out += [
-                f"memory: allocated at {f}: {a / 2**20:,.2f} → {b / 2**20:,.2f} MiB"
-                for f, a, b in self.memory.sites[:3]
-            ]
+            out += [f"memory: allocated at {f}: {format_byte_range(a, b)}" for f, a, b in self.memory.sites[:3]]
         if self.time is not None:
             out += time_lines(self.time)
         return out

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from perfsuite.core.gates import byte_unit, format_byte_change
+from perfsuite.core.units import format_byte_change, format_byte_range
 
 _INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
 SHOWN = 3
@@ -86,13 +86,7 @@ def describe(shares: tuple[ModuleShare, ...]) -> str:
     for share in shares[:SHOWN]:
         whose = "its own code" if share.modules == 1 else f"{share.modules} modules' own code"
         if min(share.bytes_a, share.bytes_b) >= 0:
-            whose = f"{_range(share.bytes_a, share.bytes_b)}, {whose}"
+            whose = f"{format_byte_range(share.bytes_a, share.bytes_b)}, {whose}"
         said.append(f"{share.module} {format_byte_change(share.delta)} ({whose})")
     more = f"; and {len(shares) - SHOWN} more" if len(shares) > SHOWN else ""
     return "kept by the forward of " + "; ".join(said) + more
-
-
-def _range(a: int, b: int) -> str:
-    """``2.00 → 5.00 MiB``: both sides in the unit their change reads in (:func:`byte_unit`)."""
-    scale, unit, places = byte_unit(b - a)
-    return f"{a / scale:,.{places}f} → {b / scale:,.{places}f} {unit}"

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from perfsuite.core.explain.frames import BUILTIN, OP, caller, is_backward, kind, package, python_parts, short
 from perfsuite.core.explain.records import StackRow, StepProfile
+from perfsuite.core.units import format_byte_range
 
 LEVELS = ("op", "python", "package", "device")
 """The tables an explanation diffs, in the order a reader meets them."""
@@ -353,7 +354,7 @@ def describe(change: Change) -> str:
     if change.level != "package":
         parts.append(f"{_count(change.calls_a)} → {_count(change.calls_b)} calls/step")
     if change.bytes_a or change.bytes_b:
-        parts.append(f"{change.bytes_a / 2**20:,.2f} → {change.bytes_b / 2**20:,.2f} MiB/step")
+        parts.append(f"{format_byte_range(change.bytes_a, change.bytes_b)}/step")
     if change.timed:
         parts.append(f"{change.delta_us / 1e3:+,.2f} ms/step")
     head = {"new": "new: ", "vanished": "vanished: "}.get(change.status, "")

@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from perfsuite.core.explain import gradients, profile
 from perfsuite.core.explain.records import ExplainRecord, TensorEntry
 from perfsuite.core.explain.tensors import CATEGORY_KINDS
-from perfsuite.core.gates import BREAKDOWN_PREFIX, PEAK_MEMORY, format_byte_change, format_bytes
+from perfsuite.core.gates import BREAKDOWN_PREFIX, PEAK_MEMORY
+from perfsuite.core.units import format_byte_change, format_bytes
 
 SKIPPED = {"perfsuite"}
 """Versions a reference does not pin: perfsuite measures, it is not measured."""

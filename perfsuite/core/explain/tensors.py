@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from perfsuite.core.explain import modules as by_module
 from perfsuite.core.explain.modules import ModuleShare
 from perfsuite.core.explain.records import AllocationSite, TensorEntry
-from perfsuite.core.gates import format_byte_change, format_bytes
+from perfsuite.core.units import format_byte_change, format_bytes
 
 CATEGORY_KINDS = {
     "parameters": "parameter",
