@@ -3,6 +3,7 @@ nothing: each option below is given a bad value in a directory that must stay em
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -383,6 +384,24 @@ def test_a_refresh_that_selects_nothing_or_misuses_pytest_is_bad_input(
     else:
         assert err.count("\n") == 1, err
         assert err.startswith(f"perfsuite: error: {expected}"), err
+
+
+@pytest.mark.parametrize(
+    ("absent", "said"),
+    [({"pytest"}, "pytest is"), ({"pytest", "pytest_benchmark"}, "pytest and pytest-benchmark are")],
+)
+def test_a_refresh_without_pytest_installed_names_the_extra(
+    absent: set[str], said: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in absent else find_spec(name, *a))
+    monkeypatch.setattr(subprocess, "Popen", _Session(0))
+    assert main(["baselines", "refresh", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"perfsuite: error: a refresh runs the matrix test under pytest, and {said} not installed here: "
+        "pip install 'perfsuite[pytest]'\n"
+    )
 
 
 def test_a_refresh_session_that_runs_no_case_ends_without_a_traceback(pytester: pytest.Pytester) -> None:

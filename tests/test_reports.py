@@ -412,3 +412,21 @@ def test_the_one_writer_of_results_files_writes_the_payload_as_given_and_says_ea
     assert said == [f"wrote {tmp_path / 'r.json'}", f"wrote {tmp_path / 'rep' / 'summary.md'}"]
     write_results(payload, json_file=tmp_path / "quiet.json", say=None)  # bisect's: written, nothing said
     assert json.loads((tmp_path / "quiet.json").read_text()) == payload
+
+
+def test_a_report_that_cannot_be_drawn_here_is_said_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    from perfsuite.cli.options import report_without_charts
+
+    assert report_without_charts("ab", None, "x") is None  # no --report: nothing to say
+    find_spec = importlib.util.find_spec
+    if find_spec("matplotlib") is not None:
+        assert report_without_charts("ab", tmp_path, "x") is None
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else find_spec(name))
+    assert report_without_charts("ab", tmp_path / "ab", "summary.md is written without it") == (
+        f"perfsuite ab: --report {tmp_path / 'ab'}: report.html's charts need matplotlib, which is not installed here "
+        "(pip install 'perfsuite[report]'); summary.md is written without it"
+    )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from perfsuite.ab.pairs import MODES
 from perfsuite.cli.common import names
 from perfsuite.cli.interrupt import terminate_as_interrupt
-from perfsuite.cli.options import at_least, fraction, not_a_file, output_file, positive_fraction
+from perfsuite.cli.options import at_least, fraction, not_a_file, output_file, positive_fraction, report_without_charts
 from perfsuite.cli.selection import add_selection, select
 
 if TYPE_CHECKING:
@@ -193,8 +193,9 @@ def run(args: argparse.Namespace) -> int:
             return 2
         print(f"base: {options.base}{runs[0]}\ncandidate: {options.candidate}{runs[1]}")
         return 0
-    if note:
-        say(note)
+    for line in (note, report_without_charts("ab", args.report, "summary.md is written without it")):
+        if line:
+            say(line)
     if device_type == "cpu" and not all(spec.profile for spec in specs):
         # A CPU's peak memory comes from the profile step alone (no allocator to ask), and ab compares memory.
         specs = [dataclasses.replace(spec, profile=True) for spec in specs]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import subprocess
 import sys
@@ -64,6 +65,8 @@ def add_parser(sub: Any) -> None:
     classes.add_parser(actions)
 
 
+_UNDER_PYTEST = {"pytest": "pytest", "pytest_benchmark": "pytest-benchmark"}
+"""What a refresh's session imports (module → its name on PyPI), from ``perfsuite[pytest]``."""
 _USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR: pytest has said what it refused
 _NO_TESTS_COLLECTED = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
 
@@ -79,6 +82,14 @@ def run(args: Any) -> int:
 def _refresh(args: Any) -> int:
     from perfsuite.worker.device import asked_device_type
 
+    absent = [name for module, name in _UNDER_PYTEST.items() if importlib.util.find_spec(module) is None]
+    if absent:  # the session below would end on "No module named pytest", exit 1
+        print(
+            f"perfsuite: error: a refresh runs the matrix test under pytest, and {' and '.join(absent)} "
+            f"{'is' if len(absent) == 1 else 'are'} not installed here: pip install 'perfsuite[pytest]'",
+            file=sys.stderr,
+        )
+        return 2
     project_baselines()  # [tool.perfsuite] checked here: a mistake is one line, before pytest starts
     load_project()  # and its models, matrix and engines
     where = ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -71,6 +72,17 @@ def not_a_file(value: str) -> Path:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{value}: {exc}") from None
     return path
+
+
+def report_without_charts(command: str, report: Path | None, instead: str) -> str | None:
+    """The line said before anything runs where ``--report`` cannot draw ``report.html`` here (no
+    matplotlib), so that it is not learnt at the end; ``instead``: what is written without it."""
+    if report is None or importlib.util.find_spec("matplotlib") is not None:
+        return None
+    return (
+        f"perfsuite {command}: --report {report}: report.html's charts need matplotlib, which is not installed "
+        f"here (pip install 'perfsuite[report]'); {instead}"
+    )
 
 
 def output_file(value: str) -> Path:

@@ -11,7 +11,7 @@ from typing import Any
 
 from perfsuite.cli.common import project_baselines
 from perfsuite.cli.interrupt import Interrupt, terminate_as_interrupt
-from perfsuite.cli.options import GPUS, not_a_file, output_file
+from perfsuite.cli.options import GPUS, not_a_file, output_file, report_without_charts
 from perfsuite.cli.selection import add_selection, select
 from perfsuite.core.preloads import preload_for
 from perfsuite.core.record import CaseRecord
@@ -98,8 +98,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # UnknownNameError and DeclarationError included
         console.print(f"perfsuite: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2
-    if note:
-        console.print(note, markup=False, highlight=False)
+    for line in (note, report_without_charts("run", args.report, "the report is not written")):
+        if line:
+            console.print(line, markup=False, highlight=False)
     preload_for(specs)
     try:
         pool = _gpu_pool(args, device_type)
