@@ -286,7 +286,7 @@ def test_memory_and_loss_are_told_at_the_first_pair_and_may_end_the_case_at_its_
     schedule = Schedule(first=6, step=2, cap=10, floor=0.03, confidence=0.95)
     same, worse = _rounds([_spec(), _spec("grad_accum")], sides, schedule, on_checks=on_checks, stop_on_regression=stop)
     assert sorted(told) == [
-        ("tiny-bert-grad_accum", "regressed: loss max |Δ| 6 at pair 1", 1),
+        ("tiny-bert-grad_accum", "regressed: loss max |Δ| 6 (final 1.5 → 6) at pair 1", 1),
         ("tiny-bert-vanilla", "memory and loss as base at pair 1 (time: pairs to come)", 1),
     ]
     assert worse.verdict == "regressed"
@@ -379,6 +379,35 @@ def test_a_candidate_that_starts_from_other_weights_changes_the_loss_and_says_wh
     from perfsuite.ab.comparison import checks_line
 
     assert checks_line(result) == "regressed: loss from other initial weights (weights aa → weights bb) at pair 1"
+
+
+def test_a_loss_that_moved_within_its_tolerance_is_said_with_where_it_ended() -> None:
+    """On one stack a curve moves only where the code's arithmetic changed (a dropout, a reordered sum):
+    within its tolerance it is no regression, but the line and the table say it moved, and where each
+    side's curve ended, as they do for a loss that regressed."""
+    from perfsuite.ab.comparison import checks_line
+    from perfsuite.reports.ab import rows
+
+    log: list[str] = []
+    moved = {"tiny-bert-vanilla": [2.0, 1.5005], "tiny-bert-grad_accum": [2.0, 6.0]}
+    sides = (FakeSide("A", {}, log), FakeSide("B", {}, log, loss=moved))
+    schedule = Schedule(first=6, step=2, cap=6, floor=0.03, confidence=0.95)
+    within, worse = _rounds([_spec(), _spec("grad_accum")], sides, schedule)
+    assert within.verdict == "same"
+    assert checks_line(within) == (
+        "memory as base, loss within its tolerance (final 1.5 → 1.5005, max |Δ| 0.0005 from step 1) at pair 1 "
+        "(time: pairs to come)"
+    )
+    assert checks_line(worse) == "regressed: loss max |Δ| 4.5 (final 1.5 → 6) at pair 1"
+    payload = {"cases": [within.as_json(), worse.as_json()]}
+    assert [row[-1] for row in rows(payload)] == [
+        "final 1.5 → 1.5005, max |Δ| 0.0005 from step 1, within its tolerance",
+        "final 1.5 → 6, max |Δ| 4.5 from step 1",
+    ]
+    same = (FakeSide("A", {}, log), FakeSide("B", {}, log))
+    (alike,) = _rounds([_spec()], same, schedule)
+    assert checks_line(alike) == "memory and loss as base at pair 1 (time: pairs to come)"
+    assert rows({"cases": [alike.as_json()]})[0][-1] == "identical, final 1.5"
 
 
 class Dying(FakeSide):

@@ -18,6 +18,7 @@ from perfsuite.ab.rounds import CaseResult, compare_cases
 from perfsuite.ab.sides import Side
 from perfsuite.core.check import Check
 from perfsuite.core.gates import BREAKDOWN_PREFIX, category_change, is_regression
+from perfsuite.core.loss import first_difference, side_by_side
 from perfsuite.core.paired import SAME_CONFIDENCE, Schedule, alarm_looks, case_confidence, min_pairs
 from perfsuite.core.preloads import preload_for
 from perfsuite.core.provenance import now
@@ -78,17 +79,29 @@ def schedule_for(cases: int, *, floor: float, alpha: float, first: int | None, c
 
 
 def checks_line(result: CaseResult) -> str:
-    """Memory and loss as the first pair decided them: ``regressed: loss max |Δ| 25.1 at pair 1``."""
+    """Memory and loss as the first pair decided them: ``regressed: loss max |Δ| 25.1 (final 2.1 → 27.2)
+    at pair 1``; a loss that moved within its tolerance is said too (on one stack it moves only where the
+    code's arithmetic changed)."""
     failing = [c for c in result.checks if not c.ok]
+    moved = _loss_within_tolerance(result)
     if not failing:
-        return "memory and loss as base at pair 1 (time: pairs to come)"
+        same = f"memory as base, {moved}" if moved else "memory and loss as base"
+        return f"{same} at pair 1 (time: pairs to come)"
     worse = [c for c in failing if is_regression(c, result.checks)]
     parts = [
         f"{word}: {', '.join(check_change(result, c) for c in checks)}"
         for word, checks in (("regressed", worse), ("improved", [c for c in failing if c not in worse]))
         if checks
     ]
-    return f"{'; '.join(parts)} at pair 1"
+    return f"{'; '.join([*parts, *([moved] if moved else [])])} at pair 1"
+
+
+def _loss_within_tolerance(result: CaseResult) -> str | None:
+    """``loss within its tolerance (final …, max |Δ| … from step N)`` where the curves differ and the check holds."""
+    a, b = result.loss_a, result.loss_b
+    if not any(c.metric == "loss" and c.ok for c in result.checks) or not a or len(a) != len(b):
+        return None
+    return None if first_difference(a, b) is None else f"loss within its tolerance ({side_by_side(a, b)})"
 
 
 def check_change(result: CaseResult, check: Check) -> str:
@@ -98,7 +111,7 @@ def check_change(result: CaseResult, check: Check) -> str:
     if check.metric == "loss" and not check.compared:
         return f"loss from other initial weights ({check.baseline} → {check.measured})"
     if check.metric == "loss" and diff is not None:
-        return f"loss max |Δ| {diff:.3g}"
+        return f"loss max |Δ| {diff:.3g} (final {result.loss_a[-1]:.6g} → {result.loss_b[-1]:.6g})"
     if check.metric.startswith(BREAKDOWN_PREFIX):
         name = check.metric.removeprefix(BREAKDOWN_PREFIX)
         return f"memory: {category_change(name, result.breakdown_a.get(name, 0), result.breakdown_b.get(name, 0))}"

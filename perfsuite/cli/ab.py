@@ -193,9 +193,9 @@ def run(args: argparse.Namespace) -> int:
             return 2
         print(f"base: {options.base}{runs[0]}\ncandidate: {options.candidate}{runs[1]}")
         return 0
-    for line in (note, report_without_charts("ab", args.report, "summary.md is written without it")):
-        if line:
-            say(line)
+    for told in (note, report_without_charts("ab", args.report, "summary.md is written without it")):
+        if told:
+            say(told)
     if device_type == "cpu" and not all(spec.profile for spec in specs):
         # A CPU's peak memory comes from the profile step alone (no allocator to ask), and ab compares memory.
         specs = [dataclasses.replace(spec, profile=True) for spec in specs]

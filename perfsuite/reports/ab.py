@@ -11,10 +11,11 @@ from typing import Any
 
 from perfsuite.core.baselines import write_text_atomic
 from perfsuite.core.gates import category_change
+from perfsuite.core.loss import side_by_side
 from perfsuite.core.tolerance import Tolerance
 from perfsuite.reports.explain import html_causes, markdown_causes, marks, notes
 
-HEADERS = ("case", "verdict", "time B/A [interval]", "pairs", "peak MiB A → B", "breakdown change", "loss max |Δ|")
+HEADERS = ("case", "verdict", "time B/A [interval]", "pairs", "peak MiB A → B", "breakdown change", "loss A → B")
 
 
 def _time(case: Mapping[str, Any]) -> tuple[str, str]:
@@ -57,11 +58,21 @@ def rows(payload: Mapping[str, Any]) -> list[list[str]]:
         if cut:  # its time is the last look's; the pairs, all it had
             verdict, pairs = f"{verdict} ({cut})", f"{len(case['ratios'])} {case.get('mode', '')}".strip()
         peak, breakdown = _memory(case)
-        diff = case["loss"]["max_abs_diff"]
         if case["case"] in noted:  # its cause: the note under the table (summary.md: above it)
             verdict = f"{verdict} [{noted[case['case']]}]"
-        out.append([case["case"], verdict, time_cell, pairs, peak, breakdown, "—" if diff is None else f"{diff:.3g}"])
+        out.append([case["case"], verdict, time_cell, pairs, peak, breakdown, _loss(case)])
     return out
+
+
+def _loss(case: Mapping[str, Any]) -> str:
+    """Where the two curves ended and how far apart they ran; a difference its check let pass says so
+    (on one stack a curve moves only where the code's arithmetic changed)."""
+    loss, diff = case["loss"], case["loss"]["max_abs_diff"]
+    said = side_by_side(loss.get("a"), loss.get("b"))
+    if said is None:  # a file from before the curves were kept
+        return "—" if diff is None else f"max |Δ| {diff:.3g}"
+    held = any(c.get("metric") == "loss" and c.get("ok") for c in case.get("checks") or ())
+    return f"{said}, within its tolerance" if held and diff else said
 
 
 def differing(a: Mapping[str, str | None], b: Mapping[str, str | None]) -> list[str]:
