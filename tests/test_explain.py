@@ -444,8 +444,13 @@ def test_an_explanation_says_each_cause_and_survives_its_json() -> None:
     assert (
         lines[2] == "memory: activations +1.00 MiB: kept by the forward of LM +1.00 MiB (2.00 → 3.00 MiB, its own code)"
     )
-    assert lines[3] == "time, ops: aten::mm 2 → 3 calls/step: +1 from perfsuite/worker/engines/loop.py:_step (line 170)"
-    assert lines[4].startswith("time: profiled step 1.9 → 1.9 ms; a time is shown beyond 3 × the largest change")
+    assert lines[3] == (
+        "time, ops: aten::mm 2 → 3 calls/step, ≈+0.25 ms/step by its time per call: "
+        "+1 from perfsuite/worker/engines/loop.py:_step (line 170)"
+    )
+    assert lines[4].startswith(
+        "time: profiled step 1.9 → 1.9 ms (under the profiler: not the verdict's time); a time is shown beyond 3 × "
+    )
     assert lines[4].endswith(": ops 0.01, Python functions 0.01, Python time by package 0.01 ms/step")  # the floor
     assert found.flame
     again = explanation.Explanation.from_json(json.loads(json.dumps(found.as_json())))

@@ -3,6 +3,7 @@ diff and its noise bar, the flame graph's boxes, a GPU trace's activities and al
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from step_profiles import HOOK, LINEAR, SLEEP, STEP
 from step_profiles import profile_from as _profile
 from step_profiles import step as _step
 
-from perfsuite.core.explain import flame, profile, traces
+from perfsuite.core.explain import flame, profile, profile_lines, traces
 from perfsuite.core.explain.frames import caller, frame_name, package, short
 from perfsuite.core.explain.records import StackRow, StepProfile
 
@@ -79,7 +80,7 @@ def test_an_extra_call_is_evidence_whatever_its_time() -> None:
     diff = profile.diff(a, b)
     (mm,) = diff.level("op")
     assert (mm.key, mm.calls_a, mm.calls_b, mm.counted, mm.status) == ("aten::mm", 2, 3, True, "changed")
-    assert profile.describe(mm).startswith("aten::mm 2 → 3 calls/step")
+    assert profile_lines.describe(mm).startswith("aten::mm 2 → 3 calls/step")
 
 
 def test_a_time_change_is_shown_only_beyond_the_profiles_own_noise() -> None:
@@ -89,7 +90,7 @@ def test_a_time_change_is_shown_only_beyond_the_profiles_own_noise() -> None:
     assert mm.timed
     assert not mm.counted
     assert mm.delta_us == pytest.approx(4500, rel=0.2)
-    assert "+4.50 ms/step" in profile.describe(mm) or "ms/step" in profile.describe(mm)
+    assert "+4.50 ms/step" in profile_lines.describe(mm) or "ms/step" in profile_lines.describe(mm)
     bar = slow.thresholds["op"]
     assert profile.MIN_THRESHOLD_US <= bar < 4000
     # A change below the bar is not shown.
@@ -118,7 +119,7 @@ def test_new_and_vanished_functions_are_named() -> None:
     assert python[0].status == "new"
     assert re.fullmatch(
         r"new: acme/hooks.py:slow_hook \(line 3\) → sleep 0 → 1 calls/step, \+[34]\.\d\d ms/step",
-        profile.describe(python[0]),
+        profile_lines.describe(python[0]),
     )
     assert profile.diff(b, a).level("python")[0].status == "vanished"
     assert profile.diff(a, b).level("package")[0].key == "acme"
@@ -156,11 +157,11 @@ def test_an_ops_changed_calls_are_named_with_the_frames_that_asked_for_them() ->
     b = [_profile({(STEP, ADAMW, "aten::mm"): (100.0, 1), **extra}) for _ in "ab"]
     (mm,) = profile.diff(a, b).level("op")
     assert [(s.frame, s.calls_a, s.calls_b) for s in mm.sources] == [(HOOK, 0, 2), (BERT, 2, 3)]  # adamw's did not move
-    assert profile.describe(mm) == (
+    assert profile_lines.describe(mm) == (
         "aten::mm 3 → 6 calls/step, +0.30 ms/step: +2 from acme/hooks.py:slow_hook (line 3), "
         "+1 from transformers/models/bert/modeling_bert.py:forward (line 300)"
     )
-    assert profile.describe(profile.diff(b, a).level("op")[0]).endswith(
+    assert profile_lines.describe(profile.diff(b, a).level("op")[0]).endswith(
         ": -2 from acme/hooks.py:slow_hook (line 3), "
         "-1 from transformers/models/bert/modeling_bert.py:forward (line 300)"
     )
@@ -168,7 +169,7 @@ def test_an_ops_changed_calls_are_named_with_the_frames_that_asked_for_them() ->
         [_profile({(STEP, ENGINE, "aten::mm"): (100.0, 2)}) for _ in "ab"],
         [_profile({(STEP, ENGINE, "aten::mm"): (100.0, 3)}) for _ in "ab"],
     ).level("op")
-    assert profile.describe(backward).endswith(": +1 from the backward pass")  # its forward not profiled
+    assert profile_lines.describe(backward).endswith(": +1 from the backward pass")  # its forward not profiled
 
 
 def test_an_op_inside_an_op_of_its_name_is_part_of_that_call() -> None:
@@ -179,7 +180,7 @@ def test_an_op_inside_an_op_of_its_name_is_part_of_that_call() -> None:
     b = [_profile({(STEP, "aten::mm"): (100.0, 1), **nested}) for _ in "ab"]
     assert profile.tables(b[0])["op"]["aten::eye"] == profile.Row(1.0, 50.0)  # both calls' time, one call
     (eye,) = profile.diff(a, b).level("op")
-    said = profile.describe(eye)
+    said = profile_lines.describe(eye)
     assert said == "new: aten::eye 0 → 1 calls/step, +0.05 ms/step: +1 from acme/model.py:_remix (line 83)"
 
 
@@ -192,7 +193,7 @@ def test_a_backwards_op_is_asked_for_by_the_forward_frame_that_made_its_node() -
 
     (mm,) = [c for c in profile.diff([side(1), side(1)], [side(3), side(3)]).level("op") if c.key == "aten::mm"]
     assert [(s.frame, s.calls_b - s.calls_a, s.backward) for s in mm.sources] == [(BERT, 2, True)]
-    assert profile.describe(mm).endswith(
+    assert profile_lines.describe(mm).endswith(
         ": +2 from the backward of transformers/models/bert/modeling_bert.py:forward (line 300)"
     )
     timed_only = profile.diff(
@@ -212,10 +213,10 @@ def test_a_backward_in_a_device_thread_without_python_frames_is_its_forwards() -
     add, mm = sorted(
         (c for c in profile.diff([side(0)] * 2, [side(1)] * 2).level("op") if c.counted), key=lambda c: c.key
     )
-    assert profile.describe(mm).endswith(
+    assert profile_lines.describe(mm).endswith(
         ": +1 from the backward of transformers/models/bert/modeling_bert.py:forward (line 300)"
     )
-    assert profile.describe(add).endswith(": +1 with no Python frame")  # said, not dropped
+    assert profile_lines.describe(add).endswith(": +1 with no Python frame")  # said, not dropped
 
 
 def test_an_asker_whose_function_moved_lines_is_one_asker() -> None:
@@ -227,7 +228,7 @@ def test_an_asker_whose_function_moved_lines_is_one_asker() -> None:
 
     (view,) = profile.diff([side(56, 74)] * 2, [side(57, 75)] * 2).level("op")
     assert [(s.frame, s.calls_a, s.calls_b) for s in view.sources] == [("acme/model.py(57): forward", 74, 75)]
-    assert profile.describe(view).endswith(": +1 from acme/model.py:forward (line 57)")
+    assert profile_lines.describe(view).endswith(": +1 from acme/model.py:forward (line 56 → 57)")  # where it moved
 
 
 def test_a_count_that_varies_within_one_side_is_no_evidence() -> None:
@@ -341,7 +342,8 @@ def test_a_gpu_trace_gives_kernels_copies_and_collectives_with_bytes() -> None:
         [StepProfile(1, (), (), device=tuple(traces.device_rows({"traceEvents": events + events[2:3]})))],
     )
     (copy,) = diff.level("device")
-    assert "memcpy: Memcpy HtoD (Pageable -> Device) 1 → 2 calls/step, 4.0 → 8.0 KiB/step" in profile.describe(copy)
+    said = profile_lines.describe(copy)
+    assert "memcpy: Memcpy HtoD (Pageable -> Device) 1 → 2 calls/step, 4.0 → 8.0 KiB/step" in said
 
 
 def test_allocation_sites_are_the_first_frames_outside_torch() -> None:
@@ -363,3 +365,19 @@ def test_allocation_sites_are_the_first_frames_outside_torch() -> None:
         ("transformers/cache_utils.py:80 update", 1024, 1),
         ("(no Python frame outside torch)", 256, 1),
     ]
+
+
+def test_calls_that_changed_but_did_not_clear_the_bar_say_what_they_cost_at_their_time_per_call() -> None:
+    """An op called more whose time stayed within the profiles' noise: the difference of its two times
+    is noise (an op called once more can read faster), its count is exact and its time per call a mean
+    over many calls, so what the extra calls cost is given at that time per call."""
+    mm = profile.Change("op", "aten::mm", 21, 33, 17_630.0, 16_000.0, counted=True, timed=False)
+    per_call = 17_630.0 / 21  # A's: the larger of the two sides' times per call
+    assert (
+        profile_lines.describe(mm)
+        == f"aten::mm 21 → 33 calls/step, ≈+{12 * per_call / 1e3:.2f} ms/step by its time per call"
+    )
+    timed = dataclasses.replace(mm, us_b=22_430.0, timed=True)  # beyond the bar: its own time change
+    assert profile_lines.describe(timed) == "aten::mm 21 → 33 calls/step, +4.80 ms/step"
+    cheap = profile.Change("op", "aten::view", 74, 75, 74.0, 75.0, counted=True, timed=False)  # 1 µs a call
+    assert profile_lines.describe(cheap) == "aten::view 74 → 75 calls/step"

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfsuite.core.explain import profile, tensors
+from perfsuite.core.explain import profile, profile_lines, tensors
 from perfsuite.core.explain.explanation import Explanation
 from perfsuite.core.explain.profile import LEVEL_NAMES
 
@@ -109,7 +109,7 @@ def _time_rows(diff: profile.ProfileDiff) -> list[list[str]]:
             "—" if c.level == "package" else f"{c.calls_a:,.4g} → {c.calls_b:,.4g}",
             f"{c.us_a / 1e3:,.3f} → {c.us_b / 1e3:,.3f}",
             ("calls " if c.counted else "") + ("time" if c.timed else ""),
-            "; ".join(profile.called_from(c, shown=None)),
+            "; ".join(profile_lines.called_from(c, shown=None)),
         ]
         for c in diff.changes
     ]

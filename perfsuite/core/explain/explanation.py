@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from perfsuite.core.explain import gradients, profile, tensors
+from perfsuite.core.explain import gradients, profile, profile_lines, tensors
 from perfsuite.core.explain.flame import Box, boxes
 from perfsuite.core.explain.gradients import LossCause
 from perfsuite.core.explain.profile import LEVEL_NAMES, ProfileDiff
@@ -104,14 +104,18 @@ def time_lines(diff: ProfileDiff) -> list[str]:
     a time change had to clear."""
     said = []
     for level in profile.LEVELS:
-        said += [f"time, {LEVEL_NAMES[level]}: {profile.describe(c)}" for c in diff.level(level)[:SHOWN_PER_LEVEL]]
-    step = f"profiled step {diff.step_us_a / 1e3:,.1f} → {diff.step_us_b / 1e3:,.1f} ms"
+        shown = diff.level(level)[:SHOWN_PER_LEVEL]
+        said += [f"time, {LEVEL_NAMES[level]}: {profile_lines.describe(c)}" for c in shown]
+    step = (
+        f"profiled step {diff.step_us_a / 1e3:,.1f} → {diff.step_us_b / 1e3:,.1f} ms "
+        "(under the profiler: not the verdict's time)"
+    )
     if diff.thresholds:
         bars = ", ".join(f"{LEVEL_NAMES[k]} {v / 1e3:.2f}" for k, v in diff.thresholds.items())
         largest = "the largest change between two profiles of one side"
         bar = f"a time is shown beyond {diff.noise_factor:g} × {largest}: {bars} ms/step"
     else:
-        bar = "one profile per side: call counts only"
+        bar = "one profile per side: no time change measured against the profiles' noise"
     if not said:
         what = "no op, Python function or GPU activity" if "device" in diff.thresholds else "no op or Python function"
         return [f"time: {what} differs beyond the profiles' noise ({step}; {bar})"]

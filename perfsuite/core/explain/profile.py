@@ -18,9 +18,8 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from perfsuite.core.explain.frames import BUILTIN, OP, caller, is_backward, kind, package, python_parts, short
+from perfsuite.core.explain.frames import BUILTIN, OP, caller, is_backward, kind, package, python_parts
 from perfsuite.core.explain.records import StackRow, StepProfile
-from perfsuite.core.units import format_byte_range
 
 LEVELS = ("op", "python", "package", "device")
 """The tables an explanation diffs, in the order a reader meets them."""
@@ -36,8 +35,6 @@ MIN_THRESHOLD_US = 5.0
 """No threshold is below this (µs per step): two identical profiles would otherwise call any change."""
 KEPT = 40
 """Changes kept per level (the JSON's, the report's); the summary shows fewer."""
-SOURCES_SHOWN = 2
-"""Callers named after an op whose calls changed; more are counted."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +125,8 @@ class Source:
     calls_b: float
     backward: bool = False
     """The calls are the backward's of what ``frame`` called in the forward."""
+    line_a: int | None = None
+    """Where ``frame`` (B's name) is a function that moved lines since A: the line it started on in A."""
 
 
 @dataclass(frozen=True)
@@ -278,8 +277,9 @@ def diff(a: Sequence[StepProfile], b: Sequence[StepProfile]) -> ProfileDiff:
     if counted_ops:  # who asked for the calls that differ: searched only for the ops whose calls did
         callers_a = [_renamed(op_callers(p, counted_ops), moved_lines) for p in a]  # a moved function is one asker
         callers_b = [op_callers(p, counted_ops) for p in b]
+        lines_a = {new: parts[1] for old, new in moved_lines.items() if (parts := python_parts(old))}
         changes = [
-            dataclasses.replace(c, sources=_sources(c.key, callers_a, callers_b))
+            dataclasses.replace(c, sources=_sources(c.key, callers_a, callers_b, lines_a))
             if c.level == "op" and c.counted
             else c
             for c in changes
@@ -306,14 +306,19 @@ def _sources(
     op: str,
     a: Sequence[Mapping[str, Mapping[tuple[str, bool], float]]],
     b: Sequence[Mapping[str, Mapping[tuple[str, bool], float]]],
+    lines_a: Mapping[str, int],
 ) -> tuple[Source, ...]:
-    """The frames whose calls of ``op`` differ between the sides, the largest change first."""
+    """The frames whose calls of ``op`` differ between the sides, the largest change first (``lines_a``:
+    B's name of a function that moved lines → its line in A)."""
     askers = sorted(set().union(*(p.get(op, {}) for p in (*a, *b))))
 
     def mean(side: Sequence[Mapping[str, Mapping[tuple[str, bool], float]]], asker: tuple[str, bool]) -> float:
         return statistics.fmean(p.get(op, {}).get(asker, 0.0) for p in side)
 
-    found = [Source(frame, mean(a, (frame, back)), mean(b, (frame, back)), back) for frame, back in askers]
+    found = [
+        Source(frame, mean(a, (frame, back)), mean(b, (frame, back)), back, lines_a.get(frame))
+        for frame, back in askers
+    ]
     moved = [s for s in found if not math.isclose(s.calls_a, s.calls_b)]
     return tuple(sorted(moved, key=lambda s: (-abs(s.calls_b - s.calls_a), s.frame, s.backward)))
 
@@ -341,59 +346,3 @@ def _moved(key: str, renamed: Mapping[str, str]) -> str:
 def _mean(side: Sequence[Mapping[str, Row]], key: str) -> Row:
     rows = [t.get(key, Row(0.0, 0.0)) for t in side]
     return Row(*(statistics.fmean(getattr(r, f) for r in rows) for f in ("calls", "us", "bytes")))
-
-
-def describe(change: Change) -> str:
-    """``aten::addmm 36 → 48 calls/step, +1.90 ms/step``; new and vanished entries said so, a new or
-    vanished Python function with the line it starts on (where to look)."""
-    name = change.key
-    if change.level == "python":
-        named = short if change.status == "changed" else _located
-        name = " → ".join(map(named, change.key.split(" → ")))
-    parts = []
-    if change.level != "package":
-        parts.append(f"{_count(change.calls_a)} → {_count(change.calls_b)} calls/step")
-    if change.bytes_a or change.bytes_b:
-        parts.append(f"{format_byte_range(change.bytes_a, change.bytes_b)}/step")
-    if change.timed:
-        parts.append(f"{change.delta_us / 1e3:+,.2f} ms/step")
-    head = {"new": "new: ", "vanished": "vanished: "}.get(change.status, "")
-    asked = called_from(change)
-    return f"{head}{name} {', '.join(parts)}" + (f": {', '.join(asked)}" if asked else "")
-
-
-def called_from(change: Change, shown: int | None = SOURCES_SHOWN) -> list[str]:
-    """``["+1 from acme/model.py:_remix (line 83) and +1 from its backward"]``: where an op's extra (or
-    missing) calls were asked for, per frame, the ``shown`` frames of largest change (``None``: all)
-    and how many more; ``[]`` for a change with none named."""
-    by_frame: dict[str, dict[bool, float]] = {}
-    for source in change.sources:  # the largest change first; a frame's forward and backward together
-        by_frame.setdefault(source.frame, {})[source.backward] = source.calls_b - source.calls_a
-    named = []
-    for frame, calls in list(by_frame.items())[:shown]:
-        if not frame:
-            named.append(f"{_count_change(calls[False])} with no Python frame")
-            continue
-        where = "the backward pass" if is_backward(frame) else _located(frame)
-        if False not in calls:
-            named.append(f"{_count_change(calls[True])} from the backward of {where}")
-        else:
-            also = f" and {_count_change(calls[True])} from its backward" if True in calls else ""
-            named.append(f"{_count_change(calls[False])} from {where}{also}")
-    if shown is not None and len(by_frame) > shown:
-        named.append(f"{len(by_frame) - shown} more")
-    return named
-
-
-def _count_change(calls: float) -> str:
-    return f"{calls:+,.0f}" if math.isclose(calls, round(calls)) else f"{calls:+,.2f}"
-
-
-def _located(name: str) -> str:
-    """A Python frame as ``file.py:function (line 12)``, other frames as :func:`short` names them."""
-    parts = python_parts(name)
-    return short(name) if parts is None else f"{short(name)} (line {parts[1]})"
-
-
-def _count(calls: float) -> str:
-    return f"{calls:,.0f}" if math.isclose(calls, round(calls)) else f"{calls:,.2f}"
