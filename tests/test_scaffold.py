@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+ROOT = Path(__file__).resolve().parent.parent
 WRITTEN = [
     "pyproject.toml",
     TESTS,
@@ -145,6 +147,34 @@ def test_init_example_writes_a_model_an_engine_and_their_declaration_once(tmp_pa
     again = init(tmp_path, example=True)
     assert "kept      pyproject.toml (it declares the example already)" in again
     assert (tmp_path / "pyproject.toml").read_text().count("[tool.perfsuite.models.example-mlp]") == 1
+
+
+@pytest.mark.usefixtures("restored_registry")  # the declarations end with the test
+def test_the_commented_declarations_init_writes_declare_what_they_say_once_uncommented(tmp_path: Path) -> None:
+    """A newcomer uncomments an example and fills in its names: each is a declaration perfsuite takes.
+    The model of the project's own class is pointed at the code `init --example` writes."""
+    from perfsuite.core.declaration import load
+
+    init(tmp_path, example=True)
+    (tmp_path / "pyproject.toml").write_text(
+        (ROOT / "perfsuite" / "templates" / "pyproject-section.toml").read_text()
+    )  # the comments of a plain init, in place of the example's declaration
+    text = (tmp_path / "pyproject.toml").read_text()
+    declared = re.compile(r"# (\[|[a-z_]+ = )")  # a commented table or key, not a comment's words
+    uncommented = "\n".join(line[2:] if declared.match(line) else line for line in text.splitlines())
+    uncommented = (
+        uncommented.replace("my_package.models", "perfsuite_example.model")
+        .replace("my_package.train:MyEngine", "perfsuite_example.engine:ExampleEngine")
+        .replace('config = "models/my-encoder"', 'config = { class = "BertConfig", hidden_size = 64 }')
+        .replace('data = "data/train.jsonl"', "")
+        .replace('tokenizer = "models/my-encoder"', "")
+    ) + '\n[[tool.perfsuite.matrix.cases]]\nmodels = ["my-mlp"]\nstrategies = ["vanilla"]\nengines = ["my_step"]\n'
+    path = tmp_path / "pyproject.toml"
+    path.write_text(uncommented)
+    settings = tomllib.loads(uncommented)["tool"]["perfsuite"]
+    assert set(settings["models"]) == {"my-encoder", "my-mlp"}
+    assert settings["engines"] == {"my_step": {"class": "perfsuite_example.engine:ExampleEngine"}}
+    assert load(path)
 
 
 def test_init_example_leaves_a_section_it_cannot_extend_alone(tmp_path: Path) -> None:
