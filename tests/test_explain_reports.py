@@ -82,6 +82,11 @@ def test_the_cause_is_in_summary_md_s_first_screen(tmp_path: Path) -> None:
     assert "  - loss: parts at step 0 (2 → 2.02); every gradient ×1.01 there (2 tensors)" in head
     assert "tiny-bert-adafactor" not in head  # nothing to explain
     assert "| tiny-bert-vanilla | regressed [1] |" in text
+    assert text.endswith(  # under the table: what the verdicts mean at this comparison's floor
+        "\n\nTime: *slower* (or *faster*) where B/A's interval at 0.95 lies above 1 (below) and its estimate is 3.0% "
+        "or more off, at pairs 1; *same* where its interval at 0.95 lies within ±3.0%; *undecided* otherwise, after "
+        "at most 1 pairs, its interval the change it could not rule out.\n"
+    )
 
 
 def test_the_terminal_table_notes_each_cause(tmp_path: Path) -> None:

@@ -176,7 +176,20 @@ def markdown(payload: Mapping[str, Any]) -> str:
         "|" + "---|" * len(HEADERS),
     ]
     lines += [_markdown_row(row) for row in rows(payload)]
-    return "\n".join(lines) + "\n"
+    schedule = payload.get("schedule")  # in every file ab writes; a hand-made one may lack it
+    return "\n".join([*lines, *(["", reading(schedule)] if schedule else [])]) + "\n"
+
+
+def reading(schedule: Mapping[str, Any]) -> str:
+    """How to read a time verdict, with this comparison's floor and confidences: what *same* rules out,
+    and what an *undecided* case's interval still allows."""
+    looks = ", ".join(map(str, schedule.get("alarms") or [])) or "any"
+    return (
+        f"Time: *slower* (or *faster*) where B/A's interval at {schedule['confidence']:.3g} lies above 1 (below) "
+        f"and its estimate is {schedule['floor']:.1%} or more off, at pairs {looks}; *same* where its interval at "
+        f"{schedule.get('same_confidence', 0.95):.3g} lies within ±{schedule['floor']:.1%}; *undecided* otherwise, "
+        f"after at most {schedule['cap']} pairs, its interval the change it could not rule out."
+    )
 
 
 def _markdown_row(cells: Iterable[str]) -> str:
