@@ -94,12 +94,11 @@ def pytest_configure(config: pytest.Config) -> None:
                 raise pytest.UsageError(_NO_GPU)
         # A bare --benchmark-compare would take "the latest saved run", letting slowdowns creep in
         # night by night; compare against the file pinned next to this hardware's baselines instead.
+        from perfsuite.core.pinned import compare_problem
+
         pinned = session.pinned_benchmark(*_local_hardware())
-        if not pinned.is_file():
-            raise pytest.UsageError(
-                f"--benchmark-compare: no pinned pytest-benchmark file {pinned}; "
-                "record one with `perfsuite baselines refresh`"
-            )
+        if (problem := compare_problem(pinned)) is not None:
+            raise pytest.UsageError(f"--benchmark-compare: {problem}")
         config.option.benchmark_compare = str(pinned)
     if session.refresh:
         from perfsuite.session.benchmark import JsonTarget, SavedNothingIsNoWarning
@@ -308,6 +307,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state.close(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     if state.refresh and exitstatus != pytest.ExitCode.INTERRUPTED:
         state.write_staged()
+        if state.stager.unwritten:  # a pinned file it could not read: said in the summary
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if state.already_complete and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         session.exitstatus = pytest.ExitCode.OK  # --missing found every selected case complete: nothing to do
     session.exitstatus = state.gated_exit(session.exitstatus)  # a GPU gate that measured nothing fails
@@ -335,7 +336,8 @@ def _left_complete(cases: dict[str, bool]) -> str:
     untimed = sorted(case for case, kept_untimed in cases.items() if kept_untimed)
     if untimed:
         line += (
-            f"; {len(untimed)} of them keep no step time on this class, too noisy here for their gates "
+            f"; {len(untimed)} of them {'keeps' if len(untimed) == 1 else 'keep'} no step time on this class, "
+            "too noisy here for their gates "
             f"(a later `perfsuite baselines pool` decides): {', '.join(untimed)}"
         )
     return line
@@ -362,6 +364,8 @@ def _summarize(terminalreporter: Any, exitstatus: int, config: pytest.Config) ->
             terminalreporter.write_line(line)
     elif state.refresh:
         terminalreporter.write_line(f"wrote {len(state.written)} file(s) under {state.root.name}/")
+        for line in state.stager.unwritten:
+            terminalreporter.write_line(f"perfsuite: {line}")
     if state.refresh:
         left = state.budget.summary() if state.budget is not None else None
         if left is not None:

@@ -408,6 +408,12 @@ def test_a_loss_that_moved_within_its_tolerance_is_said_with_where_it_ended() ->
     (alike,) = _rounds([_spec()], same, schedule)
     assert checks_line(alike) == "memory and loss as base at pair 1 (time: pairs to come)"
     assert rows({"cases": [alike.as_json()]})[0][-1] == "identical, final 1.5"
+    other = {**worse.as_json(), "checks": [{"metric": "loss", "ok": False, "compared": False}]}
+    longer = {**within.as_json(), "loss": {"a": [2.0], "b": [2.0, 1.5], "max_abs_diff": None}}
+    assert [row[-1] for row in rows({"cases": [other, longer]})] == [
+        "final 1.5 → 6, max |Δ| 4.5 from step 1, other initial weights",  # not compared: said why
+        "1 → 2 steps",
+    ]
 
 
 class Dying(FakeSide):

@@ -100,5 +100,6 @@ def test_an_unreadable_baseline_is_named_and_no_baselines_is_one_line(
     (empty / "baselines" / "cpu" / "pytest-benchmark.class-a.json").write_text("{}")
     assert main(["baselines", "classes"]) == 0
     assert capsys.readouterr().out == (
-        "baselines: no baseline yet, so a gate compares nothing; `perfsuite baselines refresh` records them\n"
+        "baselines: no baseline yet, so a gate fails each case as missing (skips it under --perfsuite-missing=skip); "
+        "`perfsuite baselines refresh` records them\n"
     )

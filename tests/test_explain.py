@@ -445,7 +445,7 @@ def test_an_explanation_says_each_cause_and_survives_its_json() -> None:
         lines[2] == "memory: activations +1.00 MiB: kept by the forward of LM +1.00 MiB (2.00 → 3.00 MiB, its own code)"
     )
     assert lines[3] == (
-        "time, ops: aten::mm 2 → 3 calls/step, ≈+0.25 ms/step by its time per call: "
+        "time, ops: aten::mm 2 → 3 calls/step, ≈+0.20 ms/step by its time per call: "
         "+1 from perfsuite/worker/engines/loop.py:_step (line 170)"
     )
     assert lines[4].startswith(

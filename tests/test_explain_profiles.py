@@ -370,9 +370,9 @@ def test_allocation_sites_are_the_first_frames_outside_torch() -> None:
 def test_calls_that_changed_but_did_not_clear_the_bar_say_what_they_cost_at_their_time_per_call() -> None:
     """An op called more whose time stayed within the profiles' noise: the difference of its two times
     is noise (an op called once more can read faster), its count is exact and its time per call a mean
-    over many calls, so what the extra calls cost is given at that time per call."""
+    over both sides' calls, so what the extra calls cost is given at that time per call."""
     mm = profile.Change("op", "aten::mm", 21, 33, 17_630.0, 16_000.0, counted=True, timed=False)
-    per_call = 17_630.0 / 21  # A's: the larger of the two sides' times per call
+    per_call = (17_630.0 + 16_000.0) / (21 + 33)  # over both sides' calls
     assert (
         profile_lines.describe(mm)
         == f"aten::mm 21 → 33 calls/step, ≈+{12 * per_call / 1e3:.2f} ms/step by its time per call"

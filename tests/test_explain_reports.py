@@ -87,6 +87,10 @@ def test_the_cause_is_in_summary_md_s_first_screen(tmp_path: Path) -> None:
         "or more off, at pairs 1; *same* where its interval at 0.95 lies within ±3.0%; *undecided* otherwise, after "
         "at most 1 pairs, its interval the change it could not rule out.\n"
     )
+    from perfsuite.reports.ab import reading
+
+    every = reading({"cap": 60, "floor": 0.03, "confidence": 0.99875, "alarms": []})
+    assert "interval at 0.9988 lies above 1 (below) and its estimate is 3.0% or more off, at any look;" in every
 
 
 def test_the_terminal_table_notes_each_cause(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from perfsuite.core.baselines import build_baseline, robust_spread, set_aside, time_spread
 from perfsuite.core.gates import category_change, check_memory, check_time, compare, is_regression
-from perfsuite.core.loss import check_loss
+from perfsuite.core.loss import check_loss, max_difference, side_by_side
 from perfsuite.core.observation import Observation, observe
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.refresh import diff_rows, refusals
@@ -445,3 +445,25 @@ def test_the_loss_is_compared_unless_both_digests_of_one_algorithm_differ(
     check = check_loss("c", base, seen, Tolerance())
     assert check.compared
     assert not check.ok
+
+
+def test_two_curves_side_by_side_where_they_ended_and_how_far_apart() -> None:
+    assert side_by_side([2.0, 1.5], [2.0, 1.5]) == "identical, final 1.5"
+    assert side_by_side([2.0, 1.5], [2.0, 1.6]) == "final 1.5 → 1.6, max |Δ| 0.1 from step 1"
+    assert side_by_side([2.0], [2.0, 1.5]) is None  # curves of two lengths: nothing to set side by side
+    assert side_by_side([], []) is None
+    # A step finite on one side only differs without bound, wherever it falls; two NaNs are alike.
+    assert max_difference([1.0, 2.0], [1.0, math.nan]) == math.inf
+    assert max_difference([math.nan, 2.0], [math.nan, 3.0]) == 1.0
+    assert side_by_side([2.0, 1.5], [math.nan, 1.5]) == "final 1.5 → 1.5, max |Δ| inf from step 0"
+
+
+def test_sizes_and_pairs_of_sizes_read_in_a_unit_that_shows_them() -> None:
+    from perfsuite.core.units import format_byte_range, format_bytes
+
+    assert [format_bytes(v) for v in (0, 512, 4096, 3 * 2**20)] == ["0.00 MiB", "512 B", "4.0 KiB", "3.00 MiB"]
+    assert format_byte_range(2 * 2**20, 5 * 2**20) == "2.00 → 5.00 MiB"
+    assert format_byte_range(4096, 8192) == "4.0 → 8.0 KiB"  # MiB would read 0.00 → 0.01
+    assert format_byte_range(2**20, 2**20 + 2048) == "1,024.0 → 1,026.0 KiB"  # the unit of the change
+    assert format_byte_range(4096, 4096) == "4.0 → 4.0 KiB"  # no change: the unit of the size
+    assert format_byte_range(2**30, 2**30 + 500) == "1,024.00 → 1,024.00 MiB"  # not ten-digit byte counts

@@ -245,6 +245,25 @@ def test_benchmark_compare_reads_the_pinned_file(project: pytest.Pytester, monke
     output = result.stdout.str() + result.stderr.str()
     assert f"Comparing against benchmarks from: {pinned}" in output  # not "the latest saved run"
 
+    # A pinned file that cannot be read: the compare refuses in one line before any case runs; a refresh
+    # writes the baselines it measured, leaves the file as it was, says so and fails.
+    pinned.write_text('{"benchmarks": [{"param": "tiny-bert-vanilla"}]}')
+    refused = project.runpytest_subprocess("-m", "cpu and not trainer", "-k", CASES, "--benchmark-compare")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*--benchmark-compare: *corrupt pinned pytest-benchmark file*delete it and refresh"])
+    edit(project, "tiny-bert-fp16", lambda d: d["memory"].update(peak_bytes=1))  # so that its rewrite shows
+    refresh = project.runpytest_subprocess("-m", "cpu and not trainer", "-k", CASES, "--perfsuite-refresh")
+    assert refresh.ret == pytest.ExitCode.TESTS_FAILED
+    refresh.stdout.fnmatch_lines(
+        ["perfsuite: *corrupt pinned pytest-benchmark file*: not updated (the baselines were written)"]
+    )
+    assert "Traceback" not in refresh.stdout.str() + refresh.stderr.str()
+    assert pinned.read_text() == '{"benchmarks": [{"param": "tiny-bert-vanilla"}]}'
+    assert json.loads(baseline(project, "tiny-bert-fp16").read_text())["memory"]["peak_bytes"] == 100 * 2**20
+    pinned.unlink()
+    gone = project.runpytest_subprocess("-m", "cpu and not trainer", "-k", CASES, "--benchmark-compare")
+    gone.stderr.fnmatch_lines(["*--benchmark-compare: no pinned pytest-benchmark file *; record one with*"])
+
 
 def test_tolerances_come_from_pyproject_per_case(project: pytest.Pytester) -> None:
     edit(project, "tiny-bert-fp16", lambda d: time_entry(d).update(median=time_entry(d)["median"] * 0.9))

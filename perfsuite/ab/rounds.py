@@ -23,7 +23,7 @@ from perfsuite.core.check import Check
 from perfsuite.core.explain.explanation import Explanation
 from perfsuite.core.gates import check_memory, is_regression
 from perfsuite.core.kernels import check_kernels
-from perfsuite.core.loss import check_loss
+from perfsuite.core.loss import check_loss, max_difference
 from perfsuite.core.observation import observe
 from perfsuite.core.paired import Paired, Schedule
 from perfsuite.core.record import CaseRecord
@@ -75,7 +75,7 @@ class CaseResult:
     @property
     def loss_max_abs_diff(self) -> float | None:
         """The largest difference between B's loss curve and A's (``None`` without two of one length)."""
-        return _max_diff(self.loss_a, self.loss_b)
+        return max_difference(self.loss_a, self.loss_b)
 
     @property
     def checks_regressed(self) -> bool:
@@ -128,12 +128,6 @@ class CaseResult:
 def _finite(values: dict[str, Any]) -> dict[str, Any]:
     """JSON has no infinity: an unbounded interval's end is ``None``."""
     return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in values.items()}
-
-
-def _max_diff(a: list[float], b: list[float]) -> float | None:
-    if not a or len(a) != len(b):
-        return None
-    return max(abs(x - y) for x, y in zip(a, b, strict=True))
 
 
 def _as_baseline(case_id: str, record: CaseRecord) -> dict[str, Any]:

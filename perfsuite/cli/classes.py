@@ -36,8 +36,8 @@ def run(args: Any) -> int:  # noqa: ARG001 - the subcommand takes no arguments
     shown = Path(os.path.relpath(root, Path.cwd()))
     if not found:  # a new repository's, before its first refresh: an answer, not an error
         print(
-            f"{shown.as_posix()}: no baseline yet, so a gate compares nothing; "
-            "`perfsuite baselines refresh` records them"
+            f"{shown.as_posix()}: no baseline yet, so a gate fails each case as missing (skips it under "
+            "--perfsuite-missing=skip); `perfsuite baselines refresh` records them"
         )
         return 0
     here = local_cpu_class()

@@ -133,14 +133,23 @@ def first_difference(a: Sequence[float], b: Sequence[float]) -> int | None:
     )
 
 
+def max_difference(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """The largest ``|a_i - b_i|`` of two curves (``None`` without two of one length): a step finite on one
+    side only differs infinitely, two NaNs are alike (a run stops at a non-finite loss; a file may hold one)."""
+    if not a or len(a) != len(b):
+        return None
+    steps = (0.0 if x == y or (math.isnan(x) and math.isnan(y)) else abs(x - y) for x, y in zip(a, b, strict=True))
+    return max(math.inf if math.isnan(d) else d for d in steps)
+
+
 def side_by_side(a: Sequence[float] | None, b: Sequence[float] | None) -> str | None:
     """Two runs' curves of one case for a reader, where they ended and how far apart they ran:
     ``final 6.37959 → 6.37973, max |Δ| 0.00527 from step 0``, or ``identical, final 6.37959``;
     ``None`` without two curves of one length."""
-    if not a or not b or len(a) != len(b):
+    worst = max_difference(a or (), b or ())
+    if worst is None or not a or not b:
         return None
     first = first_difference(a, b)
     if first is None:
         return f"identical, final {a[-1]:.6g}"
-    worst = max(abs(x - y) for x, y in zip(a, b, strict=True))
     return f"final {a[-1]:.6g} → {b[-1]:.6g}, max |Δ| {worst:.3g} from step {first}"

@@ -48,6 +48,18 @@ def read_pinned(path: Path) -> dict[str, Any]:
     return data
 
 
+def compare_problem(path: Path) -> str | None:
+    """Why ``--benchmark-compare`` cannot compare with ``path``: no file there, or what is wrong with it;
+    ``None`` where it can."""
+    if not path.is_file():
+        return f"no pinned pytest-benchmark file {path}; record one with `perfsuite baselines refresh`"
+    try:
+        read_pinned(path)
+    except BaselineError as exc:
+        return str(exc)
+    return None
+
+
 def merged(pinned: dict[str, Any], output: dict[str, Any], fresh: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """A refresh's file: its pytest-benchmark ``output`` (machine, commit) with ``fresh`` entries in place of
     the ``pinned`` entries of the same names, the others kept, in name order."""

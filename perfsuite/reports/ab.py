@@ -12,6 +12,7 @@ from typing import Any
 from perfsuite.core.baselines import write_text_atomic
 from perfsuite.core.gates import category_change
 from perfsuite.core.loss import side_by_side
+from perfsuite.core.paired import SAME_CONFIDENCE
 from perfsuite.core.tolerance import Tolerance
 from perfsuite.reports.explain import html_causes, markdown_causes, marks, notes
 
@@ -68,11 +69,16 @@ def _loss(case: Mapping[str, Any]) -> str:
     """Where the two curves ended and how far apart they ran; a difference its check let pass says so
     (on one stack a curve moves only where the code's arithmetic changed)."""
     loss, diff = case["loss"], case["loss"]["max_abs_diff"]
-    said = side_by_side(loss.get("a"), loss.get("b"))
-    if said is None:  # a file from before the curves were kept
-        return "—" if diff is None else f"max |Δ| {diff:.3g}"
-    held = any(c.get("metric") == "loss" and c.get("ok") for c in case.get("checks") or ())
-    return f"{said}, within its tolerance" if held and diff else said
+    a, b = loss.get("a"), loss.get("b")
+    said = side_by_side(a, b)
+    if said is None:
+        if a and b:  # the case's step count differs between the sides
+            return f"{len(a)} → {len(b)} steps"
+        return "—" if diff is None else f"max |Δ| {diff:.3g}"  # a file from before the curves were kept
+    check: Mapping[str, Any] = next((c for c in case.get("checks") or () if c.get("metric") == "loss"), {})
+    if check.get("compared") is False:  # their curves part for another reason, said by the check
+        return f"{said}, other initial weights"
+    return f"{said}, within its tolerance" if check.get("ok") and diff else said
 
 
 def differing(a: Mapping[str, str | None], b: Mapping[str, str | None]) -> list[str]:
@@ -183,12 +189,14 @@ def markdown(payload: Mapping[str, Any]) -> str:
 def reading(schedule: Mapping[str, Any]) -> str:
     """How to read a time verdict, with this comparison's floor and confidences: what *same* rules out,
     and what an *undecided* case's interval still allows."""
-    looks = ", ".join(map(str, schedule.get("alarms") or [])) or "any"
+    alarms = schedule.get("alarms")
+    looks = f"at pairs {', '.join(map(str, alarms))}" if alarms else "at any look"
+    same = schedule.get("same_confidence", SAME_CONFIDENCE)
     return (
-        f"Time: *slower* (or *faster*) where B/A's interval at {schedule['confidence']:.3g} lies above 1 (below) "
-        f"and its estimate is {schedule['floor']:.1%} or more off, at pairs {looks}; *same* where its interval at "
-        f"{schedule.get('same_confidence', 0.95):.3g} lies within ±{schedule['floor']:.1%}; *undecided* otherwise, "
-        f"after at most {schedule['cap']} pairs, its interval the change it could not rule out."
+        f"Time: *slower* (or *faster*) where B/A's interval at {schedule['confidence']:.4g} lies above 1 (below) "
+        f"and its estimate is {schedule['floor']:.1%} or more off, {looks}; *same* where its interval at "
+        f"{same:.4g} lies within ±{schedule['floor']:.1%}; *undecided* otherwise, after at most {schedule['cap']} "
+        "pairs, its interval the change it could not rule out."
     )
 
 

@@ -43,6 +43,8 @@ class RefreshStager:
         self.staged_benchmarks: dict[str, tuple[str, str]] = {}
         """pytest node id → (hardware, time class): the cases whose pinned pytest-benchmark entry a refresh replaces."""
         self.written: list[Path] = []
+        self.unwritten: list[str] = []
+        """Why a pinned file was left as it was (it could not be read): a line each; the session then fails."""
         self.untimed_kept: set[str] = set()
         """The cases whose time a refresh did not record (:meth:`untimed`): their pinned entries are not written."""
 
@@ -153,7 +155,12 @@ class RefreshStager:
                 by_class.setdefault(key, []).append(bench)
         for (hardware, time_class), fresh in by_class.items():
             path = pinned_path(self.root, hardware, time_class)
-            write_json_atomic(path, merged(read_pinned(path), benchmark_json, fresh))
+            try:
+                pinned = read_pinned(path)
+            except BaselineError as exc:  # the baselines stand: what was measured is kept
+                self.unwritten.append(f"{exc}: not updated (the baselines were written)")
+                continue
+            write_json_atomic(path, merged(pinned, benchmark_json, fresh))
             self.written.append(path)
 
 

@@ -328,9 +328,8 @@ def weight(change: Change) -> float:
     takes (a count's change is exact where its time is not)."""
     if change.timed or not change.counted:
         return change.delta_us
-    per_call = max(
-        change.us_a / change.calls_a if change.calls_a else 0.0, change.us_b / change.calls_b if change.calls_b else 0.0
-    )
+    calls = change.calls_a + change.calls_b
+    per_call = (change.us_a + change.us_b) / calls if calls else 0.0  # both sides' calls together
     return (change.calls_b - change.calls_a) * per_call
 
 

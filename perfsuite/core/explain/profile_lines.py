@@ -4,11 +4,15 @@ time per step, and the frames that asked for an op's calls that changed. Pure: n
 from __future__ import annotations
 
 import math
+import re
 
 from perfsuite.core.explain.frames import is_backward, python_parts, short
 from perfsuite.core.explain.profile import Change, weight
 from perfsuite.core.units import format_byte_range
 
+_MOVED = re.compile(r"^(?P<file>[^()]+?)\((?P<a>\d+) → (?P<b>\d+)\): (?P<function>.+?)(?= → |$)")
+"""A Python function that moved lines, as the profile's diff keys it (``file(12 → 14): name``), and what
+it called after it."""
 SOURCES_SHOWN = 2
 """Callers named after an op whose calls changed; more are counted."""
 
@@ -18,10 +22,15 @@ def describe(change: Change) -> str:
     vanished Python function with the line it starts on (where to look). Where its calls changed and
     its time did not clear the level's threshold, what the calls cost at its time per call
     (:func:`~perfsuite.core.explain.profile.weight`): ``≈+0.53 ms/step by its time per call``. The
-    count is exact and the time per call the larger of the sides' means over all their calls, where
-    the difference of its two times is the profiles' noise (an op called once more can read faster)."""
+    count is exact and the time per call a mean over both sides' calls, where the difference of its two
+    times is the profiles' noise (an op called once more can read faster)."""
     name = change.key
-    if change.level == "python":
+    moved = _MOVED.match(change.key) if change.level == "python" else None
+    if moved is not None:  # a function found at other lines on the two sides, named as a caller is
+        called = change.key[moved.end() :].split(" → ")[1:]
+        head = f"{moved['file']}:{moved['function']} (line {moved['a']} → {moved['b']})"
+        name = " → ".join([head, *map(short, called)])
+    elif change.level == "python":
         named = short if change.status == "changed" else _located
         name = " → ".join(map(named, change.key.split(" → ")))
     parts = []
