@@ -454,7 +454,7 @@ def test_a_range_left_by_untestable_releases_is_explained_by_its_judged_ends(
     assert explained == [("4.46.0rc1", "4.47.0")]
     answer = said.index(
         "perfsuite: the first bad transformers is one of 4.46.0, 4.46.1, 4.47.0: 4.47.0 is bad, 4.46.0, 4.46.1 "
-        "could not be tested"
+        "could not be judged (not testable, or undecided in time)"
     )
     assert said[answer + 1 :] == [
         "perfsuite: why: A 4.46.0rc1 (last good) → B 4.47.0 (first judged bad; the change is in it or in the "
@@ -563,3 +563,43 @@ def test_commits_whose_search_gives_no_answer_leave_the_releases_answer(
     assert (written["first_bad"], written["what"]) == ("4.46.0", "transformers")
     assert written["commits"] == {"kind": "perfsuite-bisect", "what": "transformers commit"}
     assert (written["explanation"] is not None) == explain
+
+
+def test_a_time_bisection_judges_each_point_by_the_end_it_is_nearer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The ends twice as slow apart: a point is good within half that change of the good end (×1.414,
+    not --floor's 3%, which a noisy step takes tens of pairs to rule out), bad beyond it. A look that
+    decides nothing is said as the comparison goes on; a point left undecided says so."""
+    from perfsuite.ab import bisecting
+    from perfsuite.ab.rounds import CaseResult
+    from perfsuite.core.paired import Paired
+
+    def result(ratio: float, verdict: str, pairs: int) -> CaseResult:
+        time = Paired(ratio=ratio, low=ratio * 0.95, high=ratio * 1.05, pairs=pairs, confidence=0.95, verdict=verdict)  # type: ignore[arg-type]
+        return CaseResult(case="tiny-bert-vanilla", time=time, log_ratios=[0.0] * pairs)
+
+    floors: list[float] = []
+
+    def compare(spec: Any, sides: Any, schedule: Any, *a: Any, progress: Any = None, **k: Any) -> CaseResult:
+        floors.append(schedule.floor)
+        point = sides[1].name
+        if point == "4.46.0rc1":  # a point its looks leave undecided
+            progress(result(1.3, "undecided", 21), False)
+            return result(1.3, "undecided", 60)
+        return result(2.0, "slower", 9) if RELEASES.index(point) >= 6 else result(1.0, "same", 7)
+
+    said: list[str] = []
+    bisection = _bisection(monkeypatch, tmp_path, lambda point: None, said)
+    monkeypatch.setattr(bisecting, "compare_case", compare)
+    bisection.explains = False  # the answer only
+    assert bisection.run() == 0
+    assert floors[0] == 0.03  # the ends, at --floor
+    assert floors[1:] == [pytest.approx(2**0.5 - 1)] * (len(floors) - 1)
+    assert (
+        "perfsuite: each point is judged by the end it is nearer: good within ±41.4% of the good end (half the "
+        "ends' change, ×2.000; --floor 3.0% at least), bad beyond it"
+    ) in said
+    assert "    4.46.0rc1: time B/A 1.300 [1.235, 1.365] over 21 pairs: undecided, more pairs to come" in said
+    assert "  4.46.0rc1: undecided: time B/A 1.300 [1.235, 1.365] over 60 pairs: undecided" in said
+    assert said[-1].startswith("perfsuite: the first bad transformers is 4.47.0 (last good 4.46.1)"), said

@@ -446,7 +446,7 @@ def test_an_explanation_says_each_cause_and_survives_its_json() -> None:
     )
     assert lines[3] == (
         "time, ops: aten::mm 2 → 3 calls/step, ≈+0.20 ms/step by its time per call: "
-        "+1 from perfsuite/worker/engines/loop.py:_step (line 170)"
+        "+1 from perfsuite/worker/engines/loop.py:_step (defined at line 170)"
     )
     assert lines[4].startswith(
         "time: profiled step 1.9 → 1.9 ms (under the profiler: not the verdict's time); a time is shown beyond 3 × "

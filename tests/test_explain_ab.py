@@ -175,7 +175,9 @@ def test_regressions_injected_into_one_side_are_named_by_their_mechanism(tmp_pat
     assert "every gradient ×1.01" in head
     assert "new buffer injected_cache" in head
     assert re.search(
-        r"aten::mm 52 → 53 calls/step(, \+[\d.]+ ms/step)?: \+1 from sitecustomize.py:_extra_matmul \(line 45\)", head
+        r"aten::mm 52 → 53 calls/step(, ≈?\+[\d.]+ ms/step( by its time per call)?)?: \+1 from "
+        r"sitecustomize.py:_extra_matmul \(defined at line 45\)",
+        head,
     )
     page = (tmp_path / "report" / "report.html").read_text()
     assert 'data-chart="flame"' in page

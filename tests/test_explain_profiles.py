@@ -118,7 +118,7 @@ def test_new_and_vanished_functions_are_named() -> None:
     assert python[0].key == f"{HOOK} → {SLEEP}"
     assert python[0].status == "new"
     assert re.fullmatch(
-        r"new: acme/hooks.py:slow_hook \(line 3\) → sleep 0 → 1 calls/step, \+[34]\.\d\d ms/step",
+        r"new: acme/hooks.py:slow_hook \(defined at line 3\) → sleep 0 → 1 calls/step, \+[34]\.\d\d ms/step",
         profile_lines.describe(python[0]),
     )
     assert profile.diff(b, a).level("python")[0].status == "vanished"
@@ -158,12 +158,12 @@ def test_an_ops_changed_calls_are_named_with_the_frames_that_asked_for_them() ->
     (mm,) = profile.diff(a, b).level("op")
     assert [(s.frame, s.calls_a, s.calls_b) for s in mm.sources] == [(HOOK, 0, 2), (BERT, 2, 3)]  # adamw's did not move
     assert profile_lines.describe(mm) == (
-        "aten::mm 3 → 6 calls/step, +0.30 ms/step: +2 from acme/hooks.py:slow_hook (line 3), "
-        "+1 from transformers/models/bert/modeling_bert.py:forward (line 300)"
+        "aten::mm 3 → 6 calls/step, +0.30 ms/step: +2 from acme/hooks.py:slow_hook (defined at line 3), "
+        "+1 from transformers/models/bert/modeling_bert.py:forward (defined at line 300)"
     )
     assert profile_lines.describe(profile.diff(b, a).level("op")[0]).endswith(
-        ": -2 from acme/hooks.py:slow_hook (line 3), "
-        "-1 from transformers/models/bert/modeling_bert.py:forward (line 300)"
+        ": -2 from acme/hooks.py:slow_hook (defined at line 3), "
+        "-1 from transformers/models/bert/modeling_bert.py:forward (defined at line 300)"
     )
     (backward,) = profile.diff(
         [_profile({(STEP, ENGINE, "aten::mm"): (100.0, 2)}) for _ in "ab"],
@@ -181,7 +181,7 @@ def test_an_op_inside_an_op_of_its_name_is_part_of_that_call() -> None:
     assert profile.tables(b[0])["op"]["aten::eye"] == profile.Row(1.0, 50.0)  # both calls' time, one call
     (eye,) = profile.diff(a, b).level("op")
     said = profile_lines.describe(eye)
-    assert said == "new: aten::eye 0 → 1 calls/step, +0.05 ms/step: +1 from acme/model.py:_remix (line 83)"
+    assert said == "new: aten::eye 0 → 1 calls/step, +0.05 ms/step: +1 from acme/model.py:_remix (defined at line 83)"
 
 
 def test_a_backwards_op_is_asked_for_by_the_forward_frame_that_made_its_node() -> None:
@@ -194,7 +194,7 @@ def test_a_backwards_op_is_asked_for_by_the_forward_frame_that_made_its_node() -
     (mm,) = [c for c in profile.diff([side(1), side(1)], [side(3), side(3)]).level("op") if c.key == "aten::mm"]
     assert [(s.frame, s.calls_b - s.calls_a, s.backward) for s in mm.sources] == [(BERT, 2, True)]
     assert profile_lines.describe(mm).endswith(
-        ": +2 from the backward of transformers/models/bert/modeling_bert.py:forward (line 300)"
+        ": +2 from the backward of transformers/models/bert/modeling_bert.py:forward (defined at line 300)"
     )
     timed_only = profile.diff(
         [_step(seed=1), _step(seed=2)], [_step(mm_us=5000.0, seed=3), _step(mm_us=5000.0, seed=4)]
@@ -214,7 +214,7 @@ def test_a_backward_in_a_device_thread_without_python_frames_is_its_forwards() -
         (c for c in profile.diff([side(0)] * 2, [side(1)] * 2).level("op") if c.counted), key=lambda c: c.key
     )
     assert profile_lines.describe(mm).endswith(
-        ": +1 from the backward of transformers/models/bert/modeling_bert.py:forward (line 300)"
+        ": +1 from the backward of transformers/models/bert/modeling_bert.py:forward (defined at line 300)"
     )
     assert profile_lines.describe(add).endswith(": +1 with no Python frame")  # said, not dropped
 
@@ -228,7 +228,8 @@ def test_an_asker_whose_function_moved_lines_is_one_asker() -> None:
 
     (view,) = profile.diff([side(56, 74)] * 2, [side(57, 75)] * 2).level("op")
     assert [(s.frame, s.calls_a, s.calls_b) for s in view.sources] == [("acme/model.py(57): forward", 74, 75)]
-    assert profile_lines.describe(view).endswith(": +1 from acme/model.py:forward (line 56 → 57)")  # where it moved
+    said = profile_lines.describe(view)
+    assert said.endswith(": +1 from acme/model.py:forward (defined at line 56 → 57)")  # where it moved
 
 
 def test_a_count_that_varies_within_one_side_is_no_evidence() -> None:

@@ -76,7 +76,7 @@ def test_the_cause_is_in_summary_md_s_first_screen(tmp_path: Path) -> None:
     assert "- [1] `tiny-bert-vanilla` (regressed):" in head  # the number the table marks it with
     assert "regressed [1]" in text[text.index("| case |") :]
     assert "  - time, ops: aten::mm 2 → 3 calls/step" in head
-    new_hook = "new: acme/hooks.py:slow_hook (line 9) → sleep 0 → 1 calls/step, +0.90 ms/step"
+    new_hook = "new: acme/hooks.py:slow_hook (defined at line 9) → sleep 0 → 1 calls/step, +0.90 ms/step"
     assert f"  - time, Python functions: {new_hook}" in head
     assert "  - memory: buffers +4.0 KiB = 1,024 elements × 4 B (float32): new buffer cache" in head
     assert "  - loss: parts at step 0 (2 → 2.02); every gradient ×1.01 there (2 tensors)" in head
@@ -113,7 +113,7 @@ def test_report_html_draws_the_flame_graph_tensors_and_gradients(tmp_path: Path)
     assert "<td>aten::mm</td>" in causes  # the profile's table
     assert "<td>cache</td>" in causes  # the tensor table
     assert "<td>activations kept by a forward</td><td>Model</td><td>0.000 MiB</td><td>1.000 MiB</td>" in causes
-    assert "<td>+1 from acme/train.py:step (line 3)</td>" in causes  # who asked for the op's extra call
+    assert "<td>+1 from acme/train.py:step (defined at line 3)</td>" in causes  # who asked for the op's extra call
     assert "href='traces/case-base.pt.trace.json.gz'" in causes  # relative: the report moves with its traces
     assert "<svg" in causes
 

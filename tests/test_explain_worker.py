@@ -101,7 +101,7 @@ def test_two_profiles_of_one_step_and_an_extra_call() -> None:
     (asked,) = mm.sources  # the backward's three on both sides: not a source of the change
     line = Tiny.step.__code__.co_firstlineno
     assert (asked.frame, asked.calls_a, asked.calls_b) == (f"test_explain_worker.py({line}): step", 0, 1)
-    assert profile_lines.describe(mm).endswith(f": +1 from test_explain_worker.py:step (line {line})")
+    assert profile_lines.describe(mm).endswith(f": +1 from test_explain_worker.py:step (defined at line {line})")
 
 
 @pytest.mark.alone  # a time change is named only beyond the profiles' own noise: nothing beside them
@@ -118,7 +118,8 @@ def test_a_backwards_ops_are_asked_for_by_the_forward_frame_that_made_them() -> 
     said = profile_lines.describe(mm)  # what the two calls cost, at this machine's time per call
     assert said.startswith("aten::mm 3 → 5 calls/step")
     assert said.endswith(
-        f": +1 from test_explain_worker.py:remix (line {remix.__code__.co_firstlineno}) and +1 from its backward"
+        f": +1 from test_explain_worker.py:remix (defined at line {remix.__code__.co_firstlineno}) "
+        "and +1 from its backward"
     )
 
 

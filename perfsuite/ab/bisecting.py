@@ -5,6 +5,7 @@ its own compared with it (:func:`perfsuite.ab.rounds.compare_case`), and the sea
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -121,6 +122,9 @@ class Bisection:
     searched, once explained."""
     compared: dict[str, CaseResult] = dataclasses.field(default_factory=dict)
     """Each point's comparison with the good end, by point."""
+    point_floor: float | None = None
+    """A time bisection's floor for the points between the ends, once the ends differ: half their change
+    (in log ratio) or ``--floor``, the larger. A point is good within it, bad beyond: nearer one end."""
 
     def _env(self, version: str, name: str) -> Env:
         if self.env_for is not None:
@@ -136,7 +140,7 @@ class Bisection:
         if self.options.metric == "time":
             schedule = schedule_for(
                 1,
-                floor=self.options.floor,
+                floor=self.point_floor or self.options.floor,
                 alpha=self.options.alpha,
                 first=self.options.pairs,
                 cap=self.options.max_pairs,
@@ -156,6 +160,7 @@ class Bisection:
                 Tolerance(),
                 timeout_s=self.options.timeout or 600.0,
                 device_type=self.options.device_type,
+                progress=lambda so_far, finished: None if finished else self._so_far(version, so_far),
             )
             if result.interrupted or self.heard() is not None:  # its pairs so far are kept; the search stops
                 self.cut_short = (version, result)
@@ -168,6 +173,11 @@ class Bisection:
             return CaseResult(case=self.spec.id, error=str(exc))
         finally:
             side.close()
+
+    def _so_far(self, version: str, result: CaseResult) -> None:
+        """A time comparison's look that decided nothing yet, said as the comparison goes on."""
+        if self.options.metric == "time" and result.time is not None and not result.error:
+            self.say(f"    {version}: {evidence(result, 'time')}, more pairs to come")
 
     def run(self) -> int:
         """Search, saying each step; the exit code. Ctrl-C or SIGTERM (a ``KeyboardInterrupt``, under
@@ -236,13 +246,21 @@ class Bisection:
                 )
                 self._write(None, ends)
                 return 0
+            if metric == "time" and ends.time is not None:
+                self.point_floor = max(self.options.floor, math.expm1(abs(math.log(ends.time.ratio)) / 2))
+                self.say(
+                    f"perfsuite: each point is judged by the end it is nearer: good within ±{self.point_floor:.1%} "
+                    f"of the good end (half the ends' change, ×{ends.time.ratio:.3f}; --floor "
+                    f"{self.options.floor:.1%} at least), bad beyond it"
+                )
 
             def judge(version: str) -> tuple[Judgement, str]:
                 result = self._compare(good, version)
                 verdict = changed(result, metric)
                 judgement: Judgement = "cannot" if result.error or verdict is None else ("bad" if verdict else "good")
                 said = evidence(result, metric)
-                self.say(f"  {version}: {_shown(judgement)}: {said}")
+                shown = "undecided" if verdict is None and not result.error else _shown(judgement)
+                self.say(f"  {version}: {shown}: {said}")
                 self.tested.append(Step(version, judgement, said))
                 return judgement, said
 
@@ -257,7 +275,7 @@ class Bisection:
                 untested = ", ".join(found.untested)
                 self.say(
                     f"perfsuite: the first bad {package} is one of {', '.join(map(self.describe, found.candidates))}: "
-                    f"{found.known_bad} is bad, {untested} could not be tested"
+                    f"{found.known_bad} is bad, {untested} could not be judged (not testable, or undecided in time)"
                 )
             if self.explains and self.options.explain:
                 self.explanation = self._explain(found, good)

@@ -309,6 +309,9 @@ def compare_case(
     *,
     timeout_s: float,
     device_type: str,
+    progress: Callable[[CaseResult, bool], None] = lambda result, finished: None,
 ) -> CaseResult:
-    """One case (``perfsuite bisect``'s step)."""
-    return compare_cases([spec], sides, schedule, tolerance, timeout_s=timeout_s, device_type=device_type)[0]
+    """One case (``perfsuite bisect``'s step); ``progress`` as :func:`compare_cases`'."""
+    return compare_cases(
+        [spec], sides, schedule, tolerance, timeout_s=timeout_s, device_type=device_type, progress=progress
+    )[0]

@@ -28,7 +28,7 @@ def describe(change: Change) -> str:
     moved = _MOVED.match(change.key) if change.level == "python" else None
     if moved is not None:  # a function found at other lines on the two sides, named as a caller is
         called = change.key[moved.end() :].split(" → ")[1:]
-        head = f"{moved['file']}:{moved['function']} (line {moved['a']} → {moved['b']})"
+        head = f"{moved['file']}:{moved['function']} (defined at line {moved['a']} → {moved['b']})"
         name = " → ".join([head, *map(short, called)])
     elif change.level == "python":
         named = short if change.status == "changed" else _located
@@ -48,7 +48,7 @@ def describe(change: Change) -> str:
 
 
 def called_from(change: Change, shown: int | None = SOURCES_SHOWN) -> list[str]:
-    """``["+1 from acme/model.py:_remix (line 83) and +1 from its backward"]``: where an op's extra (or
+    """``["+1 from acme/model.py:_remix (defined at line 83) and +1 from its backward"]``: where an op's extra (or
     missing) calls were asked for, per frame, the ``shown`` frames of largest change (``None``: all)
     and how many more; ``[]`` for a change with none named."""
     by_frame: dict[str, dict[bool, float]] = {}
@@ -76,12 +76,14 @@ def _count_change(calls: float) -> str:
 
 
 def _located(name: str, line_a: int | None = None) -> str:
-    """A Python frame as ``file.py:function (line 12)`` (``(line 10 → 12)`` where it moved from
+    """A Python frame as ``file.py:function (defined at line 12)``, the line its ``def`` is on (the profiler
+    knows no other; ``(defined at line 10 → 12)`` where it moved from
     ``line_a``), other frames as :func:`short` names them."""
     parts = python_parts(name)
     if parts is None:
         return short(name)
-    return f"{short(name)} (line {parts[1] if line_a in (None, parts[1]) else f'{line_a} → {parts[1]}'})"
+    line = parts[1] if line_a in (None, parts[1]) else f"{line_a} → {parts[1]}"
+    return f"{short(name)} (defined at line {line})"
 
 
 def _count(calls: float) -> str:
