@@ -152,7 +152,7 @@ def memory_cause(
     kept_a: Mapping[str, int] | None = None,
     kept_b: Mapping[str, int] | None = None,
 ) -> MemoryCause:
-    """The tensors behind each category in ``moved`` (and any tensor of a listed kind that differs);
+    """The tensors behind each category in ``moved``, those first (and any tensor of a listed kind that differs);
     for activations, the modules whose forwards kept what moved (``kept_*``: the activation bytes each
     module's forward left alive, where both sides have them)."""
     categories = []
@@ -176,7 +176,8 @@ def memory_cause(
         for c in asked
         if c not in CATEGORY_KINDS
     ]
-    categories = _kept_from_the_step(categories)
+    # The categories that moved first (what the check failed on), then those whose tensors differ only.
+    categories = sorted(_kept_from_the_step(categories), key=lambda c: c.category not in asked)
     by_site_a = {s.frame: s.bytes for s in sites_a}
     by_site_b = {s.frame: s.bytes for s in sites_b}
     sites = sorted(
