@@ -18,7 +18,7 @@ from perfsuite.ab.rounds import CaseResult, compare_cases
 from perfsuite.ab.sides import Side
 from perfsuite.core.check import Check
 from perfsuite.core.gates import BREAKDOWN_PREFIX, category_change, is_regression
-from perfsuite.core.loss import first_difference, side_by_side
+from perfsuite.core.loss import side_by_side
 from perfsuite.core.paired import SAME_CONFIDENCE, Schedule, alarm_looks, case_confidence, min_pairs
 from perfsuite.core.preloads import preload_for
 from perfsuite.core.provenance import now
@@ -98,10 +98,9 @@ def checks_line(result: CaseResult) -> str:
 
 def _loss_within_tolerance(result: CaseResult) -> str | None:
     """``loss within its tolerance (final …, max |Δ| … from step N)`` where the curves differ and the check holds."""
-    a, b = result.loss_a, result.loss_b
-    if not any(c.metric == "loss" and c.ok for c in result.checks) or not a or len(a) != len(b):
-        return None
-    return None if first_difference(a, b) is None else f"loss within its tolerance ({side_by_side(a, b)})"
+    held = any(c.metric == "loss" and c.ok for c in result.checks)
+    moved = result.loss_max_abs_diff  # None without two curves of one length, 0 where they are identical
+    return f"loss within its tolerance ({side_by_side(result.loss_a, result.loss_b)})" if held and moved else None
 
 
 def check_change(result: CaseResult, check: Check) -> str:

@@ -97,7 +97,7 @@ def select_by_baselines(
             return
         complete = complete_on_this_machine(specs.values(), session.root, session.time_unit)
         drop = [item for item in items if specs.get(item.nodeid) in complete]
-        session.already_complete = {spec.id: complete[spec] for item in drop if (spec := specs[item.nodeid])}
+        session.already_complete = {spec.id: kept_untimed for spec, kept_untimed in complete.items()}
         _deselect(config, items, drop)
         return
     missing = without_baseline(specs.values(), session.root)
