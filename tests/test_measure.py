@@ -100,7 +100,8 @@ def steady_engine() -> Any:
 
 def _profiled(engine: Any, *variants: dict[str, Any]) -> list[dict[str, object]]:
     """One profiled step per variant (the keyword arguments of
-    perfsuite.worker.measure.memory_breakdown), one after another.
+    perfsuite.worker.measure.memory_breakdown, and ``watch``: a perfsuite.worker.reach.Watch around
+    the step), one after another.
 
     What else is alive in this process (what earlier tests in this worker left) counts as other
     live tensors in every step. It is held here until the last step, so that none of it is freed
@@ -112,7 +113,10 @@ def _profiled(engine: Any, *variants: dict[str, Any]) -> list[dict[str, object]]
     gc.collect()  # what earlier tests left for the collector would count as other live tensors
     held = other_live_tensors(_model_and_optimizer_tensors(engine))
     found = []
-    for kwargs in variants:
+    for variant in variants:
+        kwargs = dict(variant)
+        if (watch := kwargs.pop("watch", None)) is not None:
+            engine.watch_next_step(watch.watching())  # as the run asks it: around the profile's step
         gc.collect()  # and what the step before left
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -165,3 +169,19 @@ def test_flops_counted_in_the_profiles_step_are_flopcountermodes_and_leave_its_p
     assert result["matmul_dtypes"] == dict(dtypes.counts)
     assert sum(dtypes.counts.values()) > 0
     assert result["attention_ops"] == dict(dtypes.attention)
+
+
+@pytest.mark.cpu
+def test_a_watched_profile_step_has_the_same_peak_and_sees_the_models_library(steady_engine: Any) -> None:
+    """What ``perfsuite ab`` asks of the packages that differ (perfsuite.worker.reach) is watched in the
+    profile's step: three steps in the steady state, plain, watched, plain again, have the same peak,
+    split and other live tensors to the byte; the watched one saw transformers' code run."""
+    from perfsuite.worker.reach import Watch
+
+    watch = Watch(["transformers"])
+    plain, watched, plain_again = _profiled(steady_engine, {}, {"watch": watch}, {})
+    assert "error" not in plain
+    assert plain == plain_again, "not a steady state: the comparison says nothing"
+    assert watched == plain
+    assert watch.complete
+    assert watch.ran()[0]["python_calls"] > 0

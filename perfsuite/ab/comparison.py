@@ -22,6 +22,7 @@ from perfsuite.core.loss import side_by_side
 from perfsuite.core.paired import SAME_CONFIDENCE, Schedule, alarm_looks, case_confidence, min_pairs
 from perfsuite.core.preloads import preload_for
 from perfsuite.core.provenance import now
+from perfsuite.core.reach import to_watch
 from perfsuite.core.results import write_results
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
@@ -152,6 +153,9 @@ class AbRun:
                 sides.append(side)
                 side.check_pins()
             lanes = open_lanes(plan, (sides[0], sides[1]))
+            moved = to_watch(sides[0].versions(), sides[1].versions())
+            for side in (s for lane in lanes for s in lane.sides):
+                side.watch = moved
         except (EnvError, KeyboardInterrupt) as exc:
             for side in sides:
                 side.close()
@@ -268,12 +272,15 @@ class AbRun:
         }
 
     def finish(self, results: Sequence[CaseResult], options: AbOptions, wall_s: float, console: Any) -> int:
-        from perfsuite.reports.ab import render_table, write_report
+        from perfsuite.reports.ab import REACH_HEAD, reach_lines, render_table, write_report
 
         payload = self.payload(results, wall_s)
         if options.upgrade is not None:  # --pins: the commits and what moved between them
             payload["pins"] = options.upgrade.as_json()
         console.print(render_table(payload))
+        ran = reach_lines(payload)
+        for line in [REACH_HEAD, *(f"  {line}" for line in ran)] if ran else []:
+            self.say(line)
         counts = payload["verdicts"]
         line = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         self.say(f"perfsuite ab: {line} of {len(results)} case(s) in {wall_s:.0f} s")

@@ -26,7 +26,7 @@ from perfsuite.core.kernels import check_kernels
 from perfsuite.core.loss import check_loss, max_difference
 from perfsuite.core.observation import observe
 from perfsuite.core.paired import Paired, Schedule
-from perfsuite.core.record import CaseRecord
+from perfsuite.core.record import CaseRecord, PackageRun
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
 
@@ -61,6 +61,8 @@ class CaseResult:
     between rounds): undecided, its pairs kept."""
     explanation: Explanation | None = None
     """Its verdict's cause, where one was explained (:mod:`perfsuite.ab.explain`)."""
+    ran: tuple[tuple[PackageRun, ...], tuple[PackageRun, ...]] = ((), ())
+    """What each side's first profile step ran of the packages that differ (:mod:`perfsuite.core.reach`)."""
 
     @property
     def unjudged(self) -> bool:
@@ -122,6 +124,7 @@ class CaseResult:
             "loss": {"a": self.loss_a, "b": self.loss_b, "max_abs_diff": self.loss_max_abs_diff},
             "checks": [dataclasses.asdict(c) for c in self.checks],
             "explanation": None if self.explanation is None else self.explanation.as_json(),
+            "ran": {side: [p.to_json() for p in runs] for side, runs in zip("ab", self.ran, strict=True)},
         }
 
 
@@ -155,6 +158,7 @@ def _memory_and_loss(result: CaseResult, a: CaseRecord, b: CaseRecord, tol: Tole
     result.memory_a, result.memory_b = seen_a.peak_bytes, seen_b.peak_bytes
     result.breakdown_a, result.breakdown_b = dict(seen_a.breakdown), dict(seen_b.breakdown)
     result.loss_a, result.loss_b = list(seen_a.losses), list(seen_b.losses)
+    result.ran = (a.step_ran, b.step_ran)
     kernels = check_kernels(result.case, base, seen_b, str(a.device))
     result.checks = (
         [kernels]

@@ -240,6 +240,21 @@ _OBJECT, _COUNTS = _optional(_object), _optional(_of(_number))
 
 
 @dataclass(frozen=True, kw_only=True)
+class PackageRun(JsonObject):
+    """What one step ran of an installed distribution's code (:mod:`perfsuite.worker.reach`): the calls
+    of its Python functions and of its compiled modules' functions; ``version`` ``None``: not installed."""
+
+    name: str = _json(_text, dataclasses.MISSING)
+    version: str | None = _json(_TEXT)
+    complete: bool = _json(_flag, False)
+    """Whether the watched step ended (else only what it reached before its error was counted)."""
+    python_calls: int = _json(_int, 0)
+    native_calls: int = _json(_int, 0)
+    has_code: bool | None = _json(_optional(_flag))
+    """Whether it ships code a step could show calling (``None``: it lists no files)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class CaseRecord(JsonObject):
     """One case's figures. ``model``, ``strategy`` and ``status`` are always there; a case that failed or
     was skipped has its identity, status and error only (the other fields at their defaults)."""
@@ -335,6 +350,8 @@ class CaseRecord(JsonObject):
     """What the worker printed (the end of it)."""
     interrupted: bool = _json(_flag, False)
     """``perfsuite run`` interrupted before or while this case ran."""
+    step_ran: tuple[PackageRun, ...] = _json(_list(_nested(PackageRun)), ())
+    """What its profile step ran of the packages ``perfsuite ab`` watched (:mod:`perfsuite.core.reach`)."""
 
     @classmethod
     def failed(cls, spec: CaseSpec, *, status: str, error: str) -> CaseRecord:

@@ -13,6 +13,7 @@ from perfsuite.core.baselines import write_text_atomic
 from perfsuite.core.gates import category_change
 from perfsuite.core.loss import side_by_side
 from perfsuite.core.paired import SAME_CONFIDENCE
+from perfsuite.core.reach import described, reach, unreached
 from perfsuite.core.tolerance import Tolerance
 from perfsuite.reports.explain import html_causes, markdown_causes, marks, notes
 
@@ -105,6 +106,8 @@ def verdict_line(payload: Mapping[str, Any]) -> str:
         head = "no regression called" if undecided else "no regression"
     parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     moved = ", ".join(differing(_versions(payload, "base"), _versions(payload, "candidate")))
+    if missed := unreached(reach(payload.get("cases") or ())):  # what a verdict on these cases cannot speak for
+        moved += f"; no case's step ran {', '.join(missed)}"
     code = [payload["sides"][name].get("code") for name in ("base", "candidate")]
     changed = f"the project's code {code[0]} → {code[1]}; " if all(code) and code[0] != code[1] else ""
     stopped = ""
@@ -112,6 +115,16 @@ def verdict_line(payload: Mapping[str, Any]) -> str:
         if n := payload.get(key):  # the headline's word said once
             stopped += f"; {n} case(s) unfinished" if head.startswith(word) else f"; {word} with {n} case(s) unfinished"
     return f"{head}: {parts} (base → candidate: {changed}{moved or 'the same versions'}){stopped}"
+
+
+def reach_lines(payload: Mapping[str, Any]) -> list[str]:
+    """Per package that differs between the sides, what the cases' steps ran of it (:mod:`perfsuite.core.reach`)."""
+    compared = sum(not case["error"] for case in payload["cases"])
+    device_type = payload.get("device_type", "cpu")
+    return [described(found, compared, device_type) for found in reach(payload["cases"])]
+
+
+REACH_HEAD = "What the cases' steps ran of the packages that differ (each side's first profile step):"
 
 
 def code_lines(payload: Mapping[str, Any]) -> list[str]:
@@ -177,6 +190,7 @@ def markdown(payload: Mapping[str, Any]) -> str:
         *markdown_causes(payload),
         *_pins_lines(sides["base"]["env"], sides["candidate"]["env"], payload.get("pins")),
         *code_lines(payload),
+        *(["", REACH_HEAD, *(f"- {line}" for line in ran)] if (ran := reach_lines(payload)) else []),
         "",
         _markdown_row(HEADERS),
         "|" + "---|" * len(HEADERS),
@@ -256,6 +270,11 @@ def report_html(payload: Mapping[str, Any], out_dir: Path | None = None) -> str:
         "<h2 id='cases'>Cases</h2>",
         html_table(HEADERS, rows(payload)),
         html_causes(payload, out_dir),
+        *(
+            [f"<p>{esc(REACH_HEAD)}</p><ul>", *(f"<li>{esc(line)}</li>" for line in ran), "</ul>"]
+            if (ran := reach_lines(payload))
+            else []
+        ),
         "<h2 id='sides'>Sides</h2>",
         html_table(["side", "environment", "versions"], stacks),
         "</body></html>",

@@ -43,6 +43,8 @@ class Timed:
     evidence: dict[str, Any] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)
     """Seconds per :data:`~perfsuite.core.spec.PHASES` entry; ``build`` and ``close`` are added by the caller."""
+    ran: list[dict[str, Any]] | None = None
+    """What the profile step ran of the packages asked for (:mod:`perfsuite.worker.reach`); ``None``: none asked."""
 
 
 def failed_record(spec: CaseSpec, *, status: str, error: str) -> RecordJson:
@@ -144,4 +146,5 @@ def case_record(spec: CaseSpec, built: Built, run: Timed, *, rank: int, world_si
         "timed_threads": run.threads,
         "phases_s": {name: run.phases[name] for name in PHASES if name in run.phases},
         "pid": os.getpid(),
+        **({"step_ran": run.ran} if run.ran is not None else {}),
     }

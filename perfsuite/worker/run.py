@@ -69,7 +69,7 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> RecordJson:
 
 
 def _steps(spec: CaseSpec, built: Built) -> Timed:
-    from perfsuite.worker import flop_cache, measure
+    from perfsuite.worker import flop_cache, measure, reach
     from perfsuite.worker.calibrate import Calibration
     from perfsuite.worker.cpu_threads import ThreadWindow
     from perfsuite.worker.duet import together
@@ -128,6 +128,9 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
     if bad is not None:
         raise NonFiniteLoss(f"loss is {losses[bad]} at optimizer step {bad} (of 0-{len(losses) - 1})")
     out.micro_batches = engine.micro_batches(len(losses))
+    watch = reach.asked()  # perfsuite ab: which of the packages that differ between its sides a step runs
+    if watch is not None:
+        engine.watch_next_step(watch.watching())  # the memory profile's step, or the FLOP count's
     if spec.profile:
         # The FLOPs are counted in the memory profile's step, whose peak that leaves as it is (no
         # module hooks: measure.StepCounts); counting in a warm-up step instead moved two
@@ -148,6 +151,8 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
             found = measure.count_flops(engine) if "error" in out.breakdown else counts.result()
             out.flops = flop_cache.counted(key, found)
         phase("flop_count")
+    if watch is not None:
+        out.ran = watch.ran()
     return out
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -38,6 +38,7 @@ class Driven:
         self._where = where
         # An engine that takes the instruments runs them itself (in its own thread, per micro-batch).
         self._instrumented = "within" in inspect.signature(engine.step).parameters
+        self._watch: AbstractContextManager[Any] | None = None
 
     @property
     def model(self) -> Any:
@@ -57,7 +58,11 @@ class Driven:
         before_micro_batch: Callable[[], None] | None = None,
         within: AbstractContextManager[Any] | None = None,
     ) -> StepOutput:
-        """One optimizer step as a :class:`StepOutput`; ``within`` entered around it in the thread that runs it."""
+        """One optimizer step as a :class:`StepOutput`; ``within`` entered around it in the thread that runs it
+        (and inside it, once, what :meth:`watch_next_step` was given)."""
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            within = _nested(within, watch)
         if self._instrumented:
             out: Any = self.engine.step(before_micro_batch=before_micro_batch, within=within)  # type: ignore[call-arg]
             return self._output(out)
@@ -79,6 +84,10 @@ class Driven:
             if hook is not None:
                 hook.remove()
         return self._output(out)
+
+    def watch_next_step(self, context: AbstractContextManager[Any]) -> None:
+        """``context`` entered around the next step alone, inside the instruments' own (whichever runs it)."""
+        self._watch = context
 
     def _output(self, out: Any) -> StepOutput:
         if isinstance(out, StepOutput):
@@ -108,3 +117,9 @@ class Driven:
 
     def close(self) -> None:
         self.engine.close()
+
+
+@contextlib.contextmanager
+def _nested(outer: AbstractContextManager[Any] | None, inner: AbstractContextManager[Any]) -> Iterator[None]:
+    with outer if outer is not None else contextlib.nullcontext(), inner:
+        yield

@@ -1,0 +1,122 @@
+"""Which of some installed distributions' code one step runs: what ``perfsuite ab`` asks of the
+packages that differ between its sides (:mod:`perfsuite.core.reach`).
+
+A profile function (``sys.setprofile``), set in the thread that runs the step, counts each call of
+a Python function by its code's file and each call of a built-in by the module that defines it.
+After the step those files are matched to each distribution's installed files (its ``RECORD``).
+It is entered around the memory profile's step (:meth:`Driven.watch_next_step
+<perfsuite.worker.engines.driven.Driven.watch_next_step>`), after the timed steps: nothing timed
+runs under it, and it holds no tensor. What it cannot see: threads other than the step's, the
+DataLoader's worker processes, and a native library called from another package's compiled code
+(cuDNN from torch's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.machinery
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from importlib import metadata
+from pathlib import PurePosixPath
+from typing import Any
+
+from perfsuite.core.reach import WATCH_ENV
+
+_EXTENSIONS = tuple(s for s in importlib.machinery.EXTENSION_SUFFIXES if s != ".so")
+"""A compiled module's file endings (``.cpython-311-x86_64-linux-gnu.so``, ``.abi3.so``): a bare
+``.so`` is left out, as most of those a wheel ships are libraries no Python code imports."""
+
+
+def asked() -> Watch | None:
+    """The watch this worker's environment asks for (:data:`~perfsuite.core.reach.WATCH_ENV`), if any."""
+    names = [n.strip() for n in os.environ.get(WATCH_ENV, "").split(",") if n.strip()]
+    return Watch(names) if names else None
+
+
+class Watch:
+    """The calls of one step, counted by :meth:`watching`; :meth:`ran` says whose code they were."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(dict.fromkeys(names))
+        self.files: dict[str, int] = {}
+        """Python calls per code file, as the code names it."""
+        self.modules: dict[str, int] = {}
+        """Built-in calls per defining module."""
+        self.complete = False
+        """Whether a watched step ended without an error."""
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        files, modules = self.files, self.modules
+
+        def count(frame: Any, event: str, arg: Any) -> None:
+            if event == "call":
+                name = frame.f_code.co_filename
+                files[name] = files.get(name, 0) + 1
+            elif event == "c_call":
+                owner = getattr(arg, "__module__", None) or type(getattr(arg, "__self__", None)).__module__
+                modules[owner] = modules.get(owner, 0) + 1
+
+        before = sys.getprofile()
+        sys.setprofile(count)
+        try:
+            yield
+        finally:
+            sys.setprofile(before)
+        self.complete = True
+
+    def ran(self) -> list[dict[str, Any]]:
+        """Per name, a :class:`~perfsuite.core.record.PackageRun` as JSON."""
+        python: dict[str, int] = {}
+        for file, calls in self.files.items():
+            real = os.path.realpath(file)
+            python[real] = python.get(real, 0) + calls
+        native: dict[str, int] = {}
+        for module, calls in self.modules.items():
+            found = _module_file(module)
+            if found is not None:
+                native[found] = native.get(found, 0) + calls
+        return [self._one(name, python, native) for name in self.names]
+
+    def _one(self, name: str, python: dict[str, int], native: dict[str, int]) -> dict[str, Any]:
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            return {"name": name, "version": None, "complete": self.complete}
+        listed = dist.files
+        root = os.path.realpath(str(dist.locate_file("")))
+        code = [f for f in listed or () if _code_file(str(f))]
+        owned = {os.path.normpath(f"{root}/{f}") for f in code}
+        return {
+            "name": name,
+            "version": dist.version,
+            "complete": self.complete,
+            "python_calls": sum(n for f, n in python.items() if f in owned),
+            "native_calls": sum(n for f, n in native.items() if f in owned),
+            "has_code": None if listed is None else any(not _empty_init(f) for f in code),
+        }
+
+
+def _code_file(path: str) -> bool:
+    """Whether a step could show a call of this installed file: a Python module or a compiled one."""
+    return path.endswith((".py", *_EXTENSIONS))
+
+
+def _empty_init(file: metadata.PackagePath) -> bool:
+    """An empty ``__init__.py`` (as RECORD sizes it): what a wheel of native libraries alone ships
+    (``nvidia/cudnn/__init__.py``), with nothing in it to call."""
+    return PurePosixPath(str(file)).name == "__init__.py" and file.size == 0
+
+
+def _module_file(module: str) -> str | None:
+    """The file of ``module``, or of the nearest enclosing module that has one (``torch._C._nn`` is
+    in ``torch/_C…so``); ``None`` for the interpreter's own."""
+    parts = module.split(".")
+    while parts:
+        file = getattr(sys.modules.get(".".join(parts)), "__file__", None)
+        if isinstance(file, str):
+            return os.path.realpath(file)
+        parts.pop()
+    return None
