@@ -176,12 +176,13 @@ def test_a_watched_profile_step_has_the_same_peak_and_sees_the_models_library(st
     """What ``perfsuite ab`` asks of the packages that differ (perfsuite.worker.reach) is watched in the
     profile's step: three steps in the steady state, plain, watched, plain again, have the same peak,
     split and other live tensors to the byte; the watched one saw transformers' code run."""
+    from perfsuite.core.reach import Ask
     from perfsuite.worker.reach import Watch
 
-    watch = Watch(["transformers"])
+    watch = Watch(Ask(("transformers",)))
     plain, watched, plain_again = _profiled(steady_engine, {}, {"watch": watch}, {})
     assert "error" not in plain
     assert plain == plain_again, "not a steady state: the comparison says nothing"
     assert watched == plain
     assert watch.complete
-    assert watch.ran()[0]["python_calls"] > 0
+    assert watch.ran()["packages"][0]["python_calls"] > 0

@@ -1,6 +1,7 @@
-"""What a comparison's cases ran of the packages that differ between its sides: the watch in a
-worker's profile step (perfsuite.worker.reach), the answer per package (perfsuite.core.reach), and
-where a comparison says it."""
+"""What a comparison's cases ran of the code that differs between its sides (the packages whose
+versions differ, the project's own files that differ): the watch in a worker's profile step
+(perfsuite.worker.reach), the answer per package or file (perfsuite.core.reach), and where a
+comparison says it."""
 
 from __future__ import annotations
 
@@ -12,35 +13,37 @@ from typing import Any
 
 import pytest
 
-from perfsuite.core.reach import WATCH_ENV, Reach, described, reach, to_watch, unreached
-from perfsuite.core.record import PackageRun
+from perfsuite.core.reach import WATCH_ENV, Ask, Reach, described, python_files, reach, to_watch, unreached
+from perfsuite.core.record import PackageRun, StepRan
 
 
 def _run(name: str, *, calls: int = 0, native: int = 0, version: str | None = "1.0", **more: Any) -> dict[str, Any]:
-    fields = {"complete": True, "python_calls": calls, "native_calls": native, "has_code": True, **more}
+    fields = {"python_calls": calls, "native_calls": native, "has_code": True, **more}
     return PackageRun.from_json({"name": name, "version": version, **fields}, "test").to_json()
 
 
-def _case(a: list[Any], b: list[Any], error: str | None = None) -> dict[str, Any]:
+def _step(packages: list[Any], files: dict[str, int] | None = None, *, complete: bool = True) -> dict[str, Any]:
+    return {"complete": complete, "packages": packages, "files": files or {}}
+
+
+def _case(a: Any, b: Any, error: str | None = None) -> dict[str, Any]:
     return {"case": "c", "error": error, "ran": {"a": a, "b": b}}
 
 
 def test_each_package_is_counted_over_the_cases_and_its_sides() -> None:
     cases = [
         _case(
-            [_run("transformers", calls=640), _run("bitsandbytes")],
-            [_run("transformers", calls=650), _run("bitsandbytes")],
+            _step([_run("transformers", calls=640), _run("bitsandbytes")]),
+            _step([_run("transformers", calls=650), _run("bitsandbytes")]),
         ),
         _case(
-            [_run("transformers", calls=9), _run("bitsandbytes")],
-            [_run("transformers", calls=9), _run("bitsandbytes", native=3)],
+            _step([_run("transformers", calls=9), _run("bitsandbytes")]),
+            _step([_run("transformers", calls=9), _run("bitsandbytes", native=3)]),
         ),
-        _case([], []),  # not watched: a side that could not say
+        _case(None, None),  # not watched: a side that could not say
     ]
     found = {r.name: r for r in reach(cases)}
-    assert found["transformers"] == Reach(
-        "transformers", ("1.0", "1.0"), watched=2, ran=(2, 2), either=2, has_code=True
-    )
+    assert found["transformers"] == Reach("transformers", ("1.0", "1.0"), watched=2, ran=(2, 2), either=2)
     assert found["bitsandbytes"].ran == (0, 1)  # the candidate's step calls it, the base's does not
     assert (
         described(found["bitsandbytes"], 3)
@@ -51,7 +54,8 @@ def test_each_package_is_counted_over_the_cases_and_its_sides() -> None:
 
 def test_a_package_no_step_ran_says_the_verdicts_say_nothing_of_it_and_where_it_would_run() -> None:
     cases = [
-        _case([_run("bitsandbytes", version="0.49.0")], [_run("bitsandbytes", version="0.50.0")]) for _ in range(3)
+        _case(_step([_run("bitsandbytes", version="0.49.0")]), _step([_run("bitsandbytes", version="0.50.0")]))
+        for _ in range(3)
     ]
     found = reach(cases)
     assert unreached(found) == ["bitsandbytes"]
@@ -60,7 +64,7 @@ def test_a_package_no_step_ran_says_the_verdicts_say_nothing_of_it_and_where_it_
         "bitsandbytes 0.49.0 → 0.50.0: run in no case's step (of 3 watched): the verdicts say nothing of it"
     )
     assert "adamw_8bit" in said
-    assert "qlora" not in said
+    assert "qlora" not in said  # the strategies that run it here: QLoRA needs a GPU
     assert "qlora" in described(found[0], 3, device_type="cuda")
 
 
@@ -69,32 +73,60 @@ def test_a_package_no_step_ran_says_the_verdicts_say_nothing_of_it_and_where_it_
     [
         # A wheel of native libraries alone: a step shows no call of it, whatever calls it.
         (
-            [_run("nvidia-cudnn-cu12", has_code=False)],
-            [_run("nvidia-cudnn-cu12", has_code=False)],
+            _step([_run("nvidia-cudnn-cu12", has_code=False)]),
+            _step([_run("nvidia-cudnn-cu12", has_code=False)]),
             "ships no code a step",
         ),
         # A step that raised before its end may not have reached the code.
-        ([_run("peft", complete=False)], [_run("peft")], "not watched"),
+        (_step([_run("peft")], complete=False), _step([_run("peft")]), "not watched"),
         # Added by the candidate: the base has none, and its step is all the answer needs.
-        ([_run("galore-torch", version=None, complete=True, has_code=None)], [_run("galore-torch")], "run in no case"),
+        (_step([_run("galore-torch", version=None, has_code=None)]), _step([_run("galore-torch")]), "run in no case"),
     ],
 )
-def test_what_cannot_be_seen_is_not_called_unused(a: list[Any], b: list[Any], said: str) -> None:
+def test_what_cannot_be_seen_is_not_called_unused(a: Any, b: Any, said: str) -> None:
     found = reach([_case(a, b)])
     assert said in described(found[0], 1)
-    assert unreached(found) == (found[0].name.split() if said == "run in no case" else [])
+    assert unreached(found) == (["galore-torch"] if said == "run in no case" else [])
 
 
-def test_a_file_whose_records_are_not_package_runs_is_read_as_unwatched() -> None:
+def test_the_projects_changed_files_are_counted_and_named_without_versions() -> None:
+    cases = [
+        _case(_step([], {"acme/model.py": 12, "acme/prep.py": 0}), _step([], {"acme/model.py": 14, "acme/prep.py": 0}))
+        for _ in range(2)
+    ]
+    found = {r.name: r for r in reach(cases)}
+    assert described(found["acme/model.py"], 2) == "acme/model.py: run in the step of 2 of 2 case(s)"
+    assert described(found["acme/prep.py"], 2).startswith("acme/prep.py: run in no case's step (of 2 watched)")
+    assert unreached(list(found.values())) == ["acme/prep.py"]
+
+
+def test_the_files_watched_are_the_projects_python_files_from_its_directory() -> None:
+    changed = ["README.md", "team/acme/model.py", "team/pyproject.toml", "tools/bump.py", "team/tests/test_x.py"]
+    assert python_files(changed, "team") == ("acme/model.py", "tests/test_x.py")
+    assert python_files(["acme/model.py", "x.txt"], ".") == ("acme/model.py",)
+
+
+def test_a_file_whose_records_are_not_watched_steps_is_read_as_unwatched() -> None:
     """ab.json is data: a hand-made or older file's entries that are not what a worker writes are left out."""
-    cases = [_case([{"name": "x", "python_calls": "many"}, 3], [_run("x")]), {"case": "old", "error": None}]
-    assert [(r.name, r.ran) for r in reach(cases)] == [("x", (0, 0))]
+    cases = [
+        _case({"complete": True, "packages": [{"name": "x", "python_calls": "many"}]}, _step([_run("x")])),
+        _case([_run("x")], _step([_run("x")])),  # the shape before a step's watch had a record of its own
+        {"case": "old", "error": None},
+    ]
+    assert [(r.name, r.ran, r.watched) for r in reach(cases)] == [("x", (0, 0), 0)]
 
 
 def test_the_watched_packages_are_those_whose_versions_differ_but_perfsuite() -> None:
     a = {"torch": "2.13.0", "transformers": "5.25.0", "perfsuite": "0.1.0", "peft": None}
     b = {"torch": "2.13.0", "transformers": "5.24.0", "perfsuite": "0.2.0", "peft": "0.21.2"}
     assert to_watch(a, b) == ("peft", "transformers")
+
+
+@pytest.mark.parametrize("text", ["", "transformers,peft", "[]", '{"packages": [1], "root": null, "files": []}'])
+def test_a_request_a_worker_cannot_read_is_nothing_to_watch(text: str) -> None:
+    assert not Ask.read(text)
+    ask = Ask(("peft",), "/project", ("acme/model.py",))
+    assert Ask.read(ask.request()) == ask
 
 
 @pytest.fixture
@@ -128,28 +160,46 @@ def test_a_watch_counts_python_and_compiled_calls_by_the_distribution_that_insta
 
     from perfsuite.worker.reach import Watch
 
-    watch = Watch(["madeup_tool", "madeup_native", "numpy", "not-installed-here"])
+    watch = Watch(Ask(("madeup_tool", "madeup_native", "numpy", "not-installed-here"), str(installed), ("x.py",)))
     with watch.watching():
         madeup_tool.work.go()
         madeup_tool.work.go()
         numpy.zeros(3)  # a built-in numpy defines: a compiled call
-    found = {r["name"]: PackageRun.from_json(r, "test") for r in watch.ran()}
+    ran = StepRan.from_json(watch.ran(), "test")
+    assert ran.complete
+    assert ran.files == {"x.py": 0}
+    found = {r.name: r for r in ran.packages}
     assert (found["madeup_tool"].python_calls, found["madeup_tool"].has_code) == (2, True)
     assert (found["madeup_native"].python_calls, found["madeup_native"].has_code) == (0, False)
     assert found["numpy"].native_calls >= 1
     assert found["not-installed-here"].version is None
-    assert all(r.complete for r in found.values())
     assert sys.getprofile() is None  # left as it was
+
+
+def test_a_watch_counts_the_calls_of_the_projects_own_files_under_its_root(tmp_path: Path) -> None:
+    """A side's copy of the project: what its step ran of the files that differ, by their path in the project."""
+    from perfsuite.worker.reach import Watch
+
+    (tmp_path / "acme").mkdir()
+    (tmp_path / "acme" / "model.py").write_text("def forward():\n    return helper()\n\ndef helper():\n    return 2\n")
+    (tmp_path / "acme" / "prep.py").write_text("def prepare():\n    return 3\n")
+    namespace: dict[str, Any] = {}
+    code = compile((tmp_path / "acme" / "model.py").read_text(), str(tmp_path / "acme" / "model.py"), "exec")
+    exec(code, namespace)  # noqa: S102 - the test's own file, as an import would run it
+    watch = Watch(Ask((), str(tmp_path), ("acme/model.py", "acme/prep.py", "acme/gone.py")))
+    with watch.watching():
+        namespace["forward"]()
+    assert watch.ran()["files"] == {"acme/model.py": 2, "acme/prep.py": 0, "acme/gone.py": 0}
 
 
 def test_a_step_that_raised_is_no_complete_watch() -> None:
     from perfsuite.worker.reach import Watch
 
-    watch = Watch(["numpy"])
+    watch = Watch(Ask(("numpy",)))
     with pytest.raises(RuntimeError), watch.watching():
         raise RuntimeError("the step failed")
     assert not watch.complete
-    assert watch.ran()[0]["complete"] is False
+    assert watch.ran()["complete"] is False
 
 
 @pytest.mark.cpu
@@ -159,16 +209,18 @@ def test_a_case_run_with_the_watch_asked_records_what_its_profile_step_ran() -> 
     from perfsuite.worker.process import run_isolated
 
     spec = CaseSpec(model="tiny-bert", strategy="adamw_8bit", steps=2, warmup_steps=1, threads=1, device="cpu")
-    record = run_isolated(spec, timeout_s=300, env={WATCH_ENV: "transformers,bitsandbytes,peft,not-installed-here"})
+    ask = Ask(("transformers", "bitsandbytes", "peft", "not-installed-here"))
+    record = run_isolated(spec, timeout_s=300, env={WATCH_ENV: ask.request()})
     assert record.ok, record.error
-    found = {r.name: r for r in record.step_ran}
+    assert record.step_ran is not None
+    assert record.step_ran.complete
+    found = {r.name: r for r in record.step_ran.packages}
     assert found["transformers"].python_calls > 0
-    assert found["transformers"].complete
     assert found["bitsandbytes"].python_calls > 0  # its 8-bit AdamW's step
     assert found["peft"].python_calls == found["peft"].native_calls == 0
     assert found["peft"].has_code
     assert found["not-installed-here"].version is None
-    assert json.loads(json.dumps(record.to_json()))["step_ran"][0]["name"] == "transformers"
+    assert json.loads(json.dumps(record.to_json()))["step_ran"]["packages"][0]["name"] == "transformers"
 
 
 def test_the_upgrade_verdict_says_what_no_case_ran_in_its_headline_and_each_package_below(tmp_path: Path) -> None:
@@ -182,7 +234,7 @@ def test_the_upgrade_verdict_says_what_no_case_ran_in_its_headline_and_each_pack
         side: {"transformers": {"version": t}, "bitsandbytes": {"version": b}} for side, (t, b) in versions.items()
     }
     ran = {
-        side: [_run("transformers", calls=640, version=t), _run("bitsandbytes", version=b)]
+        side: _step([_run("transformers", calls=640, version=t), _run("bitsandbytes", version=b)])
         for side, (t, b) in zip("ab", versions.values(), strict=True)
     }
     case = {
@@ -216,7 +268,7 @@ def test_a_side_asks_its_worker_to_watch_only_a_run_with_a_profile_step() -> Non
     from perfsuite.ab.sides import Side
 
     side = Side.__new__(Side)  # its server is not needed: what it is asked is
-    side.name, side.extensions, side.watch = "base", "ext", ("transformers", "bitsandbytes")
+    side.name, side.extensions, side.watch = "base", "ext", Ask(("transformers", "bitsandbytes"))
     side.env = Env(label="current", python=sys.executable)
     asked: list[dict[str, Any]] = []
 
@@ -227,7 +279,7 @@ def test_a_side_asks_its_worker_to_watch_only_a_run_with_a_profile_step() -> Non
     side._ask = answer  # type: ignore[method-assign]
     side.run({"model": "tiny-bert", "profile": True}, 60.0)
     side.run({"model": "tiny-bert", "profile": False}, 60.0)
-    assert asked[0]["env"][WATCH_ENV] == "transformers,bitsandbytes"
+    assert Ask.read(asked[0]["env"][WATCH_ENV]) == side.watch
     assert WATCH_ENV not in asked[1]["env"]
 
 

@@ -22,7 +22,7 @@ from perfsuite.core.loss import side_by_side
 from perfsuite.core.paired import SAME_CONFIDENCE, Schedule, alarm_looks, case_confidence, min_pairs
 from perfsuite.core.preloads import preload_for
 from perfsuite.core.provenance import now
-from perfsuite.core.reach import to_watch
+from perfsuite.core.reach import Ask, to_watch
 from perfsuite.core.results import write_results
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
@@ -154,8 +154,10 @@ class AbRun:
                 side.check_pins()
             lanes = open_lanes(plan, (sides[0], sides[1]))
             moved = to_watch(sides[0].versions(), sides[1].versions())
-            for side in (s for lane in lanes for s in lane.sides):
-                side.watch = moved
+            for lane in lanes:
+                for index, side in enumerate(lane.sides):
+                    root = str(trees[index].project) if trees is not None else None
+                    side.watch = Ask(moved, root, options.changed_files)
         except (EnvError, KeyboardInterrupt) as exc:
             for side in sides:
                 side.close()

@@ -26,7 +26,7 @@ from perfsuite.core.kernels import check_kernels
 from perfsuite.core.loss import check_loss, max_difference
 from perfsuite.core.observation import observe
 from perfsuite.core.paired import Paired, Schedule
-from perfsuite.core.record import CaseRecord, PackageRun
+from perfsuite.core.record import CaseRecord, StepRan
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
 
@@ -61,8 +61,8 @@ class CaseResult:
     between rounds): undecided, its pairs kept."""
     explanation: Explanation | None = None
     """Its verdict's cause, where one was explained (:mod:`perfsuite.ab.explain`)."""
-    ran: tuple[tuple[PackageRun, ...], tuple[PackageRun, ...]] = ((), ())
-    """What each side's first profile step ran of the packages that differ (:mod:`perfsuite.core.reach`)."""
+    ran: tuple[StepRan | None, StepRan | None] = (None, None)
+    """What each side's first profile step ran of the code that differs (:mod:`perfsuite.core.reach`)."""
 
     @property
     def unjudged(self) -> bool:
@@ -124,7 +124,7 @@ class CaseResult:
             "loss": {"a": self.loss_a, "b": self.loss_b, "max_abs_diff": self.loss_max_abs_diff},
             "checks": [dataclasses.asdict(c) for c in self.checks],
             "explanation": None if self.explanation is None else self.explanation.as_json(),
-            "ran": {side: [p.to_json() for p in runs] for side, runs in zip("ab", self.ran, strict=True)},
+            "ran": {side: None if step is None else step.to_json() for side, step in zip("ab", self.ran, strict=True)},
         }
 
 

@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 
 from perfsuite.ab.envs import Env, EnvError
 from perfsuite.core.cache import cache_root
-from perfsuite.core.reach import WATCH_ENV
+from perfsuite.core.reach import WATCH_ENV, Ask
 from perfsuite.core.record import CaseRecord
 
 
@@ -64,8 +64,8 @@ class Side:
     ) -> None:
         self.name = name
         self.env = env
-        self.watch: tuple[str, ...] = ()
-        """The packages whose calls a case's profile step counts (:mod:`perfsuite.core.reach`)."""
+        self.watch = Ask()
+        """The code whose calls a case's profile step counts (:mod:`perfsuite.core.reach`)."""
         environ = {**os.environ, **(server_env or {})}
         if env.path:
             environ["PYTHONPATH"] = os.pathsep.join([*env.path, *filter(None, [environ.get("PYTHONPATH")])])
@@ -145,7 +145,7 @@ class Side:
         Its record comes back as JSON from the side's environment and is checked and typed here, once."""
         env = {"TORCH_EXTENSIONS_DIR": self.extensions, **(env or {})}
         if self.watch and spec.get("profile"):
-            env[WATCH_ENV] = ",".join(self.watch)
+            env[WATCH_ENV] = self.watch.request()
         answer = self._ask({"op": "run", "spec": spec, "timeout_s": timeout_s, "env": env})
         try:
             return CaseRecord.from_json(answer.get("record"), f"{self.name} ({self.env.label}): its record")

@@ -210,8 +210,9 @@ def run(args: argparse.Namespace) -> int:
             except ValueError as exc:  # GitError: a tree git could not write out
                 say(f"perfsuite: cannot test: {exc}")
                 return EXIT_CANNOT_TEST
-            options = dataclasses.replace(options, trees=(base_tree, candidate_tree))
-            say(_differing(own[1]))
+            line, changed = _differing(own[1])
+            say(line)
+            options = dataclasses.replace(options, trees=(base_tree, candidate_tree), changed_files=changed)
         try:
             ab_run = AbRun.start(options, specs, say)
         except Failed as exc:
@@ -295,21 +296,25 @@ def _own_refs(args: argparse.Namespace) -> tuple[str, list[str | None]] | None:
     return option, [base, head]
 
 
-def _differing(refs: list[str | None]) -> str:
+def _differing(refs: list[str | None]) -> tuple[str, tuple[str, ...]]:
     """Which files of the project's repository differ between the sides' code (the revisions ``refs``;
-    ``None``: the working tree), said before anything runs: a reader sees what the comparison is of."""
+    ``None``: the working tree), said before anything runs (a reader sees what the comparison is of),
+    and the project's Python files among them, from its directory (watched in each case's step)."""
     from perfsuite.ab import commits
     from perfsuite.ab.own import project_root
     from perfsuite.core.provenance import files_differ, said_files
+    from perfsuite.core.reach import python_files
 
     base, head = refs
     assert base is not None  # a base is always a commit
-    names = files_differ(commits.check_repository(project_root(), "--base-ref"), base, head)
+    top = commits.check_repository(project_root(), "--base-ref")
+    names = files_differ(top, base, head)
     if names is None:
-        return "perfsuite ab: git cannot tell which files differ between the sides' code"
+        return "perfsuite ab: git cannot tell which files differ between the sides' code", ()
     if not names:
-        return "perfsuite ab: no file differs between the sides' code (an A/A)"
-    return f"perfsuite ab: the sides' code differs in {said_files(names)}"
+        return "perfsuite ab: no file differs between the sides' code (an A/A)", ()
+    inside = project_root().resolve().relative_to(top.resolve()).as_posix()
+    return f"perfsuite ab: the sides' code differs in {said_files(names)}", python_files(names, inside)
 
 
 def _code(revision: str | None) -> str:

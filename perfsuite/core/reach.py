@@ -1,24 +1,55 @@
-"""What the cases' steps ran of the packages that differ between two sides (``perfsuite ab``).
+"""What the cases' steps ran of the code that differs between two sides (``perfsuite ab``): the
+packages whose versions differ, and the project's own Python files that differ between two commits.
 
-A comparison's verdict speaks of the cases it ran, and a bumped package whose code no case's step
-calls comes out *same*: true of these cases, and nothing about the package. So each side's
-worker watches its first pair's profile step (:mod:`perfsuite.worker.reach`, asked through
-:data:`WATCH_ENV`) and counts the calls of those packages' code; :func:`reach` reads the records
-back into one answer per package, and :func:`described` says it in a line.
+A comparison's verdict speaks of the cases it ran: a bumped package, or a changed file, whose code
+no case's step calls comes out *same*, true of those cases and nothing about that code. So each
+side's worker watches its first pair's profile step (:mod:`perfsuite.worker.reach`, asked through
+:data:`WATCH_ENV`) and counts the calls of that code; :func:`reach` reads the records back into one
+answer per package or file, and :func:`described` says it in a line.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from perfsuite.core.pooled import differing
-from perfsuite.core.record import PackageRun
+from perfsuite.core.record import PackageRun, StepRan
 from perfsuite.core.strategies import OPTIONAL_PACKAGES, STRATEGIES
 
 WATCH_ENV = "PERFSUITE_WATCH"
-"""Comma-separated distribution names whose calls a worker counts in its profile step (set by a side)."""
+"""What a worker watches in its profile step, set by a side as :func:`request` writes it."""
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a side's workers watch: installed distributions by name, and files of the project's own
+    by their path under ``root`` (the side's copy of the project)."""
+
+    packages: tuple[str, ...] = ()
+    root: str | None = None
+    files: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.packages or (self.root and self.files))
+
+    def request(self) -> str:
+        """As :data:`WATCH_ENV` carries it."""
+        return json.dumps({"packages": list(self.packages), "root": self.root, "files": list(self.files)})
+
+    @classmethod
+    def read(cls, text: str) -> Ask:
+        """:meth:`request`'s text; anything else is nothing to watch (a side's own perfsuite wrote it)."""
+        try:
+            data = json.loads(text)
+            packages, root, files = data["packages"], data["root"], data["files"]
+        except (ValueError, TypeError, KeyError):
+            return cls()
+        if not all(isinstance(n, str) for n in [*packages, *files]) or not isinstance(root, (str, type(None))):
+            return cls()
+        return cls(tuple(packages), root, tuple(files))
 
 
 def to_watch(a: Mapping[str, str | None], b: Mapping[str, str | None]) -> tuple[str, ...]:
@@ -27,20 +58,28 @@ def to_watch(a: Mapping[str, str | None], b: Mapping[str, str | None]) -> tuple[
     return tuple(name for name in differing(a, b) if name != "perfsuite")
 
 
+def python_files(changed: Sequence[str], inside: str = "") -> tuple[str, ...]:
+    """The Python files among ``changed`` (paths from the repository's top) that lie in the project
+    (``inside``: its directory from the top, ``""`` at the top), as paths from the project's directory."""
+    prefix = f"{inside.strip('/')}/" if inside.strip("/") not in ("", ".") else ""
+    return tuple(n.removeprefix(prefix) for n in changed if n.endswith(".py") and n.startswith(prefix))
+
+
 @dataclass(frozen=True)
 class Reach:
-    """One watched package over a comparison's cases."""
+    """One watched package or file over a comparison's cases."""
 
     name: str
-    versions: tuple[str | None, str | None]
-    """Its version on the base and on the candidate (``None``: not installed there)."""
+    versions: tuple[str | None, str | None] | None
+    """A package's version on the base and on the candidate (``None``: not installed there); ``None``
+    for a file."""
     watched: int
-    """Cases whose step was watched to its end on both sides, or that ran the package's code."""
+    """Cases whose step was watched to its end on both sides, or that ran its code."""
     ran: tuple[int, int]
     """Cases whose step ran its code, on the base and on the candidate."""
     either: int
     """Cases whose step ran its code on either side."""
-    has_code: bool | None
+    has_code: bool | None = True
     """Whether either side's copy ships code a step could show calling (``None``: neither lists its files)."""
 
     def strategies(self, device_type: str) -> tuple[str, ...]:
@@ -59,47 +98,61 @@ def _same_name(a: str, b: str) -> bool:
     return a.lower().replace("_", "-").replace(".", "-") == b.lower().replace("_", "-").replace(".", "-")
 
 
-def _runs(entries: Any) -> dict[str, PackageRun]:
-    """A side's watched packages by name; what is not a list of them (an old or hand-made file) is none."""
-    found: dict[str, PackageRun] = {}
-    for item in entries if isinstance(entries, list) else ():
-        try:
-            run = PackageRun.from_json(item, "ran")
-        except ValueError:
-            continue
-        found[run.name] = run
-    return found
+def _step(entry: Any) -> StepRan | None:
+    """A side's watched step; what is not one (an old or hand-made file) is none."""
+    try:
+        return None if entry is None else StepRan.from_json(entry, "ran")
+    except ValueError:
+        return None
 
 
 def reach(cases: Sequence[Mapping[str, Any]]) -> list[Reach]:
-    """Per watched package, in the order the records name them: each case's ``ran`` (``{"a": [...],
-    "b": [...]}``, each a :class:`~perfsuite.core.record.PackageRun` as JSON) counted."""
-    sides = [(_runs((c.get("ran") or {}).get("a")), _runs((c.get("ran") or {}).get("b"))) for c in cases]
-    names = list(dict.fromkeys(name for pair in sides for side in pair for name in side))
-    out = []
-    for name in names:
-        runs = [(a.get(name), b.get(name)) for a, b in sides]
-        called = [tuple(r is not None and r.python_calls + r.native_calls > 0 for r in pair) for pair in runs]
-        complete = [all(r is not None and (r.complete or r.version is None) for r in pair) for pair in runs]
+    """Per watched package, then per watched file, in the order the records name them: each case's
+    ``ran`` (``{"a": ..., "b": ...}``, each a :class:`~perfsuite.core.record.StepRan` as JSON) counted."""
+    steps = [(_step((c.get("ran") or {}).get("a")), _step((c.get("ran") or {}).get("b"))) for c in cases]
+    done = [a is not None and b is not None and a.complete and b.complete for a, b in steps]
+    packages = dict.fromkeys(p.name for pair in steps for s in pair if s is not None for p in s.packages)
+    files = dict.fromkeys(f for pair in steps for s in pair if s is not None for f in s.files)
+    found = []
+    for name in packages:
+        runs = [tuple(_package(step, name) for step in pair) for pair in steps]
+        called = [tuple(bool(r and r.python_calls + r.native_calls) for r in pair) for pair in runs]
         versions = [next((r.version for r in (pair[i] for pair in runs) if r is not None), None) for i in (0, 1)]
         code = [r.has_code for pair in runs for r in pair if r is not None and r.has_code is not None]
-        out.append(
-            Reach(
-                name,
-                (versions[0], versions[1]),
-                watched=sum(done or any(c) for done, c in zip(complete, called, strict=True)),
-                ran=(sum(c[0] for c in called), sum(c[1] for c in called)),
-                either=sum(any(c) for c in called),
-                has_code=any(code) if code else None,
-            )
-        )
-    return out
+        found.append(_counted(name, called, done, (versions[0], versions[1]), any(code) if code else None))
+    for name in files:
+        called = [tuple(bool(s and s.files.get(name)) for s in pair) for pair in steps]
+        found.append(_counted(name, called, done, None, True))
+    return found
+
+
+def _package(step: StepRan | None, name: str) -> PackageRun | None:
+    return next((p for p in step.packages if p.name == name), None) if step is not None else None
+
+
+def _counted(
+    name: str,
+    called: list[tuple[bool, ...]],
+    done: list[bool],
+    versions: tuple[str | None, str | None] | None,
+    has_code: bool | None,
+) -> Reach:
+    return Reach(
+        name,
+        versions,
+        watched=sum(d or any(c) for d, c in zip(done, called, strict=True)),
+        ran=(sum(c[0] for c in called), sum(c[1] for c in called)),
+        either=sum(any(c) for c in called),
+        has_code=has_code,
+    )
 
 
 def described(found: Reach, cases: int, device_type: str = "cpu") -> str:
     """``found`` for a reader, out of ``cases`` compared on ``device_type``: where its code ran, or why
     the verdicts say nothing of it."""
-    head = f"{found.name} {found.versions[0] or 'not installed'} → {found.versions[1] or 'not installed'}"
+    head = found.name
+    if found.versions is not None:
+        head += f" {found.versions[0] or 'not installed'} → {found.versions[1] or 'not installed'}"
     if found.either:
         sides = f" (base {found.ran[0]}, candidate {found.ran[1]})" if found.ran[0] != found.ran[1] else ""
         return f"{head}: run in the step of {found.either} of {cases} case(s){sides}"
@@ -113,5 +166,5 @@ def described(found: Reach, cases: int, device_type: str = "cpu") -> str:
 
 
 def unreached(found: Sequence[Reach]) -> list[str]:
-    """The watched packages no case's step ran, among those a step could show."""
+    """The watched packages and files no case's step ran, among those a step could show."""
     return [r.name for r in found if not r.either and r.watched and r.has_code is not False]

@@ -106,15 +106,15 @@ def verdict_line(payload: Mapping[str, Any]) -> str:
         head = "no regression called" if undecided else "no regression"
     parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     moved = ", ".join(differing(_versions(payload, "base"), _versions(payload, "candidate")))
-    if missed := unreached(reach(payload.get("cases") or ())):  # what a verdict on these cases cannot speak for
-        moved += f"; no case's step ran {', '.join(missed)}"
+    missed = unreached(reach(payload.get("cases") or ()))  # what a verdict on these cases cannot speak for
     code = [payload["sides"][name].get("code") for name in ("base", "candidate")]
     changed = f"the project's code {code[0]} → {code[1]}; " if all(code) and code[0] != code[1] else ""
     stopped = ""
     for key, word in (("interrupted", "INTERRUPTED"), ("stopped", "STOPPED")):
         if n := payload.get(key):  # the headline's word said once
             stopped += f"; {n} case(s) unfinished" if head.startswith(word) else f"; {word} with {n} case(s) unfinished"
-    return f"{head}: {parts} (base → candidate: {changed}{moved or 'the same versions'}){stopped}"
+    unseen = f"; no case's step ran {', '.join(missed)}" if missed else ""
+    return f"{head}: {parts} (base → candidate: {changed}{moved or 'the same versions'}{unseen}){stopped}"
 
 
 def reach_lines(payload: Mapping[str, Any]) -> list[str]:
@@ -124,7 +124,7 @@ def reach_lines(payload: Mapping[str, Any]) -> list[str]:
     return [described(found, compared, device_type) for found in reach(payload["cases"])]
 
 
-REACH_HEAD = "What the cases' steps ran of the packages that differ (each side's first profile step):"
+REACH_HEAD = "What the cases' steps ran of the code that differs (each side's first profile step):"
 
 
 def code_lines(payload: Mapping[str, Any]) -> list[str]:

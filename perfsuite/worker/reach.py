@@ -1,9 +1,10 @@
-"""Which of some installed distributions' code one step runs: what ``perfsuite ab`` asks of the
-packages that differ between its sides (:mod:`perfsuite.core.reach`).
+"""Which code one step runs of some installed distributions and of some files of the project's own:
+what ``perfsuite ab`` asks of the code that differs between its sides (:mod:`perfsuite.core.reach`).
 
 A profile function (``sys.setprofile``), set in the thread that runs the step, counts each call of
 a Python function by its code's file and each call of a built-in by the module that defines it.
-After the step those files are matched to each distribution's installed files (its ``RECORD``).
+After the step those files are matched to each distribution's installed files (its ``RECORD``) and
+to the project's watched files.
 It is entered around the memory profile's step (:meth:`Driven.watch_next_step
 <perfsuite.worker.engines.driven.Driven.watch_next_step>`), after the timed steps: nothing timed
 runs under it, and it holds no tensor. What it cannot see: threads other than the step's, the
@@ -17,12 +18,12 @@ import contextlib
 import importlib.machinery
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import PurePosixPath
 from typing import Any
 
-from perfsuite.core.reach import WATCH_ENV
+from perfsuite.core.reach import WATCH_ENV, Ask
 
 _EXTENSIONS = tuple(s for s in importlib.machinery.EXTENSION_SUFFIXES if s != ".so")
 """A compiled module's file endings (``.cpython-311-x86_64-linux-gnu.so``, ``.abi3.so``): a bare
@@ -31,15 +32,15 @@ _EXTENSIONS = tuple(s for s in importlib.machinery.EXTENSION_SUFFIXES if s != ".
 
 def asked() -> Watch | None:
     """The watch this worker's environment asks for (:data:`~perfsuite.core.reach.WATCH_ENV`), if any."""
-    names = [n.strip() for n in os.environ.get(WATCH_ENV, "").split(",") if n.strip()]
-    return Watch(names) if names else None
+    ask = Ask.read(os.environ.get(WATCH_ENV, ""))
+    return Watch(ask) if ask else None
 
 
 class Watch:
     """The calls of one step, counted by :meth:`watching`; :meth:`ran` says whose code they were."""
 
-    def __init__(self, names: Sequence[str]) -> None:
-        self.names = tuple(dict.fromkeys(names))
+    def __init__(self, ask: Ask) -> None:
+        self.ask = ask
         self.files: dict[str, int] = {}
         """Python calls per code file, as the code names it."""
         self.modules: dict[str, int] = {}
@@ -67,8 +68,8 @@ class Watch:
             sys.setprofile(before)
         self.complete = True
 
-    def ran(self) -> list[dict[str, Any]]:
-        """Per name, a :class:`~perfsuite.core.record.PackageRun` as JSON."""
+    def ran(self) -> dict[str, Any]:
+        """What the step ran, as a :class:`~perfsuite.core.record.StepRan`'s JSON."""
         python: dict[str, int] = {}
         for file, calls in self.files.items():
             real = os.path.realpath(file)
@@ -78,13 +79,16 @@ class Watch:
             found = _module_file(module)
             if found is not None:
                 native[found] = native.get(found, 0) + calls
-        return [self._one(name, python, native) for name in self.names]
+        root = os.path.realpath(self.ask.root) if self.ask.root else None
+        files = {name: python.get(os.path.normpath(f"{root}/{name}"), 0) for name in self.ask.files} if root else {}
+        packages = [self._one(name, python, native) for name in self.ask.packages]
+        return {"complete": self.complete, "packages": packages, "files": files}
 
     def _one(self, name: str, python: dict[str, int], native: dict[str, int]) -> dict[str, Any]:
         try:
             dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
-            return {"name": name, "version": None, "complete": self.complete}
+            return {"name": name, "version": None}
         listed = dist.files
         root = os.path.realpath(str(dist.locate_file("")))
         code = [f for f in listed or () if _code_file(str(f))]
@@ -92,7 +96,6 @@ class Watch:
         return {
             "name": name,
             "version": dist.version,
-            "complete": self.complete,
             "python_calls": sum(n for f, n in python.items() if f in owned),
             "native_calls": sum(n for f, n in native.items() if f in owned),
             "has_code": None if listed is None else any(not _empty_init(f) for f in code),
