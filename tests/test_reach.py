@@ -22,8 +22,14 @@ def _run(name: str, *, calls: int = 0, native: int = 0, version: str | None = "1
     return PackageRun.from_json({"name": name, "version": version, **fields}, "test").to_json()
 
 
-def _step(packages: list[Any], files: dict[str, int] | None = None, *, complete: bool = True) -> dict[str, Any]:
-    return {"complete": complete, "packages": packages, "files": files or {}}
+def _step(
+    packages: list[Any],
+    files: dict[str, int] | None = None,
+    *,
+    complete: bool = True,
+    functions: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    return {"complete": complete, "packages": packages, "files": files or {}, "functions": functions or {}}
 
 
 def _case(a: Any, b: Any, error: str | None = None) -> dict[str, Any]:
@@ -61,7 +67,7 @@ def test_a_package_no_step_ran_says_the_verdicts_say_nothing_of_it_and_where_it_
     assert unreached(found) == ["bitsandbytes"]
     said = described(found[0], 3, device_type="cpu")
     assert said.startswith(
-        "bitsandbytes 0.49.0 → 0.50.0: run in no case's step (of 3 watched): the verdicts say nothing of it"
+        "bitsandbytes 0.49.0 → 0.50.0: run in no case's step (of 3 watched): no step time here covers it"
     )
     assert "adamw_8bit" in said
     assert "qlora" not in said  # the strategies that run it here: QLoRA needs a GPU
@@ -98,6 +104,43 @@ def test_the_projects_changed_files_are_counted_and_named_without_versions() -> 
     assert described(found["acme/model.py"], 2) == "acme/model.py: run in the step of 2 of 2 case(s)"
     assert described(found["acme/prep.py"], 2).startswith("acme/prep.py: run in no case's step (of 2 watched)")
     assert unreached(list(found.values())) == ["acme/prep.py"]
+
+
+def test_the_functions_a_change_touches_are_counted_on_each_side_at_their_own_lines() -> None:
+    from perfsuite.core.changed_code import MODULE_LEVEL, ChangedCode, ChangedFunction
+
+    changed = ChangedCode(
+        ("acme/model.py", "acme/engine.py"),
+        (
+            ChangedFunction("acme/model.py", "Net.forward", (12, 14)),  # moved down two lines
+            ChangedFunction("acme/model.py", MODULE_LEVEL, (None, None)),
+            ChangedFunction("acme/engine.py", "Engine.__init__", (None, 9)),  # added
+        ),
+    )
+    step_a = _step([], {"acme/model.py": 40, "acme/engine.py": 5}, functions={"acme/model.py:12": 2})
+    step_b = _step(
+        [], {"acme/model.py": 40, "acme/engine.py": 5}, functions={"acme/model.py:14": 2, "acme/engine.py:9": 0}
+    )
+    found = reach([_case(step_a, step_b)], changed)
+    said = [described(r, 1) for r in found]
+    assert said == [
+        "acme/model.py:Net.forward: run in the step of 1 of 1 case(s)",
+        "acme/model.py (module level): changed outside any function, which runs when the module is imported, "
+        "not in a step",
+        "acme/engine.py:Engine.__init__: run in no case's step (of 1 watched): no step time here covers it",
+    ]  # a file whose functions are named is not said again as a file
+    assert unreached(found) == ["acme/engine.py:Engine.__init__"]
+
+
+def test_a_long_list_is_cut_in_the_summary_saying_where_the_rest_is() -> None:
+    from perfsuite.reports.ab import reach_lines
+
+    files = {f"acme/f{i}.py": 0 for i in range(40)}
+    payload = {"cases": [{**_case(_step([], files), _step([], files)), "error": None}], "device_type": "cpu"}
+    assert len(reach_lines(payload)) == 40
+    shown = reach_lines(payload, 30)
+    assert len(shown) == 31
+    assert shown[-1] == "… and 10 more (the comparison's --json holds each case's)"
 
 
 def test_the_files_watched_are_the_projects_python_files_from_its_directory() -> None:

@@ -16,6 +16,7 @@ from perfsuite.ab.options import AbOptions
 from perfsuite.ab.pairs import Choice
 from perfsuite.ab.rounds import CaseResult, compare_cases
 from perfsuite.ab.sides import Side
+from perfsuite.core.changed_code import ChangedCode
 from perfsuite.core.check import Check
 from perfsuite.core.gates import BREAKDOWN_PREFIX, category_change, is_regression
 from perfsuite.core.loss import side_by_side
@@ -136,6 +137,8 @@ class AbRun:
     """Each lane's servers, ``sides`` the first's; empty: ``sides`` alone."""
     code: tuple[str, str] | None = None
     """Comparing the project's own code at two commits (:mod:`perfsuite.ab.own`): each side's tree."""
+    changed: ChangedCode | None = None
+    """Comparing the project's own code: its Python files that differ, and the functions the change touches."""
 
     @classmethod
     def start(cls, options: AbOptions, specs: list[CaseSpec], say: Callable[[str], None]) -> AbRun:
@@ -154,10 +157,11 @@ class AbRun:
                 side.check_pins()
             lanes = open_lanes(plan, (sides[0], sides[1]))
             moved = to_watch(sides[0].versions(), sides[1].versions())
+            changed = options.changed or ChangedCode()
             for lane in lanes:
                 for index, side in enumerate(lane.sides):
                     root = str(trees[index].project) if trees is not None else None
-                    side.watch = Ask(moved, root, options.changed_files)
+                    side.watch = Ask(moved, root, changed.files, changed.watched(index))
         except (EnvError, KeyboardInterrupt) as exc:
             for side in sides:
                 side.close()
@@ -179,6 +183,7 @@ class AbRun:
             plan,
             lanes,
             code,
+            options.changed,
         )
         for line in run.version_lines():
             say(line)
@@ -268,6 +273,7 @@ class AbRun:
                 for i, side in enumerate(self.sides)
             },
             "cases": [r.as_json() for r in results],
+            "changed_code": self.changed.as_json() if self.changed is not None else None,
             "interrupted": sum(r.interrupted for r in results),
             "stopped": sum(r.stopped is not None for r in results),
             "verdicts": {v: sum(r.verdict == v for r in results) for v in _VERDICTS},

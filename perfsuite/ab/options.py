@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from perfsuite.ab.own import Tree
     from perfsuite.ab.pins import Upgrade
+    from perfsuite.core.changed_code import ChangedCode
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,9 +54,9 @@ class AbOptions(PairOptions):
     """``--pins``: the commits and what moved between them (``None`` without)."""
     trees: tuple[Tree, Tree] | None = None
     """``--base-ref`` / ``--own``: each side's copy of the project, once written out (``None`` without)."""
-    changed_files: tuple[str, ...] = ()
-    """``--base-ref`` / ``--own``: the project's Python files that differ between the sides' code (paths
-    from the project's directory), watched in each case's profile step (:mod:`perfsuite.core.reach`)."""
+    changed: ChangedCode | None = None
+    """``--base-ref`` / ``--own``: the project's Python files that differ between the sides' code and the
+    functions the change touches, watched in each case's profile step (:mod:`perfsuite.core.reach`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

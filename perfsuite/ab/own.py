@@ -23,8 +23,10 @@ from pathlib import Path
 
 from perfsuite.ab import commits
 from perfsuite.ab.envs import Env
+from perfsuite.core.changed_code import ChangedCode, changed_code
 from perfsuite.core.declaration import find_pyproject
 from perfsuite.core.provenance import untracked
+from perfsuite.core.reach import python_files
 
 WORKING_TREE = "the working tree"
 
@@ -124,3 +126,28 @@ def at_commit(top: Path, found: commits.Commit, inside: Path, scratch: Path, wha
     if not (root / inside / "pyproject.toml").is_file():
         raise commits.GitError(f"{what}: {found.short} has no {inside / 'pyproject.toml'}")
     return Tree(found.describe(), root / inside, found)
+
+
+def changes(top: Path, refs: list[str | None], names: list[str], inside: str, what: str) -> ChangedCode:
+    """The project's Python files among ``names`` (the files that differ between the revisions
+    ``refs``, from the repository's top; ``inside``: the project's directory from there) and the
+    functions the change touches in each: each side's text and the one-file diff, read from git (the
+    working tree's from disk)."""
+    base, head = refs
+    assert base is not None  # a base is always a commit
+    sides: dict[str, tuple[str | None, str | None, str]] = {}
+    for name in python_files(names, inside):
+        path = f"{inside}/{name}" if inside not in ("", ".") else name
+        texts = [_text(top, base, path, what), _text(top, head, path, what)]
+        diff = commits.git(top, "diff", "-U0", "--no-color", "--no-ext-diff", base, *filter(None, [head]), "--", path)
+        sides[name] = (texts[0], texts[1], diff.stdout if diff.returncode == 0 else "")
+    return changed_code(sides)
+
+
+def _text(top: Path, revision: str | None, path: str, what: str) -> str | None:
+    """``path`` at ``revision`` (``None``: the working tree), or ``None`` where it is not there."""
+    if revision is None:
+        file = top / path
+        return file.read_text(errors="replace") if file.is_file() else None
+    shown = commits.git(top, "cat-file", "blob", f"{revision}:{path}", what=what)
+    return shown.stdout if shown.returncode == 0 else None

@@ -23,6 +23,7 @@ from perfsuite.cli.selection import add_selection, select
 if TYPE_CHECKING:
     from perfsuite.ab.options import AbOptions
     from perfsuite.ab.pins import Upgrade
+    from perfsuite.core.changed_code import ChangedCode
 
 EXIT_CANNOT_TEST = 3
 
@@ -212,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
                 return EXIT_CANNOT_TEST
             line, changed = _differing(own[1])
             say(line)
-            options = dataclasses.replace(options, trees=(base_tree, candidate_tree), changed_files=changed)
+            options = dataclasses.replace(options, trees=(base_tree, candidate_tree), changed=changed)
         try:
             ab_run = AbRun.start(options, specs, say)
         except Failed as exc:
@@ -296,25 +297,26 @@ def _own_refs(args: argparse.Namespace) -> tuple[str, list[str | None]] | None:
     return option, [base, head]
 
 
-def _differing(refs: list[str | None]) -> tuple[str, tuple[str, ...]]:
+def _differing(refs: list[str | None]) -> tuple[str, ChangedCode]:
     """Which files of the project's repository differ between the sides' code (the revisions ``refs``;
     ``None``: the working tree), said before anything runs (a reader sees what the comparison is of),
-    and the project's Python files among them, from its directory (watched in each case's step)."""
+    and what the change does to the project's Python files (watched in each case's step)."""
     from perfsuite.ab import commits
-    from perfsuite.ab.own import project_root
+    from perfsuite.ab.own import changes, project_root
+    from perfsuite.core.changed_code import ChangedCode
     from perfsuite.core.provenance import files_differ, said_files
-    from perfsuite.core.reach import python_files
 
     base, head = refs
     assert base is not None  # a base is always a commit
     top = commits.check_repository(project_root(), "--base-ref")
     names = files_differ(top, base, head)
     if names is None:
-        return "perfsuite ab: git cannot tell which files differ between the sides' code", ()
+        return "perfsuite ab: git cannot tell which files differ between the sides' code", ChangedCode()
     if not names:
-        return "perfsuite ab: no file differs between the sides' code (an A/A)", ()
+        return "perfsuite ab: no file differs between the sides' code (an A/A)", ChangedCode()
     inside = project_root().resolve().relative_to(top.resolve()).as_posix()
-    return f"perfsuite ab: the sides' code differs in {said_files(names)}", python_files(names, inside)
+    changed = changes(top, refs, names, inside, "--base-ref")
+    return f"perfsuite ab: the sides' code differs in {said_files(names)}", changed
 
 
 def _code(revision: str | None) -> str:

@@ -1,5 +1,6 @@
 """What the cases' steps ran of the code that differs between two sides (``perfsuite ab``): the
-packages whose versions differ, and the project's own Python files that differ between two commits.
+packages whose versions differ, and the project's own Python files that differ between two commits
+and the functions the change touches in them (:mod:`perfsuite.core.changed_code`).
 
 A comparison's verdict speaks of the cases it ran: a bumped package, or a changed file, whose code
 no case's step calls comes out *same*, true of those cases and nothing about that code. So each
@@ -15,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from perfsuite.core.changed_code import MODULE_LEVEL, ChangedCode
 from perfsuite.core.pooled import differing
 from perfsuite.core.record import PackageRun, StepRan
 from perfsuite.core.strategies import OPTIONAL_PACKAGES, STRATEGIES
@@ -31,25 +33,29 @@ class Ask:
     packages: tuple[str, ...] = ()
     root: str | None = None
     files: tuple[str, ...] = ()
+    functions: tuple[str, ...] = ()
+    """Functions of those files, each as ``file:line`` (the line its code starts at in this side's copy)."""
 
     def __bool__(self) -> bool:
         return bool(self.packages or (self.root and self.files))
 
     def request(self) -> str:
         """As :data:`WATCH_ENV` carries it."""
-        return json.dumps({"packages": list(self.packages), "root": self.root, "files": list(self.files)})
+        fields = {"packages": self.packages, "root": self.root, "files": self.files, "functions": self.functions}
+        return json.dumps({k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()})
 
     @classmethod
     def read(cls, text: str) -> Ask:
         """:meth:`request`'s text; anything else is nothing to watch (a side's own perfsuite wrote it)."""
         try:
             data = json.loads(text)
-            packages, root, files = data["packages"], data["root"], data["files"]
+            names = [data["packages"], data["files"], data["functions"]]
+            root = data["root"]
         except (ValueError, TypeError, KeyError):
             return cls()
-        if not all(isinstance(n, str) for n in [*packages, *files]) or not isinstance(root, (str, type(None))):
+        if not all(isinstance(n, str) for n in sum(names, [])) or not isinstance(root, (str, type(None))):
             return cls()
-        return cls(tuple(packages), root, tuple(files))
+        return cls(tuple(names[0]), root, tuple(names[1]), tuple(names[2]))
 
 
 def to_watch(a: Mapping[str, str | None], b: Mapping[str, str | None]) -> tuple[str, ...]:
@@ -81,6 +87,9 @@ class Reach:
     """Cases whose step ran its code on either side."""
     has_code: bool | None = True
     """Whether either side's copy ships code a step could show calling (``None``: neither lists its files)."""
+    kind: str = "code"
+    """``code`` (a package, a file or a function), or ``module``: a file's module-level code, which a step
+    never runs (it runs when the module is imported)."""
 
     def strategies(self, device_type: str) -> tuple[str, ...]:
         """The built-in strategies that need it (an optional package's) and run on ``device_type``:
@@ -106,13 +115,16 @@ def _step(entry: Any) -> StepRan | None:
         return None
 
 
-def reach(cases: Sequence[Mapping[str, Any]]) -> list[Reach]:
-    """Per watched package, then per watched file, in the order the records name them: each case's
+def reach(cases: Sequence[Mapping[str, Any]], changed: ChangedCode | None = None) -> list[Reach]:
+    """Per watched package, then per function the change to the project's code touches (``changed``),
+    then per watched file no such function names, in the order the records name them: each case's
     ``ran`` (``{"a": ..., "b": ...}``, each a :class:`~perfsuite.core.record.StepRan` as JSON) counted."""
     steps = [(_step((c.get("ran") or {}).get("a")), _step((c.get("ran") or {}).get("b"))) for c in cases]
     done = [a is not None and b is not None and a.complete and b.complete for a, b in steps]
     packages = dict.fromkeys(p.name for pair in steps for s in pair if s is not None for p in s.packages)
-    files = dict.fromkeys(f for pair in steps for s in pair if s is not None for f in s.files)
+    touched = changed.functions if changed is not None else ()
+    named = {f.file for f in touched}
+    files = dict.fromkeys(f for pair in steps for s in pair if s is not None for f in s.files if f not in named)
     found = []
     for name in packages:
         runs = [tuple(_package(step, name) for step in pair) for pair in steps]
@@ -120,6 +132,15 @@ def reach(cases: Sequence[Mapping[str, Any]]) -> list[Reach]:
         versions = [next((r.version for r in (pair[i] for pair in runs) if r is not None), None) for i in (0, 1)]
         code = [r.has_code for pair in runs for r in pair if r is not None and r.has_code is not None]
         found.append(_counted(name, called, done, (versions[0], versions[1]), any(code) if code else None))
+    for function in touched:
+        if function.name == MODULE_LEVEL:  # run when imported: no step runs it
+            found.append(Reach(function.label, None, watched=0, ran=(0, 0), either=0, kind="module"))
+            continue
+        keys = [f"{function.file}:{line}" if line is not None else None for line in function.lines]
+        called = [
+            tuple(bool(s and k and s.functions.get(k)) for s, k in zip(pair, keys, strict=True)) for pair in steps
+        ]
+        found.append(_counted(function.label, called, done, None, True))
     for name in files:
         called = [tuple(bool(s and s.files.get(name)) for s in pair) for pair in steps]
         found.append(_counted(name, called, done, None, True))
@@ -148,11 +169,14 @@ def _counted(
 
 
 def described(found: Reach, cases: int, device_type: str = "cpu") -> str:
-    """``found`` for a reader, out of ``cases`` compared on ``device_type``: where its code ran, or why
-    the verdicts say nothing of it."""
+    """``found`` for a reader, out of ``cases`` compared on ``device_type``: in how many cases' steps its
+    code ran; where in none, that no step time covers it (what it leaves for the step, memory or
+    weights, is still compared), or why that cannot be told."""
     head = found.name
     if found.versions is not None:
         head += f" {found.versions[0] or 'not installed'} → {found.versions[1] or 'not installed'}"
+    if found.kind == "module":
+        return f"{head}: changed outside any function, which runs when the module is imported, not in a step"
     if found.either:
         sides = f" (base {found.ran[0]}, candidate {found.ran[1]})" if found.ran[0] != found.ran[1] else ""
         return f"{head}: run in the step of {found.either} of {cases} case(s){sides}"
@@ -162,7 +186,7 @@ def described(found: Reach, cases: int, device_type: str = "cpu") -> str:
         return f"{head}: not watched (no case's profile step ran to its end on both sides)"
     using = found.strategies(device_type)
     hint = f"; the strategies that run it: {', '.join(using)}" if using else ""
-    return f"{head}: run in no case's step (of {found.watched} watched): the verdicts say nothing of it{hint}"
+    return f"{head}: run in no case's step (of {found.watched} watched): no step time here covers it{hint}"
 
 
 def unreached(found: Sequence[Reach]) -> list[str]:

@@ -112,6 +112,8 @@ class StepRan(JsonObject):
     packages: tuple[PackageRun, ...] = from_key(list_of(nested(PackageRun)), ())
     files: Mapping[str, int] = from_key(values_of(integer), EMPTY)
     """Calls of the Python functions of each watched file of the project's own (its path in the project)."""
+    functions: Mapping[str, int] = from_key(values_of(integer), EMPTY)
+    """Calls of each watched function of those files, as ``file:line`` (the line its code starts at)."""
 
 
 @dataclass(frozen=True, kw_only=True)

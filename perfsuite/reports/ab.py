@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.core.baselines import write_text_atomic
+from perfsuite.core.changed_code import ChangedCode
 from perfsuite.core.gates import category_change
 from perfsuite.core.loss import side_by_side
 from perfsuite.core.paired import SAME_CONFIDENCE
-from perfsuite.core.reach import described, reach, unreached
+from perfsuite.core.reach import Reach, described, reach, unreached
 from perfsuite.core.tolerance import Tolerance
 from perfsuite.reports.explain import html_causes, markdown_causes, marks, notes
 
@@ -106,7 +107,7 @@ def verdict_line(payload: Mapping[str, Any]) -> str:
         head = "no regression called" if undecided else "no regression"
     parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     moved = ", ".join(differing(_versions(payload, "base"), _versions(payload, "candidate")))
-    missed = unreached(reach(payload.get("cases") or ()))  # what a verdict on these cases cannot speak for
+    missed = unreached(_reach(payload))  # what a verdict on these cases cannot speak for
     code = [payload["sides"][name].get("code") for name in ("base", "candidate")]
     changed = f"the project's code {code[0]} → {code[1]}; " if all(code) and code[0] != code[1] else ""
     stopped = ""
@@ -117,11 +118,23 @@ def verdict_line(payload: Mapping[str, Any]) -> str:
     return f"{head}: {parts} (base → candidate: {changed}{moved or 'the same versions'}{unseen}){stopped}"
 
 
-def reach_lines(payload: Mapping[str, Any]) -> list[str]:
-    """Per package that differs between the sides, what the cases' steps ran of it (:mod:`perfsuite.core.reach`)."""
+def _reach(payload: Mapping[str, Any]) -> list[Reach]:
+    return reach(payload.get("cases") or (), ChangedCode.from_json(payload.get("changed_code")))
+
+
+def reach_lines(payload: Mapping[str, Any], most: int | None = None) -> list[str]:
+    """Per package, function or file that differs between the sides, what the cases' steps ran of it
+    (:mod:`perfsuite.core.reach`); past ``most`` lines, how many more ``--json`` holds."""
     compared = sum(not case["error"] for case in payload["cases"])
     device_type = payload.get("device_type", "cpu")
-    return [described(found, compared, device_type) for found in reach(payload["cases"])]
+    lines = [described(found, compared, device_type) for found in _reach(payload)]
+    if most is not None and len(lines) > most:
+        return [*lines[:most], f"… and {len(lines) - most} more (the comparison's --json holds each case's)"]
+    return lines
+
+
+SHOWN_REACH = 30
+"""The lines of it ``summary.md`` and ``report.html`` show (a pull request's comment has a size limit)."""
 
 
 REACH_HEAD = "What the cases' steps ran of the code that differs (each side's first profile step):"
@@ -190,7 +203,7 @@ def markdown(payload: Mapping[str, Any]) -> str:
         *markdown_causes(payload),
         *_pins_lines(sides["base"]["env"], sides["candidate"]["env"], payload.get("pins")),
         *code_lines(payload),
-        *(["", REACH_HEAD, *(f"- {line}" for line in ran)] if (ran := reach_lines(payload)) else []),
+        *(["", REACH_HEAD, *(f"- {line}" for line in ran)] if (ran := reach_lines(payload, SHOWN_REACH)) else []),
         "",
         _markdown_row(HEADERS),
         "|" + "---|" * len(HEADERS),
@@ -272,7 +285,7 @@ def report_html(payload: Mapping[str, Any], out_dir: Path | None = None) -> str:
         html_causes(payload, out_dir),
         *(
             [f"<p>{esc(REACH_HEAD)}</p><ul>", *(f"<li>{esc(line)}</li>" for line in ran), "</ul>"]
-            if (ran := reach_lines(payload))
+            if (ran := reach_lines(payload, SHOWN_REACH))
             else []
         ),
         "<h2 id='sides'>Sides</h2>",

@@ -15,6 +15,7 @@ DataLoader's worker processes, and a native library called from another package'
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.machinery
 import os
 import sys
@@ -41,8 +42,8 @@ class Watch:
 
     def __init__(self, ask: Ask) -> None:
         self.ask = ask
-        self.files: dict[str, int] = {}
-        """Python calls per code file, as the code names it."""
+        self.files: dict[tuple[str, int], int] = {}
+        """Python calls per function: its code's file, as the code names it, and first line."""
         self.modules: dict[str, int] = {}
         """Built-in calls per defining module."""
         self.complete = False
@@ -54,8 +55,9 @@ class Watch:
 
         def count(frame: Any, event: str, arg: Any) -> None:
             if event == "call":
-                name = frame.f_code.co_filename
-                files[name] = files.get(name, 0) + 1
+                code = frame.f_code
+                key = (code.co_filename, code.co_firstlineno)
+                files[key] = files.get(key, 0) + 1
             elif event == "c_call":
                 owner = getattr(arg, "__module__", None) or type(getattr(arg, "__self__", None)).__module__
                 modules[owner] = modules.get(owner, 0) + 1
@@ -71,18 +73,26 @@ class Watch:
     def ran(self) -> dict[str, Any]:
         """What the step ran, as a :class:`~perfsuite.core.record.StepRan`'s JSON."""
         python: dict[str, int] = {}
-        for file, calls in self.files.items():
-            real = os.path.realpath(file)
-            python[real] = python.get(real, 0) + calls
+        by_line: dict[tuple[str, int], int] = {}
+        real = functools.lru_cache(maxsize=None)(os.path.realpath)
+        for (file, line), calls in self.files.items():
+            python[real(file)] = python.get(real(file), 0) + calls
+            by_line[real(file), line] = calls
         native: dict[str, int] = {}
         for module, calls in self.modules.items():
             found = _module_file(module)
             if found is not None:
                 native[found] = native.get(found, 0) + calls
         root = os.path.realpath(self.ask.root) if self.ask.root else None
-        files = {name: python.get(os.path.normpath(f"{root}/{name}"), 0) for name in self.ask.files} if root else {}
+        files, functions = {}, {}
+        if root is not None:
+            files = {name: python.get(os.path.normpath(f"{root}/{name}"), 0) for name in self.ask.files}
+            for function in self.ask.functions:
+                name, _, first = function.rpartition(":")
+                if first.isdigit():
+                    functions[function] = by_line.get((os.path.normpath(f"{root}/{name}"), int(first)), 0)
         packages = [self._one(name, python, native) for name in self.ask.packages]
-        return {"complete": self.complete, "packages": packages, "files": files}
+        return {"complete": self.complete, "packages": packages, "files": files, "functions": functions}
 
     def _one(self, name: str, python: dict[str, int], native: dict[str, int]) -> dict[str, Any]:
         try:

@@ -1,0 +1,162 @@
+"""The functions a change to the project's own code touches, on each side: what ``perfsuite ab
+--base-ref`` / ``--own`` asks each side's step about (:mod:`perfsuite.core.reach`).
+
+A diff's hunks name the lines it removed (on the base) and added (on the candidate). Each side's
+version of the file is parsed (``ast``) and every changed line is filed under the innermost function
+that holds it, by qualified name (``Net.forward``); a line outside every function is the module's
+own code, run when it is imported. A function is then looked up on each side by that name, at the
+line its code starts on that side (its first decorator's, else its ``def``'s: the line the
+interpreter names its code by), so a function that moved, or exists on one side only, is still
+found where it is. Pure: standard library only.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MODULE_LEVEL = "(module level)"
+"""The name of a file's changed lines outside every function: run when the module is imported."""
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", re.MULTILINE)
+
+
+def changed_lines(diff: str) -> tuple[set[int], set[int]]:
+    """The lines a one-file ``git diff -U0`` removed (base) and added (candidate). A pure insertion
+    removes no line of the base's, a pure deletion adds none to the candidate's."""
+    old: set[int] = set()
+    new: set[int] = set()
+    for hunk in _HUNK.finditer(diff):
+        start, count = int(hunk[1]), int(hunk[2] or 1)
+        old.update(range(start, start + count))
+        start, count = int(hunk[3]), int(hunk[4] or 1)
+        new.update(range(start, start + count))
+    return old, new
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A Python file's functions and the lines of its module-level code."""
+
+    functions: dict[str, tuple[int, int]]
+    """Every function by qualified name (a nested one's as Python names it, ``outer.<locals>.inner``):
+    the line its code starts and its last line."""
+    module: frozenset[int]
+    """The lines of the statements run when the module is imported (a class body's among them), its
+    functions, docstrings, comments and blank lines aside."""
+
+
+def parse(source: str) -> Parsed | None:
+    """``source``'s :class:`Parsed`; ``None`` where it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    found: dict[str, tuple[int, int]] = {}
+    module: set[int] = set()
+
+    def walk(node: ast.AST, prefix: str, at_import: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = f"{prefix}{child.name}"
+                first = min([d.lineno for d in child.decorator_list] + [child.lineno])
+                found.setdefault(name, (first, child.end_lineno or child.lineno))
+                walk(child, f"{name}.<locals>.", False)
+            elif isinstance(child, ast.ClassDef):
+                walk(child, f"{prefix}{child.name}.", at_import)
+            elif isinstance(child, ast.stmt):
+                docstring = isinstance(child, ast.Expr) and isinstance(child.value, ast.Constant)
+                if at_import and not docstring:
+                    module.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+                walk(child, prefix, at_import)
+
+    walk(tree, "", True)
+    return Parsed(found, frozenset(module))
+
+
+def enclosing(parsed: Parsed, lines: Iterable[int]) -> list[str]:
+    """The innermost function of ``parsed`` holding each of ``lines`` (:data:`MODULE_LEVEL` for one of
+    its module-level code; a comment, a docstring or a blank line outside every function: none), each
+    once, in the order of the lines."""
+    named: dict[str, None] = {}
+    for line in sorted(lines):
+        holding = [(first, name) for name, (first, last) in parsed.functions.items() if first <= line <= last]
+        if holding:
+            named[max(holding)[1]] = None
+        elif line in parsed.module:
+            named[MODULE_LEVEL] = None
+    return list(named)
+
+
+@dataclass(frozen=True)
+class ChangedFunction:
+    """A function (or a file's module-level code) the change touches."""
+
+    file: str
+    """The file's path from the project's directory."""
+    name: str
+    """Its qualified name, or :data:`MODULE_LEVEL`."""
+    lines: tuple[int | None, int | None]
+    """The line its code starts at on the base and on the candidate (``None``: not there, or module level)."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.file}:{self.name}" if self.name != MODULE_LEVEL else f"{self.file} {MODULE_LEVEL}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"file": self.file, "name": self.name, "lines": list(self.lines)}
+
+
+@dataclass(frozen=True)
+class ChangedCode:
+    """The project's Python files that differ between the sides, and the functions the change touches."""
+
+    files: tuple[str, ...] = ()
+    functions: tuple[ChangedFunction, ...] = ()
+
+    def watched(self, side: int) -> tuple[str, ...]:
+        """What side ``side`` (0: base, 1: candidate) watches of the functions: ``file:line`` each."""
+        return tuple(f"{f.file}:{f.lines[side]}" for f in self.functions if f.lines[side] is not None)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"files": list(self.files), "functions": [f.as_json() for f in self.functions]}
+
+    @classmethod
+    def from_json(cls, data: Any) -> ChangedCode | None:
+        """:meth:`as_json`'s object; ``None`` for anything else (a results file is data)."""
+        try:
+            files = tuple(str(f) for f in data["files"] if isinstance(f, str))
+            touched = []
+            for item in data["functions"]:
+                a, b = item["lines"]
+                if not all(isinstance(v, (int, type(None))) and not isinstance(v, bool) for v in (a, b)):
+                    return None
+                touched.append(ChangedFunction(str(item["file"]), str(item["name"]), (a, b)))
+        except (TypeError, KeyError, ValueError):
+            return None
+        return cls(files, tuple(touched))
+
+
+def changed_code(sides: Mapping[str, tuple[str | None, str | None, str]]) -> ChangedCode:
+    """Per Python file (its path from the project's directory): its text on the base and on the
+    candidate (``None``: not there) and its one-file ``git diff -U0`` (a file on one side only
+    changes every line of it). A file that parses on neither side is watched as a file alone."""
+    touched: list[ChangedFunction] = []
+    for file, (old, new, diff) in sides.items():
+        parsed = [parse(text) if text is not None else Parsed({}, frozenset()) for text in (old, new)]
+        spans = [found for found in parsed if found is not None]
+        if len(spans) < 2:  # a side's text does not parse: no function can be named in it
+            continue
+        removed, added = changed_lines(diff)
+        if old is None:
+            added = set(range(1, (new or "").count("\n") + 2))
+        if new is None:
+            removed = set(range(1, (old or "").count("\n") + 2))
+        names = dict.fromkeys([*enclosing(spans[0], removed), *enclosing(spans[1], added)])
+        for name in names:
+            first = [span.functions[name][0] if name in span.functions else None for span in spans]
+            touched.append(ChangedFunction(file, name, (first[0], first[1])))
+    return ChangedCode(tuple(sides), tuple(touched))
