@@ -40,12 +40,34 @@ def test_a_diffs_hunks_are_the_lines_it_removed_and_added() -> None:
 def test_each_line_is_filed_under_the_innermost_function_that_holds_it() -> None:
     parsed = parse(BASE)
     assert parsed is not None
-    assert parsed.functions == {
+    assert {name: span[:2] for name, span in parsed.functions.items()} == {
         "build": (8, 9),
         "Net.forward": (15, 20),  # from its decorator: the line its code starts at
-        "Net.forward.<locals>.inner": (17, 18),
+        "Net.forward.inner": (17, 18),
     }
-    assert parsed.module == {3, 5, 13}  # the import, SCALE and the class's attribute; no docstring or blank line
+    # The import, SCALE, the class's header and its attribute: no docstring or blank line.
+    assert parsed.module == {3, 5, 12, 13}
+
+
+def test_a_name_defined_again_is_numbered_and_a_deep_file_is_no_functions() -> None:
+    source = (
+        "class C:\n    @property\n    def x(self):\n        return 1\n\n"
+        "    @x.setter\n    def x(self, v):\n        pass\n"
+    )
+    parsed = parse(source)
+    assert parsed is not None
+    assert {name: span[:2] for name, span in parsed.functions.items()} == {"C.x": (2, 4), "C.x (2)": (6, 8)}
+    deep = "x = 1\n" + "if x:\n    pass\nel" * 3000 + "se:\n    pass\n"
+    assert parse(deep) is None  # nests past what a walk can follow: the file is watched as a file
+
+
+def test_a_change_to_comments_or_layout_alone_names_no_function() -> None:
+    head = BASE.replace("def build(seed):", "def build(seed):  # the seed sets the weights").replace(
+        "    return seed\n", "    return (seed)\n"
+    )
+    changed = changed_code({"acme/model.py": (BASE, head, "@@ -8,2 +8,2 @@\n")})
+    assert changed.functions == ()
+    assert changed.files == ()  # nothing to watch: no code changed
 
 
 def test_a_change_names_its_functions_on_each_side_where_they_are_there() -> None:
@@ -100,3 +122,23 @@ def test_the_changes_are_read_from_the_commits_and_the_working_tree(tmp_path: Pa
         ("acme/extra.py:more", (None, 1)),
         ("acme/model.py:build", (8, 8)),
     ]
+
+
+def test_a_renamed_file_is_its_old_name_on_the_base_and_its_new_name_on_the_candidate(tmp_path: Path) -> None:
+    from perfsuite.ab.own import changes
+    from perfsuite.core.provenance import files_differ
+
+    root = tmp_path / "repo"
+    (root / "acme").mkdir(parents=True)
+    _git(root, "init", "-q")
+    (root / "acme" / "model.py").write_text(BASE)
+    _git(root, "add", "-A")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    _git(root, "mv", "acme/model.py", "acme/net.py")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "rename")
+    names = files_differ(root, "HEAD~1", "HEAD")
+    assert names == ["acme/model.py", "acme/net.py"]
+    changed = changes(root, ["HEAD~1", "HEAD"], names, ".", "--own")
+    lines = {f.label: f.lines for f in changed.functions}
+    assert lines["acme/model.py:build"] == (8, None)
+    assert lines["acme/net.py:build"] == (None, 8)

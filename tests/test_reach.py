@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from perfsuite.core.reach import WATCH_ENV, Ask, Reach, described, python_files, reach, to_watch, unreached
+from perfsuite.core.changed_code import python_files
+from perfsuite.core.reach import MOST_WATCHED, WATCH_ENV, Ask, Reach, described, reach, to_watch, unreached
 from perfsuite.core.record import PackageRun, StepRan
 
 
@@ -53,7 +54,7 @@ def test_each_package_is_counted_over_the_cases_and_its_sides() -> None:
     assert found["bitsandbytes"].ran == (0, 1)  # the candidate's step calls it, the base's does not
     assert (
         described(found["bitsandbytes"], 3)
-        == "bitsandbytes 1.0 → 1.0: run in the step of 1 of 3 case(s) (base 0, candidate 1)"
+        == "bitsandbytes 1.0 → 1.0: called in the watched step of 1 of 3 case(s) (base 0, candidate 1)"
     )
     assert unreached(list(found.values())) == []
 
@@ -67,7 +68,7 @@ def test_a_package_no_step_ran_says_the_verdicts_say_nothing_of_it_and_where_it_
     assert unreached(found) == ["bitsandbytes"]
     said = described(found[0], 3, device_type="cpu")
     assert said.startswith(
-        "bitsandbytes 0.49.0 → 0.50.0: run in no case's step (of 3 watched): no step time here covers it"
+        "bitsandbytes 0.49.0 → 0.50.0: seen called in no case's step (of 3 watched); the strategies that run it:"
     )
     assert "adamw_8bit" in said
     assert "qlora" not in said  # the strategies that run it here: QLoRA needs a GPU
@@ -83,16 +84,22 @@ def test_a_package_no_step_ran_says_the_verdicts_say_nothing_of_it_and_where_it_
             _step([_run("nvidia-cudnn-cu12", has_code=False)]),
             "ships no code a step",
         ),
+        # Neither side lists its installed files (no RECORD): its calls cannot be told.
+        (_step([_run("legacy", has_code=None)]), _step([_run("legacy", has_code=None)]), "not seen: no side lists"),
         # A step that raised before its end may not have reached the code.
         (_step([_run("peft")], complete=False), _step([_run("peft")]), "not watched"),
         # Added by the candidate: the base has none, and its step is all the answer needs.
-        (_step([_run("galore-torch", version=None, has_code=None)]), _step([_run("galore-torch")]), "run in no case"),
+        (
+            _step([_run("galore-torch", version=None, has_code=None)]),
+            _step([_run("galore-torch")]),
+            "seen called in no case",
+        ),
     ],
 )
 def test_what_cannot_be_seen_is_not_called_unused(a: Any, b: Any, said: str) -> None:
     found = reach([_case(a, b)])
     assert said in described(found[0], 1)
-    assert unreached(found) == (["galore-torch"] if said == "run in no case" else [])
+    assert unreached(found) == (["galore-torch"] if said == "seen called in no case" else [])
 
 
 def test_the_projects_changed_files_are_counted_and_named_without_versions() -> None:
@@ -101,8 +108,8 @@ def test_the_projects_changed_files_are_counted_and_named_without_versions() -> 
         for _ in range(2)
     ]
     found = {r.name: r for r in reach(cases)}
-    assert described(found["acme/model.py"], 2) == "acme/model.py: run in the step of 2 of 2 case(s)"
-    assert described(found["acme/prep.py"], 2).startswith("acme/prep.py: run in no case's step (of 2 watched)")
+    assert described(found["acme/model.py"], 2) == "acme/model.py: called in the watched step of 2 of 2 case(s)"
+    assert described(found["acme/prep.py"], 2).startswith("acme/prep.py: seen called in no case's step (of 2 watched)")
     assert unreached(list(found.values())) == ["acme/prep.py"]
 
 
@@ -124,10 +131,10 @@ def test_the_functions_a_change_touches_are_counted_on_each_side_at_their_own_li
     found = reach([_case(step_a, step_b)], changed)
     said = [described(r, 1) for r in found]
     assert said == [
-        "acme/model.py:Net.forward: run in the step of 1 of 1 case(s)",
+        "acme/model.py:Net.forward: called in the watched step of 1 of 1 case(s)",
         "acme/model.py (module level): changed outside any function, which runs when the module is imported, "
         "not in a step",
-        "acme/engine.py:Engine.__init__: run in no case's step (of 1 watched): no step time here covers it",
+        "acme/engine.py:Engine.__init__: seen called in no case's step (of 1 watched)",
     ]  # a file whose functions are named is not said again as a file
     assert unreached(found) == ["acme/engine.py:Engine.__init__"]
 
@@ -143,9 +150,42 @@ def test_a_long_list_is_cut_in_the_summary_saying_where_the_rest_is() -> None:
     assert shown[-1] == "… and 10 more (the comparison's --json holds each case's)"
 
 
+def test_what_the_watch_could_not_see_is_said_with_what_it_did_not_find() -> None:
+    compiled = _step([_run("peft")])
+    compiled["blind"] = ["compiled"]
+    found = reach([_case(compiled, compiled), _case(_step([_run("peft")]), _step([_run("peft", calls=3)]))])
+    assert (
+        described(found[0], 2) == "peft 1.0 → 1.0: called in the watched step of 1 of 2 case(s) (base 0, candidate 1)"
+    )
+    found = reach([_case(compiled, compiled)])
+    assert described(found[0], 1).startswith(
+        "peft 1.0 → 1.0: seen called in no case's step (of 1 watched); the watch was partly blind (compiled in 1)"
+    )
+
+
+def test_a_request_past_its_bound_leaves_the_rest_unwatched_not_uncalled() -> None:
+    from perfsuite.core.changed_code import ChangedCode, ChangedFunction
+
+    touched = tuple(ChangedFunction("acme/big.py", f"f{i}", (i + 1, i + 1)) for i in range(MOST_WATCHED + 1))
+    ask = Ask.read(Ask((), "/p", ("acme/big.py",), ChangedCode((), touched).watched(0)).request())
+    assert len(ask.functions) == MOST_WATCHED
+    step = _step([], {"acme/big.py": 0}, functions=dict.fromkeys(ask.functions, 0))
+    found = reach([_case(step, step)], ChangedCode(("acme/big.py",), touched))
+    assert described(found[-1], 1).endswith("not watched (no case's profile step ran to its end on both sides)")
+    assert len(unreached(found)) == MOST_WATCHED
+
+
+def test_the_headline_names_three_and_counts_the_rest() -> None:
+    from perfsuite.core.reach import unreached_said
+
+    files = {f"acme/f{i}.py": 0 for i in range(5)}
+    found = reach([_case(_step([], files), _step([], files))])
+    assert unreached_said(found) == "not seen in any case's step: acme/f0.py, acme/f1.py, acme/f2.py and 2 more"
+
+
 def test_the_files_watched_are_the_projects_python_files_from_its_directory() -> None:
     changed = ["README.md", "team/acme/model.py", "team/pyproject.toml", "tools/bump.py", "team/tests/test_x.py"]
-    assert python_files(changed, "team") == ("acme/model.py", "tests/test_x.py")
+    assert python_files(changed, "team") == ("acme/model.py",)  # its tests are no code a case runs
     assert python_files(["acme/model.py", "x.txt"], ".") == ("acme/model.py",)
 
 
@@ -191,6 +231,16 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
             f"{info.name}/RECORD,,",
         ]
         (info / "RECORD").write_text("\n".join(record) + "\n")
+    # An editable install: RECORD lists a .pth file; the code runs from its source directory.
+    source = tmp_path / "checkout"
+    (source / "madeup_editable").mkdir(parents=True)
+    (source / "madeup_editable" / "__init__.py").write_text("def run():\n    return 4\n")
+    info = site / "madeup_editable-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: madeup_editable\nVersion: 1.0\n")
+    (info / "RECORD").write_text(f"madeup_editable.pth,,\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
+    (info / "direct_url.json").write_text(json.dumps({"url": source.as_uri(), "dir_info": {"editable": True}}))
+    monkeypatch.syspath_prepend(str(source))
     monkeypatch.syspath_prepend(str(site))
     yield site
     for module in [m for m in sys.modules if m.startswith("madeup_")]:
@@ -198,13 +248,16 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 
 
 def test_a_watch_counts_python_and_compiled_calls_by_the_distribution_that_installed_them(installed: Path) -> None:
+    import madeup_editable
     import madeup_tool.work
     import numpy
 
     from perfsuite.worker.reach import Watch
 
-    watch = Watch(Ask(("madeup_tool", "madeup_native", "numpy", "not-installed-here"), str(installed), ("x.py",)))
+    names = ("madeup_tool", "madeup_native", "madeup_editable", "numpy", "not-installed-here")
+    watch = Watch(Ask(names, str(installed), ("x.py",)))
     with watch.watching():
+        madeup_editable.run()
         madeup_tool.work.go()
         madeup_tool.work.go()
         numpy.zeros(3)  # a built-in numpy defines: a compiled call
@@ -214,6 +267,7 @@ def test_a_watch_counts_python_and_compiled_calls_by_the_distribution_that_insta
     found = {r.name: r for r in ran.packages}
     assert (found["madeup_tool"].python_calls, found["madeup_tool"].has_code) == (2, True)
     assert (found["madeup_native"].python_calls, found["madeup_native"].has_code) == (0, False)
+    assert (found["madeup_editable"].python_calls, found["madeup_editable"].has_code) == (1, True)
     assert found["numpy"].native_calls >= 1
     assert found["not-installed-here"].version is None
     assert sys.getprofile() is None  # left as it was
@@ -235,6 +289,22 @@ def test_a_watch_counts_the_calls_of_the_projects_own_files_under_its_root(tmp_p
     assert watch.ran()["files"] == {"acme/model.py": 2, "acme/prep.py": 0, "acme/gone.py": 0}
 
 
+def test_what_cannot_be_matched_leaves_an_incomplete_watch_not_a_failed_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib import metadata
+
+    from perfsuite.worker.reach import Watch
+
+    def unreadable(name: str) -> metadata.Distribution:
+        raise OSError("RECORD: permission denied")
+
+    monkeypatch.setattr(metadata, "distribution", unreadable)
+    watch = Watch(Ask(("numpy",)), blind=("compiled",))
+    with watch.watching():
+        sum([1, 2])
+    ran = StepRan.from_json(watch.ran(), "test")
+    assert (ran.complete, ran.error, ran.blind) == (False, "OSError: RECORD: permission denied", ("compiled",))
+
+
 def test_a_step_that_raised_is_no_complete_watch() -> None:
     from perfsuite.worker.reach import Watch
 
@@ -246,12 +316,17 @@ def test_a_step_that_raised_is_no_complete_watch() -> None:
 
 
 @pytest.mark.cpu
-def test_a_case_run_with_the_watch_asked_records_what_its_profile_step_ran() -> None:
-    """Through the worker as a side's server runs it: the environment asks, the record answers."""
+@pytest.mark.parametrize(("strategy", "engine"), [("adamw_8bit", "loop"), ("vanilla", "trainer")])
+def test_a_case_run_with_the_watch_asked_records_what_its_profile_step_ran(strategy: str, engine: str) -> None:
+    """Through the worker as a side's server runs it: the environment asks, the record answers; the
+    Trainer's step runs in a thread of its own, where the watch is set. The same case run unwatched
+    has the same losses, peak and breakdown to the byte."""
     from perfsuite.core.spec import CaseSpec
     from perfsuite.worker.process import run_isolated
 
-    spec = CaseSpec(model="tiny-bert", strategy="adamw_8bit", steps=2, warmup_steps=1, threads=1, device="cpu")
+    spec = CaseSpec(
+        model="tiny-bert", strategy=strategy, engine=engine, steps=2, warmup_steps=1, threads=1, device="cpu"
+    )
     ask = Ask(("transformers", "bitsandbytes", "peft", "not-installed-here"))
     record = run_isolated(spec, timeout_s=300, env={WATCH_ENV: ask.request()})
     assert record.ok, record.error
@@ -259,11 +334,15 @@ def test_a_case_run_with_the_watch_asked_records_what_its_profile_step_ran() -> 
     assert record.step_ran.complete
     found = {r.name: r for r in record.step_ran.packages}
     assert found["transformers"].python_calls > 0
-    assert found["bitsandbytes"].python_calls > 0  # its 8-bit AdamW's step
+    assert (found["bitsandbytes"].python_calls > 0) == (strategy == "adamw_8bit")  # its 8-bit AdamW's step
     assert found["peft"].python_calls == found["peft"].native_calls == 0
     assert found["peft"].has_code
     assert found["not-installed-here"].version is None
     assert json.loads(json.dumps(record.to_json()))["step_ran"]["packages"][0]["name"] == "transformers"
+    plain = run_isolated(spec, timeout_s=300)
+    assert plain.step_ran is None
+    figures = [(r.loss, r.peak_memory_bytes, r.memory_breakdown_bytes) for r in (record, plain)]
+    assert figures[0] == figures[1]
 
 
 def test_the_upgrade_verdict_says_what_no_case_ran_in_its_headline_and_each_package_below(tmp_path: Path) -> None:
@@ -297,13 +376,22 @@ def test_the_upgrade_verdict_says_what_no_case_ran_in_its_headline_and_each_pack
         "verdicts": {"regressed": 0, "improved": 0, "same": 1, "undecided": 0, "cannot test": 0},
     }
     text = markdown(payload)
-    assert "0.49.0 → 0.50.0; no case's step ran bitsandbytes)**" in text.splitlines()[2]
-    assert "- transformers 5.24.0 → 5.25.0: run in the step of 1 of 1 case(s)\n" in text
-    assert "- bitsandbytes 0.49.0 → 0.50.0: run in no case's step (of 1 watched)" in text
+    assert "0.49.0 → 0.50.0; not seen in any case's step: `bitsandbytes`)**" in text.splitlines()[2]
+    assert "- `transformers` 5.24.0 → 5.25.0: called in the watched step of 1 of 1 case(s)\n" in text
+    assert "- `bitsandbytes` 0.49.0 → 0.50.0: seen called in no case's step (of 1 watched)" in text
     (tmp_path / "summary.md").write_text(text)
+    nested = {
+        **payload,
+        "changed_code": {
+            "files": ["acme/m.py"],
+            "functions": [{"file": "acme/m.py", "name": "Net.__init__.inner", "lines": [3, 3]}],
+        },
+    }
+    (tmp_path / "nested.md").write_text(markdown(nested))
+    assert "`acme/m.py:Net.__init__.inner`" in "\n".join(read_summary(tmp_path / "nested.md").lines)
     posted = read_summary(tmp_path / "summary.md")
     assert posted.marker == "<!-- perfsuite-ab cpu -->"
-    assert "- bitsandbytes 0.49.0 → 0.50.0: run in no case's step (of 1 watched)" in "\n".join(posted.lines)
+    assert "- `bitsandbytes` 0.49.0 → 0.50.0: seen called in no case's step (of 1 watched)" in "\n".join(posted.lines)
 
 
 def test_a_side_asks_its_worker_to_watch_only_a_run_with_a_profile_step() -> None:

@@ -23,10 +23,9 @@ from pathlib import Path
 
 from perfsuite.ab import commits
 from perfsuite.ab.envs import Env
-from perfsuite.core.changed_code import ChangedCode, changed_code
+from perfsuite.core.changed_code import ChangedCode, changed_code, python_files
 from perfsuite.core.declaration import find_pyproject
 from perfsuite.core.provenance import untracked
-from perfsuite.core.reach import python_files
 
 WORKING_TREE = "the working tree"
 
@@ -132,22 +131,39 @@ def changes(top: Path, refs: list[str | None], names: list[str], inside: str, wh
     """The project's Python files among ``names`` (the files that differ between the revisions
     ``refs``, from the repository's top; ``inside``: the project's directory from there) and the
     functions the change touches in each: each side's text and the one-file diff, read from git (the
-    working tree's from disk)."""
+    working tree's from disk). A file git cannot read (or whose text is not UTF-8) is watched as a file."""
     base, head = refs
     assert base is not None  # a base is always a commit
+    files = python_files(names, inside)
     sides: dict[str, tuple[str | None, str | None, str]] = {}
-    for name in python_files(names, inside):
+    for name in files:
         path = f"{inside}/{name}" if inside not in ("", ".") else name
-        texts = [_text(top, base, path, what), _text(top, head, path, what)]
-        diff = commits.git(top, "diff", "-U0", "--no-color", "--no-ext-diff", base, *filter(None, [head]), "--", path)
+        try:
+            texts = [_text(top, base, path, what), _text(top, head, path, what)]
+            diff = commits.git(
+                top,
+                "diff",
+                "-U0",
+                "--no-color",
+                "--no-ext-diff",
+                "--no-renames",
+                base,
+                *filter(None, [head]),
+                "--",
+                path,
+                what=what,
+            )
+        except (commits.GitError, UnicodeDecodeError, OSError):
+            continue
         sides[name] = (texts[0], texts[1], diff.stdout if diff.returncode == 0 else "")
-    return changed_code(sides)
+    found = changed_code(sides)  # a file git could not read is watched as a file
+    return ChangedCode(tuple(f for f in files if f not in sides or f in found.files), found.functions)
 
 
 def _text(top: Path, revision: str | None, path: str, what: str) -> str | None:
     """``path`` at ``revision`` (``None``: the working tree), or ``None`` where it is not there."""
     if revision is None:
         file = top / path
-        return file.read_text(errors="replace") if file.is_file() else None
+        return file.read_text() if file.is_file() else None
     shown = commits.git(top, "cat-file", "blob", f"{revision}:{path}", what=what)
     return shown.stdout if shown.returncode == 0 else None

@@ -13,13 +13,28 @@ found where it is. Pure: standard library only.
 from __future__ import annotations
 
 import ast
+import itertools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 MODULE_LEVEL = "(module level)"
 """The name of a file's changed lines outside every function: run when the module is imported."""
+
+_NOT_RUN_BY_CASES = re.compile(r"(^|/)(tests?/|test_[^/]*\.py$|[^/]*_test\.py$|conftest\.py$|setup\.py$|noxfile\.py$)")
+"""Files a project keeps beside the code its cases run: its tests and its packaging."""
+
+
+def python_files(changed: Sequence[str], inside: str = "") -> tuple[str, ...]:
+    """The Python files among ``changed`` (paths from the repository's top) that lie in the project
+    (``inside``: its directory from the top, ``""`` or ``.`` at the top), as paths from the project's
+    directory; its tests and packaging files (``tests/``, ``test_*.py``, ``conftest.py``, ``setup.py``)
+    left out."""
+    prefix = f"{inside.strip('/')}/" if inside.strip("/") not in ("", ".") else ""
+    inner = [n.removeprefix(prefix) for n in changed if n.endswith(".py") and n.startswith(prefix)]
+    return tuple(n for n in inner if not _NOT_RUN_BY_CASES.search(n))
+
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", re.MULTILINE)
 
@@ -41,31 +56,32 @@ def changed_lines(diff: str) -> tuple[set[int], set[int]]:
 class Parsed:
     """A Python file's functions and the lines of its module-level code."""
 
-    functions: dict[str, tuple[int, int]]
-    """Every function by qualified name (a nested one's as Python names it, ``outer.<locals>.inner``):
-    the line its code starts and its last line."""
+    functions: dict[str, tuple[int, int, str]]
+    """Every function by qualified name (a nested one's after its enclosing function's, ``outer.inner``; a
+    name defined again, a property's setter, ``name (2)``): the line its code starts, its last line, and
+    its code as ``ast.dump`` reads it (the same where only comments or layout changed)."""
     module: frozenset[int]
-    """The lines of the statements run when the module is imported (a class body's among them), its
-    functions, docstrings, comments and blank lines aside."""
+    """The lines of the statements run when the module is imported (a class's header and body among
+    them), its functions, docstrings, comments and blank lines aside."""
 
 
 def parse(source: str) -> Parsed | None:
-    """``source``'s :class:`Parsed`; ``None`` where it does not parse."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
-    found: dict[str, tuple[int, int]] = {}
+    """``source``'s :class:`Parsed`; ``None`` where it does not parse (or nests too deep to walk)."""
+    found: dict[str, tuple[int, int, str]] = {}
     module: set[int] = set()
 
     def walk(node: ast.AST, prefix: str, at_import: bool) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 name = f"{prefix}{child.name}"
+                name = next(f"{name} ({n})" if n > 1 else name for n in itertools.count(1) if _free(found, name, n))
                 first = min([d.lineno for d in child.decorator_list] + [child.lineno])
-                found.setdefault(name, (first, child.end_lineno or child.lineno))
-                walk(child, f"{name}.<locals>.", False)
+                found[name] = (first, child.end_lineno or child.lineno, ast.dump(child))
+                walk(child, f"{name}.", False)
             elif isinstance(child, ast.ClassDef):
+                if at_import:  # its decorators, bases and keywords run at import
+                    first = min([d.lineno for d in child.decorator_list] + [child.lineno])
+                    module.update(range(first, child.body[0].lineno))
                 walk(child, f"{prefix}{child.name}.", at_import)
             elif isinstance(child, ast.stmt):
                 docstring = isinstance(child, ast.Expr) and isinstance(child.value, ast.Constant)
@@ -73,8 +89,15 @@ def parse(source: str) -> Parsed | None:
                     module.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
                 walk(child, prefix, at_import)
 
-    walk(tree, "", True)
+    try:
+        walk(ast.parse(source), "", True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
     return Parsed(found, frozenset(module))
+
+
+def _free(found: Mapping[str, Any], name: str, n: int) -> bool:
+    return (f"{name} ({n})" if n > 1 else name) not in found
 
 
 def enclosing(parsed: Parsed, lines: Iterable[int]) -> list[str]:
@@ -83,7 +106,7 @@ def enclosing(parsed: Parsed, lines: Iterable[int]) -> list[str]:
     once, in the order of the lines."""
     named: dict[str, None] = {}
     for line in sorted(lines):
-        holding = [(first, name) for name, (first, last) in parsed.functions.items() if first <= line <= last]
+        holding = [(first, name) for name, (first, last, _) in parsed.functions.items() if first <= line <= last]
         if holding:
             named[max(holding)[1]] = None
         elif line in parsed.module:
@@ -143,12 +166,15 @@ class ChangedCode:
 def changed_code(sides: Mapping[str, tuple[str | None, str | None, str]]) -> ChangedCode:
     """Per Python file (its path from the project's directory): its text on the base and on the
     candidate (``None``: not there) and its one-file ``git diff -U0`` (a file on one side only
-    changes every line of it). A file that parses on neither side is watched as a file alone."""
+    changes every line of it). A file that does not parse on a side is watched as a file alone; one
+    whose code is the same on both sides (its comments or layout changed) is no change."""
     touched: list[ChangedFunction] = []
+    unparsed: list[str] = []
     for file, (old, new, diff) in sides.items():
         parsed = [parse(text) if text is not None else Parsed({}, frozenset()) for text in (old, new)]
         spans = [found for found in parsed if found is not None]
         if len(spans) < 2:  # a side's text does not parse: no function can be named in it
+            unparsed.append(file)
             continue
         removed, added = changed_lines(diff)
         if old is None:
@@ -157,6 +183,10 @@ def changed_code(sides: Mapping[str, tuple[str | None, str | None, str]]) -> Cha
             removed = set(range(1, (old or "").count("\n") + 2))
         names = dict.fromkeys([*enclosing(spans[0], removed), *enclosing(spans[1], added)])
         for name in names:
-            first = [span.functions[name][0] if name in span.functions else None for span in spans]
+            found = [span.functions.get(name) for span in spans]
+            if found[0] is not None and found[1] is not None and found[0][2] == found[1][2]:
+                continue  # only its comments or layout changed: the same code on both sides
+            first = [f[0] if f is not None else None for f in found]
             touched.append(ChangedFunction(file, name, (first[0], first[1])))
-    return ChangedCode(tuple(sides), tuple(touched))
+    changed = {f.file for f in touched}.union(unparsed)  # a file whose code is the same on both sides is none
+    return ChangedCode(tuple(f for f in sides if f in changed), tuple(touched))

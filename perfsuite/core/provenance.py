@@ -42,9 +42,9 @@ def git(root: Path, *args: str) -> str | None:
 
 def files_differ(top: Path, base: str, head: str | None = None) -> list[str] | None:
     """The files of the repository at ``top`` that differ between ``base`` and ``head`` (``None``: the
-    working tree, with its :func:`untracked` files), Python's bytecode caches aside, sorted; ``None``
-    where git cannot tell."""
-    changed = git(top, "diff", "-z", "--name-only", base, *([head] if head is not None else []))
+    working tree, with its :func:`untracked` files), a renamed file's both names, Python's bytecode
+    caches aside, sorted; ``None`` where git cannot tell."""
+    changed = git(top, "diff", "-z", "--name-only", "--no-renames", base, *([head] if head is not None else []))
     added = untracked(top) if head is None else []
     if changed is None or added is None:
         return None

@@ -12,7 +12,8 @@ answer per package or file, and :func:`described` says it in a line.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,10 @@ from perfsuite.core.strategies import OPTIONAL_PACKAGES, STRATEGIES
 
 WATCH_ENV = "PERFSUITE_WATCH"
 """What a worker watches in its profile step, set by a side as :func:`request` writes it."""
+
+
+MOST_WATCHED = 1000
+"""The most files, and the most functions, one request watches."""
 
 
 @dataclass(frozen=True)
@@ -40,8 +45,10 @@ class Ask:
         return bool(self.packages or (self.root and self.files))
 
     def request(self) -> str:
-        """As :data:`WATCH_ENV` carries it."""
-        fields = {"packages": self.packages, "root": self.root, "files": self.files, "functions": self.functions}
+        """As :data:`WATCH_ENV` carries it: at most :data:`MOST_WATCHED` files and as many functions (an
+        environment variable's length is bounded; what is left out reads *not watched*)."""
+        files, functions = self.files[:MOST_WATCHED], self.functions[:MOST_WATCHED]
+        fields = {"packages": self.packages, "root": self.root, "files": files, "functions": functions}
         return json.dumps({k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()})
 
     @classmethod
@@ -64,13 +71,6 @@ def to_watch(a: Mapping[str, str | None], b: Mapping[str, str | None]) -> tuple[
     return tuple(name for name in differing(a, b) if name != "perfsuite")
 
 
-def python_files(changed: Sequence[str], inside: str = "") -> tuple[str, ...]:
-    """The Python files among ``changed`` (paths from the repository's top) that lie in the project
-    (``inside``: its directory from the top, ``""`` at the top), as paths from the project's directory."""
-    prefix = f"{inside.strip('/')}/" if inside.strip("/") not in ("", ".") else ""
-    return tuple(n.removeprefix(prefix) for n in changed if n.endswith(".py") and n.startswith(prefix))
-
-
 @dataclass(frozen=True)
 class Reach:
     """One watched package or file over a comparison's cases."""
@@ -90,6 +90,8 @@ class Reach:
     kind: str = "code"
     """``code`` (a package, a file or a function), or ``module``: a file's module-level code, which a step
     never runs (it runs when the module is imported)."""
+    blind: tuple[tuple[str, int], ...] = ()
+    """Among the cases watched that did not call it, how many had each blind spot (``compiled``, ...)."""
 
     def strategies(self, device_type: str) -> tuple[str, ...]:
         """The built-in strategies that need it (an optional package's) and run on ``device_type``:
@@ -103,12 +105,14 @@ class Reach:
 
 
 def _same_name(a: str, b: str) -> bool:
-    """Two distribution names for one project (PyPI's normalisation: case, ``-``, ``_`` and ``.`` alike)."""
-    return a.lower().replace("_", "-").replace(".", "-") == b.lower().replace("_", "-").replace(".", "-")
+    """Two distribution names for one project (PEP 503: case alike, a run of ``-``, ``_`` and ``.`` one ``-``)."""
+    return re.sub(r"[-_.]+", "-", a).lower() == re.sub(r"[-_.]+", "-", b).lower()
 
 
-def _step(entry: Any) -> StepRan | None:
-    """A side's watched step; what is not one (an old or hand-made file) is none."""
+def _step(case: Any, side: str) -> StepRan | None:
+    """A case's watched step on ``side``; what is not one (an old or hand-made file) is none."""
+    ran = case.get("ran") if isinstance(case, Mapping) else None
+    entry = ran.get(side) if isinstance(ran, Mapping) else None
     try:
         return None if entry is None else StepRan.from_json(entry, "ran")
     except ValueError:
@@ -119,8 +123,9 @@ def reach(cases: Sequence[Mapping[str, Any]], changed: ChangedCode | None = None
     """Per watched package, then per function the change to the project's code touches (``changed``),
     then per watched file no such function names, in the order the records name them: each case's
     ``ran`` (``{"a": ..., "b": ...}``, each a :class:`~perfsuite.core.record.StepRan` as JSON) counted."""
-    steps = [(_step((c.get("ran") or {}).get("a")), _step((c.get("ran") or {}).get("b"))) for c in cases]
+    steps = [(_step(c, "a"), _step(c, "b")) for c in cases]
     done = [a is not None and b is not None and a.complete and b.complete for a, b in steps]
+    blind = [tuple(dict.fromkeys(spot for s in pair if s is not None for spot in s.blind)) for pair in steps]
     packages = dict.fromkeys(p.name for pair in steps for s in pair if s is not None for p in s.packages)
     touched = changed.functions if changed is not None else ()
     named = {f.file for f in touched}
@@ -131,7 +136,8 @@ def reach(cases: Sequence[Mapping[str, Any]], changed: ChangedCode | None = None
         called = [tuple(bool(r and r.python_calls + r.native_calls) for r in pair) for pair in runs]
         versions = [next((r.version for r in (pair[i] for pair in runs) if r is not None), None) for i in (0, 1)]
         code = [r.has_code for pair in runs for r in pair if r is not None and r.has_code is not None]
-        found.append(_counted(name, called, done, (versions[0], versions[1]), any(code) if code else None))
+        asked = [d and all(r is not None for r in pair) for d, pair in zip(done, runs, strict=True)]
+        found.append(_counted(name, called, asked, blind, (versions[0], versions[1]), any(code) if code else None))
     for function in touched:
         if function.name == MODULE_LEVEL:  # run when imported: no step runs it
             found.append(Reach(function.label, None, watched=0, ran=(0, 0), either=0, kind="module"))
@@ -140,10 +146,17 @@ def reach(cases: Sequence[Mapping[str, Any]], changed: ChangedCode | None = None
         called = [
             tuple(bool(s and k and s.functions.get(k)) for s, k in zip(pair, keys, strict=True)) for pair in steps
         ]
-        found.append(_counted(function.label, called, done, None, True))
+        asked = [  # a request past its bound left it out: not watched there
+            d and all(s is not None and (k is None or k in s.functions) for s, k in zip(pair, keys, strict=True))
+            for d, pair in zip(done, steps, strict=True)
+        ]
+        found.append(_counted(function.label, called, asked, blind, None, True))
     for name in files:
         called = [tuple(bool(s and s.files.get(name)) for s in pair) for pair in steps]
-        found.append(_counted(name, called, done, None, True))
+        asked = [
+            d and all(s is not None and name in s.files for s in pair) for d, pair in zip(done, steps, strict=True)
+        ]
+        found.append(_counted(name, called, asked, blind, None, True))
     return found
 
 
@@ -155,9 +168,11 @@ def _counted(
     name: str,
     called: list[tuple[bool, ...]],
     done: list[bool],
+    blind: list[tuple[str, ...]],
     versions: tuple[str | None, str | None] | None,
     has_code: bool | None,
 ) -> Reach:
+    missed = [spots for d, c, spots in zip(done, called, blind, strict=True) if d and not any(c)]
     return Reach(
         name,
         versions,
@@ -165,30 +180,44 @@ def _counted(
         ran=(sum(c[0] for c in called), sum(c[1] for c in called)),
         either=sum(any(c) for c in called),
         has_code=has_code,
+        blind=tuple((spot, sum(spot in spots for spots in missed)) for spot in dict.fromkeys(sum(missed, ()))),
     )
 
 
-def described(found: Reach, cases: int, device_type: str = "cpu") -> str:
-    """``found`` for a reader, out of ``cases`` compared on ``device_type``: in how many cases' steps its
-    code ran; where in none, that no step time covers it (what it leaves for the step, memory or
-    weights, is still compared), or why that cannot be told."""
-    head = found.name
+def described(found: Reach, cases: int, device_type: str = "cpu", name: Callable[[str], str] = str) -> str:
+    """``found`` for a reader, out of ``cases`` compared on ``device_type`` (``name``: how its name is
+    written, markdown's code span in a summary): in how many cases' watched steps it was seen called;
+    where in none, what the watch could not see there, or why it cannot be told."""
+    head = name(found.name)
     if found.versions is not None:
         head += f" {found.versions[0] or 'not installed'} → {found.versions[1] or 'not installed'}"
     if found.kind == "module":
         return f"{head}: changed outside any function, which runs when the module is imported, not in a step"
     if found.either:
         sides = f" (base {found.ran[0]}, candidate {found.ran[1]})" if found.ran[0] != found.ran[1] else ""
-        return f"{head}: run in the step of {found.either} of {cases} case(s){sides}"
+        return f"{head}: called in the watched step of {found.either} of {cases} case(s){sides}"
     if found.has_code is False:
         return f"{head}: ships no code a step shows calling (a native library: what calls it is not seen)"
+    if found.has_code is None:
+        return f"{head}: not seen: no side lists its installed files"
     if not found.watched:
         return f"{head}: not watched (no case's profile step ran to its end on both sides)"
+    spots = ", ".join(f"{spot} in {n}" for spot, n in found.blind)
+    blind = f"; the watch was partly blind ({spots})" if spots else ""
     using = found.strategies(device_type)
     hint = f"; the strategies that run it: {', '.join(using)}" if using else ""
-    return f"{head}: run in no case's step (of {found.watched} watched): no step time here covers it{hint}"
+    return f"{head}: seen called in no case's step (of {found.watched} watched){blind}{hint}"
 
 
 def unreached(found: Sequence[Reach]) -> list[str]:
-    """The watched packages and files no case's step ran, among those a step could show."""
-    return [r.name for r in found if not r.either and r.watched and r.has_code is not False]
+    """The watched packages, functions and files no case's step was seen calling, among those a step could show."""
+    return [r.name for r in found if not r.either and r.watched and r.has_code and r.kind == "code"]
+
+
+def unreached_said(found: Sequence[Reach], shown: int = 3, name: Callable[[str], str] = str) -> str:
+    """:func:`unreached` for a headline: its first ``shown`` names and how many more; ``""`` for none."""
+    names = unreached(found)
+    if not names:
+        return ""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"not seen in any case's step: {', '.join(name(n) for n in names[:shown])}{more}"

@@ -5,7 +5,7 @@ then the table). ``perfsuite report ab.json`` rebuilds them from ``--json``'s fi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ from perfsuite.core.changed_code import ChangedCode
 from perfsuite.core.gates import category_change
 from perfsuite.core.loss import side_by_side
 from perfsuite.core.paired import SAME_CONFIDENCE
-from perfsuite.core.reach import Reach, described, reach, unreached
+from perfsuite.core.reach import Reach, described, reach, unreached, unreached_said
 from perfsuite.core.tolerance import Tolerance
 from perfsuite.reports.explain import html_causes, markdown_causes, marks, notes
 
@@ -107,14 +107,14 @@ def verdict_line(payload: Mapping[str, Any]) -> str:
         head = "no regression called" if undecided else "no regression"
     parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     moved = ", ".join(differing(_versions(payload, "base"), _versions(payload, "candidate")))
-    missed = unreached(_reach(payload))  # what a verdict on these cases cannot speak for
+    missed = unreached_said(_reach(payload), name=code_span)  # what a verdict on these cases cannot speak for
     code = [payload["sides"][name].get("code") for name in ("base", "candidate")]
     changed = f"the project's code {code[0]} → {code[1]}; " if all(code) and code[0] != code[1] else ""
     stopped = ""
     for key, word in (("interrupted", "INTERRUPTED"), ("stopped", "STOPPED")):
         if n := payload.get(key):  # the headline's word said once
             stopped += f"; {n} case(s) unfinished" if head.startswith(word) else f"; {word} with {n} case(s) unfinished"
-    unseen = f"; no case's step ran {', '.join(missed)}" if missed else ""
+    unseen = f"; {missed}" if missed else ""
     return f"{head}: {parts} (base → candidate: {changed}{moved or 'the same versions'}{unseen}){stopped}"
 
 
@@ -122,15 +122,29 @@ def _reach(payload: Mapping[str, Any]) -> list[Reach]:
     return reach(payload.get("cases") or (), ChangedCode.from_json(payload.get("changed_code")))
 
 
-def reach_lines(payload: Mapping[str, Any], most: int | None = None) -> list[str]:
+def reach_lines(payload: Mapping[str, Any], most: int | None = None, name: Callable[[str], str] = str) -> list[str]:
     """Per package, function or file that differs between the sides, what the cases' steps ran of it
-    (:mod:`perfsuite.core.reach`); past ``most`` lines, how many more ``--json`` holds."""
+    (:mod:`perfsuite.core.reach`), what none was seen calling first; past ``most`` lines, how many
+    more ``--json`` holds. ``name``: how a name is written (:func:`code_span` in markdown)."""
     compared = sum(not case["error"] for case in payload["cases"])
     device_type = payload.get("device_type", "cpu")
-    lines = [described(found, compared, device_type) for found in _reach(payload)]
+    found = _reach(payload)
+    missed = set(unreached(found))
+    found.sort(key=lambda r: r.name not in missed)  # stable: each group keeps its order
+    lines = [described(r, compared, device_type, name) for r in found]
     if most is not None and len(lines) > most:
         return [*lines[:most], f"… and {len(lines) - most} more (the comparison's --json holds each case's)"]
     return lines
+
+
+def _reach_markdown(payload: Mapping[str, Any]) -> list[str]:
+    ran = reach_lines(payload, SHOWN_REACH, code_span)
+    return ["", REACH_HEAD, *(f"- {line}" for line in ran)] if ran else []
+
+
+def code_span(name: str) -> str:
+    """``name`` as markdown's code span: ``__init__`` stays itself, and a ``<`` is no tag."""
+    return f"`{name}`"
 
 
 SHOWN_REACH = 30
@@ -203,7 +217,11 @@ def markdown(payload: Mapping[str, Any]) -> str:
         *markdown_causes(payload),
         *_pins_lines(sides["base"]["env"], sides["candidate"]["env"], payload.get("pins")),
         *code_lines(payload),
-        *(["", REACH_HEAD, *(f"- {line}" for line in ran)] if (ran := reach_lines(payload, SHOWN_REACH)) else []),
+        *(
+            ["", REACH_HEAD, *(f"- {line}" for line in ran)]
+            if (ran := reach_lines(payload, SHOWN_REACH, code_span))
+            else []
+        ),
         "",
         _markdown_row(HEADERS),
         "|" + "---|" * len(HEADERS),

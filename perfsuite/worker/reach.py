@@ -17,11 +17,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.machinery
+import json
 import os
 import sys
+import urllib.parse
 from collections.abc import Iterator
 from importlib import metadata
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from perfsuite.core.reach import WATCH_ENV, Ask
@@ -31,17 +33,19 @@ _EXTENSIONS = tuple(s for s in importlib.machinery.EXTENSION_SUFFIXES if s != ".
 ``.so`` is left out, as most of those a wheel ships are libraries no Python code imports."""
 
 
-def asked() -> Watch | None:
-    """The watch this worker's environment asks for (:data:`~perfsuite.core.reach.WATCH_ENV`), if any."""
-    ask = Ask.read(os.environ.get(WATCH_ENV, ""))
-    return Watch(ask) if ask else None
+def asked(blind: tuple[str, ...] = ()) -> Watch | None:
+    """The watch this worker's environment asks for (:data:`~perfsuite.core.reach.WATCH_ENV`), if any,
+    taken out of the environment; ``blind``: what it cannot see of this case's step."""
+    ask = Ask.read(os.environ.pop(WATCH_ENV, ""))
+    return Watch(ask, blind) if ask else None
 
 
 class Watch:
     """The calls of one step, counted by :meth:`watching`; :meth:`ran` says whose code they were."""
 
-    def __init__(self, ask: Ask) -> None:
+    def __init__(self, ask: Ask, blind: tuple[str, ...] = ()) -> None:
         self.ask = ask
+        self.blind = blind
         self.files: dict[tuple[str, int], int] = {}
         """Python calls per function: its code's file, as the code names it, and first line."""
         self.modules: dict[str, int] = {}
@@ -54,13 +58,17 @@ class Watch:
         files, modules = self.files, self.modules
 
         def count(frame: Any, event: str, arg: Any) -> None:
-            if event == "call":
-                code = frame.f_code
-                key = (code.co_filename, code.co_firstlineno)
-                files[key] = files.get(key, 0) + 1
-            elif event == "c_call":
-                owner = getattr(arg, "__module__", None) or type(getattr(arg, "__self__", None)).__module__
-                modules[owner] = modules.get(owner, 0) + 1
+            # An error raised here would surface in the step's own code: none may leave.
+            try:
+                if event == "call":
+                    code = frame.f_code
+                    key = (code.co_filename, code.co_firstlineno)
+                    files[key] = files.get(key, 0) + 1
+                elif event == "c_call":
+                    owner = getattr(arg, "__module__", None) or type(getattr(arg, "__self__", None)).__module__
+                    modules[owner] = modules.get(owner, 0) + 1
+            except Exception:  # noqa: S110 - a call not counted is all it costs
+                pass
 
         before = sys.getprofile()
         sys.setprofile(count)
@@ -71,16 +79,23 @@ class Watch:
         self.complete = True
 
     def ran(self) -> dict[str, Any]:
-        """What the step ran, as a :class:`~perfsuite.core.record.StepRan`'s JSON."""
+        """What the step ran, as a :class:`~perfsuite.core.record.StepRan`'s JSON; where it cannot be
+        told (a package's metadata that does not read), an incomplete watch that says why."""
+        try:
+            return {**self._ran(), "blind": list(self.blind)}
+        except Exception as exc:  # the case's own figures stand whatever this finds
+            return {"complete": False, "error": f"{type(exc).__name__}: {exc}", "blind": list(self.blind)}
+
+    def _ran(self) -> dict[str, Any]:
         python: dict[str, int] = {}
         by_line: dict[tuple[str, int], int] = {}
         real = functools.lru_cache(maxsize=None)(os.path.realpath)
         for (file, line), calls in self.files.items():
             python[real(file)] = python.get(real(file), 0) + calls
-            by_line[real(file), line] = calls
+            by_line[real(file), line] = by_line.get((real(file), line), 0) + calls
         native: dict[str, int] = {}
         for module, calls in self.modules.items():
-            found = _module_file(module)
+            found = _module_file(module) if isinstance(module, str) else None
             if found is not None:
                 native[found] = native.get(found, 0) + calls
         root = os.path.realpath(self.ask.root) if self.ask.root else None
@@ -99,7 +114,16 @@ class Watch:
             dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
             return {"name": name, "version": None}
-        listed = dist.files
+        source = _editable_source(dist)
+        if source is not None:  # its code runs from its source directory, which RECORD does not list
+            inside = [n for f, n in python.items() if f.startswith(source + os.sep)]
+            built = [n for f, n in native.items() if f.startswith(source + os.sep)]
+            calls = {"python_calls": sum(inside), "native_calls": sum(built)}
+            return {"name": name, "version": dist.version, **calls, "has_code": Path(source).is_dir()}
+        try:
+            listed = dist.files
+        except Exception:  # a RECORD that does not read: its files cannot be told
+            listed = None
         root = os.path.realpath(str(dist.locate_file("")))
         code = [f for f in listed or () if _code_file(str(f))]
         owned = {os.path.normpath(f"{root}/{f}") for f in code}
@@ -110,6 +134,19 @@ class Watch:
             "native_calls": sum(n for f, n in native.items() if f in owned),
             "has_code": None if listed is None else any(not _empty_init(f) for f in code),
         }
+
+
+def _editable_source(dist: metadata.Distribution) -> str | None:
+    """The directory an editable install runs its code from (its ``direct_url.json``), if it is one."""
+    try:
+        told = json.loads(dist.read_text("direct_url.json") or "{}")
+        editable = bool(told.get("dir_info", {}).get("editable"))
+        url = str(told.get("url", ""))
+    except (ValueError, AttributeError, TypeError):
+        return None
+    if not editable or not url.startswith("file://"):
+        return None
+    return os.path.realpath(urllib.parse.unquote(urllib.parse.urlparse(url).path))
 
 
 def _code_file(path: str) -> bool:

@@ -80,6 +80,9 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
     # A step that returns a bare loss counts every position of its batch as a real token.
     engine = Driven(built.engine, device_type=device.type, tokens=built.token_positions, where=where)
     out = Timed()
+    # Read (and taken out of the environment) before anything runs: no subprocess a case starts
+    # (a compiler, a rank) inherits what may be a long request.
+    watch = reach.asked(blind=_blind_spots(spec, device.type))
     # Host seconds per phase, each read after waiting for the device (only ever after the
     # timed steps' timer has been read: nothing of this runs while steps are timed).
     mark = time.perf_counter()
@@ -128,8 +131,7 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
     if bad is not None:
         raise NonFiniteLoss(f"loss is {losses[bad]} at optimizer step {bad} (of 0-{len(losses) - 1})")
     out.micro_batches = engine.micro_batches(len(losses))
-    watch = reach.asked()  # perfsuite ab: which of the packages that differ between its sides a step runs
-    if watch is not None:
+    if watch is not None:  # perfsuite ab: what the profile's step runs of the code that differs between its sides
         engine.watch_next_step(watch.watching())  # the memory profile's step, or the FLOP count's
     if spec.profile:
         # The FLOPs are counted in the memory profile's step, whose peak that leaves as it is (no
@@ -152,7 +154,7 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
             out.flops = flop_cache.counted(key, found)
         phase("flop_count")
     if watch is not None:
-        out.ran = watch.ran()
+        out.ran = watch.ran()  # never raises: what it cannot match is left out, said by its record
     return out
 
 
@@ -165,3 +167,9 @@ def _flop_key(spec: CaseSpec, built: Built) -> str | None:
     return flop_cache.cache_key(
         spec, initial_weights=built.initial_weights, device_type=device.type, device_name=device.name
     )
+
+
+def _blind_spots(spec: CaseSpec, device_type: str) -> tuple[str, ...]:
+    """What a watch of this case's step cannot see (:mod:`perfsuite.worker.reach`)."""
+    spots = ["compiled"] if spec.strategy_spec.compile else []
+    return (*spots, *(["backward on the GPU"] if device_type == "cuda" else []))
