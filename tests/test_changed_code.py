@@ -62,12 +62,13 @@ def test_a_name_defined_again_is_numbered_and_a_deep_file_is_no_functions() -> N
 
 
 def test_a_change_to_comments_or_layout_alone_names_no_function() -> None:
-    head = BASE.replace("def build(seed):", "def build(seed):  # the seed sets the weights").replace(
+    head = BASE.replace("def build(seed):", 'def build(seed):  # the seed sets the weights\n    """Seeded."""').replace(
         "    return seed\n", "    return (seed)\n"
     )
-    changed = changed_code({"acme/model.py": (BASE, head, "@@ -8,2 +8,2 @@\n")})
+    changed = changed_code({"acme/model.py": (BASE, head, "@@ -8,2 +8,3 @@\n")})
     assert changed.functions == ()
     assert changed.files == ()  # nothing to watch: no code changed
+    assert changed.same == ("acme/model.py",)  # said as such
 
 
 def test_a_change_names_its_functions_on_each_side_where_they_are_there() -> None:

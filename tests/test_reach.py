@@ -68,10 +68,11 @@ def test_a_package_no_step_ran_says_the_verdicts_say_nothing_of_it_and_where_it_
     assert unreached(found) == ["bitsandbytes"]
     said = described(found[0], 3, device_type="cpu")
     assert said.startswith(
-        "bitsandbytes 0.49.0 → 0.50.0: seen called in no case's step (of 3 watched); the strategies that run it:"
+        "bitsandbytes 0.49.0 → 0.50.0: seen called in no case's step (of 3 watched); built-in strategies that use it:"
     )
     assert "adamw_8bit" in said
-    assert "qlora" not in said  # the strategies that run it here: QLoRA needs a GPU
+    assert "qlora" not in said  # the strategies that use it here: QLoRA needs a GPU
+    assert said.endswith("(with an engine that applies them)")  # a team's own engine may refuse them
     assert "qlora" in described(found[0], 3, device_type="cuda")
 
 
@@ -117,24 +118,28 @@ def test_the_functions_a_change_touches_are_counted_on_each_side_at_their_own_li
     from perfsuite.core.changed_code import MODULE_LEVEL, ChangedCode, ChangedFunction
 
     changed = ChangedCode(
-        ("acme/model.py", "acme/engine.py"),
+        ("acme/model.py", "acme/engine.py", "acme/export.py"),
         (
             ChangedFunction("acme/model.py", "Net.forward", (12, 14)),  # moved down two lines
             ChangedFunction("acme/model.py", MODULE_LEVEL, (None, None)),
             ChangedFunction("acme/engine.py", "Engine.__init__", (None, 9)),  # added
+            ChangedFunction("acme/export.py", MODULE_LEVEL, (None, None)),  # a new module nothing imports
         ),
+        same=("acme/data.py",),  # its docstrings alone changed
     )
-    step_a = _step([], {"acme/model.py": 40, "acme/engine.py": 5}, functions={"acme/model.py:12": 2})
-    step_b = _step(
-        [], {"acme/model.py": 40, "acme/engine.py": 5}, functions={"acme/model.py:14": 2, "acme/engine.py:9": 0}
-    )
+    files = {"acme/model.py": 40, "acme/engine.py": 5, "acme/export.py": 0}
+    imported = ["acme/model.py", "acme/engine.py"]
+    step_a = {**_step([], files, functions={"acme/model.py:12": 2}), "imported": imported}
+    step_b = {**_step([], files, functions={"acme/model.py:14": 2, "acme/engine.py:9": 0}), "imported": imported}
     found = reach([_case(step_a, step_b)], changed)
     said = [described(r, 1) for r in found]
+    module = "changed outside any function, which runs when the module is imported, not in a step"
     assert said == [
         "acme/model.py:Net.forward: called in the watched step of 1 of 1 case(s)",
-        "acme/model.py (module level): changed outside any function, which runs when the module is imported, "
-        "not in a step",
+        f"acme/model.py (module level): {module} (imported in 1 of 1 case(s))",
         "acme/engine.py:Engine.__init__: seen called in no case's step (of 1 watched)",
+        f"acme/export.py (module level): {module}; no case imported it (of 1 watched)",
+        "acme/data.py: only comments, docstrings or layout changed: no code to watch",
     ]  # a file whose functions are named is not said again as a file
     assert unreached(found) == ["acme/engine.py:Engine.__init__"]
 
@@ -255,7 +260,7 @@ def test_a_watch_counts_python_and_compiled_calls_by_the_distribution_that_insta
     from perfsuite.worker.reach import Watch
 
     names = ("madeup_tool", "madeup_native", "madeup_editable", "numpy", "not-installed-here")
-    watch = Watch(Ask(names, str(installed), ("x.py",)))
+    watch = Watch(Ask(names, str(installed), ("madeup_tool/work.py", "x.py")))
     with watch.watching():
         madeup_editable.run()
         madeup_tool.work.go()
@@ -263,7 +268,8 @@ def test_a_watch_counts_python_and_compiled_calls_by_the_distribution_that_insta
         numpy.zeros(3)  # a built-in numpy defines: a compiled call
     ran = StepRan.from_json(watch.ran(), "test")
     assert ran.complete
-    assert ran.files == {"x.py": 0}
+    assert ran.files == {"madeup_tool/work.py": 2, "x.py": 0}
+    assert ran.imported == ("madeup_tool/work.py",)  # a module was imported from it; none from x.py
     found = {r.name: r for r in ran.packages}
     assert (found["madeup_tool"].python_calls, found["madeup_tool"].has_code) == (2, True)
     assert (found["madeup_native"].python_calls, found["madeup_native"].has_code) == (0, False)

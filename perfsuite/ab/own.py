@@ -157,7 +157,7 @@ def changes(top: Path, refs: list[str | None], names: list[str], inside: str, wh
             continue
         sides[name] = (texts[0], texts[1], diff.stdout if diff.returncode == 0 else "")
     found = changed_code(sides)  # a file git could not read is watched as a file
-    return ChangedCode(tuple(f for f in files if f not in sides or f in found.files), found.functions)
+    return ChangedCode(tuple(f for f in files if f not in sides or f in found.files), found.functions, found.same)
 
 
 def _text(top: Path, revision: str | None, path: str, what: str) -> str | None:

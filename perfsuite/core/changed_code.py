@@ -13,6 +13,7 @@ found where it is. Pure: standard library only.
 from __future__ import annotations
 
 import ast
+import copy
 import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -59,7 +60,8 @@ class Parsed:
     functions: dict[str, tuple[int, int, str]]
     """Every function by qualified name (a nested one's after its enclosing function's, ``outer.inner``; a
     name defined again, a property's setter, ``name (2)``): the line its code starts, its last line, and
-    its code as ``ast.dump`` reads it (the same where only comments or layout changed)."""
+    its code as ``ast.dump`` reads it, docstrings left out (the same where only comments, docstrings or
+    layout changed)."""
     module: frozenset[int]
     """The lines of the statements run when the module is imported (a class's header and body among
     them), its functions, docstrings, comments and blank lines aside."""
@@ -76,7 +78,7 @@ def parse(source: str) -> Parsed | None:
                 name = f"{prefix}{child.name}"
                 name = next(f"{name} ({n})" if n > 1 else name for n in itertools.count(1) if _free(found, name, n))
                 first = min([d.lineno for d in child.decorator_list] + [child.lineno])
-                found[name] = (first, child.end_lineno or child.lineno, ast.dump(child))
+                found[name] = (first, child.end_lineno or child.lineno, _code(child))
                 walk(child, f"{name}.", False)
             elif isinstance(child, ast.ClassDef):
                 if at_import:  # its decorators, bases and keywords run at import
@@ -84,8 +86,7 @@ def parse(source: str) -> Parsed | None:
                     module.update(range(first, child.body[0].lineno))
                 walk(child, f"{prefix}{child.name}.", at_import)
             elif isinstance(child, ast.stmt):
-                docstring = isinstance(child, ast.Expr) and isinstance(child.value, ast.Constant)
-                if at_import and not docstring:
+                if at_import and not _docstring(child):
                     module.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
                 walk(child, prefix, at_import)
 
@@ -94,6 +95,20 @@ def parse(source: str) -> Parsed | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return Parsed(found, frozenset(module))
+
+
+def _code(node: ast.AST) -> str:
+    """``node``'s code as ``ast.dump`` reads it, without the docstrings of the functions and classes in it."""
+    bare = copy.deepcopy(node)
+    for inner in ast.walk(bare):
+        body = getattr(inner, "body", None)
+        if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body and _docstring(body[0]):
+            inner.body = body[1:] or [ast.Pass()]
+    return ast.dump(bare)
+
+
+def _docstring(node: ast.AST) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
 
 
 def _free(found: Mapping[str, Any], name: str, n: int) -> bool:
@@ -139,19 +154,22 @@ class ChangedCode:
 
     files: tuple[str, ...] = ()
     functions: tuple[ChangedFunction, ...] = ()
+    same: tuple[str, ...] = ()
+    """Files whose code is the same on both sides (only comments, docstrings or layout changed)."""
 
     def watched(self, side: int) -> tuple[str, ...]:
         """What side ``side`` (0: base, 1: candidate) watches of the functions: ``file:line`` each."""
         return tuple(f"{f.file}:{f.lines[side]}" for f in self.functions if f.lines[side] is not None)
 
     def as_json(self) -> dict[str, Any]:
-        return {"files": list(self.files), "functions": [f.as_json() for f in self.functions]}
+        return {"files": list(self.files), "functions": [f.as_json() for f in self.functions], "same": list(self.same)}
 
     @classmethod
     def from_json(cls, data: Any) -> ChangedCode | None:
         """:meth:`as_json`'s object; ``None`` for anything else (a results file is data)."""
         try:
             files = tuple(str(f) for f in data["files"] if isinstance(f, str))
+            same = tuple(str(f) for f in data.get("same") or () if isinstance(f, str))
             touched = []
             for item in data["functions"]:
                 a, b = item["lines"]
@@ -160,7 +178,7 @@ class ChangedCode:
                 touched.append(ChangedFunction(str(item["file"]), str(item["name"]), (a, b)))
         except (TypeError, KeyError, ValueError):
             return None
-        return cls(files, tuple(touched))
+        return cls(files, tuple(touched), same)
 
 
 def changed_code(sides: Mapping[str, tuple[str | None, str | None, str]]) -> ChangedCode:
@@ -189,4 +207,5 @@ def changed_code(sides: Mapping[str, tuple[str | None, str | None, str]]) -> Cha
             first = [f[0] if f is not None else None for f in found]
             touched.append(ChangedFunction(file, name, (first[0], first[1])))
     changed = {f.file for f in touched}.union(unparsed)  # a file whose code is the same on both sides is none
-    return ChangedCode(tuple(f for f in sides if f in changed), tuple(touched))
+    files = tuple(f for f in sides if f in changed)
+    return ChangedCode(files, tuple(touched), tuple(f for f in sides if f not in changed))

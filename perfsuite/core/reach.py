@@ -88,8 +88,9 @@ class Reach:
     has_code: bool | None = True
     """Whether either side's copy ships code a step could show calling (``None``: neither lists its files)."""
     kind: str = "code"
-    """``code`` (a package, a file or a function), or ``module``: a file's module-level code, which a step
-    never runs (it runs when the module is imported)."""
+    """``code`` (a package, a file or a function); ``module``: a file's module-level code, which a step
+    never runs (it runs when the module is imported: ``ran`` counts the cases that imported it);
+    ``same``: a file whose code is the same on both sides."""
     blind: tuple[tuple[str, int], ...] = ()
     """Among the cases watched that did not call it, how many had each blind spot (``compiled``, ...)."""
 
@@ -139,8 +140,9 @@ def reach(cases: Sequence[Mapping[str, Any]], changed: ChangedCode | None = None
         asked = [d and all(r is not None for r in pair) for d, pair in zip(done, runs, strict=True)]
         found.append(_counted(name, called, asked, blind, (versions[0], versions[1]), any(code) if code else None))
     for function in touched:
-        if function.name == MODULE_LEVEL:  # run when imported: no step runs it
-            found.append(Reach(function.label, None, watched=0, ran=(0, 0), either=0, kind="module"))
+        if function.name == MODULE_LEVEL:  # run when imported: no step runs it; which cases imported it
+            imported = [tuple(bool(s and function.file in s.imported) for s in pair) for pair in steps]
+            found.append(_counted(function.label, imported, done, blind, None, True, kind="module"))
             continue
         keys = [f"{function.file}:{line}" if line is not None else None for line in function.lines]
         called = [
@@ -151,6 +153,8 @@ def reach(cases: Sequence[Mapping[str, Any]], changed: ChangedCode | None = None
             for d, pair in zip(done, steps, strict=True)
         ]
         found.append(_counted(function.label, called, asked, blind, None, True))
+    for name in changed.same if changed is not None else ():
+        found.append(Reach(name, None, watched=0, ran=(0, 0), either=0, kind="same"))
     for name in files:
         called = [tuple(bool(s and s.files.get(name)) for s in pair) for pair in steps]
         asked = [
@@ -171,6 +175,7 @@ def _counted(
     blind: list[tuple[str, ...]],
     versions: tuple[str | None, str | None] | None,
     has_code: bool | None,
+    kind: str = "code",
 ) -> Reach:
     missed = [spots for d, c, spots in zip(done, called, blind, strict=True) if d and not any(c)]
     return Reach(
@@ -180,6 +185,7 @@ def _counted(
         ran=(sum(c[0] for c in called), sum(c[1] for c in called)),
         either=sum(any(c) for c in called),
         has_code=has_code,
+        kind=kind,
         blind=tuple((spot, sum(spot in spots for spots in missed)) for spot in dict.fromkeys(sum(missed, ()))),
     )
 
@@ -191,8 +197,13 @@ def described(found: Reach, cases: int, device_type: str = "cpu", name: Callable
     head = name(found.name)
     if found.versions is not None:
         head += f" {found.versions[0] or 'not installed'} → {found.versions[1] or 'not installed'}"
+    if found.kind == "same":
+        return f"{head}: only comments, docstrings or layout changed: no code to watch"
     if found.kind == "module":
-        return f"{head}: changed outside any function, which runs when the module is imported, not in a step"
+        said = f"{head}: changed outside any function, which runs when the module is imported, not in a step"
+        if found.either:
+            return f"{said} (imported in {found.either} of {cases} case(s))"
+        return f"{said}; no case imported it (of {found.watched} watched)" if found.watched else said
     if found.either:
         sides = f" (base {found.ran[0]}, candidate {found.ran[1]})" if found.ran[0] != found.ran[1] else ""
         return f"{head}: called in the watched step of {found.either} of {cases} case(s){sides}"
@@ -205,7 +216,7 @@ def described(found: Reach, cases: int, device_type: str = "cpu", name: Callable
     spots = ", ".join(f"{spot} in {n}" for spot, n in found.blind)
     blind = f"; the watch was partly blind ({spots})" if spots else ""
     using = found.strategies(device_type)
-    hint = f"; the strategies that run it: {', '.join(using)}" if using else ""
+    hint = f"; built-in strategies that use it: {', '.join(using)} (with an engine that applies them)" if using else ""
     return f"{head}: seen called in no case's step (of {found.watched} watched){blind}{hint}"
 
 

@@ -114,6 +114,8 @@ class StepRan(JsonObject):
     """Calls of the Python functions of each watched file of the project's own (its path in the project)."""
     functions: Mapping[str, int] = from_key(values_of(integer), EMPTY)
     """Calls of each watched function of those files, as ``file:line`` (the line its code starts at)."""
+    imported: tuple[str, ...] = from_key(list_of(text), ())
+    """Which of those files a module of the step's process had been imported from by the step's end."""
     blind: tuple[str, ...] = from_key(list_of(text), ())
     """What the watch could not see of this step (``compiled``: what torch.compile inlined runs as no
     Python call; ``backward on the GPU``: autograd runs it in a thread of its own)."""

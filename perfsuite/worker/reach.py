@@ -106,8 +106,16 @@ class Watch:
                 name, _, first = function.rpartition(":")
                 if first.isdigit():
                     functions[function] = by_line.get((os.path.normpath(f"{root}/{name}"), int(first)), 0)
+        loaded = {real(file) for file in _module_files()} if files else set()
+        imported = [name for name in files if os.path.normpath(f"{root}/{name}") in loaded]
         packages = [self._one(name, python, native) for name in self.ask.packages]
-        return {"complete": self.complete, "packages": packages, "files": files, "functions": functions}
+        return {
+            "complete": self.complete,
+            "packages": packages,
+            "files": files,
+            "functions": functions,
+            "imported": imported,
+        }
 
     def _one(self, name: str, python: dict[str, int], native: dict[str, int]) -> dict[str, Any]:
         try:
@@ -158,6 +166,19 @@ def _empty_init(file: metadata.PackagePath) -> bool:
     """An empty ``__init__.py`` (as RECORD sizes it): what a wheel of native libraries alone ships
     (``nvidia/cudnn/__init__.py``), with nothing in it to call."""
     return PurePosixPath(str(file)).name == "__init__.py" and file.size == 0
+
+
+def _module_files() -> list[str]:
+    """The file of every module this process has imported (a module object that will not say: none)."""
+    found = []
+    for module in list(sys.modules.values()):
+        try:
+            file = getattr(module, "__file__", None)
+        except Exception:  # noqa: S112 - a lazy module's loader may raise: it says nothing of the watched files
+            continue
+        if isinstance(file, str):
+            found.append(file)
+    return found
 
 
 def _module_file(module: str) -> str | None:
