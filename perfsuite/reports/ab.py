@@ -30,9 +30,12 @@ def _time(case: Mapping[str, Any]) -> tuple[str, str]:
         # Stopped before its first look: the pairs' geometric mean, with no interval and no verdict.
         mean = math.exp(sum(map(math.log, ratios)) / len(ratios))
         return f"{mean:.3f} before the first look", f"{len(ratios)} {case.get('mode', '')}".strip()
+    pairs = f"{t['pairs']} {case.get('mode', '')}".strip()
+    if t["low"] in (None, 0) and t["high"] is None:  # too few pairs for the confidence: nothing bounds it yet
+        return f"{t['ratio']:.3f} (too few pairs to bound it) {t['verdict']}", pairs
     low = "0" if t["low"] in (None, 0) else f"{t['low']:.3f}"
     high = "∞" if t["high"] is None else f"{t['high']:.3f}"
-    return f"{t['ratio']:.3f} [{low}, {high}] {t['verdict']}", f"{t['pairs']} {case.get('mode', '')}".strip()
+    return f"{t['ratio']:.3f} [{low}, {high}] {t['verdict']}", pairs
 
 
 def _memory(case: Mapping[str, Any]) -> tuple[str, str]:
@@ -53,7 +56,8 @@ def rows(payload: Mapping[str, Any]) -> list[list[str]]:
     noted = marks(payload)
     for case in payload["cases"]:
         if case["error"]:
-            out.append([case["case"], case["verdict"], case["error"][:80], "—", "—", "—", "—"])
+            error = case["error"] if len(case["error"]) <= 200 else case["error"][:199] + "…"
+            out.append([case["case"], case["verdict"], error, "—", "—", "—", "—"])
             continue
         time_cell, pairs = _time(case)
         verdict = case["verdict"]
