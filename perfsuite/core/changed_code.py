@@ -75,8 +75,11 @@ def parse(source: str) -> Parsed | None:
     def walk(node: ast.AST, prefix: str, at_import: bool) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                name = f"{prefix}{child.name}"
-                name = next(f"{name} ({n})" if n > 1 else name for n in itertools.count(1) if _free(found, name, n))
+                name = given = f"{prefix}{child.name}"
+                for n in itertools.count(2):  # a name defined again: numbered in the order of definition
+                    if name not in found:
+                        break
+                    name = f"{given} ({n})"
                 first = min([d.lineno for d in child.decorator_list] + [child.lineno])
                 found[name] = (first, child.end_lineno or child.lineno, _code(child))
                 walk(child, f"{name}.", False)
@@ -109,10 +112,6 @@ def _code(node: ast.AST) -> str:
 
 def _docstring(node: ast.AST) -> bool:
     return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-
-
-def _free(found: Mapping[str, Any], name: str, n: int) -> bool:
-    return (f"{name} ({n})" if n > 1 else name) not in found
 
 
 def enclosing(parsed: Parsed, lines: Iterable[int]) -> list[str]:

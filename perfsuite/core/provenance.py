@@ -31,6 +31,16 @@ def library_versions() -> dict[str, str | None]:
     return versions
 
 
+def direct_url(dist: metadata.Distribution) -> dict[str, Any]:
+    """An installed distribution's ``direct_url.json`` (PEP 610: an editable install's or a VCS
+    install's source); ``{}`` where it has none, or one that is not a JSON object."""
+    try:
+        found = json.loads(dist.read_text("direct_url.json") or "{}")
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 def git(root: Path, *args: str) -> str | None:
     """``git args`` in ``root``, its output stripped; ``None`` outside a repository or without git."""
     try:

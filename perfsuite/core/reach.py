@@ -12,10 +12,11 @@ answer per package or file, and :func:`described` says it in a line.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from packaging.utils import canonicalize_name
 
 from perfsuite.core.changed_code import MODULE_LEVEL, ChangedCode
 from perfsuite.core.pooled import differing
@@ -97,17 +98,14 @@ class Reach:
     def strategies(self, device_type: str) -> tuple[str, ...]:
         """The built-in strategies that need it (an optional package's) and run on ``device_type``:
         where a case would run its code."""
-        modules = {p.module for p in OPTIONAL_PACKAGES if _same_name(p.distribution, self.name)}
+        modules = {
+            p.module for p in OPTIONAL_PACKAGES if canonicalize_name(p.distribution) == canonicalize_name(self.name)
+        }
         return tuple(
             s.name
             for s in STRATEGIES.values()
             if modules & set(s.requires) and (device_type != "cpu" or s.gpu_only is None)
         )
-
-
-def _same_name(a: str, b: str) -> bool:
-    """Two distribution names for one project (PEP 503: case alike, a run of ``-``, ``_`` and ``.`` one ``-``)."""
-    return re.sub(r"[-_.]+", "-", a).lower() == re.sub(r"[-_.]+", "-", b).lower()
 
 
 def _step(case: Any, side: str) -> StepRan | None:

@@ -45,7 +45,7 @@ from perfsuite.core.cache import cache_root
 from perfsuite.core.hardware import time_class
 from perfsuite.core.preloads import ENV as PRELOAD_ENV
 from perfsuite.core.preloads import MODEL_CLASSES_ENV
-from perfsuite.core.provenance import LIBRARIES
+from perfsuite.core.provenance import LIBRARIES, direct_url
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.strategies import OPTIONAL_PACKAGES
 from perfsuite.worker.duet import CPUS, PEER, READY, STOP
@@ -89,10 +89,7 @@ def stack() -> dict[str, str | None]:
         versions[name] = dist.version
         if name == "perfsuite":
             continue
-        try:
-            direct = json.loads(dist.read_text("direct_url.json") or "{}")
-        except ValueError:
-            direct = {}
+        direct = direct_url(dist)
         if (direct.get("dir_info") or {}).get("editable"):
             versions[name] = EDITABLE
         elif direct.get("vcs_info"):  # a git install keeps one version across commits

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.machinery
-import json
 import os
 import sys
 import urllib.parse
@@ -26,6 +25,7 @@ from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from perfsuite.core.provenance import direct_url
 from perfsuite.core.reach import WATCH_ENV, Ask
 
 _EXTENSIONS = tuple(s for s in importlib.machinery.EXTENSION_SUFFIXES if s != ".so")
@@ -146,12 +146,9 @@ class Watch:
 
 def _editable_source(dist: metadata.Distribution) -> str | None:
     """The directory an editable install runs its code from (its ``direct_url.json``), if it is one."""
-    try:
-        told = json.loads(dist.read_text("direct_url.json") or "{}")
-        editable = bool(told.get("dir_info", {}).get("editable"))
-        url = str(told.get("url", ""))
-    except (ValueError, AttributeError, TypeError):
-        return None
+    told = direct_url(dist)
+    editable = isinstance(told.get("dir_info"), dict) and bool(told["dir_info"].get("editable"))
+    url = str(told.get("url", ""))
     if not editable or not url.startswith("file://"):
         return None
     return os.path.realpath(urllib.parse.unquote(urllib.parse.urlparse(url).path))
