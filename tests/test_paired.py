@@ -12,6 +12,7 @@ from perfsuite.core.paired import (
     SPREAD,
     Schedule,
     alarm_looks,
+    bounded,
     case_confidence,
     decide,
     hodges_lehmann,
@@ -244,3 +245,12 @@ def test_ab_makes_no_look_before_its_first_alarm_look() -> None:
     assert set(schedule.alarms) <= set(schedule.looks())
     assert schedule.judge(_pairs(0.0, 0.005, 7, seed=5)) is None
     assert schedule_for(35, floor=0.03, alpha=0.05, first=3, cap=3).looks() == [3]  # --pairs 3 --max-pairs 3
+
+
+def test_an_interval_too_few_pairs_bound_is_said_so_not_printed_as_zero_to_infinity() -> None:
+    assert bounded(1.01, 0.0, math.inf) == "1.010 (too few pairs to bound it)"
+    assert bounded(1.01, None, None) == "1.010 (too few pairs to bound it)"  # as a results file holds it
+    assert bounded(1.01, 0.0, 1.2) == "1.010 [0, 1.200]"
+    assert bounded(1.01, 0.982, 1.044) == "1.010 [0.982, 1.044]"
+    few = decide([0.01, 0.02], floor=0.03, confidence=0.95)
+    assert few.said() == f"{few.ratio:.3f} (too few pairs to bound it)"

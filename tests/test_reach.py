@@ -14,7 +14,17 @@ from typing import Any
 import pytest
 
 from perfsuite.core.changed_code import python_files
-from perfsuite.core.reach import MOST_WATCHED, WATCH_ENV, Ask, Reach, described, reach, to_watch, unreached
+from perfsuite.core.reach import (
+    MOST_WATCHED,
+    WATCH_ENV,
+    Ask,
+    Reach,
+    described,
+    reach,
+    to_watch,
+    unreached,
+    unreached_said,
+)
 from perfsuite.core.record import PackageRun, StepRan
 
 
@@ -144,6 +154,49 @@ def test_the_functions_a_change_touches_are_counted_on_each_side_at_their_own_li
     assert unreached(found) == ["acme/engine.py:Engine.__init__"]
 
 
+def test_what_only_the_build_ran_is_said_so_and_is_no_code_the_cases_missed() -> None:
+    """An engine's ``__init__`` runs when the case is built: what it builds (a buffer kept) is in the
+    figures, so it is not named among the code no case ran. Each side's build is read at that side's
+    own line of the function."""
+    from perfsuite.core.changed_code import ChangedCode, ChangedFunction
+
+    changed = ChangedCode(
+        ("acme/engine.py",),
+        (
+            ChangedFunction("acme/engine.py", "Engine.__init__", (8, 9)),
+            ChangedFunction("acme/engine.py", "Engine.export", (20, 21)),
+        ),
+    )
+    functions = {
+        "a": {"acme/engine.py:8": 0, "acme/engine.py:20": 0},
+        "b": {"acme/engine.py:9": 0, "acme/engine.py:21": 0},
+    }
+    built = {"a": {"acme/engine.py:8": 1, "acme/engine.py:20": 0}, "b": {"acme/engine.py:9": 1, "acme/engine.py:20": 4}}
+    sides = [
+        {
+            **_step([_run("tokenizers")], {"acme/engine.py": 3}, functions=functions[side]),
+            "built": {"functions": built[side]},
+        }
+        for side in "ab"
+    ]
+    found = reach([_case(sides[0], sides[1])], changed)
+    assert [described(r, 1) for r in found] == [
+        "tokenizers 1.0 → 1.0: seen called in no case's build or step (of 1 watched)",
+        "acme/engine.py:Engine.__init__: called while the case was built (1 of 1 case(s)), in no case's watched "
+        "step (of 1): what it built is in the figures, its own time is not a step's",
+        # the candidate's build called what starts at the base's line of export: not export there
+        "acme/engine.py:Engine.export: seen called in no case's build or step (of 1 watched)",
+    ]
+    assert unreached(found) == ["tokenizers", "acme/engine.py:Engine.export"]
+    assert unreached_said(found) == "not seen in any case's build or step: tokenizers, acme/engine.py:Engine.export"
+    # A side whose perfsuite watched the step alone: what is said is of the step alone.
+    older = reach(
+        [_case(sides[0], _step([_run("tokenizers")], {"acme/engine.py": 3}, functions=functions["b"]))], changed
+    )
+    assert described(older[0], 1) == "tokenizers 1.0 → 1.0: seen called in no case's step (of 1 watched)"
+    assert older[1].built == 1
+
+
 def test_a_long_list_is_cut_in_the_summary_saying_where_the_rest_is() -> None:
     from perfsuite.reports.ab import reach_lines
 
@@ -181,8 +234,6 @@ def test_a_request_past_its_bound_leaves_the_rest_unwatched_not_uncalled() -> No
 
 
 def test_the_headline_names_three_and_counts_the_rest() -> None:
-    from perfsuite.core.reach import unreached_said
-
     files = {f"acme/f{i}.py": 0 for i in range(5)}
     found = reach([_case(_step([], files), _step([], files))])
     assert unreached_said(found) == "not seen in any case's step: acme/f0.py, acme/f1.py, acme/f2.py and 2 more"
@@ -222,7 +273,11 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     """Two made-up distributions on the path: one with a module, one of native libraries alone."""
     site = tmp_path / "site"
     for dist, files in {
-        "madeup_tool": {"madeup_tool/__init__.py": "", "madeup_tool/work.py": "def go():\n    return 1\n"},
+        "madeup_tool": {
+            "madeup_tool/__init__.py": "",
+            "madeup_tool/work.py": "def go():\n    return 1\n",
+            "madeup_tool/eager.py": "from madeup_tool.work import go\n\nVALUE = go()\n",
+        },
         "madeup_native": {"madeup_native/__init__.py": "", "madeup_native/lib/libthing.so.12": ""},
     }.items():
         for name, text in files.items():
@@ -277,6 +332,40 @@ def test_a_watch_counts_python_and_compiled_calls_by_the_distribution_that_insta
     assert found["numpy"].native_calls >= 1
     assert found["not-installed-here"].version is None
     assert sys.getprofile() is None  # left as it was
+
+
+def test_a_watched_build_is_counted_apart_from_the_step_and_an_import_is_no_call(installed: Path) -> None:
+    """What a module runs as it is imported (here a call of ``go``) is an import, not a use: a build
+    that imports a package to ask what it is has not used it."""
+    import madeup_tool.work
+
+    from perfsuite.worker.reach import Watch
+
+    watch = Watch(Ask(("madeup_tool",), str(installed), ("madeup_tool/work.py",), ("madeup_tool/work.py:1",)))
+    with watch.building():
+        import madeup_tool.eager  # noqa: F401 - imported for what its import runs
+    assert watch.ran()["built"] == {
+        "packages": {"madeup_tool": 0},
+        "files": {"madeup_tool/work.py": 0},
+        "functions": {"madeup_tool/work.py:1": 0},
+    }
+    with watch.building():
+        madeup_tool.work.go()
+    with watch.watching():
+        pass
+    ran = StepRan.from_json(watch.ran(), "test")
+    assert ran.built is not None
+    assert (ran.built.packages, ran.built.files, ran.built.functions) == (
+        {"madeup_tool": 1},
+        {"madeup_tool/work.py": 1},
+        {"madeup_tool/work.py:1": 1},
+    )
+    assert (ran.packages[0].python_calls, ran.files, ran.functions) == (
+        0,
+        {"madeup_tool/work.py": 0},
+        {"madeup_tool/work.py:1": 0},
+    )
+    assert sys.getprofile() is None
 
 
 def test_a_watch_counts_the_calls_of_the_projects_own_files_under_its_root(tmp_path: Path) -> None:
@@ -338,6 +427,10 @@ def test_a_case_run_with_the_watch_asked_records_what_its_profile_step_ran(strat
     assert record.ok, record.error
     assert record.step_ran is not None
     assert record.step_ran.complete
+    built = record.step_ran.built
+    assert built is not None
+    assert built.packages["transformers"] > 0  # the model's classes
+    assert built.packages["peft"] == 0  # the Trainer's build imports it to ask what the model is: no use
     found = {r.name: r for r in record.step_ran.packages}
     assert found["transformers"].python_calls > 0
     assert (found["bitsandbytes"].python_calls > 0) == (strategy == "adamw_8bit")  # its 8-bit AdamW's step

@@ -68,7 +68,7 @@ def evidence(result: CaseResult, metric: str) -> str:
         if result.time is None:
             return f"time: no verdict yet ({len(result.log_ratios)} pair(s))"
         t = result.time
-        return f"time B/A {t.ratio:.3f} [{t.low:.3f}, {t.high:.3f}] over {t.pairs} pairs: {t.verdict}"
+        return f"time B/A {t.said()} over {t.pairs} pairs: {t.verdict}"
     # The metric searched only, each in a few words (the attention check's message says what ran instead).
     failing = [c for c in result.checks if not c.ok and _counts(c.metric, metric)]
     said = [_good_end(c.message) if c.metric == "attention" else check_change(result, c) for c in failing]

@@ -227,7 +227,7 @@ class AbRun:
             t = result.time
             line = f"  {result.case}: {len(result.log_ratios)} pair(s)"
             if t is not None:
-                line += f", B/A {t.ratio:.3f} [{t.low:.3f}, {t.high:.3f}] → {t.verdict}"
+                line += f", B/A {t.said()} → {t.verdict}"
             if finished:
                 done.add(result.case)
                 if t is None or result.verdict != t.verdict or result.error:  # the case's, where the time's is not

@@ -68,6 +68,19 @@ class Paired:
     left_out: int = 0
     """Pairs left out of a *slower* or *faster* interval for being far from 0 (:func:`near_zero`)."""
 
+    def said(self) -> str:
+        """``1.010 [0.982, 1.044]``, or ``1.010 (too few pairs to bound it)``."""
+        return bounded(self.ratio, self.low, self.high)
+
+
+def bounded(ratio: float, low: float | None, high: float | None) -> str:
+    """A ratio with its interval for a reader; ``low`` 0 or ``None`` and ``high`` infinite or ``None``
+    (as a results file writes it) are too few pairs to bound it."""
+    low_open, high_open = low is None or low <= 0, high is None or math.isinf(high)
+    if low_open and high_open:
+        return f"{ratio:.3f} (too few pairs to bound it)"
+    return f"{ratio:.3f} [{'0' if low_open else f'{low:.3f}'}, {'∞' if high_open else f'{high:.3f}'}]"
+
 
 def log_ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
     """``log(b_i / a_i)`` for each pair (positive: B slower)."""

@@ -1,16 +1,18 @@
-"""What the cases' steps ran of the code that differs between two sides (``perfsuite ab``): the
-packages whose versions differ, and the project's own Python files that differ between two commits
-and the functions the change touches in them (:mod:`perfsuite.core.changed_code`).
+"""What the cases ran of the code that differs between two sides (``perfsuite ab``): the packages
+whose versions differ, and the project's own Python files that differ between two commits and the
+functions the change touches in them (:mod:`perfsuite.core.changed_code`).
 
 A comparison's verdict speaks of the cases it ran: a bumped package, or a changed file, whose code
-no case's step calls comes out *same*, true of those cases and nothing about that code. So each
-side's worker watches its first pair's profile step (:mod:`perfsuite.worker.reach`, asked through
-:data:`WATCH_ENV`) and counts the calls of that code; :func:`reach` reads the records back into one
-answer per package or file, and :func:`described` says it in a line.
+no case calls comes out *same*, true of those cases and nothing about that code. So each side's
+worker watches its first pair's build and profile step (:mod:`perfsuite.worker.reach`, asked
+through :data:`WATCH_ENV`) and counts the calls of that code; :func:`reach` reads the records back
+into one answer per package or file, and :func:`described` says it in a line. What only a build
+ran (an ``__init__``) is in the figures through what it built, not through its own time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -94,6 +96,11 @@ class Reach:
     ``same``: a file whose code is the same on both sides."""
     blind: tuple[tuple[str, int], ...] = ()
     """Among the cases watched that did not call it, how many had each blind spot (``compiled``, ...)."""
+    built: int = 0
+    """Cases whose build ran its code on either side (an ``__init__``, a model factory)."""
+    builds_watched: bool = False
+    """Whether every case watched had its build watched too, on both sides (a side's older perfsuite
+    watches the step alone)."""
 
     def strategies(self, device_type: str) -> tuple[str, ...]:
         """The built-in strategies that need it (an optional package's) and run on ``device_type``:
@@ -136,7 +143,9 @@ def reach(cases: Sequence[Mapping[str, Any]], changed: ChangedCode | None = None
         versions = [next((r.version for r in (pair[i] for pair in runs) if r is not None), None) for i in (0, 1)]
         code = [r.has_code for pair in runs for r in pair if r is not None and r.has_code is not None]
         asked = [d and all(r is not None for r in pair) for d, pair in zip(done, runs, strict=True)]
-        found.append(_counted(name, called, asked, blind, (versions[0], versions[1]), any(code) if code else None))
+        built = _built(steps, "packages", (name, name))
+        counted = _counted(name, called, asked, blind, (versions[0], versions[1]), any(code) if code else None)
+        found.append(dataclasses.replace(counted, **built))
     for function in touched:
         if function.name == MODULE_LEVEL:  # run when imported: no step runs it; which cases imported it
             imported = [tuple(bool(s and function.file in s.imported) for s in pair) for pair in steps]
@@ -150,7 +159,8 @@ def reach(cases: Sequence[Mapping[str, Any]], changed: ChangedCode | None = None
             d and all(s is not None and (k is None or k in s.functions) for s, k in zip(pair, keys, strict=True))
             for d, pair in zip(done, steps, strict=True)
         ]
-        found.append(_counted(function.label, called, asked, blind, None, True))
+        built = _built(steps, "functions", (keys[0], keys[1]))
+        found.append(dataclasses.replace(_counted(function.label, called, asked, blind, None, True), **built))
     for name in changed.same if changed is not None else ():
         found.append(Reach(name, None, watched=0, ran=(0, 0), either=0, kind="same"))
     for name in files:
@@ -158,8 +168,25 @@ def reach(cases: Sequence[Mapping[str, Any]], changed: ChangedCode | None = None
         asked = [
             d and all(s is not None and name in s.files for s in pair) for d, pair in zip(done, steps, strict=True)
         ]
-        found.append(_counted(name, called, asked, blind, None, True))
+        built = _built(steps, "files", (name, name))
+        found.append(dataclasses.replace(_counted(name, called, asked, blind, None, True), **built))
     return found
+
+
+def _built(
+    steps: list[tuple[StepRan | None, StepRan | None]], kind: str, keys: tuple[str | None, str | None]
+) -> dict[str, Any]:
+    """The cases whose build, on either side, called the code named ``keys`` (the base's, the
+    candidate's) among its ``kind`` (:class:`~perfsuite.core.record.BuildRan`'s field; a build not
+    watched: not), and whether every case's builds were watched: as :class:`Reach`'s fields."""
+
+    def called(step: StepRan | None, key: str | None) -> bool:
+        calls = getattr(step.built, kind) if step is not None and step.built is not None else {}
+        return key is not None and bool(calls.get(key))
+
+    built = sum(any(called(s, k) for s, k in zip(pair, keys, strict=True)) for pair in steps)
+    watched = all(s.built is not None for pair in steps if all(pair) for s in pair if s is not None)
+    return {"built": built, "builds_watched": watched}
 
 
 def _package(step: StepRan | None, name: str) -> PackageRun | None:
@@ -205,6 +232,11 @@ def described(found: Reach, cases: int, device_type: str = "cpu", name: Callable
     if found.either:
         sides = f" (base {found.ran[0]}, candidate {found.ran[1]})" if found.ran[0] != found.ran[1] else ""
         return f"{head}: called in the watched step of {found.either} of {cases} case(s){sides}"
+    if found.built:
+        return (
+            f"{head}: called while the case was built ({found.built} of {cases} case(s)), in no case's "
+            f"watched step (of {found.watched}): what it built is in the figures, its own time is not a step's"
+        )
     if found.has_code is False:
         return f"{head}: ships no code a step shows calling (a native library: what calls it is not seen)"
     if found.has_code is None:
@@ -215,12 +247,14 @@ def described(found: Reach, cases: int, device_type: str = "cpu", name: Callable
     blind = f"; the watch was partly blind ({spots})" if spots else ""
     using = found.strategies(device_type)
     hint = f"; built-in strategies that use it: {', '.join(using)} (with an engine that applies them)" if using else ""
-    return f"{head}: seen called in no case's step (of {found.watched} watched){blind}{hint}"
+    where = "build or step" if found.builds_watched else "step"
+    return f"{head}: seen called in no case's {where} (of {found.watched} watched){blind}{hint}"
 
 
 def unreached(found: Sequence[Reach]) -> list[str]:
-    """The watched packages, functions and files no case's step was seen calling, among those a step could show."""
-    return [r.name for r in found if not r.either and r.watched and r.has_code and r.kind == "code"]
+    """The watched packages, functions and files no case was seen calling, in its build or its step,
+    among those a step could show."""
+    return [r.name for r in found if not r.either and not r.built and r.watched and r.has_code and r.kind == "code"]
 
 
 def unreached_said(found: Sequence[Reach], shown: int = 3, name: Callable[[str], str] = str) -> str:
@@ -229,4 +263,5 @@ def unreached_said(found: Sequence[Reach], shown: int = 3, name: Callable[[str],
     if not names:
         return ""
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return f"not seen in any case's step: {', '.join(name(n) for n in names[:shown])}{more}"
+    where = "build or step" if all(r.builds_watched for r in found if r.name in names) else "step"
+    return f"not seen in any case's {where}: {', '.join(name(n) for n in names[:shown])}{more}"

@@ -104,8 +104,19 @@ class PackageRun(JsonObject):
 
 
 @dataclass(frozen=True, kw_only=True)
+class BuildRan(JsonObject):
+    """What a case's build (its model, optimizer, data and engine made) ran of the watched code: calls
+    per watched package (Python and compiled), per watched file, per watched function as ``file:line``."""
+
+    packages: Mapping[str, int] = from_key(values_of(integer), EMPTY)
+    files: Mapping[str, int] = from_key(values_of(integer), EMPTY)
+    functions: Mapping[str, int] = from_key(values_of(integer), EMPTY)
+
+
+@dataclass(frozen=True, kw_only=True)
 class StepRan(JsonObject):
-    """What a case's profile step ran of the code ``perfsuite ab`` asked it to watch (:mod:`perfsuite.core.reach`)."""
+    """What a case's profile step, and its build, ran of the code ``perfsuite ab`` asked it to watch
+    (:mod:`perfsuite.core.reach`)."""
 
     complete: bool = from_key(flag, False)
     """Whether the step ended (else only what it reached before its error was counted)."""
@@ -121,6 +132,8 @@ class StepRan(JsonObject):
     Python call; ``backward on the GPU``: autograd runs it in a thread of its own)."""
     error: str | None = from_key(_TEXT)
     """Why what it saw could not be matched to the code watched (its counts left out)."""
+    built: BuildRan | None = from_key(optional(nested(BuildRan)))
+    """What the case's build ran of it, before its first step (``None``: the build was not watched)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,7 +233,7 @@ class CaseRecord(JsonObject):
     interrupted: bool = from_key(flag, False)
     """``perfsuite run`` interrupted before or while this case ran."""
     step_ran: StepRan | None = from_key(optional(nested(StepRan)))
-    """What its profile step ran of the code ``perfsuite ab`` watched (:mod:`perfsuite.core.reach`)."""
+    """What its build and profile step ran of the code ``perfsuite ab`` watched (:mod:`perfsuite.core.reach`)."""
 
     @classmethod
     def failed(cls, spec: CaseSpec, *, status: str, error: str) -> CaseRecord:

@@ -13,7 +13,7 @@ from perfsuite.core.baselines import write_text_atomic
 from perfsuite.core.changed_code import ChangedCode
 from perfsuite.core.gates import category_change
 from perfsuite.core.loss import side_by_side
-from perfsuite.core.paired import SAME_CONFIDENCE
+from perfsuite.core.paired import SAME_CONFIDENCE, bounded
 from perfsuite.core.reach import Reach, described, reach, unreached, unreached_said
 from perfsuite.core.tolerance import Tolerance
 from perfsuite.reports.explain import html_causes, markdown_causes, marks, notes
@@ -31,11 +31,7 @@ def _time(case: Mapping[str, Any]) -> tuple[str, str]:
         mean = math.exp(sum(map(math.log, ratios)) / len(ratios))
         return f"{mean:.3f} before the first look", f"{len(ratios)} {case.get('mode', '')}".strip()
     pairs = f"{t['pairs']} {case.get('mode', '')}".strip()
-    if t["low"] in (None, 0) and t["high"] is None:  # too few pairs for the confidence: nothing bounds it yet
-        return f"{t['ratio']:.3f} (too few pairs to bound it) {t['verdict']}", pairs
-    low = "0" if t["low"] in (None, 0) else f"{t['low']:.3f}"
-    high = "∞" if t["high"] is None else f"{t['high']:.3f}"
-    return f"{t['ratio']:.3f} [{low}, {high}] {t['verdict']}", pairs
+    return f"{bounded(t['ratio'], t['low'], t['high'])} {t['verdict']}", pairs
 
 
 def _memory(case: Mapping[str, Any]) -> tuple[str, str]:
@@ -127,9 +123,9 @@ def _reach(payload: Mapping[str, Any]) -> list[Reach]:
 
 
 def reach_lines(payload: Mapping[str, Any], most: int | None = None, name: Callable[[str], str] = str) -> list[str]:
-    """Per package, function or file that differs between the sides, what the cases' steps ran of it
-    (:mod:`perfsuite.core.reach`), what none was seen calling first; past ``most`` lines, how many
-    more ``--json`` holds. ``name``: how a name is written (:func:`code_span` in markdown)."""
+    """Per package, function or file that differs between the sides, what the cases' builds and steps
+    ran of it (:mod:`perfsuite.core.reach`), what none was seen calling first; past ``most`` lines,
+    how many more ``--json`` holds. ``name``: how a name is written (:func:`code_span` in markdown)."""
     compared = sum(not case["error"] for case in payload["cases"])
     device_type = payload.get("device_type", "cpu")
     found = _reach(payload)
@@ -155,7 +151,7 @@ SHOWN_REACH = 30
 """The lines of it ``summary.md`` and ``report.html`` show (a pull request's comment has a size limit)."""
 
 
-REACH_HEAD = "What the cases' steps ran of the code that differs (each side's first profile step):"
+REACH_HEAD = "What the cases ran of the code that differs (each side's first build and profile step):"
 
 
 def code_lines(payload: Mapping[str, Any]) -> list[str]:

@@ -1,15 +1,17 @@
-"""Which code one step runs of some installed distributions and of some files of the project's own:
-what ``perfsuite ab`` asks of the code that differs between its sides (:mod:`perfsuite.core.reach`).
+"""Which code a case's build and one step run of some installed distributions and of some files of
+the project's own: what ``perfsuite ab`` asks of the code that differs between its sides
+(:mod:`perfsuite.core.reach`).
 
-A profile function (``sys.setprofile``), set in the thread that runs the step, counts each call of
-a Python function by its code's file and each call of a built-in by the module that defines it.
-After the step those files are matched to each distribution's installed files (its ``RECORD``) and
+A profile function (``sys.setprofile``), set in the thread that runs the code watched, counts each
+call of a Python function by its code's file and each call of a built-in by the module that defines
+it. Afterwards those files are matched to each distribution's installed files (its ``RECORD``) and
 to the project's watched files.
-It is entered around the memory profile's step (:meth:`Driven.watch_next_step
+It is set around the case's build (:func:`perfsuite.worker.run.train`), taken off before the first
+warm-up step, and set again around the memory profile's step (:meth:`Driven.watch_next_step
 <perfsuite.worker.engines.driven.Driven.watch_next_step>`), after the timed steps: nothing timed
-runs under it, and it holds no tensor. What it cannot see: threads other than the step's, the
-DataLoader's worker processes, and a native library called from another package's compiled code
-(cuDNN from torch's).
+runs under it, and it holds no tensor. What it cannot see: threads other than the watched code's
+(among them the first step's, where the Trainer makes its optimizer), the DataLoader's worker
+processes, and a native library called from another package's compiled code (cuDNN from torch's).
 """
 
 from __future__ import annotations
@@ -33,35 +35,37 @@ _EXTENSIONS = tuple(s for s in importlib.machinery.EXTENSION_SUFFIXES if s != ".
 ``.so`` is left out, as most of those a wheel ships are libraries no Python code imports."""
 
 
-def asked(blind: tuple[str, ...] = ()) -> Watch | None:
+def asked() -> Watch | None:
     """The watch this worker's environment asks for (:data:`~perfsuite.core.reach.WATCH_ENV`), if any,
-    taken out of the environment; ``blind``: what it cannot see of this case's step."""
+    taken out of the environment."""
     ask = Ask.read(os.environ.pop(WATCH_ENV, ""))
-    return Watch(ask, blind) if ask else None
+    return Watch(ask) if ask else None
 
 
-class Watch:
-    """The calls of one step, counted by :meth:`watching`; :meth:`ran` says whose code they were."""
+class _Calls:
+    """The calls some code made: Python calls by the called code's file, as the code names it, and first
+    line; built-in calls by defining module."""
 
-    def __init__(self, ask: Ask, blind: tuple[str, ...] = ()) -> None:
-        self.ask = ask
-        self.blind = blind
+    def __init__(self) -> None:
         self.files: dict[tuple[str, int], int] = {}
-        """Python calls per function: its code's file, as the code names it, and first line."""
         self.modules: dict[str, int] = {}
-        """Built-in calls per defining module."""
-        self.complete = False
-        """Whether a watched step ended without an error."""
 
     @contextlib.contextmanager
-    def watching(self) -> Iterator[None]:
+    def counting(self) -> Iterator[None]:
+        """Counts the calls of the thread it is entered in, those an import runs left out: a module
+        imported is not one used (the Trainer's build imports peft and bitsandbytes to ask what they are)."""
         files, modules = self.files, self.modules
+        importing = [0]  # module bodies running: an import, and the imports it makes
 
         def count(frame: Any, event: str, arg: Any) -> None:
             # An error raised here would surface in the step's own code: none may leave.
             try:
-                if event == "call":
-                    code = frame.f_code
+                code = frame.f_code
+                if code.co_name == "<module>" and event in ("call", "return"):
+                    importing[0] = max(0, importing[0] + (1 if event == "call" else -1))
+                elif importing[0]:
+                    pass
+                elif event == "call":
                     key = (code.co_filename, code.co_firstlineno)
                     files[key] = files.get(key, 0) + 1
                 elif event == "c_call":
@@ -76,72 +80,150 @@ class Watch:
             yield
         finally:
             sys.setprofile(before)
+
+    def by_file(self) -> tuple[dict[str, int], dict[tuple[str, int], int], dict[str, int]]:
+        """Python calls per real file and per (real file, first line); built-in calls per the real file
+        of their module (the interpreter's own left out)."""
+        python: dict[str, int] = {}
+        by_line: dict[tuple[str, int], int] = {}
+        for (file, line), calls in self.files.items():
+            python[_real(file)] = python.get(_real(file), 0) + calls
+            by_line[_real(file), line] = by_line.get((_real(file), line), 0) + calls
+        native: dict[str, int] = {}
+        for module, calls in self.modules.items():
+            found = _module_file(module) if isinstance(module, str) else None
+            if found is not None:
+                native[found] = native.get(found, 0) + calls
+        return python, by_line, native
+
+
+class Watch:
+    """The calls of a case's build and of one step, counted by :meth:`building` and :meth:`watching`;
+    :meth:`ran` says whose code they were."""
+
+    def __init__(self, ask: Ask, blind: tuple[str, ...] = ()) -> None:
+        self.ask = ask
+        self.blind = blind
+        """What it cannot see of the case's step (set once the case's device is known)."""
+        self.step = _Calls()
+        self.build: _Calls | None = None
+        """The build's calls, where :meth:`building` watched it."""
+        self.complete = False
+        """Whether a watched step ended without an error."""
+
+    @contextlib.contextmanager
+    def building(self) -> Iterator[None]:
+        """Around the case's build, in the thread that builds it (a build that raises fails the case)."""
+        self.build = _Calls()
+        with self.build.counting():
+            yield
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Around the one step watched, in the thread that runs it."""
+        with self.step.counting():
+            yield
         self.complete = True
 
     def ran(self) -> dict[str, Any]:
-        """What the step ran, as a :class:`~perfsuite.core.record.StepRan`'s JSON; where it cannot be
-        told (a package's metadata that does not read), an incomplete watch that says why."""
+        """What the step and the build ran, as a :class:`~perfsuite.core.record.StepRan`'s JSON; where it
+        cannot be told (a package's metadata that does not read), an incomplete watch that says why."""
         try:
             return {**self._ran(), "blind": list(self.blind)}
         except Exception as exc:  # the case's own figures stand whatever this finds
             return {"complete": False, "error": f"{type(exc).__name__}: {exc}", "blind": list(self.blind)}
 
     def _ran(self) -> dict[str, Any]:
-        python: dict[str, int] = {}
-        by_line: dict[tuple[str, int], int] = {}
-        real = functools.lru_cache(maxsize=None)(os.path.realpath)
-        for (file, line), calls in self.files.items():
-            python[real(file)] = python.get(real(file), 0) + calls
-            by_line[real(file), line] = by_line.get((real(file), line), 0) + calls
-        native: dict[str, int] = {}
-        for module, calls in self.modules.items():
-            found = _module_file(module) if isinstance(module, str) else None
-            if found is not None:
-                native[found] = native.get(found, 0) + calls
         root = os.path.realpath(self.ask.root) if self.ask.root else None
-        files, functions = {}, {}
-        if root is not None:
-            files = {name: python.get(os.path.normpath(f"{root}/{name}"), 0) for name in self.ask.files}
-            for function in self.ask.functions:
-                name, _, first = function.rpartition(":")
-                if first.isdigit():
-                    functions[function] = by_line.get((os.path.normpath(f"{root}/{name}"), int(first)), 0)
-        loaded = {real(file) for file in _module_files()} if files else set()
+        step = self.step.by_file()
+        built = self.build.by_file() if self.build is not None else None
+        owners = [_Owner(name) for name in self.ask.packages]
+        files, functions = self._own(root, step)
+        loaded = {_real(file) for file in _module_files()} if files else set()
         imported = [name for name in files if os.path.normpath(f"{root}/{name}") in loaded]
-        packages = [self._one(name, python, native) for name in self.ask.packages]
-        return {
+        found: dict[str, Any] = {
             "complete": self.complete,
-            "packages": packages,
+            "packages": [owner.run(step) for owner in owners],
             "files": files,
             "functions": functions,
             "imported": imported,
         }
+        if built is not None:
+            packages = {o.name: c for o in owners if (c := o.calls(built)) is not None}
+            files, functions = self._own(root, built)
+            found["built"] = {"packages": packages, "files": files, "functions": functions}
+        return found
 
-    def _one(self, name: str, python: dict[str, int], native: dict[str, int]) -> dict[str, Any]:
+    def _own(self, root: str | None, calls: _ByFile) -> tuple[dict[str, int], dict[str, int]]:
+        """The calls of each watched file of the project's own, and of each watched function."""
+        if root is None:
+            return {}, {}
+        python, by_line, _ = calls
+        files = {name: python.get(os.path.normpath(f"{root}/{name}"), 0) for name in self.ask.files}
+        functions = {}
+        for function in self.ask.functions:
+            name, _, first = function.rpartition(":")
+            if first.isdigit():
+                functions[function] = by_line.get((os.path.normpath(f"{root}/{name}"), int(first)), 0)
+        return files, functions
+
+
+_ByFile = tuple[dict[str, int], dict[tuple[str, int], int], dict[str, int]]
+"""What :meth:`_Calls.by_file` returns."""
+
+
+class _Owner:
+    """An installed distribution, asked which calls ran its code: its files (RECORD), or an editable
+    install's source directory, read once."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.dist: metadata.Distribution | None
         try:
-            dist = metadata.distribution(name)
+            self.dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
-            return {"name": name, "version": None}
-        source = _editable_source(dist)
-        if source is not None:  # its code runs from its source directory, which RECORD does not list
-            inside = [n for f, n in python.items() if f.startswith(source + os.sep)]
-            built = [n for f, n in native.items() if f.startswith(source + os.sep)]
-            calls = {"python_calls": sum(inside), "native_calls": sum(built)}
-            return {"name": name, "version": dist.version, **calls, "has_code": Path(source).is_dir()}
+            self.dist = None
+            return
+        self.source = _editable_source(self.dist)
+        self.has_code: bool | None
+        if self.source is not None:  # its code runs from its source directory, which RECORD does not list
+            self.has_code = Path(self.source).is_dir()
+            return
         try:
-            listed = dist.files
+            listed = self.dist.files
         except Exception:  # a RECORD that does not read: its files cannot be told
             listed = None
-        root = os.path.realpath(str(dist.locate_file("")))
+        root = os.path.realpath(str(self.dist.locate_file("")))
         code = [f for f in listed or () if _code_file(str(f))]
-        owned = {os.path.normpath(f"{root}/{f}") for f in code}
+        self.owned = {os.path.normpath(f"{root}/{f}") for f in code}
+        self.has_code = None if listed is None else any(not _empty_init(f) for f in code)
+
+    def _mine(self, file: str) -> bool:
+        return file.startswith(self.source + os.sep) if self.source is not None else file in self.owned
+
+    def _counts(self, calls: _ByFile) -> tuple[int, int]:
+        python, _, native = calls
+        return sum(n for f, n in python.items() if self._mine(f)), sum(n for f, n in native.items() if self._mine(f))
+
+    def calls(self, calls: _ByFile) -> int | None:
+        """Its calls among ``calls``, Python and compiled (``None``: not installed)."""
+        return None if self.dist is None else sum(self._counts(calls))
+
+    def run(self, calls: _ByFile) -> dict[str, Any]:
+        """A :class:`~perfsuite.core.record.PackageRun`'s JSON."""
+        if self.dist is None:
+            return {"name": self.name, "version": None}
+        python, native = self._counts(calls)
         return {
-            "name": name,
-            "version": dist.version,
-            "python_calls": sum(n for f, n in python.items() if f in owned),
-            "native_calls": sum(n for f, n in native.items() if f in owned),
-            "has_code": None if listed is None else any(not _empty_init(f) for f in code),
+            "name": self.name,
+            "version": self.dist.version,
+            "python_calls": python,
+            "native_calls": native,
+            "has_code": self.has_code,
         }
+
+
+_real = functools.lru_cache(maxsize=8192)(os.path.realpath)
 
 
 def _editable_source(dist: metadata.Distribution) -> str | None:

@@ -12,13 +12,18 @@ the same stack: :mod:`perfsuite.worker.flop_cache`). The record's shape is
 
 from __future__ import annotations
 
+import contextlib
 import time
+from typing import TYPE_CHECKING
 
 from perfsuite.core.record import RecordJson
 from perfsuite.core.spec import CaseSpec, NonFiniteLoss
 from perfsuite.core.stats import first_non_finite
 from perfsuite.worker.build import Built, build, check_runnable
 from perfsuite.worker.record import Timed, case_record
+
+if TYPE_CHECKING:
+    from perfsuite.worker.reach import Watch
 
 
 def run_case(spec: CaseSpec) -> RecordJson:
@@ -43,10 +48,16 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> RecordJson:
 
     if spec.threads is not None:
         torch.set_num_threads(spec.threads)
-    from perfsuite.worker import teardown
+    from perfsuite.worker import reach, teardown
 
+    # Read (and taken out of the environment) before anything runs: no subprocess a case starts
+    # (a compiler, a rank) inherits what may be a long request.
+    watch = reach.asked()
     started = time.perf_counter()
-    built = build(spec, rank=rank, world_size=world_size)
+    # perfsuite ab: what the build runs of the code that differs between the sides (an engine's or a
+    # model's __init__). Taken off before the first step; the build's seconds include it.
+    with watch.building() if watch is not None else contextlib.nullcontext():
+        built = build(spec, rank=rank, world_size=world_size)
     built_at = time.perf_counter()
     # Inside a worker, a single-process case's engine is left to the worker's exit (nothing
     # measured depends on its teardown); a rank's process group is its launcher's to end. A
@@ -54,7 +65,7 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> RecordJson:
     defer = teardown.deferring() and world_size == 1 and spec.engine_spec is None
     closed: float | None = None
     try:
-        timed = _steps(spec, built)
+        timed = _steps(spec, built, watch)
     finally:
         if defer:
             teardown.keep(built.engine)
@@ -68,8 +79,8 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> RecordJson:
     return case_record(spec, built, timed, rank=rank, world_size=world_size)
 
 
-def _steps(spec: CaseSpec, built: Built) -> Timed:
-    from perfsuite.worker import flop_cache, measure, reach
+def _steps(spec: CaseSpec, built: Built, watch: Watch | None) -> Timed:
+    from perfsuite.worker import flop_cache, measure
     from perfsuite.worker.calibrate import Calibration
     from perfsuite.worker.cpu_threads import ThreadWindow
     from perfsuite.worker.duet import together
@@ -80,9 +91,6 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
     # A step that returns a bare loss counts every position of its batch as a real token.
     engine = Driven(built.engine, device_type=device.type, tokens=built.token_positions, where=where)
     out = Timed()
-    # Read (and taken out of the environment) before anything runs: no subprocess a case starts
-    # (a compiler, a rank) inherits what may be a long request.
-    watch = reach.asked(blind=_blind_spots(spec, device.type))
     # Host seconds per phase, each read after waiting for the device (only ever after the
     # timed steps' timer has been read: nothing of this runs while steps are timed).
     mark = time.perf_counter()
@@ -132,6 +140,7 @@ def _steps(spec: CaseSpec, built: Built) -> Timed:
         raise NonFiniteLoss(f"loss is {losses[bad]} at optimizer step {bad} (of 0-{len(losses) - 1})")
     out.micro_batches = engine.micro_batches(len(losses))
     if watch is not None:  # perfsuite ab: what the profile's step runs of the code that differs between its sides
+        watch.blind = _blind_spots(spec, device.type)
         engine.watch_next_step(watch.watching())  # the memory profile's step, or the FLOP count's
     if spec.profile:
         # The FLOPs are counted in the memory profile's step, whose peak that leaves as it is (no
