@@ -82,8 +82,17 @@ def test_a_package_no_step_ran_says_the_verdicts_say_nothing_of_it_and_where_it_
     )
     assert "adamw_8bit" in said
     assert "qlora" not in said  # the strategies that use it here: QLoRA needs a GPU
-    assert said.endswith("(with an engine that applies them)")  # a team's own engine may refuse them
+    assert said.endswith("(with an engine that applies them)")  # a file that does not say its engines
     assert "qlora" in described(found[0], 3, device_type="cuda")
+    # Named with the compared engines that apply each: the Trainer maps no 8-bit Lion.
+    hint = "; built-in strategies that use it: "
+    assert described(found[0], 3, engines=["loop", "trainer"]).endswith(
+        f"{hint}adamw_8bit (loop, trainer), lion_8bit (loop)"
+    )
+    assert described(found[0], 3, engines=["trainer"]).endswith(f"{hint}adamw_8bit (trainer)")
+    assert described(found[0], 3, engines=["acme_step"]).endswith(  # a team's own engine may refuse them
+        f"{hint}adamw_8bit, lion_8bit (if acme_step applies them)"
+    )
 
 
 @pytest.mark.parametrize(

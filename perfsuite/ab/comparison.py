@@ -260,6 +260,7 @@ class AbRun:
             "kind": "perfsuite-ab",
             "date": now(),
             "device_type": self.device_type,
+            "engines": list(dict.fromkeys(spec.engine for spec in self.specs)),
             "wall_s": wall_s,
             "schedule": dataclasses.asdict(self.schedule),
             "alpha": self.alpha,

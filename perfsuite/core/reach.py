@@ -21,6 +21,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from perfsuite.core.changed_code import MODULE_LEVEL, ChangedCode
+from perfsuite.core.engines import ENGINES, trainer_unsupported
 from perfsuite.core.pooled import differing
 from perfsuite.core.record import PackageRun, StepRan
 from perfsuite.core.strategies import OPTIONAL_PACKAGES, STRATEGIES
@@ -102,17 +103,21 @@ class Reach:
     """Whether every case watched had its build watched too, on both sides (a side's older perfsuite
     watches the step alone)."""
 
-    def strategies(self, device_type: str) -> tuple[str, ...]:
-        """The built-in strategies that need it (an optional package's) and run on ``device_type``:
-        where a case would run its code."""
+    def strategies(self, device_type: str, engines: Sequence[str] = ()) -> dict[str, tuple[str, ...]]:
+        """The built-in strategies that need it (an optional package's) and run on ``device_type``, each
+        with those of ``engines`` that apply it (perfsuite's ``trainer`` maps only some; a project's own
+        engine is not known to refuse any): where a case would run its code. No ``engines`` (an older
+        file): every strategy, with none named."""
         modules = {
             p.module for p in OPTIONAL_PACKAGES if canonicalize_name(p.distribution) == canonicalize_name(self.name)
         }
-        return tuple(
-            s.name
-            for s in STRATEGIES.values()
-            if modules & set(s.requires) and (device_type != "cpu" or s.gpu_only is None)
-        )
+        found = {}
+        for s in STRATEGIES.values():
+            if modules & set(s.requires) and (device_type != "cpu" or s.gpu_only is None):
+                applying = tuple(e for e in engines if e != "trainer" or trainer_unsupported(s) is None)
+                if applying or not engines:
+                    found[s.name] = applying
+        return found
 
 
 def _step(case: Any, side: str) -> StepRan | None:
@@ -215,10 +220,13 @@ def _counted(
     )
 
 
-def described(found: Reach, cases: int, device_type: str = "cpu", name: Callable[[str], str] = str) -> str:
-    """``found`` for a reader, out of ``cases`` compared on ``device_type`` (``name``: how its name is
-    written, markdown's code span in a summary): in how many cases' watched steps it was seen called;
-    where in none, what the watch could not see there, or why it cannot be told."""
+def described(
+    found: Reach, cases: int, device_type: str = "cpu", name: Callable[[str], str] = str, engines: Sequence[str] = ()
+) -> str:
+    """``found`` for a reader, out of ``cases`` compared on ``device_type`` through ``engines``
+    (``name``: how its name is written, markdown's code span in a summary): in how many cases' watched
+    steps it was seen called; where in none, what the watch could not see there, or why it cannot be
+    told, and which built-in strategies would run it."""
     head = name(found.name)
     if found.versions is not None:
         head += f" {found.versions[0] or 'not installed'} → {found.versions[1] or 'not installed'}"
@@ -245,10 +253,24 @@ def described(found: Reach, cases: int, device_type: str = "cpu", name: Callable
         return f"{head}: not watched (no case's profile step ran to its end on both sides)"
     spots = ", ".join(f"{spot} in {n}" for spot, n in found.blind)
     blind = f"; the watch was partly blind ({spots})" if spots else ""
-    using = found.strategies(device_type)
-    hint = f"; built-in strategies that use it: {', '.join(using)} (with an engine that applies them)" if using else ""
+    hint = _strategies_said(found.strategies(device_type, engines), engines)
     where = "build or step" if found.builds_watched else "step"
     return f"{head}: seen called in no case's {where} (of {found.watched} watched){blind}{hint}"
+
+
+def _strategies_said(using: Mapping[str, tuple[str, ...]], engines: Sequence[str]) -> str:
+    """``; built-in strategies that use it: adamw_8bit (loop, trainer), lion_8bit (loop)``; those a
+    project's engine would run, if it applies them; ``""`` for none."""
+    if not using:
+        return ""
+    if not engines:
+        return f"; built-in strategies that use it: {', '.join(using)} (with an engine that applies them)"
+    project = [e for e in engines if e not in ENGINES]
+    if len(project) == len(engines):  # a project's engines alone: every strategy is theirs to apply or refuse
+        return f"; built-in strategies that use it: {', '.join(using)} (if {' or '.join(project)} applies them)"
+    named = ", ".join(f"{s} ({', '.join(applying)})" for s, applying in using.items())
+    maybe = f" ({', '.join(project)}: if it applies them)" if project else ""
+    return f"; built-in strategies that use it: {named}{maybe}"
 
 
 def unreached(found: Sequence[Reach]) -> list[str]:

@@ -131,7 +131,8 @@ def reach_lines(payload: Mapping[str, Any], most: int | None = None, name: Calla
     found = _reach(payload)
     missed = set(unreached(found))
     found.sort(key=lambda r: r.name not in missed)  # stable: each group keeps its order
-    lines = [described(r, compared, device_type, name) for r in found]
+    engines = [str(e) for e in payload.get("engines") or ()]
+    lines = [described(r, compared, device_type, name, engines) for r in found]
     if most is not None and len(lines) > most:
         return [*lines[:most], f"… and {len(lines) - most} more (the comparison's --json holds each case's)"]
     return lines
