@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from perfsuite.core.changed_code import MODULE_LEVEL, ChangedCode, ChangedFunction, changed_code, changed_lines, parse
 
@@ -95,11 +98,26 @@ def test_a_file_that_does_not_parse_is_watched_as_a_file_alone() -> None:
     assert (changed.files, changed.functions) == (("acme/broken.py",), ())
 
 
-def test_what_is_not_a_change_record_is_none() -> None:
-    assert ChangedCode.from_json(None) is None
-    assert (
-        ChangedCode.from_json({"files": [], "functions": [{"file": "a.py", "name": "f", "lines": [True, 1]}]}) is None
-    )
+@pytest.mark.parametrize(
+    "data",
+    [
+        None,
+        [],
+        {"files": [], "functions": [{"file": "a.py", "name": "f", "lines": [True, 1]}]},
+        {"files": [], "functions": [{"file": "a.py", "name": "f", "lines": [1]}]},
+        {"files": [], "functions": [{"file": "a.py", "lines": [1, 2]}]},
+        {"files": ["a.py", 3], "functions": []},
+        {"files": [], "functions": [], "same": "a.py"},
+        {"functions": []},
+    ],
+)
+def test_what_is_not_a_change_record_is_none(data: Any) -> None:
+    assert ChangedCode.from_json(data) is None
+
+
+def test_a_change_record_without_same_files_reads() -> None:
+    read = ChangedCode.from_json({"files": ["a.py"], "functions": [{"file": "a.py", "name": "f", "lines": [None, 2]}]})
+    assert read == ChangedCode(("a.py",), (ChangedFunction("a.py", "f", (None, 2)),))
 
 
 def _git(root: Path, *args: str) -> str:

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from perfsuite.core.typed_json import integer, json_object, list_of, optional, text
+
 MODULE_LEVEL = "(module level)"
 """The name of a file's changed lines outside every function: run when the module is imported."""
 
@@ -166,18 +168,19 @@ class ChangedCode:
     @classmethod
     def from_json(cls, data: Any) -> ChangedCode | None:
         """:meth:`as_json`'s object; ``None`` for anything else (a results file is data)."""
+        names = list_of(text)
         try:
-            files = tuple(str(f) for f in data["files"] if isinstance(f, str))
-            same = tuple(str(f) for f in data.get("same") or () if isinstance(f, str))
+            read = json_object(data, "changed_code")
             touched = []
-            for item in data["functions"]:
-                a, b = item["lines"]
-                if not all(isinstance(v, (int, type(None))) and not isinstance(v, bool) for v in (a, b)):
+            for i, item in enumerate(list_of(json_object)(read.get("functions"), "functions")):
+                lines = list_of(optional(integer))(item.get("lines"), f"functions[{i}].lines")
+                if len(lines) != 2:
                     return None
-                touched.append(ChangedFunction(str(item["file"]), str(item["name"]), (a, b)))
-        except (TypeError, KeyError, ValueError):
+                file, name = text(item.get("file"), "file"), text(item.get("name"), "name")
+                touched.append(ChangedFunction(file, name, (lines[0], lines[1])))
+            return cls(names(read.get("files"), "files"), tuple(touched), names(read.get("same", []), "same"))
+        except ValueError:
             return None
-        return cls(files, tuple(touched), same)
 
 
 def changed_code(sides: Mapping[str, tuple[str | None, str | None, str]]) -> ChangedCode:

@@ -25,6 +25,7 @@ from perfsuite.core.engines import ENGINES, trainer_unsupported
 from perfsuite.core.pooled import differing
 from perfsuite.core.record import PackageRun, StepRan
 from perfsuite.core.strategies import OPTIONAL_PACKAGES, STRATEGIES
+from perfsuite.core.typed_json import json_object, list_of, optional, text
 
 WATCH_ENV = "PERFSUITE_WATCH"
 """What a worker watches in its profile step, set by a side as :func:`request` writes it."""
@@ -56,17 +57,15 @@ class Ask:
         return json.dumps({k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()})
 
     @classmethod
-    def read(cls, text: str) -> Ask:
+    def read(cls, request: str) -> Ask:
         """:meth:`request`'s text; anything else is nothing to watch (a side's own perfsuite wrote it)."""
+        names = list_of(text)
         try:
-            data = json.loads(text)
-            names = [data["packages"], data["files"], data["functions"]]
-            root = data["root"]
-        except (ValueError, TypeError, KeyError):
+            data = json_object(json.loads(request), "")
+            packages, files, functions = (names(data.get(k), k) for k in ("packages", "files", "functions"))
+            return cls(packages, optional(text)(data.get("root"), "root"), files, functions)
+        except ValueError:  # json's errors among them
             return cls()
-        if not all(isinstance(n, str) for n in sum(names, [])) or not isinstance(root, (str, type(None))):
-            return cls()
-        return cls(tuple(names[0]), root, tuple(names[1]), tuple(names[2]))
 
 
 def to_watch(a: Mapping[str, str | None], b: Mapping[str, str | None]) -> tuple[str, ...]:
