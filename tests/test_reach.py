@@ -89,7 +89,8 @@ def test_a_package_no_step_ran_says_the_verdicts_say_nothing_of_it_and_where_it_
     assert described(found[0], 3, engines=["loop", "trainer"]).endswith(
         f"{hint}adamw_8bit (loop, trainer), lion_8bit (loop)"
     )
-    assert described(found[0], 3, engines=["trainer"]).endswith(f"{hint}adamw_8bit (trainer)")
+    trainer = described(found[0], 3, engines=["trainer"])
+    assert trainer.endswith(f"{hint}adamw_8bit (trainer), lion_8bit (loop, not compared)")
     assert described(found[0], 3, engines=["acme_step"]).endswith(  # a team's own engine may refuse them
         f"{hint}adamw_8bit, lion_8bit (if acme_step applies them)"
     )
@@ -191,8 +192,8 @@ def test_what_only_the_build_ran_is_said_so_and_is_no_code_the_cases_missed() ->
     found = reach([_case(sides[0], sides[1])], changed)
     assert [described(r, 1) for r in found] == [
         "tokenizers 1.0 → 1.0: seen called in no case's build or step (of 1 watched)",
-        "acme/engine.py:Engine.__init__: called while the case was built (1 of 1 case(s)), in no case's watched "
-        "step (of 1): what it built is in the figures, its own time is not a step's",
+        "acme/engine.py:Engine.__init__: called while the case was built (1 of 1 case(s)), seen in no watched step "
+        "(of 1): what it left for the steps is in the memory and loss checks",
         # the candidate's build called what starts at the base's line of export: not export there
         "acme/engine.py:Engine.export: seen called in no case's build or step (of 1 watched)",
     ]
@@ -204,6 +205,26 @@ def test_what_only_the_build_ran_is_said_so_and_is_no_code_the_cases_missed() ->
     )
     assert described(older[0], 1) == "tokenizers 1.0 → 1.0: seen called in no case's step (of 1 watched)"
     assert older[1].built == 1
+
+
+def test_what_the_build_ran_keeps_the_steps_blind_spots_and_an_incomplete_side_does_not_unwatch_builds() -> None:
+    built = {"built": {"files": {"acme/engine.py": 2}}}
+    compiled = {**_step([], {"acme/engine.py": 0}), **built, "blind": ["compiled"]}
+    (found,) = reach([_case(compiled, compiled)])
+    assert described(found, 1) == (
+        "acme/engine.py: called while the case was built (1 of 1 case(s)), seen in no watched step (of 1); "
+        "the watch was partly blind (compiled in 1): what it left for the steps is in the memory and loss checks"
+    )
+    raised = {**_step([], {"acme/engine.py": 0}, complete=False), **built}
+    (found,) = reach([_case(raised, raised)])
+    assert described(found, 1).endswith(
+        "(1 of 1 case(s)), no step was watched to its end: what it left for the steps is in the memory and loss checks"
+    )
+    # A side whose matching failed has no build counts: the cases watched to their end still speak.
+    plain = {**_step([], {"acme/other.py": 0}), "built": {"files": {"acme/other.py": 0}}}
+    failed = {"complete": False, "error": "OSError: RECORD"}
+    (other,) = reach([_case(plain, plain), _case(failed, plain)])
+    assert described(other, 2) == "acme/other.py: seen called in no case's build or step (of 1 watched)"
 
 
 def test_a_long_list_is_cut_in_the_summary_saying_where_the_rest_is() -> None:
@@ -377,6 +398,41 @@ def test_a_watched_build_is_counted_apart_from_the_step_and_an_import_is_no_call
     assert sys.getprofile() is None
 
 
+def test_code_exec_runs_is_counted_and_an_import_that_failed_leaves_no_blind_spot(installed: Path) -> None:
+    import madeup_tool.work
+
+    from perfsuite.worker.reach import Watch
+
+    (installed / "madeup_tool" / "broken.py").write_text("from madeup_tool.work import go\n\ngo()\nraise ImportError\n")
+    watch = Watch(Ask(("madeup_tool",), str(installed), ("madeup_tool/work.py",)))
+    with watch.watching():
+        with pytest.raises(ImportError):
+            import madeup_tool.broken  # noqa: F401 - its body's call of go() is the import's
+        eval("madeup_tool.work.go()")  # noqa: S307 - what a config-driven factory does
+        exec("madeup_tool.work.go()")  # noqa: S102
+        madeup_tool.work.go()
+    assert watch.ran()["files"] == {"madeup_tool/work.py": 3}
+
+
+def test_a_process_forked_while_a_watch_counts_does_not_count(tmp_path: Path) -> None:
+    """A DataLoader's workers, forked as the loop engine is built: they keep the forking thread's profile
+    function unless it is taken off, and would pay for it on every call through the timed steps."""
+    import os
+
+    from perfsuite.worker.reach import Watch
+
+    read, write = os.pipe()
+    with Watch(Ask(("numpy",))).building():
+        pid = os.fork()
+        if pid == 0:  # the child: says whether a profile function is set, and leaves at once
+            os.write(write, b"1" if sys.getprofile() is not None else b"0")
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"0"
+    os.close(read)
+    os.close(write)
+
+
 def test_a_watch_counts_the_calls_of_the_projects_own_files_under_its_root(tmp_path: Path) -> None:
     """A side's copy of the project: what its step ran of the files that differ, by their path in the project."""
     from perfsuite.worker.reach import Watch
@@ -420,11 +476,14 @@ def test_a_step_that_raised_is_no_complete_watch() -> None:
 
 
 @pytest.mark.cpu
-@pytest.mark.parametrize(("strategy", "engine"), [("adamw_8bit", "loop"), ("vanilla", "trainer")])
+@pytest.mark.parametrize(
+    ("strategy", "engine"), [("adamw_8bit", "loop"), ("vanilla", "trainer"), ("dataloader", "loop")]
+)
 def test_a_case_run_with_the_watch_asked_records_what_its_profile_step_ran(strategy: str, engine: str) -> None:
     """Through the worker as a side's server runs it: the environment asks, the record answers; the
-    Trainer's step runs in a thread of its own, where the watch is set. The same case run unwatched
-    has the same losses, peak and breakdown to the byte."""
+    Trainer's step runs in a thread of its own, where the watch is set; the DataLoader's workers are
+    forked during the build. The same case run unwatched has the same losses, peak and breakdown to
+    the byte."""
     from perfsuite.core.spec import CaseSpec
     from perfsuite.worker.process import run_isolated
 
@@ -439,7 +498,7 @@ def test_a_case_run_with_the_watch_asked_records_what_its_profile_step_ran(strat
     built = record.step_ran.built
     assert built is not None
     assert built.packages["transformers"] > 0  # the model's classes
-    assert built.packages["peft"] == 0  # the Trainer's build imports it to ask what the model is: no use
+    assert built.packages["peft"] == 0  # imported (by the build or before it) to ask what the model is: no use
     found = {r.name: r for r in record.step_ran.packages}
     assert found["transformers"].python_calls > 0
     assert (found["bitsandbytes"].python_calls > 0) == (strategy == "adamw_8bit")  # its 8-bit AdamW's step

@@ -255,12 +255,13 @@ class AbRun:
         close_lanes(self.lanes or [Lane(self.sides)])  # several lanes' servers all at once
 
     def payload(self, results: Sequence[CaseResult], wall_s: float) -> dict[str, Any]:
+        compared = {r.case for r in results if r.error is None}
         return {
             "schema_version": AB_SCHEMA_VERSION,
             "kind": "perfsuite-ab",
             "date": now(),
             "device_type": self.device_type,
-            "engines": list(dict.fromkeys(spec.engine for spec in self.specs)),
+            "engines": list(dict.fromkeys(s.engine for s in self.specs if s.id in compared)),
             "wall_s": wall_s,
             "schedule": dataclasses.asdict(self.schedule),
             "alpha": self.alpha,

@@ -85,7 +85,7 @@ class Reach:
     watched: int
     """Cases whose step was watched to its end on both sides, or that ran its code."""
     ran: tuple[int, int]
-    """Cases whose step ran its code, on the base and on the candidate."""
+    """Cases whose watched step ran its code, on the base and on the candidate."""
     either: int
     """Cases whose step ran its code on either side."""
     has_code: bool | None = True
@@ -105,17 +105,15 @@ class Reach:
     def strategies(self, device_type: str, engines: Sequence[str] = ()) -> dict[str, tuple[str, ...]]:
         """The built-in strategies that need it (an optional package's) and run on ``device_type``, each
         with those of ``engines`` that apply it (perfsuite's ``trainer`` maps only some; a project's own
-        engine is not known to refuse any): where a case would run its code. No ``engines`` (an older
-        file): every strategy, with none named."""
+        engine is not known to refuse any; none: only perfsuite's ``loop``, not compared, would): where a
+        case would run its code. No ``engines`` (an older file): none named."""
         modules = {
             p.module for p in OPTIONAL_PACKAGES if canonicalize_name(p.distribution) == canonicalize_name(self.name)
         }
         found = {}
         for s in STRATEGIES.values():
             if modules & set(s.requires) and (device_type != "cpu" or s.gpu_only is None):
-                applying = tuple(e for e in engines if e != "trainer" or trainer_unsupported(s) is None)
-                if applying or not engines:
-                    found[s.name] = applying
+                found[s.name] = tuple(e for e in engines if e != "trainer" or trainer_unsupported(s) is None)
         return found
 
 
@@ -189,7 +187,8 @@ def _built(
         return key is not None and bool(calls.get(key))
 
     built = sum(any(called(s, k) for s, k in zip(pair, keys, strict=True)) for pair in steps)
-    watched = all(s.built is not None for pair in steps if all(pair) for s in pair if s is not None)
+    done = [pair for pair in steps if all(s is not None and s.complete for s in pair)]
+    watched = all(s is not None and s.built is not None for pair in done for s in pair)
     return {"built": built, "builds_watched": watched}
 
 
@@ -224,8 +223,8 @@ def described(
 ) -> str:
     """``found`` for a reader, out of ``cases`` compared on ``device_type`` through ``engines``
     (``name``: how its name is written, markdown's code span in a summary): in how many cases' watched
-    steps it was seen called; where in none, what the watch could not see there, or why it cannot be
-    told, and which built-in strategies would run it."""
+    steps it was seen called; where in none, in how many builds; where in neither, what the watch
+    could not see, or why it cannot be told, and which built-in strategies would run it."""
     head = name(found.name)
     if found.versions is not None:
         head += f" {found.versions[0] or 'not installed'} → {found.versions[1] or 'not installed'}"
@@ -239,10 +238,13 @@ def described(
     if found.either:
         sides = f" (base {found.ran[0]}, candidate {found.ran[1]})" if found.ran[0] != found.ran[1] else ""
         return f"{head}: called in the watched step of {found.either} of {cases} case(s){sides}"
+    spots = ", ".join(f"{spot} in {n}" for spot, n in found.blind)
+    blind = f"; the watch was partly blind ({spots})" if spots else ""
     if found.built:
+        step = f"seen in no watched step (of {found.watched})" if found.watched else "no step was watched to its end"
         return (
-            f"{head}: called while the case was built ({found.built} of {cases} case(s)), in no case's "
-            f"watched step (of {found.watched}): what it built is in the figures, its own time is not a step's"
+            f"{head}: called while the case was built ({found.built} of {cases} case(s)), {step}{blind}: "
+            "what it left for the steps is in the memory and loss checks"
         )
     if found.has_code is False:
         return f"{head}: ships no code a step shows calling (a native library: what calls it is not seen)"
@@ -250,8 +252,6 @@ def described(
         return f"{head}: not seen: no side lists its installed files"
     if not found.watched:
         return f"{head}: not watched (no case's profile step ran to its end on both sides)"
-    spots = ", ".join(f"{spot} in {n}" for spot, n in found.blind)
-    blind = f"; the watch was partly blind ({spots})" if spots else ""
     hint = _strategies_said(found.strategies(device_type, engines), engines)
     where = "build or step" if found.builds_watched else "step"
     return f"{head}: seen called in no case's {where} (of {found.watched} watched){blind}{hint}"
@@ -267,7 +267,7 @@ def _strategies_said(using: Mapping[str, tuple[str, ...]], engines: Sequence[str
     project = [e for e in engines if e not in ENGINES]
     if len(project) == len(engines):  # a project's engines alone: every strategy is theirs to apply or refuse
         return f"; built-in strategies that use it: {', '.join(using)} (if {' or '.join(project)} applies them)"
-    named = ", ".join(f"{s} ({', '.join(applying)})" for s, applying in using.items())
+    named = ", ".join(f"{s} ({', '.join(applying) or 'loop, not compared'})" for s, applying in using.items())
     maybe = f" ({', '.join(project)}: if it applies them)" if project else ""
     return f"; built-in strategies that use it: {named}{maybe}"
 

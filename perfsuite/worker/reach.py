@@ -9,9 +9,10 @@ to the project's watched files.
 It is set around the case's build (:func:`perfsuite.worker.run.train`), taken off before the first
 warm-up step, and set again around the memory profile's step (:meth:`Driven.watch_next_step
 <perfsuite.worker.engines.driven.Driven.watch_next_step>`), after the timed steps: nothing timed
-runs under it, and it holds no tensor. What it cannot see: threads other than the watched code's
-(among them the first step's, where the Trainer makes its optimizer), the DataLoader's worker
-processes, and a native library called from another package's compiled code (cuDNN from torch's).
+runs under it (a process forked under it, a DataLoader's worker, takes it off at once), and it
+holds no tensor. What it cannot see: threads other than the watched code's (among them the first
+step's, where the Trainer makes its optimizer), the DataLoader's worker processes, and a native
+library called from another package's compiled code (cuDNN from torch's).
 """
 
 from __future__ import annotations
@@ -42,6 +43,21 @@ def asked() -> Watch | None:
     return Watch(ask) if ask else None
 
 
+_COUNTING: set[int] = set()
+"""The profile functions counting now, by ``id``."""
+
+
+def _off_in_child() -> None:
+    """A process forked while a watch counts (a DataLoader's workers, started as the engine is built)
+    keeps the forking thread's profile function: taken off there, where nothing reads its counts and
+    every call of the worker's, through the timed steps, would pay for it."""
+    if id(sys.getprofile()) in _COUNTING:
+        sys.setprofile(None)
+
+
+os.register_at_fork(after_in_child=_off_in_child)
+
+
 class _Calls:
     """The calls some code made: Python calls by the called code's file, as the code names it, and first
     line; built-in calls by defining module."""
@@ -53,19 +69,26 @@ class _Calls:
     @contextlib.contextmanager
     def counting(self) -> Iterator[None]:
         """Counts the calls of the thread it is entered in, those an import runs left out: a module
-        imported is not one used (the Trainer's build imports peft and bitsandbytes to ask what they are)."""
+        imported is not one used (the Trainer's build imports peft and bitsandbytes to ask what they
+        are). Code that ``exec`` or ``eval`` runs is counted."""
         files, modules = self.files, self.modules
-        importing = [0]  # module bodies running: an import, and the imports it makes
+        bodies: list[bool] = []  # per module body running, innermost last: whether an import runs it
+        importing = [0]  # how many of them an import runs
 
         def count(frame: Any, event: str, arg: Any) -> None:
             # An error raised here would surface in the step's own code: none may leave.
             try:
                 code = frame.f_code
-                if code.co_name == "<module>" and event in ("call", "return"):
-                    importing[0] = max(0, importing[0] + (1 if event == "call" else -1))
-                elif importing[0]:
-                    pass
-                elif event == "call":
+                if code.co_name == "<module>" and event == "call":
+                    back = frame.f_back  # an import runs a module's body from importlib's frozen code
+                    imported = back is not None and back.f_code.co_filename.startswith("<frozen importlib")
+                    bodies.append(imported)
+                    importing[0] += imported
+                elif code.co_name == "<module>" and event == "return" and bodies:
+                    importing[0] -= bodies.pop()  # a return fires on an error's unwind too
+                if importing[0]:
+                    return
+                if event == "call":
                     key = (code.co_filename, code.co_firstlineno)
                     files[key] = files.get(key, 0) + 1
                 elif event == "c_call":
@@ -76,10 +99,12 @@ class _Calls:
 
         before = sys.getprofile()
         sys.setprofile(count)
+        _COUNTING.add(id(count))
         try:
             yield
         finally:
             sys.setprofile(before)
+            _COUNTING.discard(id(count))
 
     def by_file(self) -> tuple[dict[str, int], dict[tuple[str, int], int], dict[str, int]]:
         """Python calls per real file and per (real file, first line); built-in calls per the real file

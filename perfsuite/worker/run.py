@@ -50,9 +50,11 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> RecordJson:
         torch.set_num_threads(spec.threads)
     from perfsuite.worker import reach, teardown
 
-    # Read (and taken out of the environment) before anything runs: no subprocess a case starts
-    # (a compiler, a rank) inherits what may be a long request.
-    watch = reach.asked()
+    # Read (and taken out of the environment) before anything runs: no subprocess a case starts (a
+    # compiler) inherits what may be a long request. Every rank reads it; rank 0's record is kept,
+    # so it alone watches.
+    asked = reach.asked()
+    watch = asked if rank == 0 else None
     started = time.perf_counter()
     # perfsuite ab: what the build runs of the code that differs between the sides (an engine's or a
     # model's __init__). Taken off before the first step; the build's seconds include it.
