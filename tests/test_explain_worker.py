@@ -18,7 +18,7 @@ import torch
 from perfsuite.core.explain import profile, profile_lines
 from perfsuite.worker.device import get_device
 from perfsuite.worker.inventory import StepRecorder, gradients_before_step, inventory
-from perfsuite.worker.step_profile import host_events, host_stacks, profile_steps
+from perfsuite.worker.step_profile import host_events, host_stacks, profile_steps, qualifier
 
 HELD = [torch.zeros(1 << 17)]
 """A module-level cache outside any model (512 KiB): the inventory names where it is held."""
@@ -100,8 +100,10 @@ def test_two_profiles_of_one_step_and_an_extra_call() -> None:
     (mm,) = [c for c in counted if c.key == "aten::mm"]
     (asked,) = mm.sources  # the backward's three on both sides: not a source of the change
     line = Tiny.step.__code__.co_firstlineno
-    assert (asked.frame, asked.calls_a, asked.calls_b) == (f"test_explain_worker.py({line}): step", 0, 1)
-    assert profile_lines.describe(mm).endswith(f": +1 from test_explain_worker.py:step (defined at line {line})")
+    # Named by its qualified name, read from its file: a class's step told apart from another's.
+    assert (asked.frame, asked.calls_a, asked.calls_b) == (f"test_explain_worker.py({line}): Tiny.step", 0, 1)
+    said = profile_lines.describe(mm)
+    assert said.endswith(f": +1 from test_explain_worker.py:Tiny.step (defined at line {line})")
 
 
 @pytest.mark.alone  # a time change is named only beyond the profiles' own noise: nothing beside them
@@ -351,3 +353,22 @@ def test_the_profile_s_events_read_fast_make_the_stacks_torch_s_own_events_make(
     assert len(torch_s) > 20
     assert any(origin for _, origin in torch_s)  # a backward's ops, with the forward op that made them
     assert ours == torch_s
+
+
+def test_a_frame_is_named_by_its_functions_qualified_name() -> None:
+    named = qualifier()
+    here = Path(__file__).name
+    step, remixed = Tiny.step.__code__.co_firstlineno, remix.__code__.co_firstlineno
+    assert named(f"{here}({step}): step") == f"{here}({step}): Tiny.step"
+    assert named(f"{__file__}({step}): step") == f"{__file__}({step}): Tiny.step"  # a path as absolute
+    assert named(f"{here}({remixed}): remix") == f"{here}({remixed}): remix"  # a module's function
+    assert named(f"{here}({step}): <lambda>") == f"{here}({step}): <lambda>"  # no function of that name there
+    assert named(f"other/{here}({step}): step") == f"other/{here}({step}): step"  # another file of that name
+    assert named("aten::mm") == "aten::mm"
+
+    def inner() -> None: ...
+
+    line = inner.__code__.co_firstlineno
+    assert qualifier()(f"{here}({line}): inner") == (
+        f"{here}({line}): test_a_frame_is_named_by_its_functions_qualified_name.inner"
+    )
