@@ -603,3 +603,24 @@ def test_a_time_bisection_judges_each_point_by_the_end_it_is_nearer(
     assert "    4.46.0rc1: time B/A 1.300 [1.235, 1.365] over 21 pairs: undecided, more pairs to come" in said
     assert "  4.46.0rc1: undecided: time B/A 1.300 [1.235, 1.365] over 60 pairs: undecided" in said
     assert said[-1].startswith("perfsuite: the first bad transformers is 4.47.0 (last good 4.46.1)"), said
+
+
+def test_a_missing_commit_says_to_fetch_more_history_only_in_a_shallow_clone(tmp_path: Path) -> None:
+    from tools import git
+
+    from perfsuite.ab.commits import GitError, commit
+
+    full = tmp_path / "full"
+    full.mkdir()
+    git(full, "init", "-q")
+    for n in range(2):
+        (full / "f.txt").write_text(str(n))
+        git(full, "add", "f.txt")
+        git(full, "commit", "-q", "-m", f"c{n}")
+    with pytest.raises(GitError) as missing:
+        commit(full, "nope", "--base-ref")
+    assert str(missing.value) == "--base-ref: 'nope' is not a commit of this repository"
+    shallow = tmp_path / "shallow"
+    git(tmp_path, "clone", "-q", "--depth", "1", full.as_uri(), str(shallow))
+    with pytest.raises(GitError, match=r"'HEAD~1' is not a commit of this repository \(this clone is shallow"):
+        commit(shallow, "HEAD~1", "--base-ref")

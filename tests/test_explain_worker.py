@@ -17,8 +17,9 @@ import torch
 
 from perfsuite.core.explain import profile, profile_lines
 from perfsuite.worker.device import get_device
+from perfsuite.worker.frame_names import qualifier
 from perfsuite.worker.inventory import StepRecorder, gradients_before_step, inventory
-from perfsuite.worker.step_profile import host_events, host_stacks, profile_steps, qualifier
+from perfsuite.worker.step_profile import host_events, host_stacks, profile_steps
 
 HELD = [torch.zeros(1 << 17)]
 """A module-level cache outside any model (512 KiB): the inventory names where it is held."""
@@ -367,6 +368,16 @@ def test_a_frame_is_named_by_its_functions_qualified_name() -> None:
     assert named("aten::mm") == "aten::mm"
 
     def inner() -> None: ...
+
+    def walk() -> Any:  # a generator: the profiler names each resume by the line it resumes at
+        yield 1
+        yield 2
+
+    start = walk.__code__.co_firstlineno
+    qualified = qualifier()
+    said = "test_a_frame_is_named_by_its_functions_qualified_name.walk"
+    assert [qualified(f"{here}({start + n}): walk") for n in (0, 1, 2)] == [f"{here}({start}): {said}"] * 3
+    assert qualified(f"{here}({start + 1}): inner") == f"{here}({start + 1}): inner"  # not a generator's resume
 
     line = inner.__code__.co_firstlineno
     assert qualifier()(f"{here}({line}): inner") == (

@@ -241,3 +241,21 @@ def test_a_gate_failure_under_pytest_is_explained_against_the_commit_of_its_base
     ) in out, out
     assert "explain: the code differs from it in 1 file(s): convnet/train.py" in out, out
     assert "new other engine.kept (float32 (1024, 1024), 4.00 MiB)" in out, out
+
+
+def test_own_says_uncommitted_changes_are_in_neither_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--own compares two commits; a working tree with changes not committed is in neither, and
+    --base-ref is what compares it: said in the line that says what differs."""
+    from perfsuite.cli.ab import _differing
+
+    root = repository(tmp_path / "repo")
+    commit(root, "Document the step", readme="The step is cross-entropy, clipped.")
+    monkeypatch.chdir(root)
+    head = git(root, "rev-parse", "HEAD")
+    assert _differing(["HEAD^1", head])[0] == "perfsuite ab: the sides' code differs in 1 file(s): README.md"
+    (root / "README.md").write_text("Not committed yet.\n")
+    said = "; the working tree's uncommitted changes are in neither (--base-ref compares them)"
+    assert _differing(["HEAD^1", head])[0].endswith(f"README.md{said}")
+    compared = _differing(["HEAD", None])[0]  # --base-ref: the working tree is the candidate
+    assert compared.startswith("perfsuite ab: the sides' code differs")
+    assert said not in compared

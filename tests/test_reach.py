@@ -90,7 +90,7 @@ def test_a_package_no_step_ran_says_the_verdicts_say_nothing_of_it_and_where_it_
         f"{hint}adamw_8bit (loop, trainer), lion_8bit (loop)"
     )
     trainer = described(found[0], 3, engines=["trainer"])
-    assert trainer.endswith(f"{hint}adamw_8bit (trainer), lion_8bit (loop, not compared)")
+    assert trainer.endswith(f"{hint}adamw_8bit (trainer), lion_8bit (loop, not in this comparison)")
     assert described(found[0], 3, engines=["acme_step"]).endswith(  # a team's own engine may refuse them
         f"{hint}adamw_8bit, lion_8bit (if acme_step applies them)"
     )

@@ -136,7 +136,7 @@ def test_the_command_prints_each_path(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_init_example_writes_a_model_an_engine_and_their_declaration_once(tmp_path: Path) -> None:
     lines = init(tmp_path, example=True)
-    assert lines[-1].startswith("next: `perfsuite baselines refresh`")  # the example's cases are declared
+    assert lines[-1].startswith("next: commit these files, then `perfsuite baselines refresh`")  # cases declared
     assert "wrote     perfsuite_example/model.py" in lines
     assert "wrote     perfsuite_example/engine.py" in lines
     assert "appended  pyproject.toml ([tool.perfsuite.models.example-mlp] and its engine and cases)" in lines

@@ -71,15 +71,27 @@ def commit(repo: Path, ref: str, what: str) -> str:
     """The full hash of the commit ``ref`` names."""
     done = git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", what=what)
     if done.returncode != 0:
-        raise GitError(f"{what}: {ref!r} is not a commit of this repository (in a shallow clone, fetch more history)")
+        raise GitError(f"{what}: {ref!r} is not a commit of this repository{_shallow(repo)}")
     return done.stdout.strip()
 
 
 def merge_base(repo: Path, base: str, head: str, what: str) -> str:
     done = git(repo, "merge-base", base, head, what=what)
     if done.returncode != 0:
-        raise GitError(f"{what}: no merge base (in a shallow clone, fetch more history)")
+        raise GitError(f"{what}: no merge base{_shallow(repo)}")
     return done.stdout.strip()
+
+
+def uncommitted(repo: Path) -> bool:
+    """Whether a file git tracks in ``repo`` has changes not committed (staged or not)."""
+    done = git(repo, "status", "--porcelain", "--untracked-files=no")
+    return done.returncode == 0 and bool(done.stdout.strip())
+
+
+def _shallow(repo: Path) -> str:
+    """What to do where a commit is missing because the clone is shallow (a CI checkout's); ``""`` elsewhere."""
+    done = git(repo, "rev-parse", "--is-shallow-repository")
+    return " (this clone is shallow: fetch more history)" if done.stdout.strip() == "true" else ""
 
 
 def short(repo: Path, sha: str) -> str:

@@ -310,13 +310,16 @@ def _differing(refs: list[str | None]) -> tuple[str, ChangedCode]:
     assert base is not None  # a base is always a commit
     top = commits.check_repository(project_root(), "--base-ref")
     names = files_differ(top, base, head)
+    # --own compares two commits: what is not committed yet is in neither side.
+    left = "; the working tree's uncommitted changes are in neither (--base-ref compares them)"
+    left = left if head is not None and commits.uncommitted(top) else ""
     if names is None:
-        return "perfsuite ab: git cannot tell which files differ between the sides' code", ChangedCode()
+        return f"perfsuite ab: git cannot tell which files differ between the sides' code{left}", ChangedCode()
     if not names:
-        return "perfsuite ab: no file differs between the sides' code (an A/A)", ChangedCode()
+        return f"perfsuite ab: no file differs between the sides' code (an A/A){left}", ChangedCode()
     inside = project_root().resolve().relative_to(top.resolve()).as_posix()
     changed = changes(top, refs, names, inside, "--base-ref")
-    return f"perfsuite ab: the sides' code differs in {said_files(names)}", changed
+    return f"perfsuite ab: the sides' code differs in {said_files(names)}{left}", changed
 
 
 def _code(revision: str | None) -> str:

@@ -174,11 +174,13 @@ def init(root: Path, *, force: bool = False, example: bool = False, gpu: bool = 
         lines += _write_files(root, _EXAMPLE_FILES, force)
         lines.append(_append_example(pyproject))
     lines.append(_append_section(root / "README.md", "## Performance tests", template("readme-section.md")))
+    # Recorded on committed code, a baseline's change can be explained later against that commit.
     record = "`perfsuite baselines refresh` to record baselines and `pytest " + TESTS + "` to gate them"
     if example:  # the example's model, engine and cases are declared already
-        lines.append(f"next: {record}; then declare your own models and cases beside the example's")
+        yours = "then declare your own models and cases beside the example's"
+        lines.append(f"next: commit these files, then {record}; {yours}")
     else:
         lines.append(
-            f"next: declare your models, recipes and cases in pyproject.toml's [tool.perfsuite], then {record}"
+            f"next: declare your models, recipes and cases in pyproject.toml's [tool.perfsuite], commit, then {record}"
         )
     return lines

@@ -267,7 +267,7 @@ def _strategies_said(using: Mapping[str, tuple[str, ...]], engines: Sequence[str
     project = [e for e in engines if e not in ENGINES]
     if len(project) == len(engines):  # a project's engines alone: every strategy is theirs to apply or refuse
         return f"; built-in strategies that use it: {', '.join(using)} (if {' or '.join(project)} applies them)"
-    named = ", ".join(f"{s} ({', '.join(applying) or 'loop, not compared'})" for s, applying in using.items())
+    named = ", ".join(f"{s} ({', '.join(applying) or 'loop, not in this comparison'})" for s, applying in using.items())
     maybe = f" ({', '.join(project)}: if it applies them)" if project else ""
     return f"; built-in strategies that use it: {named}{maybe}"
 

@@ -171,16 +171,19 @@ def code_lines(payload: Mapping[str, Any]) -> list[str]:
 
 
 def render_table(payload: Mapping[str, Any]) -> Any:
+    """The headline, the table and its notes, for a console. The headline and the notes are lines of
+    their own, wrapped at the console's width (a log's 200 columns), not at the table's."""
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
-    caption = "\n".join(notes(payload)) or None
-    table = Table(title=verdict_line(payload), title_justify="left", caption=caption, caption_justify="left")
+    table = Table()
     for header in HEADERS:
         # A case id and a verdict are never cut short ("tiny-ber…", "regress…"): folded if need be.
         table.add_column(header, overflow="fold")
     for row in rows(payload):
         table.add_row(*row)
-    return table
+    return Group(Text(verdict_line(payload)), table, *(Text(line) for line in notes(payload)))
 
 
 def marker(device_type: str, *, own: bool = False) -> str:

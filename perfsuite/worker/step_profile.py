@@ -14,22 +14,18 @@ the only place their bytes are.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import gzip
 import json
-import sys
 import tempfile
 import threading
-import types
-import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfsuite.core.explain.frames import OP, frame_name, kind, python_parts
+from perfsuite.core.explain.frames import OP, frame_name, kind
 from perfsuite.core.explain.records import DeviceRow, StackRow, StepProfile
 from perfsuite.core.explain.traces import device_rows
+from perfsuite.worker.frame_names import qualifier
 
 if TYPE_CHECKING:
     from perfsuite.worker.device import Device
@@ -37,69 +33,6 @@ if TYPE_CHECKING:
 
 _STEP = "ProfilerStep"
 _NODE = "autograd::engine::evaluate_function: "
-
-
-def qualifier() -> Callable[[str], str]:
-    """Names a Python frame (``path(line): name``) by its function's qualified name
-    (``model.py(24): BagOfTokens.forward``, as ``perfsuite ab`` names a changed function): a file's
-    ``forward``s told apart. The names are those of the functions alive in this process now, read
-    before the profiler runs, whose events would make it several times longer (0.3-0.4 s in a
-    worker with transformers loaded). Any other frame, or one no such function of that name starts
-    at (a closure made inside a step, a lambda, a module's body), as it was."""
-    index = _live_functions()
-
-    def named(raw: str) -> str:
-        parts = python_parts(raw)
-        if parts is None:
-            return raw
-        file, line, function = parts
-        for path, name in index.get((file.rpartition("/")[2], line), ()):
-            if (path == file or path.endswith(f"/{file}")) and name.rpartition(".")[2] == function:
-                return f"{file}({line}): {name}"
-        return raw
-
-    return named
-
-
-def _live_functions() -> dict[tuple[str, int], list[tuple[str, str]]]:
-    """Every live Python function's code as ``(file name, first line) → [(its path, its qualified
-    name)]``, a nested one's as ``outer.inner`` (the interpreter's ``outer.<locals>.inner``): those
-    of every module and its classes (and what a decorator wrapped), and those the collector tracks
-    (a closure kept as a hook; not what a worker's forkserver froze, which the modules hold)."""
-    found: dict[tuple[str, int], list[tuple[str, str]]] = {}
-    seen: set[int] = set()
-    function, wrapped = types.FunctionType, (staticmethod, classmethod)
-
-    def walk(values: Iterable[Any], depth: int) -> None:
-        for value in values:
-            kind = type(value)
-            if kind in wrapped:
-                value = value.__func__
-                kind = type(value)
-            if kind is function:
-                if "__wrapped__" in value.__dict__:  # a decorator's wrapper (its code shared): what it wraps too
-                    walk([value.__dict__["__wrapped__"]], depth)
-                code = value.__code__
-                if id(code) in seen:
-                    continue
-                seen.add(id(code))
-                named = str(getattr(code, "co_qualname", value.__qualname__)).replace(".<locals>.", ".")  # 3.10
-                file = code.co_filename
-                found.setdefault((file.rpartition("/")[2], code.co_firstlineno), []).append((file, named))
-            elif kind is property:
-                walk([value.fget, value.fset, value.fdel], depth)
-            elif issubclass(kind, type) and depth < 4 and id(value) not in seen:  # a class: its methods
-                seen.add(id(value))
-                walk(list(vars(value).values()), depth + 1)
-
-    # Only types and dicts are asked: a module's odd object (a deprecated alias that warns when touched)
-    # is never. A name it cannot read is the frame's own.
-    with warnings.catch_warnings(), contextlib.suppress(Exception):
-        warnings.simplefilter("ignore")
-        for module in list(sys.modules.values()):
-            walk(list(getattr(module, "__dict__", {}).values()), 0)
-        walk([item for item in gc.get_objects() if type(item) is function], 0)
-    return found
 
 
 def profile_steps(engine: Driven, device: Device, steps: int, trace: str | None = None) -> StepProfile:
