@@ -12,7 +12,6 @@ ran (an ``__init__``) is in the figures through what it built, not through its o
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -134,6 +133,9 @@ def reach(cases: Sequence[Mapping[str, Any]], changed: ChangedCode | None = None
     steps = [(_step(c, "a"), _step(c, "b")) for c in cases]
     done = [a is not None and b is not None and a.complete and b.complete for a, b in steps]
     blind = [tuple(dict.fromkeys(spot for s in pair if s is not None for spot in s.blind)) for pair in steps]
+    # Whether every case watched to its end had its build watched on both sides (an older side's was not).
+    watched_builds = [s.built is not None for pair, d in zip(steps, done, strict=True) if d for s in pair if s]
+    builds_watched = all(watched_builds)
     packages = dict.fromkeys(p.name for pair in steps for s in pair if s is not None for p in s.packages)
     touched = changed.functions if changed is not None else ()
     named = {f.file for f in touched}
@@ -146,8 +148,19 @@ def reach(cases: Sequence[Mapping[str, Any]], changed: ChangedCode | None = None
         code = [r.has_code for pair in runs for r in pair if r is not None and r.has_code is not None]
         asked = [d and all(r is not None for r in pair) for d, pair in zip(done, runs, strict=True)]
         built = _built(steps, "packages", (name, name))
-        counted = _counted(name, called, asked, blind, (versions[0], versions[1]), any(code) if code else None)
-        found.append(dataclasses.replace(counted, **built))
+        has_code = any(code) if code else None
+        found.append(
+            _counted(
+                name,
+                called,
+                asked,
+                blind,
+                (versions[0], versions[1]),
+                has_code,
+                built=built,
+                builds_watched=builds_watched,
+            )
+        )
     for function in touched:
         if function.name == MODULE_LEVEL:  # run when imported: no step runs it; which cases imported it
             imported = [tuple(bool(s and function.file in s.imported) for s in pair) for pair in steps]
@@ -162,7 +175,9 @@ def reach(cases: Sequence[Mapping[str, Any]], changed: ChangedCode | None = None
             for d, pair in zip(done, steps, strict=True)
         ]
         built = _built(steps, "functions", (keys[0], keys[1]))
-        found.append(dataclasses.replace(_counted(function.label, called, asked, blind, None, True), **built))
+        found.append(
+            _counted(function.label, called, asked, blind, None, True, built=built, builds_watched=builds_watched)
+        )
     for name in changed.same if changed is not None else ():
         found.append(Reach(name, None, watched=0, ran=(0, 0), either=0, kind="same"))
     for name in files:
@@ -171,25 +186,20 @@ def reach(cases: Sequence[Mapping[str, Any]], changed: ChangedCode | None = None
             d and all(s is not None and name in s.files for s in pair) for d, pair in zip(done, steps, strict=True)
         ]
         built = _built(steps, "files", (name, name))
-        found.append(dataclasses.replace(_counted(name, called, asked, blind, None, True), **built))
+        found.append(_counted(name, called, asked, blind, None, True, built=built, builds_watched=builds_watched))
     return found
 
 
-def _built(
-    steps: list[tuple[StepRan | None, StepRan | None]], kind: str, keys: tuple[str | None, str | None]
-) -> dict[str, Any]:
+def _built(steps: list[tuple[StepRan | None, StepRan | None]], kind: str, keys: tuple[str | None, str | None]) -> int:
     """The cases whose build, on either side, called the code named ``keys`` (the base's, the
     candidate's) among its ``kind`` (:class:`~perfsuite.core.record.BuildRan`'s field; a build not
-    watched: not), and whether every case's builds were watched: as :class:`Reach`'s fields."""
+    watched: not)."""
 
     def called(step: StepRan | None, key: str | None) -> bool:
         calls = getattr(step.built, kind) if step is not None and step.built is not None else {}
         return key is not None and bool(calls.get(key))
 
-    built = sum(any(called(s, k) for s, k in zip(pair, keys, strict=True)) for pair in steps)
-    done = [pair for pair in steps if all(s is not None and s.complete for s in pair)]
-    watched = all(s is not None and s.built is not None for pair in done for s in pair)
-    return {"built": built, "builds_watched": watched}
+    return sum(any(called(s, k) for s, k in zip(pair, keys, strict=True)) for pair in steps)
 
 
 def _package(step: StepRan | None, name: str) -> PackageRun | None:
@@ -204,6 +214,9 @@ def _counted(
     versions: tuple[str | None, str | None] | None,
     has_code: bool | None,
     kind: str = "code",
+    *,
+    built: int = 0,
+    builds_watched: bool = False,
 ) -> Reach:
     missed = [spots for d, c, spots in zip(done, called, blind, strict=True) if d and not any(c)]
     return Reach(
@@ -215,6 +228,8 @@ def _counted(
         has_code=has_code,
         kind=kind,
         blind=tuple((spot, sum(spot in spots for spots in missed)) for spot in dict.fromkeys(sum(missed, ()))),
+        built=built,
+        builds_watched=builds_watched,
     )
 
 
