@@ -64,7 +64,7 @@ def test_each_package_is_counted_over_the_cases_and_its_sides() -> None:
     assert found["bitsandbytes"].ran == (0, 1)  # the candidate's step calls it, the base's does not
     assert (
         described(found["bitsandbytes"], 3)
-        == "bitsandbytes 1.0 → 1.0: called in the watched step of 1 of 3 case(s) (base 0, candidate 1)"
+        == "bitsandbytes 1.0 → 1.0: called in the watched steps of 1 of 3 case(s) (base 0, candidate 1)"
     )
     assert unreached(list(found.values())) == []
 
@@ -129,7 +129,7 @@ def test_the_projects_changed_files_are_counted_and_named_without_versions() -> 
         for _ in range(2)
     ]
     found = {r.name: r for r in reach(cases)}
-    assert described(found["acme/model.py"], 2) == "acme/model.py: called in the watched step of 2 of 2 case(s)"
+    assert described(found["acme/model.py"], 2) == "acme/model.py: called in the watched steps of 2 of 2 case(s)"
     assert described(found["acme/prep.py"], 2).startswith("acme/prep.py: seen called in no case's step (of 2 watched)")
     assert unreached(list(found.values())) == ["acme/prep.py"]
 
@@ -155,7 +155,7 @@ def test_the_functions_a_change_touches_are_counted_on_each_side_at_their_own_li
     said = [described(r, 1) for r in found]
     module = "changed outside any function, which runs when the module is imported, not in a step"
     assert said == [
-        "acme/model.py:Net.forward: called in the watched step of 1 of 1 case(s)",
+        "acme/model.py:Net.forward: called in the watched steps of 1 of 1 case(s)",
         f"acme/model.py (module level): {module} (imported in 1 of 1 case(s))",
         "acme/engine.py:Engine.__init__: seen called in no case's step (of 1 watched)",
         f"acme/export.py (module level): {module}; no case imported it (of 1 watched)",
@@ -243,7 +243,7 @@ def test_what_the_watch_could_not_see_is_said_with_what_it_did_not_find() -> Non
     compiled["blind"] = ["compiled"]
     found = reach([_case(compiled, compiled), _case(_step([_run("peft")]), _step([_run("peft", calls=3)]))])
     assert (
-        described(found[0], 2) == "peft 1.0 → 1.0: called in the watched step of 1 of 2 case(s) (base 0, candidate 1)"
+        described(found[0], 2) == "peft 1.0 → 1.0: called in the watched steps of 1 of 2 case(s) (base 0, candidate 1)"
     )
     found = reach([_case(compiled, compiled)])
     assert described(found[0], 1).startswith(
@@ -475,32 +475,54 @@ def test_a_step_that_raised_is_no_complete_watch() -> None:
     assert watch.ran()["complete"] is False
 
 
+def test_a_first_step_no_other_warm_up_step_follows_is_not_watched_and_reads_as_a_blind_spot() -> None:
+    """The first step is watched only where an unwatched warm-up step follows it before the timed ones."""
+    from perfsuite.core.spec import CaseSpec
+    from perfsuite.worker.run import _blind_spots
+
+    def spots(warmup: int) -> tuple[str, ...]:
+        return _blind_spots(CaseSpec(model="tiny-bert", strategy="vanilla", warmup_steps=warmup, device="cpu"), "cpu")
+
+    assert (spots(0), spots(1), spots(2)) == (("first step",), ("first step",), ())
+    step = {**_step([_run("peft")]), "blind": ["first step"]}
+    assert "the watch was partly blind (first step in 1)" in described(reach([_case(step, step)])[0], 1)
+
+
 @pytest.mark.cpu
 @pytest.mark.parametrize(
     ("strategy", "engine"), [("adamw_8bit", "loop"), ("vanilla", "trainer"), ("dataloader", "loop")]
 )
 def test_a_case_run_with_the_watch_asked_records_what_its_profile_step_ran(strategy: str, engine: str) -> None:
     """Through the worker as a side's server runs it: the environment asks, the record answers; the
-    Trainer's step runs in a thread of its own, where the watch is set; the DataLoader's workers are
-    forked during the build. The same case run unwatched has the same losses, peak and breakdown to
-    the byte; with DataLoader workers a prefetched batch (32 KiB) may land in another category of the
-    watched step's breakdown (1 run in 10), under the memory gate's absolute tolerance."""
+    Trainer's steps run in a thread of its own, where the watch is set, and it makes its optimizer in
+    its first step, which is watched; the DataLoader's workers are forked during the build. The same
+    case run unwatched has the same losses, peak and breakdown to the byte; with DataLoader workers a
+    prefetched batch (32 KiB) may land in another category of the watched step's breakdown (1 run in
+    10), under the memory gate's absolute tolerance."""
+    import transformers
+
     from perfsuite.core.spec import CaseSpec
     from perfsuite.core.tolerance import Tolerance
     from perfsuite.worker.process import run_isolated
 
     spec = CaseSpec(
-        model="tiny-bert", strategy=strategy, engine=engine, steps=2, warmup_steps=1, threads=1, device="cpu"
+        model="tiny-bert", strategy=strategy, engine=engine, steps=2, warmup_steps=2, threads=1, device="cpu"
     )
-    ask = Ask(("transformers", "bitsandbytes", "peft", "not-installed-here"))
+    # The Trainer's create_optimizer, asked for as a function of a project whose root is site-packages.
+    root = Path(transformers.__file__).parent.parent
+    make = f"transformers/trainer.py:{transformers.Trainer.create_optimizer.__code__.co_firstlineno}"
+    ask = Ask(("transformers", "bitsandbytes", "peft", "not-installed-here"), str(root), ("x.py",), (make,))
     record = run_isolated(spec, timeout_s=300, env={WATCH_ENV: ask.request()})
     assert record.ok, record.error
     assert record.step_ran is not None
     assert record.step_ran.complete
+    assert record.step_ran.blind == ()  # two warm-up steps: the first is watched
     built = record.step_ran.built
     assert built is not None
     assert built.packages["transformers"] > 0  # the model's classes
     assert built.packages["peft"] == 0  # imported (by the build or before it) to ask what the model is: no use
+    assert built.functions[make] == 0
+    assert (record.step_ran.functions[make] > 0) == (engine == "trainer")  # in the first step, in its thread
     found = {r.name: r for r in record.step_ran.packages}
     assert found["transformers"].python_calls > 0
     assert (found["bitsandbytes"].python_calls > 0) == (strategy == "adamw_8bit")  # its 8-bit AdamW's step
@@ -552,7 +574,7 @@ def test_the_upgrade_verdict_says_what_no_case_ran_in_its_headline_and_each_pack
     }
     text = markdown(payload)
     assert "0.49.0 → 0.50.0; not seen in any case's step: `bitsandbytes`)**" in text.splitlines()[2]
-    assert "- `transformers` 5.24.0 → 5.25.0: called in the watched step of 1 of 1 case(s)\n" in text
+    assert "- `transformers` 5.24.0 → 5.25.0: called in the watched steps of 1 of 1 case(s)\n" in text
     assert "- `bitsandbytes` 0.49.0 → 0.50.0: seen called in no case's step (of 1 watched)" in text
     (tmp_path / "summary.md").write_text(text)
     nested = {

@@ -1,10 +1,10 @@
-"""Whether watching a case's build moves anything its steps measure (``perfsuite ab``'s "what the
+"""Whether watching a case's build and first step moves anything its timed steps measure (``perfsuite ab``'s "what the
 cases ran", docs/ab.md): the same case run in a worker of its own, plain (P) and with the watch asked
-(W: build and profile step watched), in ABBA blocks (P W W P), for tiny-bert (our loop) and tiny-llama
+(W: build, first step and profile step watched), in ABBA blocks (P W W P), for tiny-bert (our loop) and tiny-llama
 grad_accum (the Trainer). Prints, per case: whether the losses, the peak and the memory breakdown are
 the same to the bit in every run; the watched runs' step-time median against the plain ones' in the
 same block (log ratio, median and range over the blocks) beside the plain runs' own spread (the first
-plain run of a block against its last: an A/A); and what the watch adds to the build.
+plain run of a block against its last: an A/A); and what the watch adds to the build and to the first warm-up step.
 
     python benchmarks/ab/watch_build_aa.py [BLOCKS] [CASE ...]   (4 blocks; CASE: a case id printed)
 """
@@ -42,11 +42,13 @@ def main(blocks: int, only: list[str]) -> None:
         ]
         plain = [math.log(step["P"][2 * b + 1] / step["P"][2 * b]) for b in range(blocks)]
         build = {arm: statistics.median(r.phases_s["build"] for r in rs) for arm, rs in runs.items()}
+        first = {arm: statistics.median(r.warmup_step_s[0] for r in rs) for arm, rs in runs.items()}
         print(
             f"{spec.id}: losses, peak and breakdown identical in all {4 * blocks} runs: {len(figures) == 1}; "
             f"step median W/P {_pct(statistics.median(watched))} (blocks {_pct(min(watched))}..{_pct(max(watched))}), "
             f"P/P {_pct(statistics.median(plain))} ({_pct(min(plain))}..{_pct(max(plain))}); "
-            f"build {build['P']:.2f} s plain, {build['W']:.2f} s watched"
+            f"build {build['P']:.2f} s plain, {build['W']:.2f} s watched; "
+            f"first warm-up step {first['P']:.3f} s plain, {first['W']:.3f} s watched"
         )
 
 

@@ -56,7 +56,8 @@ class AbOptions(PairOptions):
     """``--base-ref`` / ``--own``: each side's copy of the project, once written out (``None`` without)."""
     changed: ChangedCode | None = None
     """``--base-ref`` / ``--own``: the project's Python files that differ between the sides' code and the
-    functions the change touches, watched in each case's build and profile step (:mod:`perfsuite.core.reach`)."""
+    functions the change touches, watched in each case's build, first step and profile step
+    (:mod:`perfsuite.core.reach`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -62,7 +62,8 @@ class CaseResult:
     explanation: Explanation | None = None
     """Its verdict's cause, where one was explained (:mod:`perfsuite.ab.explain`)."""
     ran: tuple[StepRan | None, StepRan | None] = (None, None)
-    """What each side's first build and profile step ran of the code that differs (:mod:`perfsuite.core.reach`)."""
+    """What each side's first pair's build, first step and profile step ran of the code that differs
+    (:mod:`perfsuite.core.reach`)."""
 
     @property
     def unjudged(self) -> bool:

@@ -65,7 +65,7 @@ class Side:
         self.name = name
         self.env = env
         self.watch = Ask()
-        """The code whose calls a case's build and profile step count (:mod:`perfsuite.core.reach`)."""
+        """The code whose calls a case's build, first step and profile step count (:mod:`perfsuite.core.reach`)."""
         environ = {**os.environ, **(server_env or {})}
         if env.path:
             environ["PYTHONPATH"] = os.pathsep.join([*env.path, *filter(None, [environ.get("PYTHONPATH")])])

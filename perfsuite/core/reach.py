@@ -4,7 +4,7 @@ functions the change touches in them (:mod:`perfsuite.core.changed_code`).
 
 A comparison's verdict speaks of the cases it ran: a bumped package, or a changed file, whose code
 no case calls comes out *same*, true of those cases and nothing about that code. So each side's
-worker watches its first pair's build and profile step (:mod:`perfsuite.worker.reach`, asked
+worker watches its first pair's build, first step and profile step (:mod:`perfsuite.worker.reach`, asked
 through :data:`WATCH_ENV`) and counts the calls of that code; :func:`reach` reads the records back
 into one answer per package or file, and :func:`described` says it in a line. What only a build
 ran (an ``__init__``) is in the figures through what it built, not through its own time.
@@ -27,7 +27,7 @@ from perfsuite.core.strategies import OPTIONAL_PACKAGES, STRATEGIES
 from perfsuite.core.typed_json import json_object, list_of, optional, text
 
 WATCH_ENV = "PERFSUITE_WATCH"
-"""What a worker watches in its profile step, set by a side as :func:`request` writes it."""
+"""What a worker watches in its build and steps, set by a side as :func:`request` writes it."""
 
 
 MOST_WATCHED = 1000
@@ -84,7 +84,7 @@ class Reach:
     watched: int
     """Cases whose step was watched to its end on both sides, or that ran its code."""
     ran: tuple[int, int]
-    """Cases whose watched step ran its code, on the base and on the candidate."""
+    """Cases whose watched steps ran its code, on the base and on the candidate."""
     either: int
     """Cases whose step ran its code on either side."""
     has_code: bool | None = True
@@ -117,7 +117,7 @@ class Reach:
 
 
 def _step(case: Any, side: str) -> StepRan | None:
-    """A case's watched step on ``side``; what is not one (an old or hand-made file) is none."""
+    """A case's watched steps on ``side``; what is not one (an old or hand-made file) is none."""
     ran = case.get("ran") if isinstance(case, Mapping) else None
     entry = ran.get(side) if isinstance(ran, Mapping) else None
     try:
@@ -252,7 +252,7 @@ def described(
         return f"{said}; no case imported it (of {found.watched} watched)" if found.watched else said
     if found.either:
         sides = f" (base {found.ran[0]}, candidate {found.ran[1]})" if found.ran[0] != found.ran[1] else ""
-        return f"{head}: called in the watched step of {found.either} of {cases} case(s){sides}"
+        return f"{head}: called in the watched steps of {found.either} of {cases} case(s){sides}"
     spots = ", ".join(f"{spot} in {n}" for spot, n in found.blind)
     blind = f"; the watch was partly blind ({spots})" if spots else ""
     if found.built:

@@ -115,21 +115,22 @@ class BuildRan(JsonObject):
 
 @dataclass(frozen=True, kw_only=True)
 class StepRan(JsonObject):
-    """What a case's profile step, and its build, ran of the code ``perfsuite ab`` asked it to watch
-    (:mod:`perfsuite.core.reach`)."""
+    """What a case's build and its steps watched (its first, where another warm-up step follows, and
+    its profile step) ran of the code ``perfsuite ab`` asked it to watch (:mod:`perfsuite.core.reach`)."""
 
     complete: bool = from_key(flag, False)
-    """Whether the step ended (else only what it reached before its error was counted)."""
+    """Whether the profile step ended (else only what it reached before its error was counted)."""
     packages: tuple[PackageRun, ...] = from_key(list_of(nested(PackageRun)), ())
     files: Mapping[str, int] = from_key(values_of(integer), EMPTY)
     """Calls of the Python functions of each watched file of the project's own (its path in the project)."""
     functions: Mapping[str, int] = from_key(values_of(integer), EMPTY)
     """Calls of each watched function of those files, as ``file:line`` (the line its code starts at)."""
     imported: tuple[str, ...] = from_key(list_of(text), ())
-    """Which of those files a module of the step's process had been imported from by the step's end."""
+    """Which of those files a module of the case's process had been imported from by the step's end."""
     blind: tuple[str, ...] = from_key(list_of(text), ())
-    """What the watch could not see of this step (``compiled``: what torch.compile inlined runs as no
-    Python call; ``backward on the GPU``: autograd runs it in a thread of its own)."""
+    """What the watch could not see of the steps (``compiled``: what torch.compile inlined runs as no
+    Python call; ``backward on the GPU``: autograd runs it in a thread of its own; ``first step``: too
+    few warm-up steps to watch the first)."""
     error: str | None = from_key(_TEXT)
     """Why what it saw could not be matched to the code watched (its counts left out)."""
     built: BuildRan | None = from_key(optional(nested(BuildRan)))
@@ -233,7 +234,7 @@ class CaseRecord(JsonObject):
     interrupted: bool = from_key(flag, False)
     """``perfsuite run`` interrupted before or while this case ran."""
     step_ran: StepRan | None = from_key(optional(nested(StepRan)))
-    """What its build and profile step ran of the code ``perfsuite ab`` watched (:mod:`perfsuite.core.reach`)."""
+    """What its build and watched steps ran of the code ``perfsuite ab`` watched (:mod:`perfsuite.core.reach`)."""
 
     @classmethod
     def failed(cls, spec: CaseSpec, *, status: str, error: str) -> CaseRecord:

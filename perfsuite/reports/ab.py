@@ -152,7 +152,7 @@ SHOWN_REACH = 30
 """The lines of it ``summary.md`` and ``report.html`` show (a pull request's comment has a size limit)."""
 
 
-REACH_HEAD = "What the cases ran of the code that differs (each side's first build and profile step):"
+REACH_HEAD = "What the cases ran of the code that differs (each side's first pair: build, first step, profile step):"
 
 
 def code_lines(payload: Mapping[str, Any]) -> list[str]:

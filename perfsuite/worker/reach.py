@@ -6,13 +6,14 @@ A profile function (``sys.setprofile``), set in the thread that runs the code wa
 call of a Python function by its code's file and each call of a built-in by the module that defines
 it. Afterwards those files are matched to each distribution's installed files (its ``RECORD``) and
 to the project's watched files.
-It is set around the case's build (:func:`perfsuite.worker.run.train`), taken off before the first
-warm-up step, and set again around the memory profile's step (:meth:`Driven.watch_next_step
+It is set around the case's build (:func:`perfsuite.worker.run.train`), around the first warm-up
+step where another unwatched one follows it (what an engine makes as it starts: the Trainer's
+optimizer and DataLoader), and around the memory profile's step (:meth:`Driven.watch_next_step
 <perfsuite.worker.engines.driven.Driven.watch_next_step>`), after the timed steps: nothing timed
 runs under it (a process forked under it, a DataLoader's worker, takes it off at once), and it
-holds no tensor. What it cannot see: threads other than the watched code's (among them the first
-step's, where the Trainer makes its optimizer), the DataLoader's worker processes, and a native
-library called from another package's compiled code (cuDNN from torch's).
+holds no tensor. What it cannot see: threads other than the watched code's, the DataLoader's
+worker processes, and a native library called from another package's compiled code (cuDNN from
+torch's).
 """
 
 from __future__ import annotations
@@ -123,8 +124,8 @@ class _Calls:
 
 
 class Watch:
-    """The calls of a case's build and of one step, counted by :meth:`building` and :meth:`watching`;
-    :meth:`ran` says whose code they were."""
+    """The calls of a case's build and of its steps watched, counted by :meth:`building`, :meth:`starting`
+    and :meth:`watching`; :meth:`ran` says whose code they were."""
 
     def __init__(self, ask: Ask, blind: tuple[str, ...] = ()) -> None:
         self.ask = ask
@@ -144,8 +145,14 @@ class Watch:
             yield
 
     @contextlib.contextmanager
+    def starting(self) -> Iterator[None]:
+        """Around the case's first step, in the thread that runs it: counted with the profile step's."""
+        with self.step.counting():
+            yield
+
+    @contextlib.contextmanager
     def watching(self) -> Iterator[None]:
-        """Around the one step watched, in the thread that runs it."""
+        """Around the profile's step, in the thread that runs it (the step whose end completes the watch)."""
         with self.step.counting():
             yield
         self.complete = True

@@ -44,7 +44,7 @@ class Timed:
     phases: dict[str, float] = field(default_factory=dict)
     """Seconds per :data:`~perfsuite.core.spec.PHASES` entry; ``build`` and ``close`` are added by the caller."""
     ran: dict[str, Any] | None = None
-    """What the build and the profile step ran of the code asked for (:mod:`perfsuite.worker.reach`);
+    """What the build and the watched steps ran of the code asked for (:mod:`perfsuite.worker.reach`);
     ``None``: none asked."""
 
 

@@ -107,6 +107,10 @@ def _steps(spec: CaseSpec, built: Built, watch: Watch | None) -> Timed:
     # Host-side drift cancels against a workload outside the stack under test; a GPU's
     # step time is its kernels', which a host workload says nothing about.
     calibration = None if device.is_accelerator or not spec.calibrate else Calibration()
+    if watch is not None and spec.warmup_steps >= 2:
+        # perfsuite ab: what an engine runs as it starts (the Trainer makes its optimizer and
+        # DataLoader in its first step); an unwatched warm-up step follows before anything is timed.
+        engine.watch_next_step(watch.starting())
     warm_timer = device.timer()
     for _ in range(spec.warmup_steps):
         warm_timer.start()
@@ -183,4 +187,6 @@ def _flop_key(spec: CaseSpec, built: Built) -> str | None:
 def _blind_spots(spec: CaseSpec, device_type: str) -> tuple[str, ...]:
     """What a watch of this case's step cannot see (:mod:`perfsuite.worker.reach`)."""
     spots = ["compiled"] if spec.strategy_spec.compile else []
+    if spec.warmup_steps < 2:
+        spots.append("first step")  # watched only where another warm-up step follows it
     return (*spots, *(["backward on the GPU"] if device_type == "cuda" else []))
