@@ -291,8 +291,10 @@ def _rows(p: StepProfile) -> dict[tuple[str, ...], tuple[float, int]]:
 # The flame graph
 
 
-def test_the_flame_graph_keeps_vanished_frames_and_drops_module_plumbing() -> None:
-    call = "torch/nn/modules/module.py(1782): _call_impl"
+@pytest.mark.parametrize(
+    "call", ["torch/nn/modules/module.py(1782): _call_impl", "torch/nn/modules/module.py(1782): Module._call_impl"]
+)
+def test_the_flame_graph_keeps_vanished_frames_and_drops_module_plumbing(call: str) -> None:
     a = [_profile({(STEP, call, LINEAR): (600.0, 1), (STEP, "aten::mm"): (400.0, 1)})]
     b = [_profile({(STEP, call, LINEAR): (600.0, 1), (STEP, HOOK): (400.0, 1)})]
     found = {box.name: box for box in flame.boxes(a, b)}

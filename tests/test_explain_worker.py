@@ -34,6 +34,15 @@ def remix(y: torch.Tensor) -> torch.Tensor:
     return y @ torch.eye(y.shape[-1])  # the same values, an op more forward and one more backward
 
 
+def hooks() -> list[Any]:
+    """A closure and a lambda, made only when it is called (as a step makes its hooks): never called here."""
+
+    def hook() -> int:
+        return 1
+
+    return [hook, lambda: 2]
+
+
 class Tiny:
     """A step of a two-layer model with Adam, clipped to ``clip``; ``extra`` more matmuls after it;
     with ``remix``, the output multiplied by an identity matrix."""
@@ -383,3 +392,11 @@ def test_a_frame_is_named_by_its_functions_qualified_name() -> None:
     assert qualifier()(f"{here}({line}): inner") == (
         f"{here}({line}): test_a_frame_is_named_by_its_functions_qualified_name.inner"
     )
+
+
+def test_a_closure_or_lambda_no_live_function_holds_is_named_by_the_function_it_is_made_in() -> None:
+    made = {c.co_name: c.co_firstlineno for c in hooks.__code__.co_consts if isinstance(c, type(hooks.__code__))}
+    here = Path(__file__).name
+    named = qualifier()
+    assert named(f"{here}({made['hook']}): hook") == f"{here}({made['hook']}): hooks.hook"
+    assert named(f"{here}({made['<lambda>']}): <lambda>") == f"{here}({made['<lambda>']}): hooks.<lambda>"

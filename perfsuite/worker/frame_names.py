@@ -25,8 +25,9 @@ def qualifier() -> Callable[[str], str]:
     ``forward``s told apart, and a generator, which the profiler names by the line it resumes at
     each time, one function. The names are those of the functions alive in this process now, read
     before the profiler runs, whose events would make it several times longer (0.3-0.4 s in a
-    worker with transformers loaded). Any other frame, or one no such function of that name holds
-    (a closure made inside a step, a lambda, a module's body), as it was."""
+    worker with transformers loaded). A closure, a lambda or a comprehension is named by the function
+    it is made in (``Module._call_impl.inner``), whether or not one is alive. Any other frame (a
+    module's body, code made by ``exec``), or one no such code of that name holds, as it was."""
     index = _live_functions()
     last_lines: dict[int, int] = {}
 
@@ -55,13 +56,27 @@ def qualifier() -> Callable[[str], str]:
 
 
 def _live_functions() -> dict[tuple[str, str], list[tuple[str, types.CodeType, str]]]:
-    """Every live Python function's code as ``(file name, function name) → [(its path, its code, its
-    qualified name)]``, a nested one's as ``outer.inner`` (the interpreter's ``outer.<locals>.inner``):
-    those of every module and its classes (and what a decorator wrapped), and those the collector
-    tracks (a closure kept as a hook; not what a worker's forkserver froze, which the modules hold)."""
+    """Every live Python function's code, and the code made inside it, as ``(file name, function name)
+    → [(its path, its code, its qualified name)]``, a nested one's as ``outer.inner`` (the
+    interpreter's ``outer.<locals>.inner``): those of every module and its classes (and what a
+    decorator wrapped), and those the collector tracks (a closure kept as a hook; not what a worker's
+    forkserver froze, which the modules hold)."""
     found: dict[tuple[str, str], list[tuple[str, types.CodeType, str]]] = {}
     seen: set[int] = set()
     function, wrapped = types.FunctionType, (staticmethod, classmethod)
+
+    def add(code: types.CodeType, qualname: str) -> None:
+        """``code``, and the code of each function, lambda or comprehension made inside it (a closure
+        a step makes and drops, which no live function holds: it is its function's constant)."""
+        if id(code) in seen:
+            return
+        seen.add(id(code))
+        named = str(getattr(code, "co_qualname", qualname)).replace(".<locals>.", ".")  # 3.10: no co_qualname
+        file = code.co_filename
+        found.setdefault((file.rpartition("/")[2], code.co_name), []).append((file, code, named))
+        for inner in code.co_consts:
+            if type(inner) is types.CodeType:
+                add(inner, f"{named}.{inner.co_name}")
 
     def walk(values: Iterable[Any], depth: int) -> None:
         for value in values:
@@ -72,13 +87,7 @@ def _live_functions() -> dict[tuple[str, str], list[tuple[str, types.CodeType, s
             if kind is function:
                 if "__wrapped__" in value.__dict__:  # a decorator's wrapper (its code shared): what it wraps too
                     walk([value.__dict__["__wrapped__"]], depth)
-                code = value.__code__
-                if id(code) in seen:
-                    continue
-                seen.add(id(code))
-                named = str(getattr(code, "co_qualname", value.__qualname__)).replace(".<locals>.", ".")  # 3.10
-                file = code.co_filename
-                found.setdefault((file.rpartition("/")[2], code.co_name), []).append((file, code, named))
+                add(value.__code__, value.__qualname__)
             elif kind is property:
                 walk([value.fget, value.fset, value.fdel], depth)
             elif issubclass(kind, type) and depth < 4 and id(value) not in seen:  # a class: its methods

@@ -3,7 +3,7 @@ the two sides' mean time in it per step, coloured later by the change (red: B sp
 
 Both sides' profiles are averaged per step. Widths follow the mean of the sides rather than B alone
 (as Brendan Gregg's ``difffolded.pl`` draws them), so a frame that vanished stays visible. torch's
-module-call plumbing (``_call_impl``, ``_wrapped_call_impl``, the hooks' ``inner``) is left out of
+module-call plumbing (``Module._call_impl``, ``Module._wrapped_call_impl``, the hooks' ``inner``) is left out of
 the picture, each module's own frame (``nn.Module: BertLayer_0``) standing for it; the tables keep
 every frame. A frame is coloured only where its change exceeds its own bar (the tables' rule, per
 frame: a frame's time and below it varies more than any one entry's).
@@ -18,7 +18,11 @@ from perfsuite.core.explain.frames import python_parts
 from perfsuite.core.explain.profile import MIN_THRESHOLD_US, NOISE_FACTOR
 from perfsuite.core.explain.records import StepProfile
 
-_PLUMBING = {("torch/nn/modules/module.py", name) for name in ("_call_impl", "_wrapped_call_impl", "inner")}
+_PLUMBING = {
+    ("torch/nn/modules/module.py", name)
+    for bare in ("_call_impl", "_wrapped_call_impl", "_call_impl.inner")
+    for name in (f"Module.{bare}", bare.rpartition(".")[2])  # qualified, or as a profile without names has it
+}
 MIN_SHARE = 0.004
 """A frame narrower than this share of the step is not drawn (nor is anything below it)."""
 MAX_DEPTH = 60
