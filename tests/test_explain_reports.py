@@ -128,3 +128,30 @@ def test_the_flame_graph_colours_only_frames_beyond_their_bar() -> None:
     red, blue = _colour(slower, 500), _colour(faster, 500)
     assert red[0] == 1.0 > red[2]
     assert blue[2] == 1.0 > blue[0]
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [
+        ({"aspects": "time"}, "ab.json: an explanation: aspects is 'time' (str), not a list"),
+        ({"time": {"profiles": 3}}, "an explanation: time has no 'step_us_a'"),
+        ({"flame": [{"depth": "0"}]}, "an explanation: flame[0] has no 'start'"),
+        ({"wall_s": "1 s"}, "an explanation: wall_s is '1 s' (str), not a number"),
+        (["time"], "an explanation: ['time'] (list) is not an object"),
+    ],
+)
+def test_an_explanation_in_a_results_file_that_does_not_read_is_one_line_naming_its_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: Any, said: str
+) -> None:
+    """``perfsuite report ab.json`` on a file from elsewhere (an artifact): untrusted, read by its types."""
+    from perfsuite.cli import main
+
+    payload = _payload(tmp_path)
+    case = payload["cases"][1]
+    case["explanation"] = {**case["explanation"], **bad} if isinstance(bad, dict) else bad
+    (tmp_path / "ab.json").write_text(json.dumps(payload))
+    assert main(["report", str(tmp_path / "ab.json"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert said in err[0]
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -3,6 +3,7 @@ holds, checked (a value of the wrong type names its key), and written back exact
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -165,3 +166,45 @@ def test_a_real_run_s_record_is_what_its_worker_sent() -> None:
     record = CaseRecord.from_json(sent, SPEC.id)
     assert json.dumps(record.to_json(), indent=2) == json.dumps(sent, indent=2)
     assert record.extra == {}  # every key a run writes has its field
+
+
+@dataclasses.dataclass(frozen=True)
+class _Inner:
+    at: tuple[str | None, int]
+    share: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Outer:
+    name: str
+    inner: tuple[_Inner, ...] = ()
+    per: dict[str, int] = dataclasses.field(default_factory=dict)
+    last: _Inner | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("no name")
+
+
+def test_a_plain_dataclass_is_read_by_its_fields_types_and_a_wrong_value_named_by_its_key() -> None:
+    """What explanations are read with (``dataclasses.asdict``'s JSON, or its tuples before JSON)."""
+    from perfsuite.core.typed_json import read_as
+
+    made = _Outer("x", (_Inner((None, 2), 0.5),), {"a": 1}, _Inner(("f", 3)))
+    assert read_as(_Outer, json.loads(json.dumps(dataclasses.asdict(made))), "it") == made
+    assert read_as(_Outer, dataclasses.asdict(made), "it") == made  # tuples, before JSON
+    assert (
+        read_as(_Outer, {"name": "x", "inner": [{"at": ["f", 1], "share": 1}], "more": 0}, "it").inner[0].share == 1.0
+    )
+    for data, said in [
+        ({"inner": []}, "it: no 'name'"),
+        ({"name": "x", "inner": [{"at": ["f"]}]}, "it: inner[0].at is ['f'] (list), not a list of 2"),
+        ({"name": "x", "inner": [{"at": ["f", True]}]}, "it: inner[0].at[1] is True (bool), not an integer"),
+        ({"name": "x", "per": {"a": "1"}}, "it: per.a is '1' (str), not an integer"),
+        ({"name": "x", "last": 3}, "it: last is 3 (int), not an object"),
+        ({"name": ""}, "it: _Outer: no name"),
+        ("x", "it: 'x' (str) is not an object"),
+    ]:
+        with pytest.raises(ValueError, match="^it: ") as caught:
+            read_as(_Outer, data, "it")
+        assert str(caught.value) == said

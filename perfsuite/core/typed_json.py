@@ -1,5 +1,7 @@
-"""JSON objects read into typed fields and written back as they came: the checks each value passes as
-it is read, and :class:`JsonObject`, the base of every typed record (:mod:`perfsuite.core.record`).
+"""JSON objects read into typed fields: the checks each value passes as it is read; :class:`JsonObject`,
+the base of every typed record (:mod:`perfsuite.core.record`), written back as it came; and
+:func:`read_as`, a plain dataclass read by its fields' types (an explanation's request and record,
+:mod:`perfsuite.core.explain`, written by ``dataclasses.asdict``).
 
 What is read is untrusted data (a worker's answer, a results file): a value of the wrong type is a
 ``ValueError`` naming its key, never a traceback deep inside a reader. Pure: standard library only.
@@ -8,14 +10,17 @@ What is read is untrusted data (a worker's answer, a results file): a value of t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 Check = Callable[[Any, str], Any]
 """Checks a JSON value (``where``: its key, ``step_time_s.median``) and returns it as the field holds it."""
 J = TypeVar("J", bound="JsonObject")
+T = TypeVar("T")
 EMPTY: Mapping[str, Any] = types.MappingProxyType({})
 """An object field's value where the key is absent (a record that has the key holds an object there)."""
 
@@ -176,3 +181,66 @@ class JsonObject:
             extra={k: v for k, v in self.extra.items() if k not in keys},
             **defaults,
         )
+
+
+def read_as(kind: type[T], value: Any, where: str) -> T:
+    """``value`` (``dataclasses.asdict``'s JSON) as a ``kind``, a dataclass whose fields are strings, numbers,
+    flags, tuples, lists, string-keyed dicts, optional values and such dataclasses, read by their types: a
+    key left out takes its field's default, a key no field names is left out, and a value of the wrong
+    type (or one the dataclass refuses) is a ``ValueError`` naming ``where`` and its key."""
+    try:
+        return cast(T, _as(kind, value, ""))
+    except Wrong as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+@functools.cache
+def _fields(kind: type) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """A dataclass's fields' types by name, and the names of those without a default."""
+    hints = typing.get_type_hints(kind)
+    fields = [f for f in dataclasses.fields(kind) if f.init]
+    required = tuple(
+        f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
+    return {f.name: hints[f.name] for f in fields}, required
+
+
+def _as(kind: Any, value: Any, where: str) -> Any:
+    if dataclasses.is_dataclass(kind) and isinstance(kind, type):
+        data = json_object(value, where)
+        hints, required = _fields(kind)
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise Wrong(f"{where + ' has ' if where else ''}no {', '.join(repr(name) for name in missing)}")
+        inside = f"{where}." if where else ""
+        values = {k: _as(hints[k], v, f"{inside}{k}") for k, v in data.items() if k in hints}
+        try:
+            return kind(**values)
+        except ValueError as exc:  # its own checks (__post_init__)
+            raise Wrong(f"{where or kind.__name__}: {exc}") from None
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (types.UnionType, typing.Union) and type(None) in args and len(args) == 2:
+        return None if value is None else _as(next(a for a in args if a is not type(None)), value, where)
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):  # a tuple: asdict's own, not yet through JSON
+            raise fail(where, value, "a list")
+        alike = origin is list or (len(args) == 2 and args[1] is Ellipsis)  # else a tuple of fixed types
+        kinds = [args[0]] * len(value) if alike else list(args)
+        if len(kinds) != len(value):
+            raise fail(where, value, f"a list of {len(kinds)}")
+        items = [_as(kind, item, f"{where}[{i}]") for i, (kind, item) in enumerate(zip(kinds, value, strict=True))]
+        return tuple(items) if origin is tuple else items
+    if origin is dict and args[0] is str:
+        return {k: _as(args[1], v, f"{where}.{k}") for k, v in json_object(value, where).items()}
+    if kind in _SCALARS:
+        return _SCALARS[kind](value, where)
+    raise TypeError(f"{kind!r} has no JSON reading")  # a dataclass's field of a type this does not read
+
+
+_SCALARS: dict[Any, Check] = {
+    str: text,
+    int: integer,
+    float: lambda value, where: float(number(value, where)),
+    bool: flag,
+    Any: lambda value, where: value,
+}

@@ -46,6 +46,8 @@ def write_report(
                 return write_ab_report(data, out_dir)
             except (KeyError, TypeError) as exc:
                 raise ResultsError(f"{results}: a perfsuite ab file without a field it writes ({exc!r})") from None
+            except ValueError as exc:  # a typed part of it (an explanation) that does not read: says which key
+                raise ResultsError(f"{results}: {exc}") from None
         results = parse_results(data, str(results))
     if baselines is not None and results.kind == "run":
         gate_runs(results, baselines, settings)

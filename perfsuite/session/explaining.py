@@ -183,9 +183,13 @@ def _alone(failure: Failure, timeout_s: float) -> list[str]:
     done = run_in_worker(failure.spec, timeout_s=timeout_s, target=target)  # an explanation's answer, not a record
     if done.get("status") != "ok":
         return [f"explain: the instrumented run failed: {done.get('error') or done.get('status')}"]
+    try:
+        found = ExplainRecord.from_json(done.get("explain"), "the instrumented run's record")
+    except ValueError as exc:
+        return [f"explain: {exc}"]
     tolerance = failure.tolerance
     return alone_lines(
-        ExplainRecord.from_json(done["explain"]),
+        found,
         what,
         moved=_moved(failure),
         loss_then=list(failure.baseline.get("loss") or []),

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from perfsuite.core.explain import gradients, profile, profile_lines, tensors
 from perfsuite.core.explain.flame import Box, boxes
 from perfsuite.core.explain.gradients import LossCause
 from perfsuite.core.explain.profile import LEVEL_NAMES, ProfileDiff
-from perfsuite.core.explain.records import ExplainAsk, ExplainRecord, load
+from perfsuite.core.explain.records import ExplainAsk, ExplainRecord
 from perfsuite.core.explain.tensors import MemoryCause
+from perfsuite.core.typed_json import read_as
 from perfsuite.core.units import format_byte_range
 
 ASPECTS = ("time", "memory", "loss")
@@ -81,8 +83,10 @@ class Explanation:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> Explanation:
-        return load(cls, data)
+    def from_json(cls, data: Any, where: str = "an explanation") -> Explanation:
+        """:meth:`as_json`'s object (read from a results file: untrusted); a ``ValueError`` names the
+        key of a wrong value."""
+        return read_as(cls, data, where)
 
     def lines(self) -> list[str]:
         """The cause, a line per finding, as a person would write it in a bug report: the loss, then

@@ -9,15 +9,11 @@ only against the other side's explanation runs.
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any
 
 from perfsuite.core.explain.initial import ParamStat
-
-T = TypeVar("T")
+from perfsuite.core.typed_json import read_as
 
 KINDS = ("parameter", "gradient", "optimizer_state", "buffer", "other")
 """A tensor's role in the inventory; the first four are what the memory breakdown files under
@@ -47,8 +43,9 @@ class ExplainAsk:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ExplainAsk:
-        return load(cls, data)
+    def from_json(cls, data: Any, where: str = "an explanation's request") -> ExplainAsk:
+        """:meth:`as_json`'s object; a ``ValueError`` names the key of a wrong value."""
+        return read_as(cls, data, where)
 
 
 @dataclass(frozen=True)
@@ -153,35 +150,6 @@ class ExplainRecord:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ExplainRecord:
-        return load(cls, data)
-
-
-def load(cls: type[T], data: Any) -> T:
-    """A dataclass of this package from its ``dataclasses.asdict`` JSON: nested dataclasses, tuples,
-    lists, dicts and optional fields rebuilt by the fields' types (a key left out takes its default)."""
-    return cast(T, _value(cls, data))
-
-
-def _value(kind: Any, data: Any) -> Any:
-    if data is None:
-        return None
-    if dataclasses.is_dataclass(kind) and isinstance(kind, type):
-        hints = typing.get_type_hints(kind)
-        fields = {f.name: _value(hints[f.name], data[f.name]) for f in dataclasses.fields(kind) if f.name in data}
-        return kind(**fields)
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if origin in (types.UnionType, typing.Union):
-        inner = [a for a in args if a is not type(None)]
-        return _value(inner[0], data) if len(inner) == 1 else data
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_value(args[0], item) for item in data)
-        return tuple(_value(a, item) for a, item in zip(args, data, strict=True)) if args else tuple(data)
-    if origin is list:
-        return [_value(args[0], item) for item in data]
-    if origin is dict:
-        return {_value(args[0], k): _value(args[1], v) for k, v in data.items()}
-    if kind in (int, float, str, bool):
-        return kind(data)
-    return data
+    def from_json(cls, data: Any, where: str = "an explanation run's record") -> ExplainRecord:
+        """:meth:`as_json`'s object; a ``ValueError`` names the key of a wrong value."""
+        return read_as(cls, data, where)
