@@ -224,6 +224,38 @@ def test_an_engine_of_the_project_trains_only_its_factory_models(tmp_path: Path,
         _declare(tmp_path, text)
 
 
+def test_a_model_the_factory_builds_named_without_an_engine_trains_through_the_projects(
+    tmp_path: Path, team: str
+) -> None:
+    """``--models mine`` without ``--engine``: the engines the matrix pairs it with (else the project's
+    only one), as a built-in model's is the loop; several and none paired: one line naming them."""
+    from argparse import Namespace
+
+    from perfsuite.cli.selection import matrix_selection
+
+    before = registry.snapshot()
+    _declare(tmp_path, _declaration(team))
+
+    def chosen(**given: Any) -> list[tuple[str, str, str, int]]:
+        fields = {"models": ["mine"], "strategies": ["vanilla"], "engine": None, "world_size": 1, **given}
+        return matrix_selection(Namespace(all=False, every_push=False, scope=None, **fields), "cpu")
+
+    assert chosen() == [("mine", "vanilla", "mine_step", 1)]
+    assert chosen(models=["mine", "tiny-bert"]) == [
+        ("mine", "vanilla", "mine_step", 1),
+        ("tiny-bert", "vanilla", "loop", 1),
+    ]
+    unpaired = _declaration(team).partition("[[tool.perfsuite.matrix.cases]]")[0]  # the matrix pairs it with none
+    registry.restore(before)
+    _declare(tmp_path, unpaired)
+    assert chosen() == [("mine", "vanilla", "mine_step", 1)]  # the project's only engine
+    registry.restore(before)
+    _declare(tmp_path, f'{unpaired}\n[tool.perfsuite.engines.other_step]\nclass = "{team}.train:Plain"\n')
+    with pytest.raises(ValueError, match=r"^mine is built by .*: name it with --engine \(mine_step, other_step\)$"):
+        chosen()
+    assert chosen(engine=["other_step"]) == [("mine", "vanilla", "other_step", 1)]
+
+
 def test_a_case_through_the_wrong_kind_of_engine_names_the_engine_and_the_case_id(tmp_path: Path, team: str) -> None:
     _declare(tmp_path, _declaration(team))
     with pytest.raises(ValueError, match=r"mine is built by the project's factory .* not loop: --engine mine_step, "):

@@ -9,7 +9,7 @@ from typing import Any
 
 from perfsuite.cli.common import check_project_code, load_project, names
 from perfsuite.cli.options import at_least, positive_seconds
-from perfsuite.core.engines import ENGINES, check_engine
+from perfsuite.core.engines import ENGINES, PROJECT_ENGINES, check_engine
 from perfsuite.core.matrix import BUILTIN, first_run
 from perfsuite.core.models import get_model_spec
 from perfsuite.core.registry import matrix_cases
@@ -35,7 +35,8 @@ def add_selection(parser: Any) -> None:
         "--engine",
         type=names,
         help=f"comma-separated engines ({', '.join(ENGINES)}); "
-        "default: the matrix's, or loop with --models/--strategies",
+        "default: the matrix's, or with --models/--strategies loop (a model the project's factory builds: "
+        "the engines the matrix pairs it with, or the project's only one)",
     )
     parser.add_argument(
         "--all",
@@ -168,16 +169,35 @@ def matrix_selection(args: argparse.Namespace, device_type: str) -> list[tuple[s
         # A project's own cases always run; perfsuite's built-in matrix is cut to its quick set.
         return (builtin if args.all or scope else first_run(builtin)) + declared
     models = args.models or list(dict.fromkeys(c.model for c in on_device))
+    engines = {m: args.engine or _engines_of(m) for m in models}
     named: list[tuple[str, str, str, int]] = []
-    for engine in args.engine or ["loop"]:
+    for engine in dict.fromkeys(e for chosen in engines.values() for e in chosen):
         strategies = args.strategies or _every_strategy(engine, args.world_size)
         if not strategies:
             raise ValueError(
                 f"--engine {engine} runs no case of {args.world_size} ranks: ranks launched as processes of "
                 "their own run through the loop engine only"
             )
-        named += [(m, s, engine, args.world_size) for m in models for s in strategies]
+        named += [(m, s, engine, args.world_size) for m in models if engine in engines[m] for s in strategies]
     return named
+
+
+def _engines_of(model: str) -> list[str]:
+    """The engines a model named without ``--engine`` trains through: the loop for a transformers model;
+    for one the project's factory builds, the project's engines the matrix pairs it with, else its only
+    engine (a ``ValueError`` naming them where it has several, or none)."""
+    if get_model_spec(model).factory is None:
+        return ["loop"]
+    paired = list(dict.fromkeys(c.engine for c in matrix_cases() if c.model == model and c.engine in PROJECT_ENGINES))
+    if paired:
+        return paired
+    if len(PROJECT_ENGINES) == 1:
+        return list(PROJECT_ENGINES)
+    declared = ", ".join(PROJECT_ENGINES) or "none is declared in [tool.perfsuite.engines]"
+    raise ValueError(
+        f"{model} is built by the project's factory and trains through an engine of its own: "
+        f"name it with --engine ({declared})"
+    )
 
 
 def _every_strategy(engine: str, world_size: int) -> list[str]:
