@@ -40,7 +40,8 @@ def _step(
     complete: bool = True,
     functions: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    return {"complete": complete, "packages": packages, "files": files or {}, "functions": functions or {}}
+    fields = {"packages": packages, "files": files or {}, "functions": functions or {}, "first_step": True}
+    return {"complete": complete, **fields}
 
 
 def _case(a: Any, b: Any, error: str | None = None) -> dict[str, Any]:
@@ -484,8 +485,14 @@ def test_a_first_step_no_other_warm_up_step_follows_is_not_watched_and_reads_as_
         return _blind_spots(CaseSpec(model="tiny-bert", strategy="vanilla", warmup_steps=warmup, device="cpu"), "cpu")
 
     assert (spots(0), spots(1), spots(2)) == (("first step",), ("first step",), ())
-    step = {**_step([_run("peft")]), "blind": ["first step"]}
+    compiled = CaseSpec(model="tiny-bert", strategy="compile", warmup_steps=2, device="cpu")
+    assert _blind_spots(compiled, "cpu") == ("compiled", "first step")  # compiling under the watch: not watched
+    step = {**_step([_run("peft")]), "blind": ["first step"], "first_step": False}
     assert "the watch was partly blind (first step in 1)" in described(reach([_case(step, step)])[0], 1)
+    older = {k: v for k, v in _step([_run("peft")]).items() if k != "first_step"}  # its perfsuite watched none
+    assert "the watch was partly blind (first step in 1)" in described(
+        reach([_case(older, _step([_run("peft")]))])[0], 1
+    )
 
 
 @pytest.mark.cpu
@@ -517,6 +524,7 @@ def test_a_case_run_with_the_watch_asked_records_what_its_profile_step_ran(strat
     assert record.step_ran is not None
     assert record.step_ran.complete
     assert record.step_ran.blind == ()  # two warm-up steps: the first is watched
+    assert record.step_ran.first_step is True
     built = record.step_ran.built
     assert built is not None
     assert built.packages["transformers"] > 0  # the model's classes

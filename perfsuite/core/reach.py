@@ -132,7 +132,8 @@ def reach(cases: Sequence[Mapping[str, Any]], changed: ChangedCode | None = None
     ``ran`` (``{"a": ..., "b": ...}``, each a :class:`~perfsuite.core.record.StepRan` as JSON) counted."""
     steps = [(_step(c, "a"), _step(c, "b")) for c in cases]
     done = [a is not None and b is not None and a.complete and b.complete for a, b in steps]
-    blind = [tuple(dict.fromkeys(spot for s in pair if s is not None for spot in s.blind)) for pair in steps]
+    # A side whose perfsuite watched no first step (first_step None) was as blind there.
+    blind = [tuple(dict.fromkeys(spot for s in pair if s is not None for spot in _spots(s))) for pair in steps]
     # Whether every case watched to its end had its build watched on both sides (an older side's was not).
     watched_builds = [s.built is not None for pair, d in zip(steps, done, strict=True) if d for s in pair if s]
     builds_watched = all(watched_builds)
@@ -188,6 +189,10 @@ def reach(cases: Sequence[Mapping[str, Any]], changed: ChangedCode | None = None
         built = _built(steps, "files", (name, name))
         found.append(_counted(name, called, asked, blind, None, True, built=built, builds_watched=builds_watched))
     return found
+
+
+def _spots(step: StepRan) -> tuple[str, ...]:
+    return step.blind if step.first_step is not None else (*step.blind, "first step")
 
 
 def _built(steps: list[tuple[StepRan | None, StepRan | None]], kind: str, keys: tuple[str | None, str | None]) -> int:

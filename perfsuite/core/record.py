@@ -129,10 +129,12 @@ class StepRan(JsonObject):
     """Which of those files a module of the case's process had been imported from by the step's end."""
     blind: tuple[str, ...] = from_key(list_of(text), ())
     """What the watch could not see of the steps (``compiled``: what torch.compile inlined runs as no
-    Python call; ``backward on the GPU``: autograd runs it in a thread of its own; ``first step``: too
-    few warm-up steps to watch the first)."""
+    Python call; ``backward on the GPU``: autograd runs it in a thread of its own; ``first step``: not
+    watched, with too few warm-up steps or where torch.compile compiles)."""
     error: str | None = from_key(_TEXT)
     """Why what it saw could not be matched to the code watched (its counts left out)."""
+    first_step: bool | None = from_key(optional(flag))
+    """Whether the case's first step was watched (``None``: a side whose perfsuite watched no first step)."""
     built: BuildRan | None = from_key(optional(nested(BuildRan)))
     """What the case's build ran of it, before its first step (``None``: the build was not watched)."""
 

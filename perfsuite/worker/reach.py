@@ -136,6 +136,8 @@ class Watch:
         """The build's calls, where :meth:`building` watched it."""
         self.complete = False
         """Whether a watched step ended without an error."""
+        self.first_step = False
+        """Whether the case's first step was watched (:meth:`starting`)."""
 
     @contextlib.contextmanager
     def building(self) -> Iterator[None]:
@@ -147,6 +149,7 @@ class Watch:
     @contextlib.contextmanager
     def starting(self) -> Iterator[None]:
         """Around the case's first step, in the thread that runs it: counted with the profile step's."""
+        self.first_step = True
         with self.step.counting():
             yield
 
@@ -161,9 +164,10 @@ class Watch:
         """What the step and the build ran, as a :class:`~perfsuite.core.record.StepRan`'s JSON; where it
         cannot be told (a package's metadata that does not read), an incomplete watch that says why."""
         try:
-            return {**self._ran(), "blind": list(self.blind)}
+            return {**self._ran(), "blind": list(self.blind), "first_step": self.first_step}
         except Exception as exc:  # the case's own figures stand whatever this finds
-            return {"complete": False, "error": f"{type(exc).__name__}: {exc}", "blind": list(self.blind)}
+            error = f"{type(exc).__name__}: {exc}"
+            return {"complete": False, "error": error, "blind": list(self.blind), "first_step": self.first_step}
 
     def _ran(self) -> dict[str, Any]:
         root = os.path.realpath(self.ask.root) if self.ask.root else None

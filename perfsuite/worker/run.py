@@ -107,7 +107,7 @@ def _steps(spec: CaseSpec, built: Built, watch: Watch | None) -> Timed:
     # Host-side drift cancels against a workload outside the stack under test; a GPU's
     # step time is its kernels', which a host workload says nothing about.
     calibration = None if device.is_accelerator or not spec.calibrate else Calibration()
-    if watch is not None and spec.warmup_steps >= 2:
+    if watch is not None and _first_step_watched(spec):
         # perfsuite ab: what an engine runs as it starts (the Trainer makes its optimizer and
         # DataLoader in its first step); an unwatched warm-up step follows before anything is timed.
         engine.watch_next_step(watch.starting())
@@ -187,6 +187,13 @@ def _flop_key(spec: CaseSpec, built: Built) -> str | None:
 def _blind_spots(spec: CaseSpec, device_type: str) -> tuple[str, ...]:
     """What a watch of this case's step cannot see (:mod:`perfsuite.worker.reach`)."""
     spots = ["compiled"] if spec.strategy_spec.compile else []
-    if spec.warmup_steps < 2:
-        spots.append("first step")  # watched only where another warm-up step follows it
+    if not _first_step_watched(spec):
+        spots.append("first step")
     return (*spots, *(["backward on the GPU"] if device_type == "cuda" else []))
+
+
+def _first_step_watched(spec: CaseSpec) -> bool:
+    """Whether ``perfsuite ab``'s watch covers the case's first step: only where another warm-up step
+    follows it before the timed steps, and not where torch.compile compiles in it (its every call
+    watched would stretch the compilation)."""
+    return spec.warmup_steps >= 2 and not spec.strategy_spec.compile
