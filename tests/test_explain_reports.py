@@ -133,11 +133,11 @@ def test_the_flame_graph_colours_only_frames_beyond_their_bar() -> None:
 @pytest.mark.parametrize(
     ("bad", "said"),
     [
-        ({"aspects": "time"}, "ab.json: an explanation: aspects is 'time' (str), not a list"),
-        ({"time": {"profiles": 3}}, "an explanation: time has no 'step_us_a'"),
-        ({"flame": [{"depth": "0"}]}, "an explanation: flame[0] has no 'start'"),
-        ({"wall_s": "1 s"}, "an explanation: wall_s is '1 s' (str), not a number"),
-        (["time"], "an explanation: ['time'] (list) is not an object"),
+        ({"aspects": "time"}, "ab.json: cases[1].explanation: aspects is 'time' (str), not a list"),
+        ({"time": {"profiles": 3}}, "cases[1].explanation: time has no 'step_us_a'"),
+        ({"flame": [{"depth": "0"}]}, "cases[1].explanation: flame[0] has no 'start'"),
+        ({"wall_s": "1 s"}, "cases[1].explanation: wall_s is '1 s' (str), not a number"),
+        (["time"], "cases[1].explanation: ['time'] (list) is not an object"),
     ],
 )
 def test_an_explanation_in_a_results_file_that_does_not_read_is_one_line_naming_its_key(
@@ -155,3 +155,45 @@ def test_an_explanation_in_a_results_file_that_does_not_read_is_one_line_naming_
     assert len(err) == 1, err
     assert said in err[0]
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def _paths(value: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    inner = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    return [at] + [p for key, item in inner for p in _paths(item, (*at, key))]
+
+
+def test_a_file_of_any_other_shape_is_refused_naming_its_key_or_read_whole(tmp_path: Path) -> None:
+    """Every value of an ab file, in turn, replaced by one of another type or left out: the file is
+    refused (a ``ValueError`` naming the key) or its table, summary.md and (for the values the page
+    alone reads) report.html are drawn. Nothing in between: no traceback from inside a chart."""
+    import copy
+
+    from perfsuite.core.ab_file import AbFile
+
+    payload = _payload(tmp_path)
+    refused = drawn = 0
+    paged: set[tuple[Any, ...]] = set()
+    for path in _paths(payload)[1:]:
+        values: list[Any] = ["x", 3, None, [], {}, [1], True, KeyError]
+        for value in values:
+            changed = copy.deepcopy(payload)
+            parent = changed
+            for key in path[:-1]:
+                parent = parent[key]
+            if value is KeyError:
+                del parent[path[-1]]
+            else:
+                parent[path[-1]] = value
+            try:
+                AbFile.from_json(changed, "ab.json")
+            except ValueError:
+                refused += 1
+                continue
+            markdown(changed)
+            rows(changed)
+            if path[0] in ("schedule", "sides", "date", "wall_s") and path not in paged:  # what only the page reads
+                report_html(changed, tmp_path)  # once a value (its charts are slow to draw)
+                paged.add(path)
+            drawn += 1
+    assert refused > 1000
+    assert drawn > 200

@@ -237,10 +237,17 @@ def _as(kind: Any, value: Any, where: str) -> Any:
     raise TypeError(f"{kind!r} has no JSON reading")  # a dataclass's field of a type this does not read
 
 
+def _float(value: float, where: str) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer past a float's range
+        raise fail(where, value, "a number a float holds") from None
+
+
 _SCALARS: dict[Any, Check] = {
     str: text,
     int: integer,
-    float: lambda value, where: float(number(value, where)),
+    float: lambda value, where: _float(number(value, where), where),
     bool: flag,
     Any: lambda value, where: value,
 }

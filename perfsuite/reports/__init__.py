@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from perfsuite.core.ab_file import AbFile, is_ab
 from perfsuite.core.baselines import write_texts_atomic
 from perfsuite.core.results import Results, ResultsError, gate_runs, parse_results, read_results_json
-from perfsuite.reports.ab import is_ab
 from perfsuite.reports.ab import write_report as write_ab_report
 
 
@@ -41,13 +41,12 @@ def write_report(
 
     if not isinstance(results, Results):
         data = read_results_json(results)
-        if isinstance(data, dict) and is_ab(data):
-            try:
-                return write_ab_report(data, out_dir)
-            except (KeyError, TypeError) as exc:
-                raise ResultsError(f"{results}: a perfsuite ab file without a field it writes ({exc!r})") from None
-            except ValueError as exc:  # a typed part of it (an explanation) that does not read: says which key
-                raise ResultsError(f"{results}: {exc}") from None
+        if is_ab(data):
+            try:  # every value the pages read, checked before any is drawn: a wrong one names its key
+                AbFile.from_json(data, str(results))
+            except ValueError as exc:
+                raise ResultsError(str(exc)) from None
+            return write_ab_report(data, out_dir)
         results = parse_results(data, str(results))
     if baselines is not None and results.kind == "run":
         gate_runs(results, baselines, settings)

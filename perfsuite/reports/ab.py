@@ -317,10 +317,6 @@ def report_html(payload: Mapping[str, Any], out_dir: Path | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def is_ab(data: Mapping[str, Any]) -> bool:
-    return data.get("kind") == "perfsuite-ab"
-
-
 def write_report(payload: Mapping[str, Any], out: Path) -> list[Path]:
     """``report.html`` and ``summary.md`` of a comparison into ``out``."""
     out.mkdir(parents=True, exist_ok=True)

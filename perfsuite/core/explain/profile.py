@@ -148,6 +148,10 @@ class Change:
     sources: tuple[Source, ...] = ()
     """An op's counted change by the frames that asked for it, the largest change first."""
 
+    def __post_init__(self) -> None:
+        if self.level not in LEVEL_NAMES:
+            raise ValueError(f"level {self.level!r} is none of {', '.join(LEVEL_NAMES)}")
+
     @property
     def delta_us(self) -> float:
         return self.us_b - self.us_a

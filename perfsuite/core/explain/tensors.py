@@ -41,6 +41,10 @@ class TensorChange:
     a: TensorEntry | None
     b: TensorEntry | None
 
+    def __post_init__(self) -> None:
+        if self.a is None and self.b is None:
+            raise ValueError(f"{self.name}: a tensor change of neither side")
+
     @property
     def delta(self) -> int:
         return (self.b.nbytes if self.b else 0) - (self.a.nbytes if self.a else 0)
