@@ -241,6 +241,8 @@ def test_a_model_the_factory_builds_named_without_an_engine_trains_through_the_p
         return matrix_selection(Namespace(all=False, every_push=False, scope=None, **fields), "cpu")
 
     assert chosen() == [("mine", "vanilla", "mine_step", 1)]
+    with pytest.raises(ValueError, match=r"^mine_step \(the engine of mine\) runs no case of 2 ranks"):
+        chosen(strategies=None, world_size=2)
     assert chosen(models=["mine", "tiny-bert"]) == [
         ("mine", "vanilla", "mine_step", 1),
         ("tiny-bert", "vanilla", "loop", 1),

@@ -174,12 +174,17 @@ def matrix_selection(args: argparse.Namespace, device_type: str) -> list[tuple[s
     for engine in dict.fromkeys(e for chosen in engines.values() for e in chosen):
         strategies = args.strategies or _every_strategy(engine, args.world_size)
         if not strategies:
+            told = f"--engine {engine}" if args.engine else f"{engine} (the engine of {_models_of(engines, engine)})"
             raise ValueError(
-                f"--engine {engine} runs no case of {args.world_size} ranks: ranks launched as processes of "
+                f"{told} runs no case of {args.world_size} ranks: ranks launched as processes of "
                 "their own run through the loop engine only"
             )
         named += [(m, s, engine, args.world_size) for m in models if engine in engines[m] for s in strategies]
     return named
+
+
+def _models_of(engines: dict[str, list[str]], engine: str) -> str:
+    return ", ".join(m for m, chosen in engines.items() if engine in chosen)
 
 
 def _engines_of(model: str) -> list[str]:
