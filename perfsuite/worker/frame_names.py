@@ -24,7 +24,7 @@ def qualifier() -> Callable[[str], str]:
     (``model.py(24): BagOfTokens.forward``, as ``perfsuite ab`` names a changed function): a file's
     ``forward``s told apart, and a generator, which the profiler names by the line it resumes at
     each time, one function. The names are those of the functions alive in this process now, read
-    before the profiler runs, whose events would make it several times longer (0.3-0.4 s in a
+    before the profiler runs, whose events would make it several times longer (about 0.4 s in a
     worker with transformers loaded). A closure, a lambda or a comprehension is named by the function
     it is made in (``Module._call_impl.inner``), whether or not one is alive. Any other frame (a
     module's body, code made by ``exec``), or one no such code of that name holds, as it was."""
