@@ -479,14 +479,19 @@ def test_a_step_that_raised_is_no_complete_watch() -> None:
 def test_a_first_step_no_other_warm_up_step_follows_is_not_watched_and_reads_as_a_blind_spot() -> None:
     """The first step is watched only where an unwatched warm-up step follows it before the timed ones."""
     from perfsuite.core.spec import CaseSpec
-    from perfsuite.worker.run import _blind_spots
+    from perfsuite.worker.run import _blind_spots, _first_step_watched
 
     def spots(warmup: int) -> tuple[str, ...]:
-        return _blind_spots(CaseSpec(model="tiny-bert", strategy="vanilla", warmup_steps=warmup, device="cpu"), "cpu")
+        spec = CaseSpec(model="tiny-bert", strategy="vanilla", warmup_steps=warmup, device="cpu")
+        return _blind_spots(spec, "cpu", first_watched=_first_step_watched(spec))
 
     assert (spots(0), spots(1), spots(2)) == (("first step",), ("first step",), ())
     compiled = CaseSpec(model="tiny-bert", strategy="compile", warmup_steps=2, device="cpu")
-    assert _blind_spots(compiled, "cpu") == ("compiled", "first step")  # compiling under the watch: not watched
+    assert not _first_step_watched(compiled)  # compiling under the watch would stretch it
+    assert _blind_spots(compiled, "cpu", first_watched=False) == ("compiled", "first step")
+    # An engine of the project's that ignores the context its step is given: its first step was not watched.
+    plain = CaseSpec(model="tiny-bert", strategy="vanilla", warmup_steps=2, device="cpu")
+    assert _blind_spots(plain, "cuda", first_watched=False) == ("first step", "backward on the GPU")
     step = {**_step([_run("peft")]), "blind": ["first step"], "first_step": False}
     assert "the watch was partly blind (first step in 1)" in described(reach([_case(step, step)])[0], 1)
     older = {k: v for k, v in _step([_run("peft")]).items() if k != "first_step"}  # its perfsuite watched none

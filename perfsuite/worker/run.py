@@ -146,7 +146,7 @@ def _steps(spec: CaseSpec, built: Built, watch: Watch | None) -> Timed:
         raise NonFiniteLoss(f"loss is {losses[bad]} at optimizer step {bad} (of 0-{len(losses) - 1})")
     out.micro_batches = engine.micro_batches(len(losses))
     if watch is not None:  # perfsuite ab: what the profile's step runs of the code that differs between its sides
-        watch.blind = _blind_spots(spec, device.type)
+        watch.blind = _blind_spots(spec, device.type, first_watched=watch.first_step)
         engine.watch_next_step(watch.watching())  # the memory profile's step, or the FLOP count's
     if spec.profile:
         # The FLOPs are counted in the memory profile's step, whose peak that leaves as it is (no
@@ -184,10 +184,11 @@ def _flop_key(spec: CaseSpec, built: Built) -> str | None:
     )
 
 
-def _blind_spots(spec: CaseSpec, device_type: str) -> tuple[str, ...]:
-    """What a watch of this case's step cannot see (:mod:`perfsuite.worker.reach`)."""
+def _blind_spots(spec: CaseSpec, device_type: str, *, first_watched: bool) -> tuple[str, ...]:
+    """What a watch of this case's steps cannot see (:mod:`perfsuite.worker.reach`); ``first_watched``:
+    whether the first step ran under it (an engine of the project's may ignore what a step is given)."""
     spots = ["compiled"] if spec.strategy_spec.compile else []
-    if not _first_step_watched(spec):
+    if not first_watched:
         spots.append("first step")
     return (*spots, *(["backward on the GPU"] if device_type == "cuda" else []))
 
