@@ -384,7 +384,8 @@ def _summarize(terminalreporter: Any, exitstatus: int, config: pytest.Config) ->
 
         write_json_atomic(results, payload)
     if report is not None and not state.refresh:
-        from perfsuite.core.results import ResultsError, parse_results
+        from perfsuite.core.results import parse_results
+        from perfsuite.core.results_file import ResultsError
         from perfsuite.reports import write_report
         from perfsuite.reports.charts import ReportExtraMissing
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from perfsuite.core.record import CaseRecord, failed_json
-from perfsuite.core.results import ResultsError, parse_results
+from perfsuite.core.results import parse_results
+from perfsuite.core.results_file import ResultsError
 from perfsuite.core.spec import CaseSpec
 
 SPEC = CaseSpec(model="tiny-bert", strategy="vanilla", steps=2, warmup_steps=1, threads=1, device="cpu")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from perfsuite.cli import main
-from perfsuite.core.results import ResultsError
+from perfsuite.core.results_file import ResultsError
 from perfsuite.core.shards import assign, merge_results, parse_shard
 
 

@@ -24,7 +24,8 @@ from typing import Any
 
 from perfsuite.core.declaration import DeclarationError, find_pyproject, read_pyproject
 from perfsuite.core.record import CaseRecord
-from perfsuite.core.results import ResultsError, load_results
+from perfsuite.core.results import load_results
+from perfsuite.core.results_file import ResultsError
 from perfsuite.core.tolerance import Tolerance, resolve_tolerance
 
 

@@ -17,7 +17,8 @@ from perfsuite.core.observation import observe
 from perfsuite.core.pinned import pinned_path, read_pinned, without
 from perfsuite.core.pooled import MIN_SESSIONS, SPEC_KEYS, Pool, Reading, Session, Target, differing, pool
 from perfsuite.core.pooled_aa import held_out
-from perfsuite.core.results import Results, ResultsError, load_results
+from perfsuite.core.results import Results, load_results
+from perfsuite.core.results_file import ResultsError
 from perfsuite.core.tolerance import ConfigError, resolve_tolerance
 from perfsuite.core.untimed import timed, untimed_on, withdrawn
 from perfsuite.reports.pooled import case_lines, held_out_lines, plural, session_lines

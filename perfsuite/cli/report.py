@@ -46,7 +46,7 @@ def add_merge(sub: Any) -> None:
 
 
 def run_report(args: Any) -> int:
-    from perfsuite.core.results import ResultsError
+    from perfsuite.core.results_file import ResultsError
     from perfsuite.history.records import HistoryError
     from perfsuite.reports import write_report
     from perfsuite.reports.charts import ReportExtraMissing
@@ -64,7 +64,7 @@ def run_report(args: Any) -> int:
 
 
 def run_merge(args: Any) -> int:
-    from perfsuite.core.results import ResultsError
+    from perfsuite.core.results_file import ResultsError
     from perfsuite.core.shards import merge_results
 
     if args.out.resolve() in {Path(path).resolve() for path in args.results}:

@@ -204,7 +204,8 @@ def _finish(
         print(f"perfsuite run: interrupted by {interrupt.name} after {len(finished)} of {len(results)} cases")
     if args.json or args.report:
         from perfsuite.core.provenance import run_facts
-        from perfsuite.core.results import RUN_RESULTS_SCHEMA_VERSION, write_results
+        from perfsuite.core.results import write_results
+        from perfsuite.core.results_file import RUN_RESULTS_SCHEMA_VERSION
         from perfsuite.worker.env import environment
 
         env = {**environment(device_type), **run_facts(Path.cwd())}
@@ -220,7 +221,8 @@ def _finish(
 
 def _run_report(payload: dict[str, Any], out: Path, project: tuple[dict[str, Any], Path | None]) -> list[Path]:
     """``perfsuite run --report``: the report of this run, each case compared with its baseline when one exists."""
-    from perfsuite.core.results import ResultsError, parse_results
+    from perfsuite.core.results import parse_results
+    from perfsuite.core.results_file import ResultsError
     from perfsuite.reports import write_report
     from perfsuite.reports.charts import ReportExtraMissing
 

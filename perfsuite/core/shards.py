@@ -16,7 +16,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfsuite.core.results import ResultsError, parse_results, read_results_json
+from perfsuite.core.results import parse_results
+from perfsuite.core.results_file import ResultsError, read_results_json
 
 
 def parse_shard(value: str) -> tuple[int, int]:

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from perfsuite.core.baselines import write_text_atomic
-from perfsuite.core.results import Results, ResultsError, load_results
+from perfsuite.core.results import Results, load_results
+from perfsuite.core.results_file import ResultsError
 from perfsuite.history.judge import FAILING
 from perfsuite.history.records import (
     HistoryError,

@@ -12,7 +12,8 @@ from typing import Any
 
 from perfsuite.core.ab_file import AbFile, is_ab
 from perfsuite.core.baselines import write_texts_atomic
-from perfsuite.core.results import Results, ResultsError, gate_runs, parse_results, read_results_json
+from perfsuite.core.results import Results, gate_runs, parse_results
+from perfsuite.core.results_file import ResultsError, read_results_json
 from perfsuite.reports.ab import write_report as write_ab_report
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from perfsuite.core.gates import Outcome
 from perfsuite.core.provenance import run_facts
-from perfsuite.core.results import PYTEST_RESULTS_SCHEMA_VERSION
+from perfsuite.core.results_file import PYTEST_RESULTS_SCHEMA_VERSION
 
 
 def results_json(
