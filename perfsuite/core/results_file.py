@@ -2,16 +2,18 @@
 only) and file-wide and per outcome (:func:`check_file`, :func:`check_outcome`: every value a report,
 a merge or the history reads, of the kind perfsuite writes). A wrong one is a :class:`ResultsError`
 naming the file and the key. Its cases are read into a report's by :mod:`perfsuite.core.results`.
-Pure: standard library only.
+Pure: standard library and :mod:`perfsuite.core.typed_json`'s checks.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from perfsuite.core.typed_json import Check, flag, json_object, list_of, number, text
 
 RUN_RESULTS_SCHEMA_VERSION = 1
 """``schema_version`` of ``perfsuite run --json``'s file."""
@@ -90,14 +92,8 @@ def _shown(value: Any) -> str:
     return f"{shown} ({type(value).__name__})"
 
 
-_TEXT, _FLAG, _NUMBER, _OBJECT, _LIST = "a string", "true or false", "a number", "an object", "a list"
-_KINDS: dict[str, Callable[[Any], bool]] = {
-    _TEXT: lambda v: isinstance(v, str),
-    _FLAG: lambda v: isinstance(v, bool),
-    _NUMBER: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    _OBJECT: lambda v: isinstance(v, dict),
-    _LIST: lambda v: isinstance(v, list),
-}
+_TEXT, _FLAG, _NUMBER, _OBJECT = text, flag, number, json_object
+_LIST = list_of(lambda item, where: item)
 # What a report, a merge and the history read of a file, and so check: its env, each outcome and each check.
 _ENV = {"date": _TEXT, "commit": _TEXT, "dirty": _FLAG, "untracked": _FLAG, "python": _TEXT, "versions": _OBJECT}
 _ENV |= {"host": _TEXT}
@@ -108,15 +104,19 @@ _CHECK |= {"baseline": _TEXT, "measured": _TEXT, "tolerance": _TEXT, "message": 
 _FIGURES = {"recorded": _TEXT, "time_class": _TEXT, "time": _OBJECT, "memory": _OBJECT, "loss": _LIST}
 
 
-def _typed(data: Mapping[str, Any], kinds: Mapping[str, str], where: str, required: Sequence[str] = ()) -> None:
-    """Each key of ``kinds`` that ``data`` holds (and the ``required`` ones, which it must) of its kind, or
-    ``null`` where not required; a wrong one raises :class:`ResultsError` naming ``where`` and the key."""
-    for key, kind in kinds.items():
+def _typed(data: Mapping[str, Any], kinds: Mapping[str, Check], where: str, required: Sequence[str] = ()) -> None:
+    """Each key of ``kinds`` that ``data`` holds (and the ``required`` ones, which it must) passing its
+    check (:mod:`perfsuite.core.typed_json`'s), or ``null`` where not required; a wrong one raises
+    :class:`ResultsError` naming ``where`` and the key."""
+    for key, check in kinds.items():
         value = data.get(key)
         if key in required and key not in data:
             raise ResultsError(f"{where.rstrip('. ').rstrip(':')} has no {key!r}: not a file perfsuite writes")
-        if (value is not None or key in required) and not _KINDS[kind](value):
-            raise ResultsError(f"{where}{key} is {_shown(value)}, not {kind}")
+        if value is not None or key in required:
+            try:
+                check(value, key)
+            except ValueError as exc:
+                raise ResultsError(f"{where}{exc}") from None
 
 
 def check_file(data: Mapping[str, Any], path: str) -> None:
@@ -152,6 +152,4 @@ def check_outcome(outcome: Mapping[str, Any], path: str, index: int) -> None:
         )
     numbers = {f"baseline.loss[{i}]": v for i, v in enumerate(figures.get("loss") or [])}
     numbers |= {f"tolerance.{k}": v for k, v in (tolerance or {}).items()}
-    for key, value in numbers.items():
-        if not _KINDS[_NUMBER](value):
-            raise ResultsError(f"{where}{key} is {_shown(value)}, not a number")
+    _typed(numbers, dict.fromkeys(numbers, _NUMBER), where)
