@@ -16,6 +16,7 @@ from perfsuite.ab.options import AbOptions
 from perfsuite.ab.pairs import Choice
 from perfsuite.ab.rounds import CaseResult, compare_cases
 from perfsuite.ab.sides import Side
+from perfsuite.core.ab_file import KIND as AB_KIND
 from perfsuite.core.changed_code import ChangedCode
 from perfsuite.core.check import Check
 from perfsuite.core.gates import BREAKDOWN_PREFIX, category_change, is_regression
@@ -258,7 +259,7 @@ class AbRun:
         compared = {r.case for r in results if r.error is None}
         return {
             "schema_version": AB_SCHEMA_VERSION,
-            "kind": "perfsuite-ab",
+            "kind": AB_KIND,
             "date": now(),
             "device_type": self.device_type,
             "engines": list(dict.fromkeys(s.engine for s in self.specs if s.id in compared)),
