@@ -154,6 +154,7 @@ def test_an_explanation_in_a_results_file_that_does_not_read_is_one_line_naming_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert said in err[0]
+    assert err[0].endswith(f"(case {case['case']!r})")  # named by its key and by the case's name
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 

@@ -149,6 +149,18 @@ class Schedule(JsonObject):
     alarms: tuple[int, ...] = from_key(list_of(integer), ())
 
 
+def _case(value: Any, where: str) -> Case:
+    """A case, whose wrong value is named by its key and by the case's name where it has one."""
+    try:
+        return Case.read(value, where)
+    except Wrong as exc:
+        name = value.get("case") if isinstance(value, dict) else None
+        if not isinstance(name, str) or not name:
+            raise
+        shown = repr(name) if len(repr(name)) <= 60 else repr(name)[:57] + "..."
+        raise Wrong(f"{exc} (case {shown})") from None
+
+
 def _sides(value: Any, where: str) -> Mapping[str, Any]:
     sides: Mapping[str, Any] = values_of(nested(Side))(value, where)
     missing = [name for name in ("base", "candidate") if name not in sides]
@@ -168,7 +180,7 @@ class AbFile(JsonObject):
     schedule: Schedule = from_key(nested(Schedule), _REQUIRED)
     alpha: float | None = from_key(_NUMBER)
     sides: Mapping[str, Any] = from_key(_sides, _REQUIRED)
-    cases: tuple[Case, ...] = from_key(list_of(nested(Case)), _REQUIRED)
+    cases: tuple[Case, ...] = from_key(list_of(_case), _REQUIRED)
     changed_code: Mapping[str, Any] | None = from_key(optional(json_object))
     """The project's changed files and functions (read by :class:`~perfsuite.core.changed_code.ChangedCode`)."""
     interrupted: int = from_key(integer, 0)

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from perfsuite.core.typed_json import integer, json_object, list_of, optional, text
+from perfsuite.core.typed_json import read_as
 
 MODULE_LEVEL = "(module level)"
 """The name of a file's changed lines outside every function: run when the module is imported."""
@@ -167,18 +167,12 @@ class ChangedCode:
 
     @classmethod
     def from_json(cls, data: Any) -> ChangedCode | None:
-        """:meth:`as_json`'s object; ``None`` for anything else (a results file is data)."""
-        names = list_of(text)
+        """:meth:`as_json`'s object, which always has its ``files``; ``None`` for anything else (a results
+        file is data)."""
+        if not isinstance(data, dict) or "files" not in data:
+            return None
         try:
-            read = json_object(data, "changed_code")
-            touched = []
-            for i, item in enumerate(list_of(json_object)(read.get("functions"), "functions")):
-                lines = list_of(optional(integer))(item.get("lines"), f"functions[{i}].lines")
-                if len(lines) != 2:
-                    return None
-                file, name = text(item.get("file"), "file"), text(item.get("name"), "name")
-                touched.append(ChangedFunction(file, name, (lines[0], lines[1])))
-            return cls(names(read.get("files"), "files"), tuple(touched), names(read.get("same", []), "same"))
+            return read_as(cls, data, "changed_code")
         except ValueError:
             return None
 

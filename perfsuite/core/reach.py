@@ -24,7 +24,7 @@ from perfsuite.core.engines import ENGINES, trainer_unsupported
 from perfsuite.core.pooled import differing
 from perfsuite.core.record import PackageRun, StepRan
 from perfsuite.core.strategies import OPTIONAL_PACKAGES, STRATEGIES
-from perfsuite.core.typed_json import json_object, list_of, optional, text
+from perfsuite.core.typed_json import read_as
 
 WATCH_ENV = "PERFSUITE_WATCH"
 """What a worker watches in its build and steps, set by a side as :func:`request` writes it."""
@@ -58,11 +58,8 @@ class Ask:
     @classmethod
     def read(cls, request: str) -> Ask:
         """:meth:`request`'s text; anything else is nothing to watch (a side's own perfsuite wrote it)."""
-        names = list_of(text)
         try:
-            data = json_object(json.loads(request), "")
-            packages, files, functions = (names(data.get(k), k) for k in ("packages", "files", "functions"))
-            return cls(packages, optional(text)(data.get("root"), "root"), files, functions)
+            return read_as(cls, json.loads(request), WATCH_ENV)
         except ValueError:  # json's errors among them
             return cls()
 
