@@ -73,6 +73,7 @@ OVERHEAD = [
 REPORT = [
     (["{tmp}", "-o", "{tmp}/out"], "{tmp}: is a directory; expected `pytest --perfsuite-json`'s file"),
     (["{tmp}/empty.json", "-o", "{tmp}/out"], "empty.json: is empty; expected"),
+    (["{tmp}/list.json", "-o", "{tmp}/out"], "or `perfsuite ab --json`'s (a 'kind' of 'perfsuite-ab')"),
     (["{tmp}/not-json.json", "-o", "{tmp}/out"], "not-json.json: not a perfsuite results file (not JSON"),
     (["{tmp}/other.json", "-o", "{tmp}/out"], "other.json: case 0 has no 'model', 'strategy', 'status'"),
     (["{tmp}/list.json", "-o", "{tmp}/out"], "list.json: not a perfsuite results file (no 'cases' list)"),
@@ -169,6 +170,7 @@ AB = [
     (["--base", "current", "--candidate", "transformers==5.24.0,Transformers==5.23.0"], "pinned more than once"),
     (["--base", "", "--candidate", "current"], "--base is empty: give an interpreter"),
     (["--base", "current"], "the following arguments are required: --candidate"),
+    ([], "are required: --base, --candidate (or --pins BASE..HEAD, --base-ref REF, --own BASE..HEAD)"),
     (["--base", "current", "--candidate", "current", "--floor", "2"], "--floor: 2 must lie in [0, 1)"),
     (["--base", "current", "--candidate", "current", "--alpha", "0"], "--alpha: must be above 0"),
     (["--base", "current", "--candidate", "current", "--alpha", "1"], "--alpha: 1 must lie in (0, 1) (0.05 is 5%)"),
@@ -197,6 +199,11 @@ BISECT = [
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "c", "--metric", "speed"], "invalid choice"),
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "c", "--threads", "0"], "--threads: must be"),
     (["transformers", "--good", "4.57.6"], "the following arguments are required: --bad, --case"),
+    (
+        ["--good", "4.57.6", "--bad", "5.0.0", "--case", "c"],
+        "name the package to bisect, or give --own to bisect the project's commits\n",
+    ),
+    (["transformers", "--own", "--good", "a", "--bad", "b", "--case", "c"], "the project's commits, not both\n"),
     (
         ["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "tiny-bert-vanilla"]
         + ["--with", "transformers<5"],

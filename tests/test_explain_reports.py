@@ -158,6 +158,29 @@ def test_an_explanation_in_a_results_file_that_does_not_read_is_one_line_naming_
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        ("schema_version", 99, "ab.json: schema_version is 99; this perfsuite reads 1"),
+        ("verdict", "bogus", "ab.json: cases[1].verdict is 'bogus' (str), not a verdict (regressed, improved,"),
+    ],
+)
+def test_an_ab_file_of_another_version_or_verdict_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: Any, said: str
+) -> None:
+    """A verdict no comparison gives would be drawn under a headline that counts another."""
+    from perfsuite.cli import main
+
+    payload = _payload(tmp_path)
+    (payload if key == "schema_version" else payload["cases"][1])[key] = value
+    (tmp_path / "ab.json").write_text(json.dumps(payload))
+    assert main(["report", str(tmp_path / "ab.json"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert said in err[0]
+    assert not (tmp_path / "out").exists()
+
+
 def _paths(value: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     inner = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     return [at] + [p for key, item in inner for p in _paths(item, (*at, key))]

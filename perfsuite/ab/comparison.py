@@ -17,6 +17,8 @@ from perfsuite.ab.pairs import Choice
 from perfsuite.ab.rounds import CaseResult, compare_cases
 from perfsuite.ab.sides import Side
 from perfsuite.core.ab_file import KIND as AB_KIND
+from perfsuite.core.ab_file import SCHEMA_VERSION as AB_SCHEMA_VERSION
+from perfsuite.core.ab_file import VERDICTS
 from perfsuite.core.changed_code import ChangedCode
 from perfsuite.core.check import Check
 from perfsuite.core.gates import BREAKDOWN_PREFIX, category_change, is_regression
@@ -28,8 +30,6 @@ from perfsuite.core.reach import Ask, to_watch
 from perfsuite.core.results import write_results
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
-
-AB_SCHEMA_VERSION = 1
 
 
 class Failed(Exception):
@@ -279,7 +279,7 @@ class AbRun:
             "changed_code": self.changed.as_json() if self.changed is not None else None,
             "interrupted": sum(r.interrupted for r in results),
             "stopped": sum(r.stopped is not None for r in results),
-            "verdicts": {v: sum(r.verdict == v for r in results) for v in _VERDICTS},
+            "verdicts": {v: sum(r.verdict == v for r in results) for v in VERDICTS},
         }
 
     def finish(self, results: Sequence[CaseResult], options: AbOptions, wall_s: float, console: Any) -> int:
@@ -328,6 +328,3 @@ class AbRun:
         if counts["regressed"]:
             return 1
         return 3 if payload["stopped"] else 0  # cases left open for want of a side: not a pass
-
-
-_VERDICTS = ("regressed", "improved", "same", "undecided", "skipped", "cannot test")

@@ -262,7 +262,8 @@ def _sides(args: argparse.Namespace) -> tuple[str, str, Upgrade | None]:
         missing = [f"--{name}" for name, value in (("base", base), ("candidate", candidate)) if value is None]
         if missing:
             raise ValueError(
-                f"the following arguments are required: {', '.join(missing)} (or --pins BASE..HEAD, --base-ref REF)"
+                f"the following arguments are required: {', '.join(missing)} "
+                "(or --pins BASE..HEAD, --base-ref REF, --own BASE..HEAD)"
             )
         if args.pin_files:
             raise ValueError("--pin-files goes with --pins")

@@ -121,8 +121,10 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     try:
-        if args.own != (args.package is None):
+        if args.own and args.package is not None:
             raise ValueError("name the package to bisect, or give --own to bisect the project's commits, not both")
+        if not args.own and args.package is None:
+            raise ValueError("name the package to bisect, or give --own to bisect the project's commits")
         if args.own and args.repo:
             raise ValueError("--repo is a package's clone; --own bisects the project's own repository")
         problem = cap_problem(args.pairs, args.max_pairs) if args.metric == "time" else None

@@ -17,6 +17,7 @@ from perfsuite.core.explain.explanation import Explanation
 from perfsuite.core.typed_json import (
     JsonObject,
     Wrong,
+    fail,
     flag,
     from_key,
     integer,
@@ -32,6 +33,11 @@ from perfsuite.core.typed_json import (
 
 KIND = "perfsuite-ab"
 """The file's ``kind``."""
+SCHEMA_VERSION = 1
+"""The file's ``schema_version`` (the only one read: an ab file is read by the perfsuite that wrote it,
+or one as new)."""
+VERDICTS = ("regressed", "improved", "same", "undecided", "skipped", "cannot test")
+"""A case's ``verdict`` (:attr:`perfsuite.ab.rounds.CaseResult.verdict`)."""
 
 _TEXT, _NUMBER, _INT = optional(text), optional(number), optional(integer)
 _REQUIRED = dataclasses.MISSING
@@ -40,6 +46,19 @@ _REQUIRED = dataclasses.MISSING
 def _count_or_flag(value: Any, where: str) -> Any:
     """A case's ``interrupted`` or ``stopped``: a flag, or why it stopped."""
     return value if value is None or isinstance(value, (bool, str)) else integer(value, where)
+
+
+def _verdict(value: Any, where: str) -> str:
+    said = text(value, where)
+    if said not in VERDICTS:
+        raise fail(where, value, f"a verdict ({', '.join(VERDICTS)})")
+    return said
+
+
+def _version(value: Any, where: str) -> int | None:
+    if value is not None and (type(value) is not int or value != SCHEMA_VERSION):
+        raise Wrong(f"{where} is {value!r:.60}; this perfsuite reads {SCHEMA_VERSION} (a newer perfsuite's file?)")
+    return value
 
 
 def _explanation(value: Any, where: str) -> Any:
@@ -79,7 +98,7 @@ class Time(JsonObject):
     ratio: float = from_key(number, _REQUIRED)
     low: float | None = from_key(_NUMBER)
     high: float | None = from_key(_NUMBER)
-    verdict: str = from_key(text, _REQUIRED)
+    verdict: str = from_key(_verdict, _REQUIRED)
     pairs: int = from_key(integer, _REQUIRED)
 
 
@@ -121,7 +140,7 @@ class StepTimes(JsonObject):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Case(JsonObject):
     case: str = from_key(text, _REQUIRED)
-    verdict: str = from_key(text, _REQUIRED)
+    verdict: str = from_key(_verdict, _REQUIRED)
     error: str | None = from_key(_TEXT, _REQUIRED)
     """Why it could not be tested (``null``: it was)."""
     interrupted: Any = from_key(_count_or_flag)
@@ -172,7 +191,7 @@ def _sides(value: Any, where: str) -> Mapping[str, Any]:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AbFile(JsonObject):
     kind: str = from_key(text, _REQUIRED)
-    schema_version: int | None = from_key(_INT)
+    schema_version: int | None = from_key(_version)
     date: str = from_key(text, _REQUIRED)
     device_type: str = from_key(text, "cpu")
     engines: tuple[str, ...] = from_key(list_of(text), ())

@@ -170,13 +170,14 @@ def load_results(path: Path) -> Results:
     return parse_results(read_results_json(path), str(path))
 
 
-def parse_results(data: Any, path: str) -> Results:
-    """A results file's content (``path`` names it in errors and in the report)."""
+def parse_results(data: Any, path: str, expected: str = EXPECTED) -> Results:
+    """A results file's content (``path`` names it in errors and in the report; ``expected``: what a
+    file that is none says was expected)."""
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
-        raise ResultsError(f"{path}: not a perfsuite results file (no 'cases' list); {EXPECTED}")
+        raise ResultsError(f"{path}: not a perfsuite results file (no 'cases' list); {expected}")
     cases = data["cases"]
     if not all(isinstance(c, dict) for c in cases):
-        raise ResultsError(f"{path}: not a perfsuite results file (a case is not an object); {EXPECTED}")
+        raise ResultsError(f"{path}: not a perfsuite results file (a case is not an object); {expected}")
     gate = any("checks" in c for c in cases) or "refresh" in data
     needed = ("case", "status") if gate else ("model", "strategy", "status")
     for i, case in enumerate(cases):
@@ -184,7 +185,7 @@ def parse_results(data: Any, path: str) -> Results:
         if missing:
             raise ResultsError(
                 f"{path}: case {i} has no {', '.join(repr(k) for k in missing)}: not a perfsuite results file; "
-                f"{EXPECTED}"
+                f"{expected}"
             )
     check_file(data, path)
     for i, case in enumerate(cases if gate else []):

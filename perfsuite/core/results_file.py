@@ -32,14 +32,17 @@ class ResultsError(ValueError):
     """A results file that is missing, not JSON, or not one perfsuite writes; the message names it."""
 
 
-EXPECTED = (
-    "expected `pytest --perfsuite-json`'s file (a 'cases' list of outcomes, each with 'case' and 'status') or "
-    "`perfsuite run --json`'s (a 'cases' list of records, each with 'model', 'strategy' and 'status')"
-)
+_GATED = "`pytest --perfsuite-json`'s file (a 'cases' list of outcomes, each with 'case' and 'status')"
+_RUN = "`perfsuite run --json`'s (a 'cases' list of records, each with 'model', 'strategy' and 'status')"
+EXPECTED = f"expected {_GATED} or {_RUN}"
+"""What a reader of results files says it expected (``perfsuite merge``, ``history record``)."""
+EXPECTED_REPORT = f"expected {_GATED}, {_RUN} or `perfsuite ab --json`'s (a 'kind' of 'perfsuite-ab')"
+"""What ``perfsuite report``, which also reads an ab file, says it expected."""
 
 
-def read_results_json(path: Path) -> Any:
-    """``path``'s JSON; a missing, unreadable, empty or non-JSON file raises :class:`ResultsError` naming it."""
+def read_results_json(path: Path, expected: str = EXPECTED) -> Any:
+    """``path``'s JSON; a missing, unreadable, empty or non-JSON file raises :class:`ResultsError` naming it
+    and saying what was ``expected``."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -49,11 +52,11 @@ def read_results_json(path: Path) -> Any:
             f"or `perfsuite run --json {path}`"
         ) from None
     except IsADirectoryError:
-        raise ResultsError(f"{path}: is a directory; {EXPECTED}") from None
+        raise ResultsError(f"{path}: is a directory; {expected}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ResultsError(f"{path}: cannot be read ({exc})") from None
     if not text.strip():
-        raise ResultsError(f"{path}: is empty; {EXPECTED}")
+        raise ResultsError(f"{path}: is empty; {expected}")
     try:
         data = json.loads(text)
         found = _unwritable(data, "")

@@ -190,7 +190,7 @@ def _wrong_engine(spec: CaseSpec, *, factory: bool, own: bool) -> str | None:
         first = next(iter(PROJECT_ENGINES))
         return (
             f"{model} is built by the project's factory and trains through an engine of the project's "
-            f"({', '.join(PROJECT_ENGINES)}), not {engine}: --engine {first}, the case {model}-{strategy}-{first}"
+            f"({', '.join(PROJECT_ENGINES)}), not {engine}: the case {model}-{strategy}-{first} (--engine {first})"
         )
     if own and not factory:
         if spec.world_size > 1:
@@ -199,7 +199,7 @@ def _wrong_engine(spec: CaseSpec, *, factory: bool, own: bool) -> str | None:
             choice, ids = "--engine loop or trainer", f"{model}-{strategy} or {model}-{strategy}-trainer"
         return (
             f"{engine} trains the models the project builds with a factory; {model} is built from a "
-            f"transformers config: {choice}, the case {ids}"
+            f"transformers config: the case {ids} ({choice})"
         )
     return None
 

@@ -13,7 +13,7 @@ from typing import Any
 from perfsuite.core.ab_file import AbFile, is_ab
 from perfsuite.core.baselines import write_texts_atomic
 from perfsuite.core.results import Results, gate_runs, parse_results
-from perfsuite.core.results_file import ResultsError, read_results_json
+from perfsuite.core.results_file import EXPECTED_REPORT, ResultsError, read_results_json
 from perfsuite.reports.ab import write_report as write_ab_report
 
 
@@ -41,14 +41,14 @@ def write_report(
     from perfsuite.reports.summary import summary_markdown
 
     if not isinstance(results, Results):
-        data = read_results_json(results)
+        data = read_results_json(results, EXPECTED_REPORT)
         if is_ab(data):
             try:  # every value the pages read, checked before any is drawn: a wrong one names its key
                 AbFile.from_json(data, str(results))
             except ValueError as exc:
                 raise ResultsError(str(exc)) from None
             return write_ab_report(data, out_dir)
-        results = parse_results(data, str(results))
+        results = parse_results(data, str(results), EXPECTED_REPORT)
     if baselines is not None and results.kind == "run":
         gate_runs(results, baselines, settings)
     records = load_records(history) if history is not None else None
