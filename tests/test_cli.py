@@ -81,6 +81,12 @@ def test_run_prints_the_table_and_writes_json(tmp_path: Path) -> None:
     page = (tmp_path / "report" / "report.html").read_text()
     assert page.count('data-chart="loss"') == 1
     assert "tiny-bert-grad_ckpt" in (tmp_path / "report" / "summary.md").read_text()
+    # what the report's headline counts, the terminal says, with what the run's exit code does not count
+    compared = "perfsuite run compared 2 of 2 case(s) with their baselines as the gate would: "
+    assert compared in proc.stdout
+    assert "its exit code does not count them (pytest gates)" in proc.stdout
+    assert compared in (tmp_path / "report" / "summary.md").read_text()
+    assert compared in page
     assert "tiny-bert" in proc.stdout
     assert "grad_ckpt" in proc.stdout
     assert "memory %" in proc.stdout

@@ -213,14 +213,23 @@ def _finish(
         payload = {"schema_version": RUN_RESULTS_SCHEMA_VERSION, "env": env, "wall_s": wall, "cases": cases}
         if interrupt is not None:
             payload["interrupted"] = interrupt.name
+        compared: list[str | None] = []
         write_results(
-            payload, json_file=args.json, report_dir=args.report, render=lambda out: _run_report(payload, out, project)
+            payload,
+            json_file=args.json,
+            report_dir=args.report,
+            render=lambda out: _run_report(payload, out, project, compared),
         )
+        for line in filter(None, compared):
+            print(line)
     return interrupt.exit_code if interrupt is not None else 1 if failed else 0
 
 
-def _run_report(payload: dict[str, Any], out: Path, project: tuple[dict[str, Any], Path | None]) -> list[Path]:
-    """``perfsuite run --report``: the report of this run, each case compared with its baseline when one exists."""
+def _run_report(
+    payload: dict[str, Any], out: Path, project: tuple[dict[str, Any], Path | None], said: list[str | None]
+) -> list[Path]:
+    """``perfsuite run --report``: the report of this run, each case compared with its baseline when one exists
+    (``said``: given what the comparison found, for the terminal)."""
     from perfsuite.core.results import parse_results
     from perfsuite.core.results_file import ResultsError
     from perfsuite.reports import write_report
@@ -228,10 +237,13 @@ def _run_report(payload: dict[str, Any], out: Path, project: tuple[dict[str, Any
 
     settings, baselines = project
     try:
-        return write_report(parse_results(payload, "perfsuite run"), out, baselines=baselines, settings=settings)
+        results = parse_results(payload, "perfsuite run")
+        written = write_report(results, out, baselines=baselines, settings=settings)
     except (ResultsError, ReportExtraMissing) as exc:
         print(f"perfsuite: no report: {exc}", file=sys.stderr)
         return []
+    said.append(results.run_compared())  # what the report's headline says, said here too
+    return written
 
 
 def _print_diagnostics(console: Any, record: CaseRecord) -> None:

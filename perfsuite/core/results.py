@@ -82,6 +82,21 @@ class Results:
             counts[case.status] = counts.get(case.status, 0) + 1
         return ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
 
+    def run_compared(self) -> str | None:
+        """For a ``perfsuite run`` file whose cases were compared with their baselines (:func:`gate_runs`):
+        how many were, which are outside their tolerance, and that a run does not gate on them; ``None``
+        for a gate's file, or a run none of whose cases had a baseline."""
+        compared = [c for c in self.cases if c.checks] if self.kind == "run" else []
+        if not compared:
+            return None
+        out = [c.id for c in compared if c.status == "failed"]
+        named = ", ".join(out[:5]) + (f" and {len(out) - 5} more" if len(out) > 5 else "")
+        said = f"{len(out)} outside their tolerance ({named})" if out else "all within their tolerance"
+        return (
+            f"perfsuite run compared {len(compared)} of {len(self.cases)} case(s) with their baselines as the gate "
+            f"would: {said}; its exit code does not count them (pytest gates)"
+        )
+
     def time_checks(self) -> list[TimeCheck]:
         """Per case whose step time was checked, what :func:`perfsuite.reports.tables.verdict` counts."""
         checks = []

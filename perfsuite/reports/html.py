@@ -252,6 +252,8 @@ def report_html(
     # The verdict first, then the charts; the long tables after them, passing rows folded away.
     line = verdict([c.status for c in results.cases], results.time_checks())
     out.append(f"<p class='verdict'><strong>{esc(line)}</strong></p>")
+    if (ran := results.run_compared()) is not None:
+        out.append(f"<p><em>{esc(ran)}.</em></p>")
     gated = [c for c in results.cases if c.checks or c.status in ("failed", "missing")]
     if gated:
         ordered = regressions_first(gated)

@@ -115,7 +115,9 @@ def summary_markdown(
         if all(check.compared for check in results.time_checks())
         else "No case failed a gate it was given."
     )
-    body = [*head[:2], f"**{line}**", "", *head[2:], "**Needs a look**" if first else passed, ""]
+    ran = results.run_compared()
+    said = [f"**{line}**", "", *([f"_{ran}._", ""] if ran else [])]
+    body = [*head[:2], *said, *head[2:], "**Needs a look**" if first else passed, ""]
     if first:
         body += _table([gate_row(c, trend(c)) for c in first]) + [""]
         for case in first:
