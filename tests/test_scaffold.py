@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import sys
 from pathlib import Path
@@ -118,6 +119,12 @@ def test_init_appends_its_sections_to_existing_files(tmp_path: Path) -> None:
     assert readme.startswith("# acme\n")
     assert "## Performance tests" in readme
     assert init(tmp_path)[-2] == "kept      README.md (it has ## Performance tests already; edit it there)"
+    # The section names each workflow init writes, and the side-by-side commands a team's own code gets.
+    named = re.findall(r"`(?:\.github/workflows/)?(perfsuite-[a-z*-]+\.yml)`", readme)
+    for workflow in (tmp_path / ".github" / "workflows").iterdir():
+        assert any(fnmatch.fnmatch(workflow.name, name) for name in named), workflow.name
+    for command in ("perfsuite ab --base-ref main", "perfsuite ab --own main...HEAD", "perfsuite bisect --own"):
+        assert command in readme
 
 
 def test_a_pyproject_with_its_own_perfsuite_tables_is_left_alone(tmp_path: Path) -> None:
