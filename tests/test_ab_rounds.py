@@ -433,6 +433,22 @@ def test_an_alternating_pair_whose_side_answers_no_record_fails_that_pair_not_th
     assert math.isnan(pair.log_ratio)
 
 
+class Unimportable(FakeSide):
+    """A side whose server says, naming itself and its environment, that its code does not import."""
+
+    def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> CaseRecord:
+        from perfsuite.ab.envs import EnvError
+
+        raise EnvError(f"{self.name} (current, HEAD^1): UnknownNameError: unknown model 'mine'")
+
+
+def test_a_side_whose_error_names_it_is_not_named_twice() -> None:
+    fields = {"model": "tiny-bert", "strategy": "vanilla", "profile": False, "calibrate": False}
+    sides = (FakeSide("A", {}, []), Unimportable("B", {}, []))
+    pair = pairs.alternate(sides, fields, 0, 30)  # type: ignore[arg-type]
+    assert pair.error == "B (current, HEAD^1): UnknownNameError: unknown model 'mine'"
+
+
 class Skipping(FakeSide):
     """A side that skips ``skip`` as the suite skips a strategy its engine does not apply."""
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from own_history import CASE, KEPT, SLOWER, commit, git, repository
+from own_history import CASE, KEPT, PYPROJECT, SLOWER, commit, git, repository
 
 from perfsuite.cli import main as cli
 from perfsuite.core import registry
@@ -73,9 +73,10 @@ def test_each_side_runs_its_own_commit_of_the_teams_code(
     files = {name: side["probe"]["project"]["code"] for name, side in payload["sides"].items()}
     assert files["base"]["convnet.train"].endswith(f"{first}/convnet/train.py")
     assert files["candidate"]["convnet.train"].endswith(f"{kept}/convnet/train.py")
-    assert payload["sides"]["candidate"]["code"].startswith(f"{kept} ({git(root, 'rev-parse', '--short', kept)} Keep")
+    # Each commit given by its sha: named by its short sha and subject.
+    assert payload["sides"]["candidate"]["code"].startswith(f"{git(root, 'rev-parse', '--short', kept)} Keep")
     err = capsys.readouterr().err
-    assert f"the project's code: {first} ({git(root, 'rev-parse', '--short', first)} Document the step)" in err
+    assert f"the project's code: {git(root, 'rev-parse', '--short', first)} Document the step → " in err
     assert "Keep a buffer for the probe (#7)" in err
     assert "perfsuite ab: the sides' code differs in 1 file(s): convnet/train.py" in err  # what is compared
     # The changed file's code ran in the case's step on both sides; the function the change touched is
@@ -113,6 +114,18 @@ def test_show_sides_names_the_code_each_side_runs(
         f"base: current, the project's code: HEAD^1 ({parent})",
         f"candidate: current, the project's code: the working tree ({head})",
     ]
+    assert main(["ab", "--own", "HEAD^1...HEAD", "--show-sides", *ONE_CASE]) == 0
+    assert capsys.readouterr().out.splitlines() == [  # the merge base: by its short sha and subject alone
+        f"base: current, the project's code: {parent}",
+        f"candidate: current, the project's code: HEAD ({head})",
+    ]
+    # A working tree mid-edit has no say in a comparison of two commits; where it is the candidate, it does.
+    (root / "pyproject.toml").write_text(PYPROJECT.replace("convnet.model:build", "convnet.model:buildx"))
+    (root / "convnet" / "model.py").write_text("raise ImportError('mid-edit')\n")
+    assert main(["ab", "--own", "HEAD^1..HEAD", "--show-sides", *ONE_CASE]) == 0
+    capsys.readouterr()
+    assert main(["ab", "--base-ref", "HEAD^1", "--show-sides", *ONE_CASE]) == 2
+    assert "tool.perfsuite.models.convnet.factory: convnet.model" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -146,6 +159,9 @@ def test_bisect_own_names_the_commit_that_changed_the_case(
     commit(root, "Document the step", readme="The step is cross-entropy, clipped.")
     kept = commit(root, "Keep a buffer for the probe (#7)", change=KEPT)
     commit(root, "Document the buffer", readme="It keeps a buffer.")
+    # The working tree mid-edit, its declaration and code broken: no commit bisected holds either.
+    (root / "pyproject.toml").write_text(PYPROJECT.replace("convnet.model:build", "convnet.model:buildx"))
+    (root / "convnet" / "model.py").write_text("raise ImportError('mid-edit')\n")
     monkeypatch.chdir(root)
     out = tmp_path / "bisect.json"
     code = main(

@@ -28,10 +28,11 @@ from perfsuite.core.spec import CaseSpec, parse_case_id, tier_spec
 from perfsuite.core.tolerance import Tolerance
 
 
-def case_spec(case_id: str, *, steps: int | None, threads: int) -> CaseSpec:
+def case_spec(case_id: str, *, steps: int | None, threads: int, project: Path | None = None) -> CaseSpec:
     """The case ``case_id`` as the tiers run it: any id ``perfsuite run`` names, composed strategies,
-    engine and ranks included, in the matrix or not (a ``ValueError`` says what a valid id is)."""
-    load_project()
+    engine and ranks included, in the matrix or not (a ``ValueError`` says what a valid id is), as
+    ``project``'s declarations name it (default: the working directory's)."""
+    load_project(project)
     model, strategy, engine, world_size = parse_case_id(case_id)
     overrides: dict[str, Any] = {"threads": threads}
     if steps is not None:

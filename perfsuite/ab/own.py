@@ -14,7 +14,9 @@ from, so a reader sees that each side ran its own.
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,12 +43,34 @@ class Tree:
     commit: commits.Commit | None = None
     """The commit it holds (``None``: the working tree, uncommitted changes included)."""
 
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """What goes first on the path of code run from this tree: the project's root, and a ``src/`` layout's."""
+        return (str(self.project), *([str(self.project / "src")] if (self.project / "src").is_dir() else []))
+
     def env(self, env: Env) -> Env:
-        """``env`` running in this tree: the project's root (and a ``src/`` layout's) first on the path."""
-        first = [str(self.project), *([str(self.project / "src")] if (self.project / "src").is_dir() else [])]
+        """``env`` running in this tree: its :attr:`paths` first on the path."""
         return dataclasses.replace(
-            env, label=f"{env.label}, {self.label}", path=(*first, *env.path), cwd=str(self.project)
+            env, label=f"{env.label}, {self.label}", path=(*self.paths, *env.path), cwd=str(self.project)
         )
+
+
+@contextmanager
+def importing_from(tree: Tree | None) -> Iterator[None]:
+    """While a commit's declarations are read and its code checked in this process (``tree``: that
+    commit's copy; ``None``: the working tree, as it is), its copy comes first on the path, as on a
+    side that runs it, and the working tree's is off it: its code has no say in what a commit declares."""
+    if tree is None:
+        yield
+        return
+    here = project_root().resolve()
+    skipped = {here, here / "src"}
+    kept = list(sys.path)
+    sys.path[:] = [*tree.paths, *(p for p in kept if Path(p or ".").resolve() not in skipped)]
+    try:
+        yield
+    finally:
+        sys.path[:] = kept
 
 
 def project_root(start: Path | None = None) -> Path:
@@ -82,10 +106,14 @@ def trees(refs: list[str | None], what: str, start: Path | None = None) -> Itera
 
 
 def code_label(top: Path, ref: str | None, what: str) -> str:
-    """How a side's code is named: ``<ref> (<short> <subject>)``, or the working tree with the commit
-    it is at and whether it has uncommitted changes (``ref`` ``None``)."""
+    """How a side's code is named: ``<ref> (<short> <subject>)`` (``<short> <subject>`` where ``ref`` is
+    its sha), or the working tree with the commit it is at and whether it has uncommitted changes
+    (``ref`` ``None``)."""
     if ref is not None:
-        return f"{ref} ({commits.describe(top, commits.commit(top, ref, what)).describe()})"
+        sha = commits.commit(top, ref, what)
+        described = commits.describe(top, sha).describe()
+        by_sha = re.fullmatch(r"[0-9a-f]{4,40}", ref) and sha.startswith(ref)  # a sha given, or a merge base's
+        return described if by_sha else f"{ref} ({described})"
     head = commits.describe(top, commits.commit(top, "HEAD", what))
     changed = commits.git(top, "status", "--porcelain", "--untracked-files=no", what=what).stdout.strip()
     return f"{WORKING_TREE} ({head.describe()}{', with uncommitted changes' if changed else ''})"

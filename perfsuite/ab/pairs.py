@@ -93,8 +93,8 @@ def step_log_ratio(a: Sequence[float], b: Sequence[float]) -> float:
 
 def _failed(side: Side, record: CaseRecord | None, error: str | None = None) -> str | None:
     """Why ``side``'s run failed (its record's error, or ``error`` where none came back), or ``None``."""
-    if record is None:
-        return f"{side.name}: {error}"
+    if record is None:  # a side's EnvError names the side and its environment already
+        return error if error and error.startswith(f"{side.name} (") else f"{side.name}: {error}"
     return None if record.ok else f"{side.name}: {record.error or record.status}"
 
 

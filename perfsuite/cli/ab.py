@@ -22,6 +22,7 @@ from perfsuite.cli.selection import add_selection, select
 
 if TYPE_CHECKING:
     from perfsuite.ab.options import AbOptions
+    from perfsuite.ab.own import Tree
     from perfsuite.ab.pins import Upgrade
     from perfsuite.core.changed_code import ChangedCode
 
@@ -133,10 +134,16 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as trees:  # the copies of the project's code its sides run, removed at the end
+        return _run(args, trees)
+
+
+def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     from perfsuite.ab.comparison import AbRun, Failed, cap_problem
     from perfsuite.ab.envs import EnvError, parse_env, parse_held
     from perfsuite.ab.lanes import plan_for
     from perfsuite.ab.options import AbOptions
+    from perfsuite.ab.own import importing_from
     from perfsuite.ab.pairs import check_mode
     from perfsuite.ab.pins import PinError
     from perfsuite.reports.tables import log_console
@@ -152,8 +159,19 @@ def run(args: argparse.Namespace) -> int:
         for name, asked in (("base", base), ("candidate", candidate)):
             parse_env(asked, name=name)  # bad input: before anything is installed
         held = parse_held(args.with_)
+        made = None
+        if own is not None and own[1][1] is not None:  # both sides commits: the working tree has no say
+            try:
+                made = _trees(stack, own)
+            except ValueError as exc:  # GitError: a tree git could not write out
+                say(f"perfsuite: cannot test: {exc}")
+                return EXIT_CANNOT_TEST
         # One thread unless asked: the CPU tier's (the other core absorbs the machine's own work).
-        specs, device_type, defaults, note = select(args, here=False, threads=1)
+        # The cases are the candidate's declarations: the working tree's, or its commit's copy's.
+        declared = made[1] if made is not None else None
+        with importing_from(declared):
+            project = declared.project if declared is not None else None
+            specs, device_type, defaults, note = select(args, here=False, threads=1, project=project)
         check_mode(specs, device_type, args.mode)
         plan_for(specs, device_type, args.mode, args.jobs)  # more lanes than cores or GPUs: before any set-up
         problem = cap_problem(args.pairs, args.max_pairs)
@@ -202,12 +220,10 @@ def run(args: argparse.Namespace) -> int:
         specs = [dataclasses.replace(spec, profile=True) for spec in specs]
         say("perfsuite: --no-profile: a CPU's peak memory comes from the profile step; each case's first pair runs it")
     started = time.monotonic()
-    with terminate_as_interrupt() as interrupt, contextlib.ExitStack() as stack:
+    with terminate_as_interrupt() as interrupt:
         if own is not None:
-            from perfsuite.ab.own import trees
-
             try:
-                base_tree, candidate_tree = stack.enter_context(trees(own[1], own[0]))
+                base_tree, candidate_tree = made if made is not None else _trees(stack, own)
             except ValueError as exc:  # GitError: a tree git could not write out
                 say(f"perfsuite: cannot test: {exc}")
                 return EXIT_CANNOT_TEST
@@ -236,6 +252,13 @@ def run(args: argparse.Namespace) -> int:
             ab_run.close()
     code = ab_run.finish(results, options, time.monotonic() - started, console)
     return interrupt.exit_code if any(r.interrupted for r in results) else code
+
+
+def _trees(stack: contextlib.ExitStack, own: tuple[str, list[str | None]]) -> list[Tree]:
+    """The project's code at the two revisions ``own`` names, each in a copy of its own until ``stack`` ends."""
+    from perfsuite.ab.own import trees
+
+    return stack.enter_context(trees(own[1], own[0]))
 
 
 def _explain(ab_run: Any, results: Any, args: argparse.Namespace, timeout_s: float, say: Any) -> None:

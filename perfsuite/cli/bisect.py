@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from perfsuite.ab.bisect import Found
     from perfsuite.ab.bisecting import Bisection
     from perfsuite.ab.options import BisectOptions
+    from perfsuite.ab.own import Tree
 
 METRICS = ("time", "memory", "loss")
 
@@ -112,6 +113,7 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
     from perfsuite.ab.comparison import cap_problem
     from perfsuite.ab.envs import EnvError, make_env, parse_held
     from perfsuite.ab.options import BisectOptions
+    from perfsuite.ab.own import importing_from
     from perfsuite.reports.tables import log_console
     from perfsuite.worker.device import default_device_type
 
@@ -136,7 +138,6 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
             from perfsuite.ab.commits import check_clone
 
             check_clone(args.repo, "--repo")  # a bare clone will do; a GitError is a ValueError
-        spec = case_spec(args.case, steps=args.steps, threads=args.threads)
         options = BisectOptions(
             package=args.package,
             metric=args.metric,
@@ -154,7 +155,15 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
         if any(canonicalize_name(r.name) == bisected for r in options.held):
             raise ValueError(f"--with holds {args.package}, the package bisected: each side installs its own release")
         if args.own:
-            return _commits(options, spec, say, heard, *_project_commits(args, options))[0]
+            points, env_for, scratch, bad = _project_commits(args, options)
+            try:
+                with importing_from(bad):  # the case as the bad commit declares it: the working tree has no say
+                    spec = case_spec(args.case, steps=args.steps, threads=args.threads, project=bad.project)
+            except BaseException:
+                shutil.rmtree(scratch, ignore_errors=True)
+                raise
+            return _commits(options, spec, say, heard, points, env_for, "commit", scratch)[0]
+        spec = case_spec(args.case, steps=args.steps, threads=args.threads)
         if args.commits:
             return _commits(
                 options,
@@ -229,9 +238,10 @@ def _releases_commits(
     return code
 
 
-def _project_commits(args: argparse.Namespace, options: BisectOptions) -> tuple[dict[str, Any], Any, str, Any]:
+def _project_commits(args: argparse.Namespace, options: BisectOptions) -> tuple[dict[str, Any], Any, Path, Tree]:
     """``--own``: the project's commits from ``--good`` to ``--bad``, each written into a tree of its own
-    when it is tested (:mod:`perfsuite.ab.own`), in this environment."""
+    under a scratch directory when it is tested (:mod:`perfsuite.ab.own`), in this environment; that
+    directory, and the bad commit's tree, written now (its declarations name the case)."""
     from perfsuite.ab import commits
     from perfsuite.ab.envs import EnvError, make_env
     from perfsuite.ab.own import at_commit, project_root
@@ -249,7 +259,12 @@ def _project_commits(args: argparse.Namespace, options: BisectOptions) -> tuple[
             raise EnvError(str(exc)) from None
         return tree.env(make_env("current", name=name, held=options.held))
 
-    return found, env_for, "commit", scratch
+    try:
+        bad = at_commit(top, found[list(found)[-1]], inside, scratch, "--bad")
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return found, env_for, scratch, bad
 
 
 def _clone_commits(args: argparse.Namespace, good: str, bad: str, base: Any) -> tuple[dict[str, Any], Any, str, None]:

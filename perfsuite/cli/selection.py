@@ -87,16 +87,17 @@ def add_selection(parser: Any) -> None:
 
 
 def select(
-    args: argparse.Namespace, *, here: bool = True, threads: int | None = None
+    args: argparse.Namespace, *, here: bool = True, threads: int | None = None, project: Path | None = None
 ) -> tuple[list[Any], str, Any, str | None]:
     """The cases ``args`` select (checked: a ``ValueError`` says what is wrong), their device type,
     its defaults, and a note for the reader when the selection is the quick set. ``here``: the
     cases run on this interpreter's torch, so ``--device cuda`` needs it to see a GPU (``perfsuite
     ab``'s sides are interpreters of their own, which each say so). ``threads``: the cases' torch
-    threads where ``--threads`` gives none (``None``: one on a CPU, as the gate times them, else torch's)."""
+    threads where ``--threads`` gives none (``None``: one on a CPU, as the gate times them, else torch's).
+    ``project``: the directory whose declarations name the cases (default: the working directory's)."""
     from perfsuite.worker.device import asked_device_type
 
-    load_project()
+    load_project(project)
     for name in args.models or ():
         get_model_spec(name)
     for name in args.strategies or ():
