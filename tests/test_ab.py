@@ -273,7 +273,7 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path: Path, twice: bo
         err = "".join(lines) + proc.stderr.read()
         assert code == (143 if twice else 130), err  # the signal's own code, as every command exits
     assert "Traceback" not in err
-    assert "perfsuite ab: interrupted: 1 case(s) left undecided" in err
+    assert "perfsuite ab: interrupted: 1 case(s) ended before their time was decided" in err
     payload = json.loads(out.read_text())
     (case,) = payload["cases"]
     assert payload["interrupted"] == 1

@@ -304,13 +304,14 @@ class AbRun:
         self.say(f"perfsuite ab: {line} of {len(results)} case(s) in {wall_s:.0f} s")
         if payload["interrupted"]:
             self.say(
-                f"perfsuite ab: interrupted: {payload['interrupted']} case(s) left undecided, with the pairs they had"
+                f"perfsuite ab: interrupted: {payload['interrupted']} case(s) ended before their time was decided, "
+                "with the pairs they had"
             )
         if payload["stopped"]:
             why = next(r.stopped for r in results if r.stopped is not None)
             self.say(
-                f"perfsuite ab: stopped: {payload['stopped']} case(s) left undecided, with the pairs they had, "
-                f"when a side stopped answering: {why}"
+                f"perfsuite ab: stopped: {payload['stopped']} case(s) ended before their time was decided, "
+                f"with the pairs they had, when a side stopped answering: {why}"
             )
 
         timed_on = [r for r in results if r.checks_regressed and len(r.log_ratios) > self.schedule.first]
