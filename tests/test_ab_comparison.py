@@ -146,3 +146,15 @@ def test_a_case_that_regressed_at_its_first_pair_and_ran_on_to_time_it_points_to
     (hint,) = [line for line in said if "--stop-on-regression" in line]
     assert hint.startswith("perfsuite ab: 1 case(s) regressed on memory or loss at their first pair and ran on")
     assert f"(up to {schedule.first + 2} pairs)" in hint
+
+
+def test_what_a_side_imported_of_the_projects_code_is_said_against_its_copy() -> None:
+    from perfsuite.reports.ab import imported
+
+    copy = {"pyproject": "/copy-1/pyproject.toml"}
+    assert imported({**copy, "code": {"acme.model": "/copy-1/acme/model.py"}}) == "from /copy-1: acme/model.py"
+    # An installed copy shadowing the side's, and a module not found: each said, not hidden under "from".
+    shadowed = {"acme.model": "/site/acme/model.py", "acme.train": None}
+    said = imported({**copy, "code": shadowed})
+    assert said == "from /copy-1: /site/acme/model.py (outside its copy), acme.train (not found)"
+    assert imported({**copy, "code": {}}) == ""

@@ -233,3 +233,23 @@ def test_a_run_file_compared_outside_pytest_takes_its_time_classs_own_floor() ->
     (case,) = results.cases
     assert case.tolerance is not None
     assert case.tolerance["time_floor"] == 0.2
+
+
+def test_a_run_file_says_which_cases_are_outside_their_baselines_an_unreadable_one_included(tmp_path: Path) -> None:
+    """What ``perfsuite run --report`` prints and its summary says (``Results.run_compared``): the cases
+    compared, those outside their tolerance (a baseline that cannot be read fails, as in the gate)."""
+    from perfsuite.core.results import gate_runs, parse_results
+
+    baseline = json.loads((BASELINES / "cpu" / "tiny-bert-vanilla.json").read_text())
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "tiny-bert-vanilla.json").write_text(json.dumps(baseline))
+    unchanged = parse_results({"cases": [record_of(baseline, REPLAYED_CLASS)]}, "run.json")
+    gate_runs(unchanged, tmp_path)
+    said = unchanged.run_compared()
+    assert said is not None
+    assert said.startswith("perfsuite run compared 1 of 1 case(s) with their baselines as the gate would: all within")
+    (tmp_path / "cpu" / "tiny-bert-vanilla.json").write_text("{")
+    unreadable = parse_results({"cases": [record_of(baseline, REPLAYED_CLASS)]}, "run.json")
+    gate_runs(unreadable, tmp_path)
+    assert "1 outside their tolerance (tiny-bert-vanilla)" in str(unreadable.run_compared())
+    assert parse_results({"cases": [record_of(baseline, REPLAYED_CLASS)]}, "run.json").run_compared() is None

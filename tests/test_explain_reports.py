@@ -51,14 +51,14 @@ def _payload(tmp_path: Path) -> dict[str, Any]:
         "case": "tiny-bert-vanilla",
         "verdict": "regressed",
         "error": None,
-        "time": None,
+        "time": {"ratio": 1.2, "low": 1.1, "high": 1.3, "verdict": "slower", "pairs": 1},
         "ratios": [1.2],
         "mode": "duet",
         "memory": {"a": 100, "b": 4196, "breakdown_a": {"buffers": 0}, "breakdown_b": {"buffers": 4096}},
         "loss": {"a": [2.0, 1.9], "b": [2.02, 1.95], "max_abs_diff": 0.05},
         "explanation": found.as_json(),
     }
-    same = {**case, "case": "tiny-bert-adafactor", "verdict": "same", "explanation": None}
+    same = {**case, "case": "tiny-bert-adafactor", "verdict": "same", "time": None, "explanation": None}
     probe = {"libraries": {"torch": {"version": "2.13.0"}}}
     payload: dict[str, Any] = json.loads(json.dumps({
         "kind": "perfsuite-ab", "date": "2026-11-27", "device_type": "cpu", "wall_s": 10.0, "interrupted": 0,
@@ -163,6 +163,7 @@ def test_an_explanation_in_a_results_file_that_does_not_read_is_one_line_naming_
     [
         ("schema_version", 99, "ab.json: schema_version is 99; this perfsuite reads 1"),
         ("verdict", "bogus", "ab.json: cases[1].verdict is 'bogus' (str), not a verdict (regressed, improved,"),
+        ("time", "regressed", "cases[1].time.verdict is 'regressed' (str), not a time verdict (slower, faster,"),
     ],
 )
 def test_an_ab_file_of_another_version_or_verdict_is_refused(
@@ -172,7 +173,10 @@ def test_an_ab_file_of_another_version_or_verdict_is_refused(
     from perfsuite.cli import main
 
     payload = _payload(tmp_path)
-    (payload if key == "schema_version" else payload["cases"][1])[key] = value
+    if key == "time":  # a case's verdict is no time's
+        payload["cases"][1]["time"]["verdict"] = value
+    else:
+        (payload if key == "schema_version" else payload["cases"][1])[key] = value
     (tmp_path / "ab.json").write_text(json.dumps(payload))
     assert main(["report", str(tmp_path / "ab.json"), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from own_history import CASE, KEPT, PYPROJECT, SLOWER, commit, git, repository
+from own_history import CASE, KEPT, MODEL, PYPROJECT, SLOWER, commit, git, repository
 
 from perfsuite.cli import main as cli
 from perfsuite.core import registry
@@ -119,13 +120,28 @@ def test_show_sides_names_the_code_each_side_runs(
         f"base: current, the project's code: {parent}",
         f"candidate: current, the project's code: HEAD ({head})",
     ]
-    # A working tree mid-edit has no say in a comparison of two commits; where it is the candidate, it does.
+    # A working tree mid-edit has no say in a comparison of two commits, even on the path (an editable
+    # install): where it is the candidate, it does.
     (root / "pyproject.toml").write_text(PYPROJECT.replace("convnet.model:build", "convnet.model:buildx"))
     (root / "convnet" / "model.py").write_text("raise ImportError('mid-edit')\n")
+    monkeypatch.syspath_prepend(str(root))
+    path = list(sys.path)
     assert main(["ab", "--own", "HEAD^1..HEAD", "--show-sides", *ONE_CASE]) == 0
+    assert sys.path == path
     capsys.readouterr()
     assert main(["ab", "--base-ref", "HEAD^1", "--show-sides", *ONE_CASE]) == 2
     assert "tool.perfsuite.models.convnet.factory: convnet.model" in capsys.readouterr().err
+    # A commit that declares a module it does not hold (only the working tree does, on the path) is
+    # refused, named by the commit, not by its removed copy.
+    (root / "extra_convnet.py").write_text(MODEL)
+    (root / "pyproject.toml").write_text(PYPROJECT.replace("convnet.model:build", "extra_convnet:build"))
+    git(root, "add", "pyproject.toml")
+    git(root, "commit", "-q", "-m", "Build from extra")
+    assert main(["ab", "--own", "HEAD^1..HEAD", "--show-sides", *ONE_CASE]) == 2
+    said = capsys.readouterr().err
+    short = git(root, "rev-parse", "--short", "HEAD")
+    assert f"HEAD ({short} Build from extra): pyproject.toml: tool.perfsuite.models.convnet.factory: " in said
+    assert sys.path == path
 
 
 @pytest.mark.parametrize(

@@ -200,20 +200,13 @@ class AbRun:
         return run
 
     def version_lines(self) -> list[str]:
-        from perfsuite.reports.ab import differing
+        from perfsuite.reports.ab import differing, imported
 
         a, b = self.sides
         code = [f"perfsuite: the project's code: {self.code[0]} → {self.code[1]}"] if self.code else []
         for side in self.sides if self.code else ():  # each side's declared modules, from its own copy
-            project = side.probe.get("project") or {}
-            files = [Path(str(f)) for f in (project.get("code") or {}).values()]
-            root = Path(str(project["pyproject"])).parent if project.get("pyproject") else None
-            shown = [str(f.relative_to(root)) if root and f.is_relative_to(root) else str(f) for f in files]
-            code.append(
-                f"  {side.name} imports the modules its declarations name from {root}: {', '.join(shown)}"
-                if root and shown
-                else f"  {side.name} imports {', '.join(shown) or 'none of it'}"
-            )
+            said = imported(side.probe.get("project") or {})
+            code.append(f"  {side.name} imports the modules its declarations name {said or 'from nowhere: none'}")
         differ = differing(a.versions(), b.versions())
         if code:
             return [*code, f"perfsuite: base → candidate: {', '.join(differ) or 'the same versions'}"]

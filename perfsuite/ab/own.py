@@ -14,6 +14,7 @@ from, so a reader sees that each side ran its own.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
 import sys
@@ -59,7 +60,8 @@ class Tree:
 def importing_from(tree: Tree | None) -> Iterator[None]:
     """While a commit's declarations are read and its code checked in this process (``tree``: that
     commit's copy; ``None``: the working tree, as it is), its copy comes first on the path, as on a
-    side that runs it, and the working tree's is off it: its code has no say in what a commit declares."""
+    side that runs it, and the working tree's is off it: its code has no say in what a commit declares.
+    A ``ValueError`` raised meanwhile names the commit, and its files from the project's directory."""
     if tree is None:
         yield
         return
@@ -69,6 +71,9 @@ def importing_from(tree: Tree | None) -> Iterator[None]:
     sys.path[:] = [*tree.paths, *(p for p in kept if Path(p or ".").resolve() not in skipped)]
     try:
         yield
+    except ValueError as exc:  # what the commit declares, named by the commit, not by its copy (removed after)
+        said = str(exc).replace(f"{tree.project}{os.sep}", "")
+        raise ValueError(f"{tree.label}: {said}") from None
     finally:
         sys.path[:] = kept
 
@@ -112,7 +117,7 @@ def code_label(top: Path, ref: str | None, what: str) -> str:
     if ref is not None:
         sha = commits.commit(top, ref, what)
         described = commits.describe(top, sha).describe()
-        by_sha = re.fullmatch(r"[0-9a-f]{4,40}", ref) and sha.startswith(ref)  # a sha given, or a merge base's
+        by_sha = re.fullmatch(r"[0-9a-fA-F]{4,40}", ref) and sha.startswith(ref.lower())  # a sha, or a merge base's
         return described if by_sha else f"{ref} ({described})"
     head = commits.describe(top, commits.commit(top, "HEAD", what))
     changed = commits.git(top, "status", "--porcelain", "--untracked-files=no", what=what).stdout.strip()

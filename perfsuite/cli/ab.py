@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.ab.pairs import MODES
 from perfsuite.cli.common import names
-from perfsuite.cli.interrupt import terminate_as_interrupt
+from perfsuite.cli.interrupt import Interrupt, terminate_as_interrupt
 from perfsuite.cli.options import at_least, fraction, not_a_file, output_file, positive_fraction, report_without_charts
 from perfsuite.cli.selection import add_selection, select
 
@@ -134,11 +135,16 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with contextlib.ExitStack() as trees:  # the copies of the project's code its sides run, removed at the end
-        return _run(args, trees)
+    # SIGTERM as Ctrl-C from the start: the copies of the project's code its sides run are removed either way.
+    with terminate_as_interrupt() as interrupt, contextlib.ExitStack() as trees:
+        try:
+            return _run(args, trees, interrupt)
+        except KeyboardInterrupt:  # setting up, or writing (the comparison keeps what it measured itself)
+            print(f"perfsuite ab: interrupted by {interrupt.name}", file=sys.stderr)
+            return interrupt.exit_code
 
 
-def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
+def _run(args: argparse.Namespace, stack: contextlib.ExitStack, interrupt: Interrupt) -> int:
     from perfsuite.ab.comparison import AbRun, Failed, cap_problem
     from perfsuite.ab.envs import EnvError, parse_env, parse_held
     from perfsuite.ab.lanes import plan_for
@@ -159,6 +165,9 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         for name, asked in (("base", base), ("candidate", candidate)):
             parse_env(asked, name=name)  # bad input: before anything is installed
         held = parse_held(args.with_)
+        problem = cap_problem(args.pairs, args.max_pairs)
+        if problem is not None:
+            raise ValueError(problem)
         made = None
         if own is not None and own[1][1] is not None:  # both sides commits: the working tree has no say
             try:
@@ -174,9 +183,6 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             specs, device_type, defaults, note = select(args, here=False, threads=1, project=project)
         check_mode(specs, device_type, args.mode)
         plan_for(specs, device_type, args.mode, args.jobs)  # more lanes than cores or GPUs: before any set-up
-        problem = cap_problem(args.pairs, args.max_pairs)
-        if problem is not None:
-            raise ValueError(problem)
         options = AbOptions(
             base=base,
             candidate=candidate,
@@ -220,36 +226,35 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         specs = [dataclasses.replace(spec, profile=True) for spec in specs]
         say("perfsuite: --no-profile: a CPU's peak memory comes from the profile step; each case's first pair runs it")
     started = time.monotonic()
-    with terminate_as_interrupt() as interrupt:
-        if own is not None:
-            try:
-                base_tree, candidate_tree = made if made is not None else _trees(stack, own)
-            except ValueError as exc:  # GitError: a tree git could not write out
-                say(f"perfsuite: cannot test: {exc}")
-                return EXIT_CANNOT_TEST
-            line, changed = _differing(own[1])
-            say(line)
-            options = dataclasses.replace(options, trees=(base_tree, candidate_tree), changed=changed)
+    if own is not None:
         try:
-            ab_run = AbRun.start(options, specs, say)
-        except Failed as exc:
+            base_tree, candidate_tree = made if made is not None else _trees(stack, own)
+        except ValueError as exc:  # GitError: a tree git could not write out
             say(f"perfsuite: cannot test: {exc}")
-            if args.report:
-                say(f"wrote {_note(options, f'cannot test: {exc}')}")
             return EXIT_CANNOT_TEST
-        except KeyboardInterrupt:
-            say("perfsuite ab: interrupted while setting up the sides; nothing was measured or written")
-            return interrupt.exit_code
-        try:
-            results = ab_run.compare_all(args.timeout or defaults.timeout, stop_on_regression=args.stop_on_regression)
-            _explain(ab_run, results, args, args.timeout or defaults.timeout, say)
-        except EnvError as exc:  # a side's forkserver could not import what the cases need
-            say(f"perfsuite: cannot test: {exc}")
-            if args.report:
-                say(f"wrote {_note(options, f'cannot test: {exc}')}")
-            return EXIT_CANNOT_TEST
-        finally:
-            ab_run.close()
+        line, changed = _differing(own[1])
+        say(line)
+        options = dataclasses.replace(options, trees=(base_tree, candidate_tree), changed=changed)
+    try:
+        ab_run = AbRun.start(options, specs, say)
+    except Failed as exc:
+        say(f"perfsuite: cannot test: {exc}")
+        if args.report:
+            say(f"wrote {_note(options, f'cannot test: {exc}')}")
+        return EXIT_CANNOT_TEST
+    except KeyboardInterrupt:
+        say("perfsuite ab: interrupted while setting up the sides; nothing was measured or written")
+        return interrupt.exit_code
+    try:
+        results = ab_run.compare_all(args.timeout or defaults.timeout, stop_on_regression=args.stop_on_regression)
+        _explain(ab_run, results, args, args.timeout or defaults.timeout, say)
+    except EnvError as exc:  # a side's forkserver could not import what the cases need
+        say(f"perfsuite: cannot test: {exc}")
+        if args.report:
+            say(f"wrote {_note(options, f'cannot test: {exc}')}")
+        return EXIT_CANNOT_TEST
+    finally:
+        ab_run.close()
     code = ab_run.finish(results, options, time.monotonic() - started, console)
     return interrupt.exit_code if any(r.interrupted for r in results) else code
 

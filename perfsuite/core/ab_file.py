@@ -10,10 +10,13 @@ Pure: standard library and the core only.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Mapping
 from typing import Any
 
+from perfsuite.core import typed_json
 from perfsuite.core.explain.explanation import Explanation
+from perfsuite.core.paired import Verdict as TimeVerdict
 from perfsuite.core.typed_json import (
     JsonObject,
     Wrong,
@@ -48,16 +51,19 @@ def _count_or_flag(value: Any, where: str) -> Any:
     return value if value is None or isinstance(value, (bool, str)) else integer(value, where)
 
 
-def _verdict(value: Any, where: str) -> str:
-    said = text(value, where)
-    if said not in VERDICTS:
-        raise fail(where, value, f"a verdict ({', '.join(VERDICTS)})")
-    return said
+def _one_of(values: tuple[str, ...], what: str) -> typed_json.Check:
+    def checked(value: Any, where: str) -> str:
+        if text(value, where) not in values:
+            raise fail(where, value, f"{what} ({', '.join(values)})")
+        return value  # type: ignore[no-any-return]
+
+    return checked
 
 
 def _version(value: Any, where: str) -> int | None:
     if value is not None and (type(value) is not int or value != SCHEMA_VERSION):
-        raise Wrong(f"{where} is {value!r:.60}; this perfsuite reads {SCHEMA_VERSION} (a newer perfsuite's file?)")
+        newer = " (a newer perfsuite's file)" if type(value) is int and value > SCHEMA_VERSION else ""
+        raise Wrong(f"{where} is {value!r:.60}; this perfsuite reads {SCHEMA_VERSION}{newer}")
     return value
 
 
@@ -96,9 +102,10 @@ class Time(JsonObject):
     """A case's paired time verdict (:class:`~perfsuite.core.paired.Paired`)."""
 
     ratio: float = from_key(number, _REQUIRED)
-    low: float | None = from_key(_NUMBER)
-    high: float | None = from_key(_NUMBER)
-    verdict: str = from_key(_verdict, _REQUIRED)
+    low: float | None = from_key(_NUMBER, _REQUIRED)
+    """The interval's ends (``null``: unbounded, too few pairs)."""
+    high: float | None = from_key(_NUMBER, _REQUIRED)
+    verdict: str = from_key(_one_of(typing.get_args(TimeVerdict), "a time verdict"), _REQUIRED)
     pairs: int = from_key(integer, _REQUIRED)
 
 
@@ -140,7 +147,7 @@ class StepTimes(JsonObject):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Case(JsonObject):
     case: str = from_key(text, _REQUIRED)
-    verdict: str = from_key(_verdict, _REQUIRED)
+    verdict: str = from_key(_one_of(VERDICTS, "a verdict"), _REQUIRED)
     error: str | None = from_key(_TEXT, _REQUIRED)
     """Why it could not be tested (``null``: it was)."""
     interrupted: Any = from_key(_count_or_flag)

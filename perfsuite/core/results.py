@@ -86,7 +86,8 @@ class Results:
         """For a ``perfsuite run`` file whose cases were compared with their baselines (:func:`gate_runs`):
         how many were, which are outside their tolerance, and that a run does not gate on them; ``None``
         for a gate's file, or a run none of whose cases had a baseline."""
-        compared = [c for c in self.cases if c.checks] if self.kind == "run" else []
+        # A case that ran and failed without checks: its baseline could not be read (the gate fails it too).
+        compared = [c for c in self.cases if c.checks or (c.ran and c.status == "failed")] if self.kind == "run" else []
         if not compared:
             return None
         out = [c.id for c in compared if c.status == "failed"]

@@ -155,18 +155,32 @@ SHOWN_REACH = 30
 REACH_HEAD = "What the cases ran of the code that differs (each side's first pair: build, first step, profile step):"
 
 
+def imported(project: Mapping[str, Any], name: Callable[[str], str] = str) -> str:
+    """What a side's probe says it imported of the project's own code (``project``: its ``pyproject``
+    and, per declared module, the file): ``from <its copy>: a/model.py, a/train.py``, a file outside
+    the copy (an installed one) by its whole path, said so, and one not found said so; ``""`` for none."""
+    root = Path(str(project["pyproject"])).parent if project.get("pyproject") else None
+    files = []
+    for module, file in (project.get("code") or {}).items():
+        path = Path(str(file)) if file else None
+        if path is None:
+            files.append(f"{name(str(module))} (not found)")
+        elif root is not None and path.is_relative_to(root):
+            files.append(name(str(path.relative_to(root))))
+        else:
+            files.append(f"{name(str(path))} (outside its copy)")
+    if not files:
+        return ""
+    return f"from {name(str(root))}: {', '.join(files)}" if root is not None else ", ".join(files)
+
+
 def code_lines(payload: Mapping[str, Any]) -> list[str]:
     """Where each side imported the project's own code from (comparing the project's code at two commits)."""
     lines = []
-    for name, side in payload["sides"].items():
+    for side_name, side in payload["sides"].items():
         project = side["probe"].get("project") or {}
-        if side.get("code") and project.get("code"):
-            root = str(Path(project["pyproject"]).parent) if project.get("pyproject") else ""
-            files = ", ".join(
-                f"`{Path(f).relative_to(root) if root and f and f.startswith(root) else f}`"
-                for f in project["code"].values()
-            )
-            lines.append(f"- {name} imported {files} from `{root}`")
+        if side.get("code") and (said := imported(project, code_span)):
+            lines.append(f"- {side_name} imported the modules its declarations name {said}")
     return lines
 
 
