@@ -122,6 +122,8 @@ def _time(**entry: Any) -> dict[str, Any]:
         (json.dumps(_time(median=0)), "a median above 0"),
         (json.dumps(_time(median=-5)), "a median above 0"),
         (json.dumps(_time(spread=-1)), "a spread of 0 or more"),
+        # a median edited by hand (its repeats and steps left): the gate, pairing steps, would pass it
+        (json.dumps(_time(median=1.0, repeats=[1.5, 1.6, 1.7])), "its repeats' median, where it lists them"),
         (json.dumps(_time(steps=[1.0, 0])), "the steps' times, each above 0"),
         (json.dumps(dict(_valid(), spec="x")), "`spec`, the case it was recorded from, is not an object"),
     ],

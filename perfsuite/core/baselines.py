@@ -152,14 +152,16 @@ def load_baseline(path: Path, *, case_id: str, hardware: str) -> dict[str, Any]:
             isinstance(entry, dict)
             and entry.get("unit") in TIME_UNITS
             and finite_number(entry.get("median"), above=0)
+            and _median_of_repeats(entry)
             and (entry.get("spread") is None or finite_number(entry.get("spread"), at_least=0))
             and isinstance(entry.get("steps") or [], list)
             and all(finite_number(step, above=0) for step in entry.get("steps") or [])
             for entry in time.values()
         ),
         path,
-        "corrupt baseline (`time` maps each time class to its unit, a median above 0, a spread of 0 or more "
-        "and the steps' times, each above 0)",
+        "corrupt baseline (`time` maps each time class to its unit, a median above 0 (its repeats' median, "
+        "where it lists them: an edit by hand or a merge that moved one and not the other is refused), a "
+        "spread of 0 or more and the steps' times, each above 0)",
         case_id,
         hardware,
     )
@@ -210,6 +212,14 @@ def incomplete(
     if entry["unit"] != unit or (unit == "calibrated" and entry.get("calibration") != calibration):
         return f"its {time_class} step time is {entry['unit']} ({entry.get('calibration')}), not {unit} ({calibration})"
     return None
+
+
+def _median_of_repeats(entry: Mapping[str, Any]) -> bool:
+    """Whether a time class's ``median`` is its ``repeats``' median, where it lists them as numbers."""
+    repeats = entry.get("repeats")
+    if not isinstance(repeats, list) or not repeats or not all(finite_number(r, above=0) for r in repeats):
+        return True  # an older file, or repeats not recorded: nothing to hold the median to
+    return math.isclose(statistics.median(repeats), entry["median"], rel_tol=1e-9)
 
 
 def finite_number(value: object, *, above: float | None = None, at_least: float | None = None) -> bool:
