@@ -484,3 +484,18 @@ def test_a_case_both_sides_skip_is_skipped_and_one_side_skips_is_cannot_test() -
     result = rounds.CaseResult(case="tiny-bert-fp16")
     rounds._add(result, pairs.alternate(one, fields, 0, 30), 0, Tolerance())  # type: ignore[arg-type]
     assert result.verdict == "cannot test"
+
+
+def test_a_duet_pair_that_failed_names_the_side_whose_own_run_failed() -> None:
+    """The base stopped because its peer's run failed: the candidate's own error is the cause."""
+    from types import SimpleNamespace
+
+    sides = (SimpleNamespace(name="base"), SimpleNamespace(name="candidate"))
+    gone = SimpleNamespace(ok=False, status="failed", error="PeerGone: duet: the other side's run failed")
+    own = SimpleNamespace(ok=False, status="failed", error="ModuleNotFoundError: No module named 'torch'")
+    pair = pairs._unpaired(sides, (gone, own), [None, None], "duet")  # type: ignore[arg-type]
+    assert pair is not None
+    assert pair.error == "candidate: ModuleNotFoundError: No module named 'torch'"
+    both = pairs._unpaired(sides, (own, gone), [None, None], "duet")  # type: ignore[arg-type]
+    assert both is not None
+    assert both.error == "base: ModuleNotFoundError: No module named 'torch'"

@@ -5,6 +5,7 @@ it only through ``perfsuite comment``. Every repository here is a local one, bui
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -110,15 +111,21 @@ def test_the_pins_become_both_sides_of_the_comparison(
 
     monkeypatch.setattr(comparison.AbRun, "start", start)
     args = ["--pins", "HEAD~1..HEAD", "--device", "cpu", "--models", "tiny-bert", "--strategies", "vanilla"]
-    code, _, err = _ab([*args, "--report", "out"], capsys)
+    code, _, err = _ab([*args, "--report", "out", "--json", "ab.json"], capsys)
     assert code == 3
     assert asked == {"base": "transformers==4.57.6", "candidate": "transformers==4.58.0", "cases": 1}
     summary = (repo / "out" / "summary.md").read_text()
     assert summary.startswith(marker("cpu") + "\n")
     assert NOTHING_COMPARED not in summary
-    assert "**cannot test: candidate: transformers==4.58.0 does not resolve" in summary
+    assert "**nothing compared: 1 cannot test (base → candidate: a side's versions not read" in summary
+    assert "| cannot test | cannot test: candidate: transformers==4.58.0 does not resolve" in summary
     assert "- base: `transformers==4.57.6`\n- candidate: `transformers==4.58.0`\n" in summary
     assert "requirements.txt: transformers 4.57.6 → 4.58.0" in summary
+    # A script reading --json finds the verdict the exit code gives, in a file perfsuite report reads.
+    (case,) = json.loads((repo / "ab.json").read_text())["cases"]
+    assert (case["case"], case["verdict"]) == ("tiny-bert-vanilla", "cannot test")
+    assert case["error"].startswith("cannot test: candidate: transformers==4.58.0 does not resolve")
+    assert main(["report", str(repo / "ab.json"), "-o", str(repo / "again")]) == 0
 
 
 def _payload(pins: dict[str, Any] | None) -> dict[str, Any]:

@@ -122,6 +122,62 @@ def check_change(result: CaseResult, check: Check) -> str:
     return check.metric
 
 
+def ab_payload(
+    device_type: str,
+    specs: Sequence[CaseSpec],
+    schedule: Schedule,
+    alpha: float,
+    sides: dict[str, dict[str, Any]],
+    results: Sequence[CaseResult],
+    wall_s: float,
+    changed: ChangedCode | None = None,
+) -> dict[str, Any]:
+    """``perfsuite ab --json``'s file (:class:`~perfsuite.core.ab_file.AbFile` reads it back)."""
+    compared = {r.case for r in results if r.error is None}
+    return {
+        "schema_version": AB_SCHEMA_VERSION,
+        "kind": AB_KIND,
+        "date": now(),
+        "device_type": device_type,
+        "engines": list(dict.fromkeys(s.engine for s in specs if s.id in compared)),
+        "wall_s": wall_s,
+        "schedule": dataclasses.asdict(schedule),
+        "alpha": alpha,
+        "sides": sides,
+        "cases": [r.as_json() for r in results],
+        "changed_code": changed.as_json() if changed is not None else None,
+        "interrupted": sum(r.interrupted for r in results),
+        "stopped": sum(r.stopped is not None for r in results),
+        "verdicts": {v: sum(r.verdict == v for r in results) for v in VERDICTS},
+    }
+
+
+def write_ab(payload: dict[str, Any], options: AbOptions, say: Callable[[str], None]) -> None:
+    """``payload`` as ``--json``'s file and ``--report``'s pages, each written said through ``say``."""
+    from perfsuite.reports.ab import write_report
+
+    def render(out: Path) -> list[Path]:
+        try:
+            return write_report(payload, out)
+        except ImportError as exc:  # no matplotlib: the verdict and summary.md stand, the page is not written
+            say(f"wrote {out / 'summary.md'}; no report.html: {exc}")
+            return []
+
+    write_results(payload, json_file=options.json, report_dir=options.report, render=render, say=say)
+
+
+def untested(options: AbOptions, specs: Sequence[CaseSpec], error: str, wall_s: float) -> dict[str, Any]:
+    """The file of a comparison whose sides could not be set up (``error``: why): every case *cannot
+    test*, saying why, so that a script reading ``--json`` finds the verdict the exit code gives."""
+    schedule = schedule_for(
+        len(specs), floor=options.floor, alpha=options.alpha, first=options.pairs, cap=options.max_pairs
+    )
+    asked = {"base": options.base, "candidate": options.candidate}
+    sides = {name: {"env": env, "overlay": [], "probe": {"libraries": {}}} for name, env in asked.items()}
+    results = [CaseResult(spec.id, error=f"cannot test: {error}") for spec in specs]
+    return ab_payload(options.device_type, specs, schedule, options.alpha, sides, results, wall_s, options.changed)
+
+
 @dataclasses.dataclass
 class AbRun:
     sides: tuple[Side, Side]
@@ -256,34 +312,19 @@ class AbRun:
         close_lanes(self.lanes or [Lane(self.sides)])  # several lanes' servers all at once
 
     def payload(self, results: Sequence[CaseResult], wall_s: float) -> dict[str, Any]:
-        compared = {r.case for r in results if r.error is None}
-        return {
-            "schema_version": AB_SCHEMA_VERSION,
-            "kind": AB_KIND,
-            "date": now(),
-            "device_type": self.device_type,
-            "engines": list(dict.fromkeys(s.engine for s in self.specs if s.id in compared)),
-            "wall_s": wall_s,
-            "schedule": dataclasses.asdict(self.schedule),
-            "alpha": self.alpha,
-            "sides": {
-                side.name: {
-                    "env": side.env.label,
-                    "overlay": list(side.env.moved),
-                    "probe": side.probe,
-                    "code": self.code[i] if self.code else None,
-                }
-                for i, side in enumerate(self.sides)
-            },
-            "cases": [r.as_json() for r in results],
-            "changed_code": self.changed.as_json() if self.changed is not None else None,
-            "interrupted": sum(r.interrupted for r in results),
-            "stopped": sum(r.stopped is not None for r in results),
-            "verdicts": {v: sum(r.verdict == v for r in results) for v in VERDICTS},
+        sides = {
+            side.name: {
+                "env": side.env.label,
+                "overlay": list(side.env.moved),
+                "probe": side.probe,
+                "code": self.code[i] if self.code else None,
+            }
+            for i, side in enumerate(self.sides)
         }
+        return ab_payload(self.device_type, self.specs, self.schedule, self.alpha, sides, results, wall_s, self.changed)
 
     def finish(self, results: Sequence[CaseResult], options: AbOptions, wall_s: float, console: Any) -> int:
-        from perfsuite.reports.ab import REACH_HEAD, reach_lines, render_table, write_report
+        from perfsuite.reports.ab import REACH_HEAD, reach_lines, render_table
 
         payload = self.payload(results, wall_s)
         if options.upgrade is not None:  # --pins: the commits and what moved between them
@@ -316,14 +357,7 @@ class AbRun:
                 f"first look ({self.schedule.first} pairs)"
             )
 
-        def render(out: Path) -> list[Path]:
-            try:
-                return write_report(payload, out)
-            except ImportError as exc:  # no matplotlib: the verdict and summary.md stand, the page is not written
-                self.say(f"wrote {out / 'summary.md'}; no report.html: {exc}")
-                return []
-
-        write_results(payload, json_file=options.json, report_dir=options.report, render=render, say=self.say)
+        write_ab(payload, options, self.say)
         if counts["cannot test"] and counts["cannot test"] + counts["skipped"] == len(results):
             return 3  # no case compared, one at least for want of a side: not a pass
         if counts["regressed"]:

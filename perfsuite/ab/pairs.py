@@ -102,14 +102,14 @@ def _unpaired(
     sides: tuple[Side, Side], records: tuple[CaseRecord | None, CaseRecord | None], errors: list[str | None], mode: Mode
 ) -> Pair | None:
     """The pair whose two runs did not both time their steps: both skipped (the case is *skipped*, as
-    the suite skips it), else the first side's error; ``None`` where both ran."""
+    the suite skips it), else a side's error (the base's first; in a duet, the side whose own run
+    failed, not the one that stopped because its peer had); ``None`` where both ran."""
     if all(r is not None and r.status == "skipped" for r in records):
         return Pair(records, mode, math.nan, (records[0] and records[0].error) or "skipped", skipped=True)
-    for which in (0, 1):
-        error = _failed(sides[which], records[which], errors[which])
-        if error:
-            return Pair(records, mode, math.nan, error)
-    return None
+    failed = [e for e in (_failed(sides[w], records[w], errors[w]) for w in (0, 1)) if e]
+    # In a duet, a side whose peer failed says only that: the peer's own error is the cause.
+    caused = [e for e in failed if "PeerGone: " not in e] or failed
+    return Pair(records, mode, math.nan, caused[0]) if caused else None
 
 
 def alternate(

@@ -238,10 +238,7 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack, interrupt: Inter
     try:
         ab_run = AbRun.start(options, specs, say)
     except Failed as exc:
-        say(f"perfsuite: cannot test: {exc}")
-        if args.report:
-            say(f"wrote {_note(options, f'cannot test: {exc}')}")
-        return EXIT_CANNOT_TEST
+        return _untested(options, specs, str(exc), time.monotonic() - started, say)
     except KeyboardInterrupt:
         say("perfsuite ab: interrupted while setting up the sides; nothing was measured or written")
         return interrupt.exit_code
@@ -249,10 +246,7 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack, interrupt: Inter
         results = ab_run.compare_all(args.timeout or defaults.timeout, stop_on_regression=args.stop_on_regression)
         _explain(ab_run, results, args, args.timeout or defaults.timeout, say)
     except EnvError as exc:  # a side's forkserver could not import what the cases need
-        say(f"perfsuite: cannot test: {exc}")
-        if args.report:
-            say(f"wrote {_note(options, f'cannot test: {exc}')}")
-        return EXIT_CANNOT_TEST
+        return _untested(options, specs, str(exc), time.monotonic() - started, say)
     finally:
         ab_run.close()
     code = ab_run.finish(results, options, time.monotonic() - started, console)
@@ -359,11 +353,24 @@ def _code(revision: str | None) -> str:
     return code_label(commits.check_repository(project_root(), "--show-sides"), revision, "--show-sides")
 
 
+def _untested(options: AbOptions, specs: list[Any], error: str, wall_s: float, say: Any) -> int:
+    """A comparison whose sides could not be set up: said, and its ``--json`` and ``--report`` written
+    with every case *cannot test* and why (:func:`perfsuite.ab.comparison.untested`)."""
+    from perfsuite.ab.comparison import untested, write_ab
+
+    say(f"perfsuite: cannot test: {error}")
+    payload = untested(options, specs, error, wall_s)
+    if options.upgrade is not None:
+        payload["pins"] = options.upgrade.as_json()
+    write_ab(payload, options, say)
+    return EXIT_CANNOT_TEST
+
+
 def _note(options: AbOptions, headline: str) -> Path:
-    """``summary.md`` of a comparison that did not run, for the pull request's comment."""
+    """``summary.md`` of an upgrade comparison that had nothing to compare, for the pull request's comment."""
     from perfsuite.reports.ab import note_markdown, write_note
 
     assert options.report is not None
-    pins = options.upgrade.as_json() if options.upgrade is not None else None
-    text = note_markdown(options.device_type, headline, base=options.base, candidate=options.candidate, pins=pins)
+    assert options.upgrade is not None
+    text = note_markdown(options.device_type, headline, options.upgrade.as_json())
     return write_note(Path(options.report), text)

@@ -115,7 +115,9 @@ def verdict_line(payload: Mapping[str, Any]) -> str:
         if n := payload.get(key):  # the headline's word said once
             stopped += f"; {n} case(s) unfinished" if head.startswith(word) else f"; {word} with {n} case(s) unfinished"
     unseen = f"; {missed}" if missed else ""
-    return f"{head}: {parts} (base → candidate: {changed}{moved or 'the same versions'}{unseen}){stopped}"
+    probed = all(_versions(payload, name) for name in ("base", "candidate"))
+    versions = moved or ("the same versions" if probed else "a side's versions not read: it was not set up")
+    return f"{head}: {parts} (base → candidate: {changed}{versions}{unseen}){stopped}"
 
 
 def _reach(payload: Mapping[str, Any]) -> list[Reach]:
@@ -268,18 +270,10 @@ def _markdown_row(cells: Iterable[str]) -> str:
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
-def note_markdown(
-    device_type: str, headline: str, *, base: str, candidate: str, pins: Mapping[str, Any] | None = None
-) -> str:
-    """``summary.md`` of a comparison that did not run: nothing to compare (no pin changed), or a side
-    that cannot be tested."""
-    if pins is not None and not pins["changes"]:
-        lines = [marker(device_type), NOTHING_COMPARED, f"### perfsuite ab on {device_type}", f"**{headline}**"]
-        lines += ["", *_pins_lines(None, None, pins)]
-    else:
-        lines = [marker(device_type), f"### perfsuite ab on {device_type}", f"**{headline}**", ""]
-        lines += _pins_lines(base, candidate, pins)
-    return "\n".join(lines) + "\n"
+def note_markdown(device_type: str, headline: str, pins: Mapping[str, Any]) -> str:
+    """``summary.md`` of an upgrade comparison that had nothing to compare (no exact pin changed)."""
+    lines = [marker(device_type), NOTHING_COMPARED, f"### perfsuite ab on {device_type}", f"**{headline}**"]
+    return "\n".join([*lines, "", *_pins_lines(None, None, pins)]) + "\n"
 
 
 def write_note(out: Path, text: str) -> Path:
