@@ -27,10 +27,11 @@ point) registers the markers, builds the model × strategy matrix and gates it a
   real runs (``tests/test_injected_regressions.py``), each failing exactly its case, a
   team's own code changed three ways (``tests/test_own_code.py``),
   that the generated data is learnable (300 steps per tiny model), and the report of
-  all 111 tiny-model cases.
+  all 121 tiny-model cases with baselines.
 - ``pytest -m gpu --benchmark-compare``: the full-size models on a CUDA GPU against
   ``baselines/<gpu>/`` and its pinned pytest-benchmark file, plus the GPU-only claims.
-  Skipped, with that reason, on a machine without CUDA.
+  Without a CUDA GPU it stops at once with a usage error (``--perfsuite-no-gpu=skip`` skips
+  them instead).
 - ``pytest -m "not cpu and not gpu"``: the unit and plugin tests alone.
 - ``perfsuite baselines refresh [-k EXPR] [--repeats N]``: rewrite the selected
   baselines of this machine's tier (``pytest --perfsuite-refresh`` does the same).

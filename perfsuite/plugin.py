@@ -347,12 +347,15 @@ def _summarize(terminalreporter: Any, exitstatus: int, config: pytest.Config) ->
     """The perfsuite section of the summary, and the files asked for (``--perfsuite-json``, ``--perfsuite-report``,
     ``--perfsuite-markdown``)."""
     from perfsuite.reports.tables import gate_markdown, gate_text
+    from perfsuite.session.results import write_without_cases
 
     state = _session(config)
     if state.already_complete:
         terminalreporter.write_line(_left_complete(state.already_complete))
     state.report_nothing_gated(terminalreporter, config.getoption("perfsuite_markdown"))
     if not state.outcomes:
+        if (said := write_without_cases(config, state)) is not None:
+            terminalreporter.write_line(said)
         return
     terminalreporter.section("perfsuite")
     unbaselined = len(state.unbaselined)

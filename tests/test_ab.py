@@ -141,6 +141,14 @@ def test_uvs_reason_is_one_line_without_the_environment_it_used() -> None:
         "× No solution found when resolving dependencies: ╰─▶ Because you require a==1 and a==2, "
         "we can conclude that your requirements are unsatisfiable."
     )
+    # A build's long log: what failed, then how it ended, each cut between words.
+    build = "  × Failed to build `scikit-learn==1.0`\n" + "  │ compiling a module of the package\n" * 40
+    build += "  ╰─▶ ModuleNotFoundError: No module named 'distutils.msvccompiler'\n"
+    said = uv_reason(build)
+    assert said.startswith("× Failed to build `scikit-learn==1.0` … ")
+    assert said.endswith("╰─▶ ModuleNotFoundError: No module named 'distutils.msvccompiler'")
+    assert len(said) <= 600
+    assert said.split(" … ", 1)[1].split(" ", 1)[0] in build.split()  # a whole word, not the end of one
 
 
 FAKE_UV = """#!/bin/sh

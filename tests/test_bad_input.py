@@ -137,6 +137,10 @@ if not cuda_usable():  # the GPU tier asked for on a machine without one
     OVERHEAD.append((["--device", "cuda"], "--device cuda: torch sees no CUDA GPU here"))
 HISTORY = [
     (["record", "{tmp}/other.json", "--dir", "{tmp}/history"], "other.json: case 0 has no"),
+    (
+        ["record", "{tmp}/ab.json", "--dir", "{tmp}/h"],
+        "ab.json: a `perfsuite ab --json` file, which `perfsuite report`",
+    ),
     (["record", "{tmp}/other.json", "--dir", "{tmp}/file.txt"], "--dir: {tmp}/file.txt: is a file"),
     (["record", "{tmp}/other.json", "--dir", "/proc/perfsuite"], "--dir: /proc/perfsuite: cannot write in /proc"),
     (["judge", "--dir", "{tmp}", "--markdown", "{tmp}/file.txt/v.md"], "{tmp}/file.txt is not a directory"),
@@ -192,7 +196,10 @@ BISECT = [
         "below 7",
     ),
     (["transformers", "--good", "5.0.0", "--bad", "5.0.0", "--case", "tiny-gpt2-vanilla"], "are both 5.0.0"),
-    (["transformers", "--good", "five", "--bad", "5.0.0", "--case", "tiny-gpt2-vanilla"], "not a version"),
+    (
+        ["transformers", "--good", "five", "--bad", "5.0.0", "--case", "tiny-gpt2-vanilla"],
+        "--good 'five' is not a version",
+    ),
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "tiny-nope"], "'tiny-nope' is not a case id"),
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "tiny-bert-vanila"], "valid: vanilla, fp16"),
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "tiny-bert-vanilla-ws2"], "combine it with"),
@@ -254,6 +261,7 @@ _NIGHT |= {"fingerprint": {"machine": "m"}, "fingerprint_id": "m@1"}
 _EVENT = {"event": "pull_request", "path": "w.yml", "head_sha": "a" * 40, "html_url": "https://x"}
 INPUTS = {
     "empty.json": "",
+    "ab.json": json.dumps({"kind": "perfsuite-ab", "cases": []}),
     "not-json.json": "{",
     "other.json": json.dumps({"cases": [{"name": "x"}]}),
     "list.json": json.dumps([1, 2]),

@@ -28,7 +28,7 @@ def test_releases_between_two_skip_pre_releases_and_keep_the_order_asked() -> No
         ("4.46.0", "4.46.0", "both"),
         ("4.46.0", "9.9.9", "not a release"),
         ("4.46.0", "4.46.1", "no release between"),
-        ("4.46.0", "banana", "not a version"),
+        ("4.46.0", "banana", "--bad .banana. is not a version"),
         ("4.47.0", "4.45.1", "wrong order"),
     ],
 )

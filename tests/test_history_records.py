@@ -79,7 +79,7 @@ def test_a_record_is_small_and_holds_each_gate_as_a_ratio(tmp_path: Path) -> Non
 def test_history_is_append_only(tmp_path: Path) -> None:
     _night(tmp_path, 1)
     _night(tmp_path, 1)  # the same record again: accepted, nothing changes
-    with pytest.raises(HistoryError, match="append-only"):
+    with pytest.raises(HistoryError, match=r"append-only: .* only under another night \(`--night YYYY-MM-DD`\)"):
         _night(tmp_path, 1, {CASE: 1.2})
     assert len(list(tmp_path.glob("*/*.json"))) == 1
 

@@ -104,6 +104,21 @@ def test_timed_runs_and_tests_marked_alone_run_with_nothing_beside_them(
     ]
 
 
+def test_a_session_that_ran_no_matrix_case_writes_a_results_file_saying_so(
+    xdist_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not no file, which `perfsuite report` would ask to be written by the command just run: under
+    xdist the controller writes it, its workers ran no case."""
+    monkeypatch.setenv("PARALLEL_LOG", str(xdist_project.path / "log.txt"))
+    out = xdist_project.path / "results.json"
+    result = xdist_project.runpytest_subprocess(
+        "-n", "2", "-p", "no:cacheprovider", "-k", "test_plain and not alone", "--perfsuite-json", str(out)
+    )  # fmt: skip
+    result.assert_outcomes(passed=6)
+    assert json.loads(out.read_text())["cases"] == []
+    assert f"perfsuite: no matrix case ran in this session: {out} lists none" in result.outlines
+
+
 def test_the_cases_measured_first_show_their_progress_though_xdist_hides_what_workers_print(
     xdist_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -430,3 +430,23 @@ def test_a_report_that_cannot_be_drawn_here_is_said_before_anything_runs(
         f"perfsuite ab: --report {tmp_path / 'ab'}: report.html's charts need matplotlib, which is not installed here "
         "(pip install 'perfsuite[report]'); summary.md is written without it"
     )
+
+
+def test_a_results_file_of_no_case_is_not_called_passed() -> None:
+    """A session that ran no matrix case writes such a file; its summary says nothing was gated."""
+    from perfsuite.core.results import parse_results
+    from perfsuite.reports.summary import summary_markdown
+
+    text = summary_markdown(parse_results({"cases": []}, "unit.json"))
+    assert text.startswith("### perfsuite: no case\n")
+    assert "**perfsuite: NOTHING GATED: no case ran**" in text
+    assert "passed" not in text
+
+
+def test_a_failed_case_is_named_once_in_the_summarys_notes() -> None:
+    from perfsuite.core.results import parse_results
+    from perfsuite.reports.summary import summary_markdown
+
+    failed = {"case": "tiny-bert-vanilla", "status": "failed", "message": "tiny-bert-vanilla: peak memory +25.00%"}
+    text = summary_markdown(parse_results({"cases": [failed], "refresh": False}, "gate.json"))
+    assert "- `tiny-bert-vanilla`: peak memory +25.00%" in text

@@ -75,10 +75,12 @@ def index_versions(package: str) -> list[str]:
 def check_order(good: str, bad: str) -> tuple[Version, Version]:
     """Both versions parsed, the good one the older (a bisection looks for the first release that
     differs from the good end; for the release that fixed something, pass the broken one as good)."""
-    try:
-        lo, hi = Version(good), Version(bad)
-    except InvalidVersion as exc:
-        raise BisectError(f"not a version: {exc}") from None
+    for option, value in (("--good", good), ("--bad", bad)):
+        try:
+            Version(value)
+        except InvalidVersion:
+            raise BisectError(f"{option} {value!r} is not a version (a release such as 4.57.6)") from None
+    lo, hi = Version(good), Version(bad)
     if lo == hi:
         raise BisectError(f"--good and --bad are both {good}")
     if lo > hi:

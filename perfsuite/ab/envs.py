@@ -137,11 +137,19 @@ def _local_free(version: str) -> str:
     return version.split("+", 1)[0]
 
 
-def uv_reason(stderr: str) -> str:
+def uv_reason(stderr: str, most: int = 600) -> str:
     """uv's reason for a failure on one line: without its warnings and the line naming the environment
-    it used (``Using Python 3.11.7 environment at: <path>``: a pull request's comment shows the reason)."""
+    it used (``Using Python 3.11.7 environment at: <path>``: a pull request's comment shows the reason).
+    Past ``most`` characters (a build's log), its first line (what failed) and its end (why), cut
+    between words."""
     said = [line.strip() for line in stderr.splitlines() if line.strip()]
-    return " ".join(line for line in said if not re.match(r"warn|using .* at: ", line, re.IGNORECASE))[-600:]
+    kept = [line for line in said if not re.match(r"warn|using .* at: ", line, re.IGNORECASE)]
+    whole = " ".join(kept)
+    if len(whole) <= most:
+        return whole
+    first = kept[0] if len(kept[0]) <= most // 3 else kept[0][: most // 3].rsplit(" ", 1)[0]
+    end = whole[-(most - len(first) - 3) :]
+    return f"{first} … {end.split(' ', 1)[1] if ' ' in end else end}"
 
 
 def resolve(requirements: list[Requirement], *, python: str = sys.executable) -> list[str]:

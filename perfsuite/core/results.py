@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from perfsuite.core.ab_file import is_ab
 from perfsuite.core.baselines import BaselineError, MissingBaseline, baseline_path, load_baseline, write_json_atomic
 from perfsuite.core.check import UNTIMED, TimeCheck
 from perfsuite.core.drift import drift_group, estimate
@@ -80,7 +81,7 @@ class Results:
         counts: dict[str, int] = {}
         for case in self.cases:
             counts[case.status] = counts.get(case.status, 0) + 1
-        return ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        return ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no case"
 
     def run_compared(self) -> str | None:
         """For a ``perfsuite run`` file whose cases were compared with their baselines (:func:`gate_runs`):
@@ -189,6 +190,8 @@ def load_results(path: Path) -> Results:
 def parse_results(data: Any, path: str, expected: str = EXPECTED) -> Results:
     """A results file's content (``path`` names it in errors and in the report; ``expected``: what a
     file that is none says was expected)."""
+    if is_ab(data):  # perfsuite report reads it before here: any other reader is the wrong command
+        raise ResultsError(f"{path}: a `perfsuite ab --json` file, which `perfsuite report` reads; {expected}")
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
         raise ResultsError(f"{path}: not a perfsuite results file (no 'cases' list); {expected}")
     cases = data["cases"]

@@ -145,7 +145,10 @@ def write_record(record: Mapping[str, Any], directory: Path) -> Path:
     if path.exists():
         if read_record(path) == json.loads(json.dumps(record)):
             return path
-        raise HistoryError(f"{path} exists with other figures; history is append-only (a rerun needs another commit)")
+        raise HistoryError(
+            f"{path} exists with other figures; history is append-only: a rerun of the same night and "
+            "commit is kept only under another night (`--night YYYY-MM-DD`) or commit"
+        )
     # One compact line: a few KB a night even for a hundred cases (git compresses the rest).
     write_text_atomic(path, json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n")
     return path

@@ -111,7 +111,9 @@ def summary_markdown(
     rest = [c for c in ordered if c not in first]
     line = verdict([c.status for c in results.cases], results.time_checks())
     passed = (
-        "Every case passed its gates."
+        "No case is in this file."
+        if not results.cases
+        else "Every case passed its gates."
         if all(check.compared for check in results.time_checks())
         else "No case failed a gate it was given."
     )
@@ -122,7 +124,8 @@ def summary_markdown(
         body += _table([gate_row(c, trend(c)) for c in first]) + [""]
         for case in first:
             if case.message:
-                body.append(f"- `{case.id}`: " + _cell(case.message.splitlines()[0]))
+                note = case.message.splitlines()[0].removeprefix(f"{case.id}: ")  # named once
+                body.append(f"- `{case.id}`: " + _cell(note))
         body.append("")
     folded = ["<details><summary>" + f"{len(rest)} other case(s)</summary>", ""]
     folded += _table([gate_row(c, trend(c)) for c in rest]) + ["", "</details>", ""]

@@ -243,6 +243,8 @@ def verdict(statuses: Sequence[str], time_checks: Sequence[TimeCheck], unbaselin
     ``time_checks``: per gated case, whether its step time was compared, the time class it ran on, and
     the smallest change its gate catches (its tolerance; ``None`` when not compared).
     """
+    if not statuses:
+        return "perfsuite: NOTHING GATED: no case ran"
     counts: dict[str, int] = {}
     for status in statuses:
         counts[status] = counts.get(status, 0) + 1

@@ -44,3 +44,18 @@ def results_json(
             for o in outcomes
         ],
     }
+
+
+def write_without_cases(config: Any, state: Any) -> str | None:
+    """``--perfsuite-json`` of a session in which no matrix case ran (unit tests, a ``-k`` matching
+    none): a file that says so rather than none, which a script reads next; what to say (``None``:
+    not asked, a refresh, or an xdist worker). Under xdist the controller writes it only where no
+    worker did (one that ran cases writes its own first)."""
+    from perfsuite.core.baselines import write_json_atomic
+
+    path = config.getoption("perfsuite_json")
+    distributed = config.pluginmanager.has_plugin("dsession")
+    if path is None or state.refresh or hasattr(config, "workerinput") or (distributed and path.exists()):
+        return None
+    write_json_atomic(path, state.results_json())
+    return f"perfsuite: no matrix case ran in this session: {path} lists none"
