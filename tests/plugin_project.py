@@ -128,6 +128,14 @@ def time_entry(data: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def scale_median(data: dict[str, Any], factor: float) -> None:
+    """The stored step time ``factor`` times what was recorded: its median and the repeats it is the
+    median of, as a refresh on a machine that much faster or slower would write them."""
+    entry = time_entry(data)
+    entry["median"] *= factor
+    entry["repeats"] = [r * factor for r in entry.get("repeats") or ()] or entry.get("repeats")
+
+
 def edit(pytester: pytest.Pytester, case: str, change: Any) -> None:
     path = baseline(pytester, case)
     data = json.loads(path.read_text())

@@ -18,6 +18,7 @@ from plugin_project import (
     edit,
     gate,
     local_class,
+    scale_median,
     time_entry,
     write_project,
 )
@@ -46,7 +47,7 @@ def test_the_session_writes_the_report(project: pytest.Pytester) -> None:
 
 
 def test_baseline_10_percent_faster_fails_that_case_as_a_regression(project: pytest.Pytester) -> None:
-    edit(project, "tiny-bert-fp16", lambda d: time_entry(d).update(median=time_entry(d)["median"] * 0.9))
+    edit(project, "tiny-bert-fp16", lambda d: scale_median(d, 0.9))
     result = gate(project)
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
@@ -108,7 +109,7 @@ def test_without_retries_one_slow_run_fails(project: pytest.Pytester, monkeypatc
 
 
 def test_an_unexpected_speed_up_fails_too_and_says_refresh(project: pytest.Pytester) -> None:
-    edit(project, "tiny-bert-grad_ckpt", lambda d: time_entry(d).update(median=time_entry(d)["median"] * 1.1))
+    edit(project, "tiny-bert-grad_ckpt", lambda d: scale_median(d, 1.1))
     result = gate(project)
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
@@ -266,7 +267,7 @@ def test_benchmark_compare_reads_the_pinned_file(project: pytest.Pytester, monke
 
 
 def test_tolerances_come_from_pyproject_per_case(project: pytest.Pytester) -> None:
-    edit(project, "tiny-bert-fp16", lambda d: time_entry(d).update(median=time_entry(d)["median"] * 0.9))
+    edit(project, "tiny-bert-fp16", lambda d: scale_median(d, 0.9))
     project.makepyprojecttoml(
         "[tool.perfsuite]\nbaselines = 'baselines'\n"
         "[tool.perfsuite.overrides.'cpu/tiny-bert-fp16']\ntime_floor = 0.15\n"
