@@ -123,6 +123,7 @@ class Recording(FakeSide):
     running = 0
     most = 0
     lock = threading.Lock()
+    noting = threading.Lock()
     lane: tuple[int, ...] = ()
 
     def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> CaseRecord:
@@ -131,17 +132,18 @@ class Recording(FakeSide):
             Recording.most = max(Recording.most, Recording.running)
         try:
             time.sleep(0.01 + 0.002 * (len(spec["strategy"]) % 4))  # lanes overlap, finishing out of order
-            record = super().run(spec, timeout_s, env)
+            with Recording.noting:  # its line and what is added to it, with no other lane's line between
+                record = super().run(spec, timeout_s, env)
+                env = env or {}
+                if CPUS in env:
+                    self.log[-1] += f" core={env[CPUS]}"
+                if "CUDA_VISIBLE_DEVICES" in env:
+                    self.log[-1] += f" gpu={env['CUDA_VISIBLE_DEVICES']}"
+                if self.lane:
+                    self.log[-1] += f" lane={'-'.join(map(str, self.lane))}"
         finally:
             with Recording.lock:
                 Recording.running -= 1
-        env = env or {}
-        if CPUS in env:
-            self.log[-1] += f" core={env[CPUS]}"
-        if "CUDA_VISIBLE_DEVICES" in env:
-            self.log[-1] += f" gpu={env['CUDA_VISIBLE_DEVICES']}"
-        if self.lane:
-            self.log[-1] += f" lane={'-'.join(map(str, self.lane))}"
         return record
 
 
