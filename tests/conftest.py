@@ -19,6 +19,10 @@ try:
     import matplotlib.gridspec  # noqa: F401
 except ImportError:  # the report extra is not installed: its tests say so
     pass
+# torch for the same reason, and worse: its compiled core cannot be loaded twice in one process, so a
+# second import of torch, after an in-process run that imported it first had it dropped, crashes the
+# process or raises SystemError (tests/test_plugin.py, then tests/test_ab_lanes.py, in one process).
+import torch  # noqa: E402, F401
 
 # The project the plugin's end-to-end tests share (test_plugin.py, test_refresh.py): its fixtures.
 from plugin_project import project, recorded  # noqa: E402, F401
