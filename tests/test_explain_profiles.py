@@ -384,3 +384,15 @@ def test_calls_that_changed_but_did_not_clear_the_bar_say_what_they_cost_at_thei
     assert profile_lines.describe(timed) == "aten::mm 21 → 33 calls/step, +4.80 ms/step"
     cheap = profile.Change("op", "aten::view", 74, 75, 74.0, 75.0, counted=True, timed=False)  # 1 µs a call
     assert profile_lines.describe(cheap) == "aten::view 74 → 75 calls/step"
+
+
+def test_a_change_of_the_import_machinery_says_it_follows_the_sides_import_paths() -> None:
+    """An overlay lengthens a side's path: each per-step import stats more directories. True, and said
+    so, as a difference of the set-ups, not of the code compared."""
+    key = "<frozen importlib._bootstrap_external>(1604): FileFinder.find_spec"
+    found = profile.Change("python", key, 10, 12, 50.0, 60.0, counted=True, timed=False)
+    said = profile_lines.describe(found)
+    assert said.startswith("<frozen importlib._bootstrap_external>:FileFinder.find_spec 10 → 12 calls/step")
+    assert said.endswith(profile_lines.IMPORTS)
+    other = dataclasses.replace(found, key="acme/model.py(12): Model.forward")
+    assert not profile_lines.describe(other).endswith(profile_lines.IMPORTS)

@@ -44,7 +44,14 @@ def describe(change: Change) -> str:
         parts.append(f"≈{estimate:+,.2f} ms/step by its time per call")
     head = {"new": "new: ", "vanished": "vanished: "}.get(change.status, "")
     asked = called_from(change)
-    return f"{head}{name} {', '.join(parts)}" + (f": {', '.join(asked)}" if asked else "")
+    said = f"{head}{name} {', '.join(parts)}" + (f": {', '.join(asked)}" if asked else "")
+    return said + (IMPORTS if change.level == "python" and change.key.startswith(_IMPORT_MACHINERY) else "")
+
+
+_IMPORT_MACHINERY = "<frozen importlib."
+IMPORTS = " (Python's import machinery: its calls follow each side's import path, which an overlay lengthens)"
+"""Said after a change of the import machinery's own functions (a module found on a longer path
+stats more directories): a difference of the sides' set-ups, not of the code compared."""
 
 
 def called_from(change: Change, shown: int | None = SOURCES_SHOWN) -> list[str]:
