@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from perfsuite.ab.bisect import Found
     from perfsuite.ab.bisecting import Bisection
     from perfsuite.ab.options import BisectOptions
-    from perfsuite.ab.own import Tree
+    from perfsuite.core.spec import CaseSpec
 
 METRICS = ("time", "memory", "loss")
 
@@ -113,7 +113,6 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
     from perfsuite.ab.comparison import cap_problem
     from perfsuite.ab.envs import EnvError, make_env, parse_held
     from perfsuite.ab.options import BisectOptions
-    from perfsuite.ab.own import importing_from
     from perfsuite.reports.tables import log_console
     from perfsuite.worker.device import default_device_type
 
@@ -155,13 +154,7 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
         if any(canonicalize_name(r.name) == bisected for r in options.held):
             raise ValueError(f"--with holds {args.package}, the package bisected: each side installs its own release")
         if args.own:
-            points, env_for, scratch, bad = _project_commits(args, options)
-            try:
-                with importing_from(bad):  # the case as the bad commit declares it: the working tree has no say
-                    spec = case_spec(args.case, steps=args.steps, threads=args.threads, project=bad.project)
-            except BaseException:
-                shutil.rmtree(scratch, ignore_errors=True)
-                raise
+            points, env_for, scratch, spec = _project_commits(args, options)
             return _commits(options, spec, say, heard, points, env_for, "commit", scratch)[0]
         spec = case_spec(args.case, steps=args.steps, threads=args.threads)
         if args.commits:
@@ -238,13 +231,15 @@ def _releases_commits(
     return code
 
 
-def _project_commits(args: argparse.Namespace, options: BisectOptions) -> tuple[dict[str, Any], Any, Path, Tree]:
+def _project_commits(args: argparse.Namespace, options: BisectOptions) -> tuple[dict[str, Any], Any, Path, CaseSpec]:
     """``--own``: the project's commits from ``--good`` to ``--bad``, each written into a tree of its own
     under a scratch directory when it is tested (:mod:`perfsuite.ab.own`), in this environment; that
-    directory, and the bad commit's tree, written now (its declarations name the case)."""
+    directory; and ``--case`` as the bad commit declares it (its tree written now: the working tree has
+    no say)."""
     from perfsuite.ab import commits
+    from perfsuite.ab.bisecting import case_spec
     from perfsuite.ab.envs import EnvError, make_env
-    from perfsuite.ab.own import at_commit, project_root
+    from perfsuite.ab.own import at_commit, importing_from, project_root
 
     project = project_root()
     top = commits.check_repository(project, "--own")
@@ -261,10 +256,12 @@ def _project_commits(args: argparse.Namespace, options: BisectOptions) -> tuple[
 
     try:
         bad = at_commit(top, found[list(found)[-1]], inside, scratch, "--bad")
+        with importing_from(bad):
+            spec = case_spec(args.case, steps=args.steps, threads=args.threads, project=bad.project)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
-    return found, env_for, scratch, bad
+    return found, env_for, scratch, spec
 
 
 def _clone_commits(args: argparse.Namespace, good: str, bad: str, base: Any) -> tuple[dict[str, Any], Any, str, None]:

@@ -30,6 +30,7 @@ from perfsuite.core.typed_json import (
     number,
     optional,
     read_as,
+    shown,
     text,
     values_of,
 )
@@ -63,7 +64,7 @@ def _one_of(values: tuple[str, ...], what: str) -> typed_json.Check:
 def _version(value: Any, where: str) -> int | None:
     if value is not None and (type(value) is not int or value != SCHEMA_VERSION):
         newer = " (a newer perfsuite's file)" if type(value) is int and value > SCHEMA_VERSION else ""
-        raise Wrong(f"{where} is {value!r:.60}; this perfsuite reads {SCHEMA_VERSION}{newer}")
+        raise Wrong(f"{where} is {shown(value)}; this perfsuite reads {SCHEMA_VERSION}{newer}")
     return value
 
 
@@ -183,8 +184,7 @@ def _case(value: Any, where: str) -> Case:
         name = value.get("case") if isinstance(value, dict) else None
         if not isinstance(name, str) or not name:
             raise
-        shown = repr(name) if len(repr(name)) <= 60 else repr(name)[:57] + "..."
-        raise Wrong(f"{exc} (case {shown})") from None
+        raise Wrong(f"{exc} (case {shown(name)})") from None
 
 
 def _sides(value: Any, where: str) -> Mapping[str, Any]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfsuite.core.typed_json import Check, flag, json_object, list_of, number, text
+from perfsuite.core.typed_json import Check, flag, json_object, list_of, number, shown, text
 
 RUN_RESULTS_SCHEMA_VERSION = 1
 """``schema_version`` of ``perfsuite run --json``'s file."""
@@ -91,8 +91,7 @@ def _unwritable(value: Any, where: str) -> tuple[str, Any] | None:
 
 def _shown(value: Any) -> str:
     """``value`` as an error shows it: its repr (cut at 60 characters) and its type."""
-    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-    return f"{shown} ({type(value).__name__})"
+    return f"{shown(value)} ({type(value).__name__})"
 
 
 _TEXT, _FLAG, _NUMBER, _OBJECT = text, flag, number, json_object

@@ -29,10 +29,14 @@ class Wrong(ValueError):
     """A value of the wrong type, named by its key; :meth:`JsonObject.from_json` says whose."""
 
 
+def shown(value: Any) -> str:
+    """``value`` as a refusal quotes it: its repr, cut at 60 characters (what is read is untrusted)."""
+    return repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+
+
 def fail(where: str, value: Any, expected: str) -> Wrong:
-    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-    kind = type(value).__name__
-    return Wrong(f"{where} is {shown} ({kind}), not {expected}" if where else f"{shown} ({kind}) is not {expected}")
+    said, kind = shown(value), type(value).__name__
+    return Wrong(f"{where} is {said} ({kind}), not {expected}" if where else f"{said} ({kind}) is not {expected}")
 
 
 def text(value: Any, where: str) -> str:
