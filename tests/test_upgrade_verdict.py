@@ -16,7 +16,7 @@ from pin_repos import bump as _bump
 from pin_repos import made_up_packages_installed, new_repo
 from tools import ROOT
 
-from perfsuite.ab import comparison
+from perfsuite.ab import comparison, envs
 from perfsuite.ab.pins import PIN_FILES, upgrade
 from perfsuite.cli import main
 from perfsuite.cli.scaffold import init, template
@@ -64,17 +64,41 @@ def test_outside_a_git_repository_is_one_line_and_exit_2(
     assert err.strip() == f"perfsuite: error: --pins HEAD~1..HEAD: {tmp_path} is not in a git repository"
 
 
-def test_show_sides_says_them_and_runs_nothing(
+def test_show_sides_says_them_and_what_they_move_and_runs_nothing(
     repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _bump(repo, {"requirements.txt": "a==1\nb>=1\n"}, {"requirements.txt": "a==2\nb>=2\n"})
     monkeypatch.chdir(repo)
     monkeypatch.setattr(comparison.AbRun, "start", _never)
+    monkeypatch.setattr(envs, "resolve", _resolved({"a==1": [], "a==2": ["a==2", "c==3"]}))
     code, out, err = _ab(["--pins", "HEAD~1..HEAD", "--show-sides"], capsys)
     assert code == 0
-    assert out == "base: a==1\ncandidate: a==2\n"
+    assert out.splitlines() == [  # what each overlay changes here, as its set-up resolves it
+        "base: a==1",
+        "  over this environment: nothing to change",
+        "candidate: a==2",
+        "  over this environment: moves a 1 → 2; adds c 3",
+    ]
     assert "  a 1 → 2" in err
     assert "skipped b: not an exact pin" in err
+    # A side that cannot be set up is said (with what --with holds on it), and the exit code is a run's: 3.
+    monkeypatch.setattr(envs, "resolve", _resolved({"a==1": []}))
+    code, out, err = _ab(["--pins", "HEAD~1..HEAD", "--show-sides", "--with", "d<2"], capsys)
+    assert code == 3
+    assert out.splitlines() == ["base: a==1", "  over this environment: nothing to change", "candidate: a==2"]
+    assert "perfsuite: cannot test: candidate: a==2, d<2 does not resolve: no a==2 here" in err
+
+
+def _resolved(answers: dict[str, list[str]]) -> Any:
+    """:func:`perfsuite.ab.envs.resolve` answering from ``answers`` by the side's own pin, the held ones after it."""
+
+    def resolve(requirements: list[Any]) -> list[str]:
+        asked = str(requirements[0])
+        if asked not in answers:
+            raise envs.EnvError(f"{', '.join(map(str, requirements))} does not resolve: no {asked} here")
+        return answers[asked]
+
+    return resolve
 
 
 def _never(*args: object, **kwargs: object) -> None:

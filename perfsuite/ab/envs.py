@@ -270,6 +270,23 @@ def make_env(text: str, *, name: str, held: list[Requirement] | tuple[Requiremen
     """The side ``--name text`` asks for, built (an overlay) where needed; ``held`` (``--with``) are laid
     over this environment on every side too, so that what the side asks for resolves with them
     (an old release beside the companion it needs)."""
+    asked = _asked(text, name=name, held=held)
+    return asked if isinstance(asked, Env) else overlay(asked[0], label=asked[1])
+
+
+def moves(text: str, *, name: str, held: list[Requirement] | tuple[Requirement, ...] = ()) -> list[str] | None:
+    """What the side ``--name text`` (with ``held``) would lay over this environment, ``name==version``,
+    resolved and not installed (``[]``: it runs this environment as it is); ``None``: an interpreter or a
+    virtual environment of its own. An :class:`EnvError` says why it cannot be set up."""
+    asked = _asked(text, name=name, held=held)
+    return None if isinstance(asked, Env) else resolve(asked[0])
+
+
+def _asked(
+    text: str, *, name: str, held: list[Requirement] | tuple[Requirement, ...]
+) -> Env | tuple[list[Requirement], str]:
+    """The environment ``--name text`` names, or the requirements it lays over this one (its own pins,
+    then the ``held`` ones it does not pin) with the side's label."""
     parsed = parse_env(text, name=name)
     with_ = f" with {', '.join(map(str, held))}" if held else ""
     if isinstance(parsed, Env):
@@ -277,9 +294,9 @@ def make_env(text: str, *, name: str, held: list[Requirement] | tuple[Requiremen
             return parsed
         if parsed.label != "current":
             raise EnvError(f"--with lays packages over this environment; --{name} {text} is an environment of its own")
-        return overlay(list(held), label=f"current{with_}")
-    asked = {_normal(r.name) for r in parsed}
-    return overlay([*parsed, *(r for r in held if _normal(r.name) not in asked)], label=f"{text}{with_}")
+        return list(held), f"current{with_}"
+    pinned = {_normal(r.name) for r in parsed}
+    return [*parsed, *(r for r in held if _normal(r.name) not in pinned)], f"{text}{with_}"
 
 
 def parse_held(text: str | None) -> tuple[Requirement, ...]:

@@ -78,8 +78,9 @@ def add_parser(sub: Any) -> None:
     ab.add_argument(
         "--show-sides",
         action="store_true",
-        help="say the two sides (with --pins: what moved) and exit; no case runs, though a "
-        "project's own model and engine code is still imported once to check the selection",
+        help="say the two sides (with --pins: what moved) and what each overlay would change in this environment, "
+        "resolved as its set-up would (exit 3 where one cannot be), and exit; nothing is installed and no case "
+        "runs, though a project's own model and engine code is still imported once to check the selection",
     )
     add_selection(ab)
     ab.add_argument("--floor", type=fraction, default=0.03, help="smallest time change called (default 0.03: 3%%)")
@@ -169,14 +170,14 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack, interrupt: Inter
         if problem is not None:
             raise ValueError(problem)
         made = None
-        if own is not None and own[1][1] is not None:  # both sides commits: the working tree has no say
+        if own is not None:  # each side's copy of the project's code, written before the cases are read
             try:
                 made = _trees(stack, own)
             except ValueError as exc:  # GitError: a tree git could not write out
                 say(f"perfsuite: cannot test: {exc}")
                 return EXIT_CANNOT_TEST
         # One thread unless asked: the CPU tier's (the other core absorbs the machine's own work).
-        # The cases are the candidate's declarations: the working tree's, or its commit's copy's.
+        # The cases are the candidate's declarations, read from its copy: the working tree's or its commit's.
         declared = made[1] if made is not None else None
         with importing_from(declared):
             project = declared.project if declared is not None else None
@@ -211,13 +212,8 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack, interrupt: Inter
                 say(f"wrote {_note(options, headline)}")
             return 0
     if args.show_sides:
-        try:
-            runs = ["", ""] if own is None else [f", the project's code: {_code(rev)}" for rev in own[1]]
-        except ValueError as exc:  # GitError: what git could not read
-            say(f"perfsuite: error: {exc}")
-            return 2
-        print(f"base: {options.base}{runs[0]}\ncandidate: {options.candidate}{runs[1]}")
-        return 0
+        runs = ["", ""] if made is None else [f", the project's code: {tree.label}" for tree in made]
+        return _show_sides(options, runs, say)
     for told in (note, report_without_charts("ab", args.report, "summary.md is written without it")):
         if told:
             say(told)
@@ -226,12 +222,8 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack, interrupt: Inter
         specs = [dataclasses.replace(spec, profile=True) for spec in specs]
         say("perfsuite: --no-profile: a CPU's peak memory comes from the profile step; each case's first pair runs it")
     started = time.monotonic()
-    if own is not None:
-        try:
-            base_tree, candidate_tree = made if made is not None else _trees(stack, own)
-        except ValueError as exc:  # GitError: a tree git could not write out
-            say(f"perfsuite: cannot test: {exc}")
-            return EXIT_CANNOT_TEST
+    if own is not None and made is not None:
+        base_tree, candidate_tree = made
         line, changed = _differing(own[1])
         say(line)
         options = dataclasses.replace(options, trees=(base_tree, candidate_tree), changed=changed)
@@ -345,12 +337,30 @@ def _differing(refs: list[str | None]) -> tuple[str, ChangedCode]:
     return f"perfsuite ab: the sides' code differs in {said_files(names)}{left}", changed
 
 
-def _code(revision: str | None) -> str:
-    """The revision of the project's code a side runs, as the comparison names it."""
-    from perfsuite.ab import commits
-    from perfsuite.ab.own import code_label, project_root
+def _show_sides(options: AbOptions, runs: list[str], say: Any) -> int:
+    """``--show-sides``: each side, and what each overlay would lay over this environment, resolved as its
+    set-up resolves it (nothing installed). 0, or 3 where a side cannot be set up (said why)."""
+    from perfsuite.ab.envs import EnvError, installed, moves
+    from perfsuite.reports.ab import differing
 
-    return code_label(commits.check_repository(project_root(), "--show-sides"), revision, "--show-sides")
+    here = installed()
+    code = 0
+    for index, (name, asked) in enumerate((("base", options.base), ("candidate", options.candidate))):
+        print(f"{name}: {asked}{runs[index]}", flush=True)
+        try:
+            moved = moves(asked, name=name, held=options.held)
+        except EnvError as exc:
+            say(f"perfsuite: cannot test: {name}: {exc}")
+            code = EXIT_CANNOT_TEST
+            continue
+        if moved is not None:  # an overlay; an interpreter or a virtual environment is its own
+            new = dict(pin.split("==", 1) for pin in moved)
+            kept = {package: version for package, version in new.items() if package in here}
+            added = [f"{package} {version}" for package, version in new.items() if package not in here]
+            said = [f"moves {', '.join(differing({p: here[p] for p in kept}, kept))}"] if kept else []
+            said += [f"adds {', '.join(added)}"] if added else []
+            print(f"  over this environment: {'; '.join(said) or 'nothing to change'}", flush=True)
+    return code
 
 
 def _untested(options: AbOptions, specs: list[Any], error: str, wall_s: float, say: Any) -> int:
