@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from perfsuite.ab.comparison import AbRun, schedule_for
+from perfsuite.core.spec import CaseSpec
 
 
 def _side(label: str, **versions: str) -> Any:
@@ -126,6 +127,27 @@ def test_a_comparison_a_dead_side_stopped_is_no_pass_and_says_why(tmp_path: Any)
     written = json.loads((tmp_path / "ab.json").read_text())
     assert written["stopped"] == 1
     assert len(written["cases"][1]["ratios"]) == 2
+
+
+def test_a_side_set_up_whose_cases_cannot_run_keeps_its_versions_and_names_itself() -> None:
+    """A release that resolves but does not import (its forkserver dies at its first boot): each case
+    is *cannot test*, the headline says what moved and which side, the summary says why, whole."""
+    from perfsuite.reports.ab import markdown, verdict_line
+
+    run = _run([])
+    run.specs = [CaseSpec(model="tiny-bert", strategy="vanilla")]
+    run.sides[0].probe = {"libraries": {"transformers": {"version": "4.57.6"}}}
+    run.sides[1].probe = {"libraries": {"transformers": {"version": "5.0.0"}}}
+    why = "candidate (transformers==5.0.0): ForkserverDied: ... ValueError: Either a <revision> or a version"
+    payload = run.untested(why, 3.0)
+    assert [case["verdict"] for case in payload["cases"]] == ["cannot test"]
+    assert verdict_line(payload) == (
+        "nothing compared: 1 cannot test "
+        "(base → candidate: transformers 4.57.6 → 5.0.0; the candidate cannot be tested)"
+    )
+    summary = markdown(payload)
+    assert f"\n> cannot test: {why.replace('<', '&lt;')}\n" in summary
+    assert "Time: *slower*" not in summary
 
 
 def test_a_case_that_regressed_at_its_first_pair_and_ran_on_to_time_it_points_to_the_flag(tmp_path: Any) -> None:

@@ -242,6 +242,18 @@ def test_a_side_that_dies_between_rounds_keeps_every_pair_and_stops_the_open_cas
     assert heard[-1] == "tiny-bert-adafactor undecided True"  # finished, and said so
 
 
+def test_a_side_whose_forkserver_never_boots_cannot_be_tested_rather_than_stopped() -> None:
+    """Its imports fail at the first boot (a release that resolves but does not import): nothing ran,
+    so the error goes to the caller, which says the side cannot be tested (exit 3), not a stopped case."""
+    from perfsuite.ab.envs import EnvError
+
+    log: list[str] = []
+    sides = (FakeSide("A", {}, log), DiesAtReset(1, log, {}))
+    schedule = Schedule(first=6, step=2, cap=60, floor=0.03, confidence=0.95, alarms=(14,))
+    with pytest.raises(EnvError, match="its worker did not start"):
+        _rounds([_spec()], sides, schedule)
+
+
 def test_a_duet_worker_waits_for_its_peer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(duet.READY, str(tmp_path / "0"))
     monkeypatch.setenv(duet.PEER, str(tmp_path / "1"))

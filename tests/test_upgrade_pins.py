@@ -204,8 +204,15 @@ def test_the_spec_is_two_refs_or_one() -> None:
     assert split_range("HEAD^1..HEAD") == ("HEAD^1", "HEAD", False)
     assert split_range("abc123...def") == ("abc123", "def", True)
     assert split_range("main") == ("main", "HEAD", False)
+    assert split_range("main..") == ("main", "HEAD", False)
     with pytest.raises(PinError, match="not a git revision"):
         split_range("--output=x..HEAD")
+    # An empty base is an empty variable ("$BASE_SHA...HEAD"), not HEAD: HEAD..HEAD would pass, comparing nothing.
+    for empty in ("", " ", "..HEAD", "...HEAD"):
+        with pytest.raises(PinError, match="no BASE before"):
+            split_range(empty)
+    with pytest.raises(PinError, match="one range, two revisions"):
+        split_range("a..b..c")
 
 
 @pytest.mark.parametrize(

@@ -52,9 +52,14 @@ def check_clone(repo: Path, what: str) -> Path:
 
 def split_range(text: str, what: str) -> tuple[str, str, bool]:
     """``BASE..HEAD`` → (BASE, HEAD, False); ``BASE...HEAD`` → from their merge base (True);
-    ``BASE`` alone → BASE..HEAD."""
+    ``BASE`` alone or ``BASE..`` → BASE..HEAD. No BASE is refused, not read as HEAD as git reads it:
+    it is what an empty variable (``"$BASE_SHA...HEAD"``) gives, and HEAD..HEAD compares nothing."""
     base, dots, head = re.split(r"(\.\.\.?)", text, maxsplit=1) if ".." in text else (text, "..", "HEAD")
-    base, head = base.strip() or "HEAD", head.strip() or "HEAD"
+    if not base.strip():
+        raise GitError(f"{what} {text!r}: no BASE before {dots!r}; give BASE..HEAD (main..HEAD, HEAD^1..HEAD)")
+    if ".." in head:
+        raise GitError(f"{what} {text!r}: one range, two revisions; give BASE..HEAD or BASE...HEAD")
+    base, head = base.strip(), head.strip() or "HEAD"
     for ref in (base, head):
         check_revision(ref, f"{what} {text!r}")
     return base, head, dots == "..."

@@ -205,7 +205,10 @@ class AbRun:
         try:
             trees = options.trees  # the project's own code at two commits (perfsuite.ab.own)
             for index, (name, asked) in enumerate((("base", options.base), ("candidate", options.candidate))):
-                env = make_env(asked, name=name, held=options.held)
+                try:
+                    env = make_env(asked, name=name, held=options.held)
+                except EnvError as exc:  # named by its side, as a side's own errors are
+                    raise EnvError(f"{name}: {exc}") from None
                 if trees is not None:
                     env = trees[index].env(env)
                 say(f"perfsuite: setting up {name} ({env.label})")
@@ -307,6 +310,11 @@ class AbRun:
                 f"  round {index + 1}: {cases} case(s) · {time.monotonic() - started:.0f} s"
             ),
         )
+
+    def untested(self, error: str, wall_s: float) -> dict[str, Any]:
+        """The file of a comparison whose side, set up, could not run its cases (its forkserver could not
+        import what they need): every case *cannot test*, saying why, beside what each side's probe read."""
+        return self.payload([CaseResult(spec.id, error=f"cannot test: {error}") for spec in self.specs], wall_s)
 
     def close(self) -> None:
         close_lanes(self.lanes or [Lane(self.sides)])  # several lanes' servers all at once

@@ -108,8 +108,8 @@ class Upgrade:
 
     def lines(self) -> list[str]:
         """For the reader: the files, each change, each package skipped and why."""
-        files = ", ".join(self.files) or "no pin file"
-        out = [f"perfsuite ab: {self.span}: {len(self.changes)} exact pin(s) changed ({files})"]
+        files = f" ({', '.join(self.files)})" if self.files else ": no pin file changed"
+        out = [f"perfsuite ab: {self.span}: {len(self.changes)} exact pin(s) changed{files}"]
         out += [f"  {change.describe()}" for change in self.changes]
         out += [f"  skipped {name}: {why}" for name, why in self.skipped]
         return out

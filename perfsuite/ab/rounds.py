@@ -213,6 +213,9 @@ def compare_cases(
     round's start (its index, the cases it runs).
     A side whose server dies fails the pair it was running; at the next round's renewal the rounds
     end, and each case still open is ``stopped``, keeping its pairs and the verdicts its looks reached.
+    A side whose forkserver does not boot the first time (its imports fail: a release that resolves
+    but does not import beside the rest) raises the :class:`EnvError`: nothing ran, so no case is
+    stopped; the side cannot be tested.
 
     ``lanes``: both sides (one lane), or the lanes of ``plan`` (:mod:`perfsuite.ab.lanes`), whose
     forkservers are all renewed before each round; within a round the open cases go to free lanes.
@@ -240,6 +243,8 @@ def compare_cases(
             try:
                 reset_lanes(running)
             except EnvError as exc:  # a side's server died: no round can run, but every pair so far stands
+                if index == 0:  # at its first boot, importing what the cases need: a side that cannot be set up
+                    raise
                 for spec in pending:
                     results[spec.id].stopped = str(exc)
                     progress(results[spec.id], True)

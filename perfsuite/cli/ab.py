@@ -238,7 +238,7 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack, interrupt: Inter
         results = ab_run.compare_all(args.timeout or defaults.timeout, stop_on_regression=args.stop_on_regression)
         _explain(ab_run, results, args, args.timeout or defaults.timeout, say)
     except EnvError as exc:  # a side's forkserver could not import what the cases need
-        return _untested(options, specs, str(exc), time.monotonic() - started, say)
+        return _untested(options, specs, str(exc), time.monotonic() - started, say, ab_run)
     finally:
         ab_run.close()
     code = ab_run.finish(results, options, time.monotonic() - started, console)
@@ -363,13 +363,14 @@ def _show_sides(options: AbOptions, runs: list[str], say: Any) -> int:
     return code
 
 
-def _untested(options: AbOptions, specs: list[Any], error: str, wall_s: float, say: Any) -> int:
-    """A comparison whose sides could not be set up: said, and its ``--json`` and ``--report`` written
-    with every case *cannot test* and why (:func:`perfsuite.ab.comparison.untested`)."""
+def _untested(options: AbOptions, specs: list[Any], error: str, wall_s: float, say: Any, ab_run: Any = None) -> int:
+    """A comparison whose sides could not be set up (or, set up, run a case: ``ab_run``): said, and its
+    ``--json`` and ``--report`` written with every case *cannot test* and why
+    (:func:`perfsuite.ab.comparison.untested`, :meth:`~perfsuite.ab.comparison.AbRun.untested`)."""
     from perfsuite.ab.comparison import untested, write_ab
 
     say(f"perfsuite: cannot test: {error}")
-    payload = untested(options, specs, error, wall_s)
+    payload = untested(options, specs, error, wall_s) if ab_run is None else ab_run.untested(error, wall_s)
     if options.upgrade is not None:
         payload["pins"] = options.upgrade.as_json()
     write_ab(payload, options, say)

@@ -5,6 +5,7 @@ then the table). ``perfsuite report ab.json`` rebuilds them from ``--json``'s fi
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,24 @@ def verdict_line(payload: Mapping[str, Any]) -> str:
     unseen = f"; {missed}" if missed else ""
     probed = all(_versions(payload, name) for name in ("base", "candidate"))
     versions = moved or ("the same versions" if probed else "a side's versions not read: it was not set up")
+    if (reason := untested_reason(payload)) is not None:  # the side and the reason: not just "not set up"
+        side = re.match(r"(base|candidate)\b", reason)
+        unset = f"the {side.group(1)} cannot be tested" if side else "the sides cannot be tested"
+        versions = f"{moved}; {unset}" if moved else unset
     return f"{head}: {parts} (base → candidate: {changed}{versions}{unseen}){stopped}"
+
+
+def untested_reason(payload: Mapping[str, Any]) -> str | None:
+    """Why no case could be tested, where one reason stopped them all (a side that could not be set up,
+    or whose workers could not import what the cases need), said whole; else ``None``."""
+    errors = {str(case.get("error") or "") for case in payload.get("cases") or ()}
+    error = errors.pop() if len(errors) == 1 else ""
+    return error.removeprefix("cannot test: ") if error.startswith("cannot test: ") else None
+
+
+def _timed(payload: Mapping[str, Any]) -> bool:
+    """Whether any case ran a pair (a time verdict's reading applies)."""
+    return any(case.get("ratios") for case in payload.get("cases") or ())
 
 
 def _reach(payload: Mapping[str, Any]) -> list[Reach]:
@@ -217,9 +235,10 @@ def _pins_lines(base: str | None, candidate: str | None, pins: Mapping[str, Any]
     """The two sides (unless ``None``), and with ``--pins`` the commits, the pins that moved and what was skipped."""
     lines = [f"- {name}: `{env}`" for name, env in (("base", base), ("candidate", candidate)) if env is not None]
     if pins:
+        moved = f"in {', '.join(pins['files'])}: {', '.join(pins['moved']) or 'none changed'}"
         lines.append(
             f"- pins of `{pins['base_ref']}` ({pins['base_commit']}) → `{pins['head_ref']}` ({pins['head_commit']}) "
-            f"in {', '.join(pins['files']) or 'no pin file'}: {', '.join(pins['moved']) or 'none changed'}"
+            f"{moved if pins['files'] else 'no pin file changed'}"
         )
         lines += [f"- skipped {s['name']}: {s['why']}".replace("<", "&lt;") for s in pins["skipped"]]
     return lines
@@ -234,6 +253,7 @@ def markdown(payload: Mapping[str, Any]) -> str:
         f"### perfsuite ab on {device_type}" + (": the project's own code" if own else ""),
         f"**{verdict_line(payload)}**",
         "",
+        *([f"> cannot test: {reason}".replace("<", "&lt;"), ""] if (reason := untested_reason(payload)) else []),
         *markdown_causes(payload),
         *_pins_lines(sides["base"]["env"], sides["candidate"]["env"], payload.get("pins")),
         *code_lines(payload),
@@ -248,7 +268,7 @@ def markdown(payload: Mapping[str, Any]) -> str:
     ]
     lines += [_markdown_row(row) for row in rows(payload)]
     schedule = payload.get("schedule")  # in every file ab writes; a hand-made one may lack it
-    return "\n".join([*lines, *(["", reading(schedule)] if schedule else [])]) + "\n"
+    return "\n".join([*lines, *(["", reading(schedule)] if schedule and _timed(payload) else [])]) + "\n"
 
 
 def reading(schedule: Mapping[str, Any]) -> str:
@@ -303,6 +323,7 @@ def report_html(payload: Mapping[str, Any], out_dir: Path | None = None) -> str:
         f"slower or faster at {schedule['confidence']:.4g} at pairs "
         f"{', '.join(map(str, schedule.get('alarms') or ['any']))}</p>",
         f"<p class='verdict'><strong>{esc(verdict_line(payload))}</strong></p>",
+        *([f"<p>cannot test: {esc(reason)}</p>"] if (reason := untested_reason(payload)) else []),
         html_figure(
             "pair-ratios",
             "ab",
