@@ -9,6 +9,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from perfsuite.ab import envs
 from perfsuite.ab.envs import Env, EnvError, parse_env, resolve, split_spec
 from perfsuite.cli import main
+from perfsuite.core.spec import CaseSpec
 
 
 def test_a_side_is_an_interpreter_a_venv_current_or_pins(tmp_path: Path) -> None:
@@ -341,14 +343,37 @@ def test_a_sides_server_builds_and_loads_cpu_adam_in_that_sides_own_directory(
     python = tmp_path / "python"
     python.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")
     python.chmod(0o755)
-    side = Side("base", Env(label="fake", python=str(python)), server_env={"SEEN": "this side's"})
+    side = Side("base", Env(label="fake", python=str(python)), server_env={"SEEN": "this side's"}, probed=["k"])
     assert side.run({"model": "tiny-bert", "strategy": "vanilla"}, 60.0).ok
     side.close()
     asked = [json.loads(line) for line in requests.read_text().splitlines()]
     assert [a["op"] for a in asked] == ["probe", "environ", "run", "exit"]
     assert asked[0]["seen"] == "this side's"  # the server's environment, from the start
+    assert asked[0]["names"] == ["k"]  # what the other side pins
     assert asked[1]["env"] == {"TORCH_EXTENSIONS_DIR": side.extensions}
     assert asked[2]["env"] == {"TORCH_EXTENSIONS_DIR": side.extensions}
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "elsewhere")  # restored after
     assert serve._answer({k: v for k, v in asked[1].items() if k != "seen"}) == {"ok": True}
     assert os.environ["TORCH_EXTENSIONS_DIR"] == side.extensions  # what its forkserver then inherits
+
+
+def test_each_side_reads_the_versions_of_what_either_side_pins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lock that adds a package on the candidate's side: the base reads its version too (this
+    environment's), so the headline does not call it a change from None, nor a package no case ran."""
+    from perfsuite.ab import comparison
+    from perfsuite.ab.envs import Env
+
+    made = {"base": Env("a==1", "python", pins=("a==1",)), "candidate": Env("a==2,k==3", "py", pins=("a==2", "k==3"))}
+    probed: list[tuple[str, list[str]]] = []
+
+    def side(name: str, env: Env, **kw: Any) -> None:
+        probed.append((name, list(kw["probed"])))
+        raise EnvError(f"{name}: stop here")
+
+    monkeypatch.setattr(comparison, "make_env", lambda asked, name, held: made[name])
+    monkeypatch.setattr(comparison, "Side", side)
+    options = SimpleNamespace(base="", candidate="", held=(), trees=None, device_type="cpu", mode="auto", jobs=1)
+    specs = [CaseSpec(model="tiny-bert", strategy="vanilla")]
+    with pytest.raises(comparison.Failed, match="base: stop here"):
+        comparison.AbRun.start(options, specs, lambda line: None)  # type: ignore[arg-type]
+    assert probed == [("base", ["a", "a", "k"])]

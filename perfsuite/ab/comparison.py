@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import Requirement
+
 from perfsuite.ab.envs import EnvError, make_env
 from perfsuite.ab.lanes import Lane, Plan, close_lanes, open_lanes, plan_for
 from perfsuite.ab.options import AbOptions
@@ -204,15 +206,19 @@ class AbRun:
         plan = plan_for(specs, options.device_type, options.mode, options.jobs)
         try:
             trees = options.trees  # the project's own code at two commits (perfsuite.ab.own)
+            envs = []
             for index, (name, asked) in enumerate((("base", options.base), ("candidate", options.candidate))):
                 try:
                     env = make_env(asked, name=name, held=options.held)
                 except EnvError as exc:  # named by its side, as a side's own errors are
                     raise EnvError(f"{name}: {exc}") from None
-                if trees is not None:
-                    env = trees[index].env(env)
+                envs.append((name, env if trees is None else trees[index].env(env)))
+            # Each side reads the versions of what either pins: a package a lock adds on one side is
+            # this environment's on the other, the same version, not a change.
+            pinned = [Requirement(pin).name for _, env in envs for pin in env.pins]
+            for name, env in envs:
                 say(f"perfsuite: setting up {name} ({env.label})")
-                side = Side(name, env, cores=plan.slots[0].cores)
+                side = Side(name, env, cores=plan.slots[0].cores, probed=pinned)
                 sides.append(side)
                 side.check_pins()
             lanes = open_lanes(plan, (sides[0], sides[1]))

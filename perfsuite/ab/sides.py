@@ -57,10 +57,15 @@ class Side:
     ``cores``: where the server, its forkserver and its workers run (a lane's cores,
     :mod:`perfsuite.ab.lanes`); by default wherever this process may. ``server_env``: the
     server's environment over this process's (what its forkserver preloads, where this process's
-    settings are not for the side's cases)."""
+    settings are not for the side's cases). ``probed``: packages its probe reads besides those it pins."""
 
     def __init__(
-        self, name: str, env: Env, cores: Sequence[int] = (), server_env: Mapping[str, str] | None = None
+        self,
+        name: str,
+        env: Env,
+        cores: Sequence[int] = (),
+        server_env: Mapping[str, str] | None = None,
+        probed: Sequence[str] = (),
     ) -> None:
         self.name = name
         self.env = env
@@ -79,7 +84,8 @@ class Side:
                 env=environ,
                 cwd=env.cwd,
             )
-        names = [Requirement(pin).name for pin in env.pins]
+        # What it pins, and ``probed`` (what the other side pins): a package one side adds is read on both.
+        names = list(dict.fromkeys([*(Requirement(pin).name for pin in env.pins), *probed]))
         try:
             self.probe: dict[str, Any] = self._ask({"op": "probe", "names": names})["probe"]
             self.extensions = extensions_dir(self.probe["libraries"])
