@@ -220,6 +220,18 @@ def test_a_loss_scaled_is_one_ratio_shared_by_every_gradient() -> None:
     )
 
 
+def test_curves_that_differ_within_the_tolerance_before_they_part_say_both_steps() -> None:
+    """The comparison's table reads ``max |Δ| ... from step 0`` (the first step that differs at all):
+    the cause names that step too, beside the one beyond the tolerance, not "parts at step 1" alone."""
+    cause = gradients.loss_cause(
+        [2.0, 1.9], [2.0001, 1.95], _run([GRADS] * 2), _run([GRADS] * 2, losses=(2.0001, 1.95)), rtol=1e-3, atol=1e-4
+    )
+    assert (cause.step, cause.differs_from) == (1, 0)
+    said = gradients.describe(cause)
+    assert said.startswith("differs from step 0, beyond the loss tolerance at step 1 (1.9 → 1.95); ")
+    assert _cause(GRADS).differs_from is None  # differing first where it parts: "parts at step 0"
+
+
 def test_a_few_layers_apart_are_named() -> None:
     cause = _cause({**GRADS, "layer.1.weight": 0.6})
     assert cause.shape == "local"

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from perfsuite.core.explain.initial import Moved, moved
 from perfsuite.core.explain.initial import describe as describe_initial
 from perfsuite.core.explain.records import ExplainRecord, StepFacts
+from perfsuite.core.loss import first_difference
 
 SAME_RATIO = 1e-3
 """A gradient whose norm is within this relative distance of another's is the same (the loss
@@ -85,6 +86,15 @@ class LossCause:
     """Step 0's loss on each side (the compared runs'), where both have one."""
     learning_rates: tuple[int, tuple[float, ...], tuple[float, ...]] | None = None
     """Where the learning rates differ: the first step they do, and each side's there (one per param group)."""
+    differs_from: int | None = None
+    """The first step whose losses differ at all, where that is before ``step`` (the comparison's table
+    reads ``max |Δ| ... from step`` it)."""
+
+
+def _first_difference(a: Sequence[float], b: Sequence[float]) -> int | None:
+    """:func:`perfsuite.core.loss.first_difference` over the steps both curves have."""
+    n = min(len(a), len(b))
+    return first_difference(a[:n], b[:n])
 
 
 def first_apart(a: Sequence[float], b: Sequence[float], *, rtol: float, atol: float) -> int | None:
@@ -176,6 +186,7 @@ def loss_cause(
         started_otherwise=started,
         parameters=max(len(run_a.initial), len(run_b.initial)),
         first_losses=(loss_a[0], loss_b[0]) if loss_a and loss_b else None,
+        differs_from=first if (first := _first_difference(loss_a, loss_b)) is not None and first < step else None,
         learning_rates=rates,
     )
     for index, grads_a, grads_b in compared:
@@ -215,6 +226,8 @@ def describe(cause: LossCause) -> str:
     if cause.step is None:
         return "the loss curves hold"
     head = f"parts at step {cause.step}"
+    if cause.differs_from is not None:  # differing earlier, within the tolerance: both said, as the table says one
+        head = f"differs from step {cause.differs_from}, beyond the loss tolerance at step {cause.step}"
     if cause.loss_a is not None and cause.loss_b is not None:
         head += f" ({cause.loss_a:.6g} → {cause.loss_b:.6g})"
     said = _shape_said(cause)
