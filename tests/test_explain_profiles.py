@@ -396,3 +396,11 @@ def test_a_change_of_the_import_machinery_says_it_follows_the_sides_import_paths
     assert said.endswith(profile_lines.IMPORTS)
     other = dataclasses.replace(found, key="acme/model.py(12): Model.forward")
     assert not profile_lines.describe(other).endswith(profile_lines.IMPORTS)
+    # Where it is all that changed, the explanation says plainly that nothing of the code compared did.
+    from perfsuite.core.explain.explanation import time_lines
+
+    diff = profile.ProfileDiff(2, 30_000.0, 30_500.0, {"op": 50.0, "python": 20.0}, (found,))
+    assert time_lines(diff)[-1].startswith(
+        "time: no op or Python function of the code compared differs beyond the import machinery's (profiled step"
+    )
+    assert not time_lines(dataclasses.replace(diff, changes=(found, other)))[-1].startswith("time: no op")

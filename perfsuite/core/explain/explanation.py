@@ -120,9 +120,12 @@ def time_lines(diff: ProfileDiff) -> list[str]:
         bar = f"a time is shown beyond {diff.noise_factor:g} × {largest}: {bars} ms/step"
     else:
         bar = "one profile per side: no time change measured against the profiles' noise"
+    what = "no op, Python function or GPU activity" if "device" in diff.thresholds else "no op or Python function"
     if not said:
-        what = "no op, Python function or GPU activity" if "device" in diff.thresholds else "no op or Python function"
         return [f"time: {what} differs beyond the profiles' noise ({step}; {bar})"]
+    if all(profile_lines.set_up_only(c) for level in profile.LEVELS for c in diff.level(level)):
+        # Said plainly: a reader of a "why" whose every item is the sides' set-up finds no cause in it.
+        return [*said, f"time: {what} of the code compared differs beyond the import machinery's ({step}; {bar})"]
     return [*said, f"time: {step}; {bar}"]
 
 

@@ -45,7 +45,12 @@ def describe(change: Change) -> str:
     head = {"new": "new: ", "vanished": "vanished: "}.get(change.status, "")
     asked = called_from(change)
     said = f"{head}{name} {', '.join(parts)}" + (f": {', '.join(asked)}" if asked else "")
-    return said + (IMPORTS if change.level == "python" and change.key.startswith(_IMPORT_MACHINERY) else "")
+    return said + (IMPORTS if set_up_only(change) else "")
+
+
+def set_up_only(change: Change) -> bool:
+    """Whether ``change`` is of Python's import machinery's own functions (:data:`IMPORTS`)."""
+    return change.level == "python" and change.key.startswith(_IMPORT_MACHINERY)
 
 
 _IMPORT_MACHINERY = "<frozen importlib."
