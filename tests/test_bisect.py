@@ -4,6 +4,7 @@ set up on the CPU torch."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from collections.abc import Callable
@@ -166,9 +167,13 @@ class _Side:
 
     def __init__(self, name: str, env: object) -> None:
         self.name = name
+        self.watch: object = None
 
     def check_pins(self) -> None:
         pass
+
+    def versions(self) -> dict[str, str]:
+        return {"transformers": self.name}
 
     def close(self) -> None:
         _Side.closed.append(self.name)
@@ -205,6 +210,33 @@ def test_ends_whose_time_stays_undecided_are_not_called_alike(monkeypatch: pytes
     assert "do not differ" not in "\n".join(said)
     assert said[-1].startswith("perfsuite: cannot tell whether 4.44.0 and 4.48.0 differ in time"), said
     assert json.loads((tmp_path / "bisect.json").read_text())["ends"]["verdict"] == "undecided"
+
+
+def test_ends_alike_where_the_package_never_ran_say_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Ends alike in a case whose watched build and steps never called the package say nothing of its
+    releases: said beside "nothing to bisect", as ab says it of a bumped package no case ran."""
+    from perfsuite.ab.rounds import CaseResult
+    from perfsuite.core.record import StepRan
+
+    def ran(version: str, calls: int) -> StepRan:
+        package = {"name": "transformers", "version": version, "python_calls": calls, "has_code": True}
+        return StepRan.from_json({"complete": True, "first_step": True, "packages": [package]}, "ran")
+
+    def alike(calls: int) -> Callable[[str], CaseResult]:
+        return lambda point: CaseResult(case="tiny-bert-vanilla", ran=(ran("4.44.0", calls), ran(point, calls)))
+
+    said: list[str] = []
+    bisection = _bisection(monkeypatch, tmp_path, alike(0), said)
+    bisection.options = dataclasses.replace(bisection.options, metric="loss")
+    assert bisection.run() == 0
+    assert said[-1].endswith(
+        "nothing to bisect; transformers 4.44.0 → 4.48.0: seen called in no case's step (of 1 watched)"
+    ), said
+    said.clear()
+    bisection = _bisection(monkeypatch, tmp_path, alike(12), said)
+    bisection.options = dataclasses.replace(bisection.options, metric="loss")
+    assert bisection.run() == 0
+    assert said[-1].endswith("on tiny-bert-vanilla; nothing to bisect"), said
 
 
 def test_an_interrupted_bisection_says_and_writes_what_it_judged(

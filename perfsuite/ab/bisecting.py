@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from perfsuite.ab.bisect import Found, Judgement, Step, search
 from perfsuite.ab.comparison import check_change, schedule_for
 from perfsuite.ab.envs import Env, EnvError, make_env
@@ -23,6 +25,7 @@ from perfsuite.core.explain.reference import aspects_failed
 from perfsuite.core.gates import BREAKDOWN_PREFIX, PEAK_MEMORY
 from perfsuite.core.paired import Schedule
 from perfsuite.core.preloads import preload_for
+from perfsuite.core.reach import Ask, described, reach, to_watch, unreached
 from perfsuite.core.results import write_results
 from perfsuite.core.spec import CaseSpec, parse_case_id, tier_spec
 from perfsuite.core.tolerance import Tolerance
@@ -132,6 +135,15 @@ class Bisection:
             return self.env_for(version, name)
         return make_env(f"{self.options.package}=={version}", name=name, held=self.options.held)
 
+    def _unseen(self, ends: CaseResult) -> str:
+        """``; `flask` 3.0.0 → 3.0.3: seen called in no case's build or step ...`` where the ends' first
+        pair never ran the package bisected: their sameness then says nothing of its releases."""
+        package = canonicalize_name(self.options.package or "")
+        found = [r for r in reach([ends.as_json()]) if canonicalize_name(r.name) == package]
+        if not found or not unreached(found):
+            return ""
+        return f"; {described(found[0], 1, self.options.device_type, engines=(self.spec.engine,))}"
+
     def _one_pair(self) -> Schedule:
         return schedule_for(1, floor=self.options.floor, alpha=self.options.alpha, first=1, cap=1)
 
@@ -154,6 +166,7 @@ class Bisection:
             return CaseResult(case=self.spec.id, error=str(exc))
         try:
             side.check_pins()
+            good.watch = side.watch = Ask(to_watch(good.versions(), side.versions()))  # what its first pair ran
             result = compare_case(
                 self.spec,
                 (good, side),
@@ -243,7 +256,7 @@ class Bisection:
             if not differ:
                 self.say(
                     f"perfsuite: {self.versions[0]} and {self.versions[-1]} do not differ in {metric} "
-                    f"on {self.spec.id}; nothing to bisect"
+                    f"on {self.spec.id}; nothing to bisect{self._unseen(ends)}"
                 )
                 self._write(None, ends)
                 return 0
