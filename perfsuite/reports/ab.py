@@ -275,13 +275,13 @@ def reading(schedule: Mapping[str, Any]) -> str:
     """How to read a time verdict, with this comparison's floor and confidences: what *same* rules out,
     and what an *undecided* case's interval still allows."""
     alarms = schedule.get("alarms")
-    looks = f"at pairs {', '.join(map(str, alarms))}" if alarms else "at any look"
+    looks = f"at pair{'s' if len(alarms) > 1 else ''} {', '.join(map(str, alarms))}" if alarms else "at any look"
     same = schedule.get("same_confidence", SAME_CONFIDENCE)
     return (
         f"Time: *slower* (or *faster*) where B/A's interval at {schedule['confidence']:.4g} lies above 1 (below) "
         f"and its estimate is {schedule['floor']:.1%} or more off, {looks}; *same* where its interval at "
         f"{same:.4g} lies within ±{schedule['floor']:.1%}; *undecided* otherwise, after at most {schedule['cap']} "
-        "pairs, its interval the change it could not rule out."
+        f"{'pair' if schedule['cap'] == 1 else 'pairs'}, its interval the change it could not rule out."
     )
 
 
