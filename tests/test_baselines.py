@@ -350,3 +350,43 @@ def test_giving_up_early_refuses_no_case_that_more_repeats_would_have_recorded(
         assert early == every
         saved += all_taken - taken
     assert saved > trials // 4  # the simulation does reach the early stop: a repeat saved in every fourth case
+
+
+def test_a_refresh_timed_on_a_busy_machine_records_no_time(tmp_path: Path) -> None:
+    """Repeats that agree can all be moved by one load beside them: where a repeat's steps or
+    calibration waited for a CPU longer than the gate it would record, the time is refused, saying
+    so, as every later run would be gated against it."""
+    from perfsuite.core.gates import Outcome
+    from perfsuite.core.record import CaseRecord
+    from perfsuite.core.spec import CaseSpec
+
+    spec = CaseSpec(model="tiny-bert", strategy="vanilla")
+    record = CaseRecord.from_json({"model": "tiny-bert", "strategy": "vanilla", "status": "ok"}, "record")
+
+    def observed(waited: float) -> Observation:
+        return Observation(
+            time=4.0,
+            time_unit="calibrated",
+            time_class="amd-25.17-avx512-vnni-bf16",
+            calibration="numpy-mix-v1",
+            time_steps=[4.0] * 12,
+            step_time_s=0.4,
+            peak_bytes=1 << 20,
+            breakdown={"parameters": 1 << 20},
+            losses=[2.0, 1.9],
+            waited=waited,
+        )
+
+    def stage(waited: list[float]) -> tuple[str | None, str]:
+        stager = staging.RefreshStager(tmp_path, tmp_path, 3)
+        outcome = Outcome(case=spec.id, status="")
+        path = tmp_path / "tiny-bert-vanilla.json"
+        tol = Tolerance(time_floor=0.15)  # the CPU tier's
+        said = stager.stage(spec, [record] * 3, [observed(w) for w in waited], path, "cpu", outcome, tol)
+        return said, outcome.status
+
+    assert stage([0.02, 0.13, 0.04]) == (None, "refreshed")
+    said, status = stage([0.02, 0.23, 0.04])
+    assert status == "refused"
+    assert said is not None
+    assert said.startswith("step time not recorded: the machine was busy: its steps or calibration waited for a CPU 23")

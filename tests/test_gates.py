@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -100,6 +101,25 @@ def test_time_of_another_cpu_class_is_not_compared_and_says_how_to_record_it() -
     strict = check_time("tiny-bert-fp16", _baseline(), observed, Tolerance(), "cpu", fail_uncompared=True)
     assert not strict.ok
     assert not strict.compared
+
+
+def test_a_time_read_on_a_busy_machine_is_not_gated_and_says_why() -> None:
+    """Past its tolerance, the share of the time its steps (or calibration) waited for a CPU could hide
+    a change the gate should catch, or raise a false alarm: neither a pass nor a failure, said."""
+    tol = Tolerance(time_floor=0.15, time_k=3)
+    slower = _observed(time=4.4)  # +10%: within ±15%, a pass were the machine quiet
+    assert check_time("c", _baseline(), slower, tol, "cpu").compared
+    quiet = check_time("c", _baseline(), dataclasses.replace(slower, waited=0.13), tol, "cpu")
+    assert quiet.ok  # the most a quiet CPU tier waited
+    assert quiet.compared
+    busy = check_time("c", _baseline(), dataclasses.replace(slower, waited=0.23), tol, "cpu")
+    assert busy.ok
+    assert not busy.compared
+    assert busy.change == "machine busy"
+    assert busy.message.startswith("c: step time not gated (+10.0% read): the machine was busy: its steps or ")
+    assert "waited for a CPU 23% of the time they were runnable, more than its tolerance ±15.0%" in busy.message
+    # A failure is no more trusted than a pass: -30% read while busy is not gated either.
+    assert not check_time("c", _baseline(), _observed(time=2.8, waited=0.23), tol, "cpu").compared
 
 
 def test_memory_is_tight_and_two_sided_per_category() -> None:

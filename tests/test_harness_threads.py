@@ -65,6 +65,34 @@ def test_a_window_counts_a_busy_thread_and_not_a_sleeping_one() -> None:
     assert shares.get("MainThread", 0.0) < BUSY_SHARE  # it slept too
 
 
+def test_contention_is_the_median_share_of_runnable_time_spent_waiting_for_a_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Read between the timed steps and the calibrations: each one's waiting over its time on a CPU
+    and waiting, apart (a load both share cancels out of a calibrated time; one on the steps alone
+    does not), the median over the runs, as the gated time is a median: one spoiled step moves neither."""
+    from perfsuite.worker import cpu_threads
+
+    # Three steps: 10%, 10% and 90% of their runnable time waiting.
+    reads = iter([(0, 0), (900, 100), (900, 100), (1_800, 200), (1_800, 200), (1_900, 1_100)])
+    monkeypatch.setattr(cpu_threads, "_process_sched", lambda: next(reads))
+    threads = iter([(0, 0), (300, 300)])  # the calibration: half its time waiting
+    monkeypatch.setattr(cpu_threads, "_thread_sched", lambda: next(threads))
+    contention = cpu_threads.Contention()
+    for _ in range(3):
+        contention.step_ended(contention.step_starts())
+    assert contention.calibrated(lambda: 0.013) == 0.013
+    shares = contention.shares()
+    assert shares is not None
+    assert shares["steps"] == pytest.approx(0.1)
+    assert shares["calibration"] == pytest.approx(0.5)
+    assert cpu_threads.Contention().shares() == {"steps": None, "calibration": None}
+    monkeypatch.setattr(cpu_threads, "_process_sched", lambda: None)  # no /proc: not read
+    unread = cpu_threads.Contention()
+    unread.step_ended(unread.step_starts())
+    assert unread.shares() is None
+
+
 @pytest.mark.cpu
 @pytest.mark.parametrize("engine", ["loop", "trainer"])
 def test_timed_steps_run_on_the_case_threads_only(engine: str) -> None:

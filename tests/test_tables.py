@@ -239,3 +239,12 @@ def test_the_first_line_says_what_the_gates_catch() -> None:
     )
     line = verdict(["passed"] * 2, [TimeCheck(True, cls, 0.20), TimeCheck(True, cls, 0.30)])
     assert line.endswith("0 of 2 catch a change of 15% or less, 2 only a change of 20.0%-30.0% or more")
+    # Timed on a busy machine: counted as not gated, and why, not as a gate that catches 15%.
+    line = verdict(["passed"] * 2, [TimeCheck(True, cls, 0.15), TimeCheck(False, cls, None, busy=True)])
+    assert line.startswith(
+        "perfsuite: passed: 2 passed; step time NOT gated for 1 of 2 (timed while the machine was busy (their "
+        "steps waited for a CPU longer than their tolerance); memory and loss were gated): compare two stacks"
+    )
+    assert line.endswith("; of those gated: 1 of 1 catch a change of 15% or less")
+    line = verdict(["passed"] * 2, [TimeCheck(False, "intel", None), TimeCheck(False, cls, None, busy=True)])
+    assert "(1 with no baseline figures for this machine's time class intel; 1 timed while the machine" in line

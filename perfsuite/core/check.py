@@ -7,6 +7,8 @@ from typing import NamedTuple
 
 UNTIMED = "too noisy here"
 """A step-time check's change where its class keeps no time of the case (:mod:`perfsuite.core.untimed`)."""
+BUSY = "machine busy"
+"""A step-time check's change where the run waited for a CPU too long to gate (:func:`perfsuite.core.gates.busy`)."""
 
 
 @dataclass(frozen=True)
@@ -42,3 +44,5 @@ class TimeCheck(NamedTuple):
     """The smallest change its gate catches (``None`` when not compared)."""
     untimed: bool = False
     """Not compared because its class keeps no time of the case: too noisy there (:data:`UNTIMED`)."""
+    busy: bool = False
+    """Not compared because the machine was busy while it was timed (:data:`BUSY`)."""

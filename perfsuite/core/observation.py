@@ -31,6 +31,11 @@ class Observation:
     """The attention implementation that ran (``None`` for records that predate it)."""
     initial_weights: str | None = None
     """The digest of the weights the run started from (``None`` for records that predate it)."""
+    waited: float | None = None
+    """Of the time its timed steps (or, apart, its calibration workload) were runnable, the larger share
+    they waited for a CPU (:class:`perfsuite.worker.cpu_threads.Contention`); ``None`` where not read:
+    a record that predates it, a GPU's (whose time is its kernels'), or a multi-rank case's (its ranks
+    share the cores by design)."""
 
 
 def _peak(record: CaseRecord) -> int:
@@ -71,4 +76,14 @@ def observe(record: CaseRecord, *, time_unit: str) -> Observation:
         losses=list(record.loss),
         attention=record.applied.get("attention_implementation"),
         initial_weights=record.initial_weights,
+        waited=waited(record),
     )
+
+
+def waited(record: CaseRecord) -> float | None:
+    """:attr:`Observation.waited` of ``record``."""
+    shares = (record.timed_threads or {}).get("contention") if record.device == "cpu" else None
+    if (record.world_size or 1) > 1 or not isinstance(shares, Mapping):
+        return None
+    found = [float(v) for v in shares.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return max(found) if found else None

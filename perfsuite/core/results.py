@@ -22,7 +22,7 @@ from typing import Any
 
 from perfsuite.core.ab_file import is_ab
 from perfsuite.core.baselines import BaselineError, MissingBaseline, baseline_path, load_baseline, write_json_atomic
-from perfsuite.core.check import UNTIMED, TimeCheck
+from perfsuite.core.check import BUSY, UNTIMED, TimeCheck
 from perfsuite.core.drift import drift_group, estimate
 from perfsuite.core.gates import baseline_figures, compare, time_change
 from perfsuite.core.observation import Observation, observe
@@ -109,7 +109,8 @@ class Results:
             compared, limit = bool(check.get("compared", True)), check.get("limit")
             time_class = case.record.time_class if case.record is not None else None
             limit = float(limit) if compared and isinstance(limit, (int, float)) else None
-            checks.append(TimeCheck(compared, time_class, limit, check.get("change") == UNTIMED))
+            change = check.get("change")
+            checks.append(TimeCheck(compared, time_class, limit, change == UNTIMED, change == BUSY))
         return checks
 
     def by_table(self) -> dict[str, list[ReportCase]]:

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from perfsuite.core.check import UNTIMED, Check, TimeCheck
+from perfsuite.core.check import BUSY, UNTIMED, Check, TimeCheck
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.stats import percent_of
 from perfsuite.core.tolerance import GATE_SENSITIVE
@@ -270,20 +270,26 @@ def verdict(statuses: Sequence[str], time_checks: Sequence[TimeCheck], unbaselin
             catches += f", {len(wide)} only a change of {span} or more"
     if not uncompared:
         return line + (f"; step time gated for all {len(time_checks)}{catches}" if time_checks else "")
-    missing = sorted({c.time_class or "unknown" for c in uncompared if not c.untimed})
+    missing = sorted({c.time_class or "unknown" for c in uncompared if not c.untimed and not c.busy})
     noisy = sorted({c.time_class or "unknown" for c in uncompared if c.untimed})
-    both = bool(missing and noisy)
+    busy = sum(c.busy for c in uncompared)
+    several = sum(map(bool, (missing, noisy, busy))) > 1
     untimed = sum(c.untimed for c in uncompared)
     why = []
     if missing:
         why.append(
-            (f"{len(uncompared) - untimed} with " if both else "")
+            (f"{len(uncompared) - untimed - busy} with " if several else "")
             + f"no baseline figures for this machine's time class {', '.join(missing)}"
         )
     if noisy:
         why.append(
-            (f"{untimed} " if both else "")
+            (f"{untimed} " if several else "")
             + f"too noisy on {', '.join(noisy)} to keep a time, as a pool of sessions there found"
+        )
+    if busy:
+        why.append(
+            (f"{busy} " if several else "")
+            + "timed while the machine was busy (their steps waited for a CPU longer than their tolerance)"
         )
     # --missing leaves out the cases too noisy here: a refresh keeps their classes untimed.
     record = "record them here with `perfsuite baselines refresh --missing`, or " if missing else ""
@@ -303,7 +309,8 @@ def outcomes_verdict(outcomes: Sequence[Any], unbaselined: int = 0) -> str:
         check = next((c for c in outcome.checks if c.metric == "step time"), None)
         if check is not None and check.change != "not gated":
             time_class = outcome.records[0].time_class if outcome.records else None
-            time_checks.append(TimeCheck(bool(check.compared), time_class, check.limit, check.change == UNTIMED))
+            compared, limit = bool(check.compared), check.limit
+            time_checks.append(TimeCheck(compared, time_class, limit, check.change == UNTIMED, check.change == BUSY))
     line = verdict([o.status for o in outcomes], time_checks, unbaselined)
     other = sum(1 for o in outcomes for c in o.checks if c.metric == "loss" and not c.compared)
     if other:

@@ -18,7 +18,7 @@ from perfsuite.core.baselines import (
     with_other_classes,
     write_json_atomic,
 )
-from perfsuite.core.gates import Outcome
+from perfsuite.core.gates import Outcome, busy
 from perfsuite.core.observation import Observation
 from perfsuite.core.pinned import merged, pinned_path, read_pinned
 from perfsuite.core.provenance import run_facts
@@ -105,6 +105,10 @@ class RefreshStager:
         elif old is not None and untimed_on(old, time_class) is not None:  # its gate now allows the pool's spread
             old = lifted(old, time_class)
         reasons = refusals(new, tolerance, time_class, gate_time=self.gate_time and noisy is None)
+        waited = max((o.waited for o in observations if o.waited is not None), default=None)
+        limit = tolerance.time_tolerance(new["time"][time_class]["spread"])
+        if self.gate_time and noisy is None and (blind := busy(waited, limit)) is not None:
+            reasons.append(f"step time not recorded: {blind}")  # every later run would be gated against it
         if reasons:
             outcome.status = "refused"
             return "; ".join(reasons)

@@ -14,6 +14,7 @@ window reads ``None``.
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -25,20 +26,21 @@ BUSY_SHARE = 0.10
 _TASKS = Path("/proc/self/task")
 
 
-def _cpu_ns() -> dict[int, tuple[str, int]] | None:
-    """Each thread's name and nanoseconds on a CPU so far, ``None`` where ``/proc`` has no schedstat."""
-    found: dict[int, tuple[str, int]] = {}
+def _cpu_ns() -> dict[int, tuple[str, int, int]] | None:
+    """Each thread's name, nanoseconds on a CPU so far and nanoseconds it waited, runnable, for one
+    (schedstat's first two fields), ``None`` where ``/proc`` has no schedstat."""
+    found: dict[int, tuple[str, int, int]] = {}
     try:
         tasks = list(_TASKS.iterdir())
     except OSError:
         return None
     for task in tasks:
         try:
-            ran = int((task / "schedstat").read_text().split()[0])
+            ran, waited = (int(field) for field in (task / "schedstat").read_text().split()[:2])
             name = (task / "comm").read_text().strip()
         except (OSError, ValueError, IndexError):
             continue  # a thread that ended between the listing and the read
-        found[int(task.name)] = (name, ran)
+        found[int(task.name)] = (name, ran, waited)
     return found or None
 
 
@@ -46,7 +48,7 @@ class ThreadWindow:
     """CPU time per thread between :meth:`start` and :meth:`stop`."""
 
     def __init__(self) -> None:
-        self._start: dict[int, tuple[str, int]] | None = None
+        self._start: dict[int, tuple[str, int, int]] | None = None
         self._wall = 0.0
         self.result: dict[str, Any] | None = None
 
@@ -55,24 +57,98 @@ class ThreadWindow:
         self._wall = time.perf_counter()
 
     def stop(self) -> dict[str, Any] | None:
-        """``{"window_s", "busy", "threads": [{"tid", "name", "cpu_s", "share"}]}`` (threads that ran
-        at all, busiest first), or ``None`` without ``/proc``."""
+        """``{"window_s", "busy", "waited", "threads": [{"tid", "name", "cpu_s", "share", "waited_s"}]}``
+        (threads that ran at all, busiest first), or ``None`` without ``/proc``. ``waited``: the share of
+        the time its threads were runnable that they waited for a CPU (:func:`waited_share`)."""
         wall = time.perf_counter() - self._wall
         end = _cpu_ns()
         if self._start is None or end is None or wall <= 0:
             return None
         threads: list[dict[str, Any]] = []
         python_names = {t.native_id: t.name for t in threading.enumerate()}  # MainThread, hf-trainer...
-        for tid, (name, ran) in end.items():
-            before = self._start.get(tid, (name, 0))[1]  # a thread started inside the window: all its time
-            cpu_s = (ran - before) / 1e9
+        for tid, (name, ran, waited) in end.items():
+            # A thread started inside the window: all its time.
+            _, ran_before, waited_before = self._start.get(tid, (name, 0, 0))
+            cpu_s = (ran - ran_before) / 1e9
             if cpu_s > 0:
                 name = python_names.get(tid, name)  # else the OS's: a native pool's (OpenMP, BLAS) has none
-                threads.append({"tid": tid, "name": name, "cpu_s": cpu_s, "share": cpu_s / wall})
+                waited_s = (waited - waited_before) / 1e9
+                threads.append({"tid": tid, "name": name, "cpu_s": cpu_s, "share": cpu_s / wall, "waited_s": waited_s})
         threads.sort(key=lambda t: -float(t["cpu_s"]))
         self.result = {
             "window_s": wall,
             "busy": sum(1 for t in threads if float(t["share"]) >= BUSY_SHARE),
+            "waited": waited_share(threads),
             "threads": threads,
         }
         return self.result
+
+
+def waited_share(threads: list[dict[str, Any]]) -> float:
+    """Of the time the window's threads were runnable (on a CPU, or ready and waiting for one), the share
+    they waited: 0 on a machine with a core free for each, more where something else held the cores
+    (another job, a neighbour's burst) and the steps timed stood still. A steady load the calibration
+    workload shares cancels out of a calibrated time; a burst does not, and this is what tells it."""
+    ran = sum(float(t["cpu_s"]) for t in threads)
+    waited = sum(float(t.get("waited_s", 0.0)) for t in threads)
+    return waited / (ran + waited) if ran + waited > 0 else 0.0
+
+
+def _process_sched() -> tuple[int, int] | None:
+    """This process's threads' nanoseconds on a CPU and waiting for one so far, summed."""
+    found = _cpu_ns()
+    return None if found is None else (sum(r for _, r, _ in found.values()), sum(w for _, _, w in found.values()))
+
+
+def _thread_sched() -> tuple[int, int] | None:
+    """The calling thread's nanoseconds on a CPU and waiting for one so far."""
+    try:
+        ran, waited = (int(field) for field in Path("/proc/thread-self/schedstat").read_text().split()[:2])
+    except (OSError, ValueError):
+        return None
+    return ran, waited
+
+
+class Contention:
+    """How long the timed steps, and apart from them the calibration workload, waited for a CPU, read
+    between them (never while one is timed). A calibrated time is a step's wall time over the
+    workload's: a load both share cancels out of it, one that falls on the steps alone (a burst,
+    another job's threads arriving) does not. Each is the median over its runs of the share each run
+    waited, as the time gated is the median step over the median calibration: a burst that spoiled
+    one step moves neither."""
+
+    def __init__(self) -> None:
+        self._steps: list[float] = []
+        self._calibration: list[float] = []
+        self._known = True
+
+    def _add(self, into: list[float], before: tuple[int, int] | None, after: tuple[int, int] | None) -> None:
+        if before is None or after is None:
+            self._known = False
+            return
+        ran, waited = after[0] - before[0], after[1] - before[1]
+        if ran + waited > 0:
+            into.append(waited / (ran + waited))
+
+    def step_starts(self) -> tuple[int, int] | None:
+        return _process_sched()
+
+    def step_ended(self, started: tuple[int, int] | None) -> None:
+        self._add(self._steps, started, _process_sched())
+
+    def calibrated(self, run_once: Any) -> float:
+        """``run_once()`` (the workload, in the thread that runs it), its waiting counted."""
+        before = _thread_sched()
+        took = float(run_once())
+        self._add(self._calibration, before, _thread_sched())
+        return took
+
+    def shares(self) -> dict[str, float | None] | None:
+        """``{"steps": ..., "calibration": ...}``: the median share of its runnable time a step (a run of
+        the workload) spent waiting for a CPU (``None``: none ran); ``None`` without ``/proc``."""
+        if not self._known:
+            return None
+        return {
+            "steps": statistics.median(self._steps) if self._steps else None,
+            "calibration": statistics.median(self._calibration) if self._calibration else None,
+        }

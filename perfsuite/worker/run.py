@@ -84,7 +84,7 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> RecordJson:
 def _steps(spec: CaseSpec, built: Built, watch: Watch | None) -> Timed:
     from perfsuite.worker import flop_cache, measure
     from perfsuite.worker.calibrate import Calibration
-    from perfsuite.worker.cpu_threads import ThreadWindow
+    from perfsuite.worker.cpu_threads import Contention, ThreadWindow
     from perfsuite.worker.duet import together
     from perfsuite.worker.engines.driven import Driven
 
@@ -127,17 +127,22 @@ def _steps(spec: CaseSpec, built: Built, watch: Watch | None) -> Timed:
     device.reset_peak_memory()
     threads = ThreadWindow()  # which threads ran while steps were timed (read at the two ends only)
     threads.start()
+    contention = Contention()  # read between the timed steps and the calibrations, never within one
     timer = device.timer()
     for _ in range(spec.steps):
         if calibration is not None:
-            out.calibrations.append(engine.in_training_thread(calibration.run_once))
+            out.calibrations.append(engine.in_training_thread(lambda: contention.calibrated(calibration.run_once)))
+        started = contention.step_starts()
         timer.start()
         out.timed.append(engine.step())
         timer.stop()
+        contention.step_ended(started)
     if calibration is not None:
-        out.calibrations.append(engine.in_training_thread(calibration.run_once))
+        out.calibrations.append(engine.in_training_thread(lambda: contention.calibrated(calibration.run_once)))
     out.step_times = timer.elapsed()
     out.threads = threads.stop()
+    if out.threads is not None:
+        out.threads["contention"] = contention.shares()
     out.allocator_peaks = device.peak_memory()
     phase("timed")
     losses = [float(o.loss) for o in out.warm + out.timed]
