@@ -130,6 +130,10 @@ class InheritsTakesBatch(TakesBatch):
     pass  # its step is its parent's: only the import shows it
 
 
+class AppliesAStrategy(Step):
+    applies = frozenset({"grad_accum_steps", "grad_ckpt"})  # a strategy's name, not the field it sets
+
+
 def not_a_class(case):
     return None
 """
@@ -323,6 +327,11 @@ def test_code_that_returns_the_wrong_thing_or_raises_is_named_before_anything_ru
             r"requires batch; perfsuite calls step\(\) with no argument",
         ),
         (
+            {"engine": "train:AppliesAStrategy"},
+            r"engines\.mine_step\.class: \S+:AppliesAStrategy \(\S+train\.py, line \d+\): AppliesAStrategy\.applies "
+            r"names 'grad_ckpt' \(did you mean 'grad_checkpointing'\?\): not a strategy field; the fields: precision, ",
+        ),
+        (
             {"factory": "takes_no_seed"},
             r"models\.mine\.factory: \S+:takes_no_seed \(\S+models\.py, line \d+\): takes_no_seed\(\) takes no seed, "
             "which perfsuite passes",
@@ -429,7 +438,7 @@ def test_refuse_unless_names_every_field_a_strategy_sets() -> None:
     refuse_unless(STRATEGIES["grad_accum"], {"grad_accum_steps"}, "mine")
     with pytest.raises(Unsupported, match=r"mine applies no strategy field; all also sets .*grad_accum_steps=4"):
         refuse_unless(STRATEGIES["all"], (), "mine")
-    with pytest.raises(ValueError, match="not fields of Strategy"):
+    with pytest.raises(ValueError, match=r"mine\.applies names 'grad_acumulation' \(did you mean 'grad_accum_steps'"):
         refuse_unless(STRATEGIES["vanilla"], {"grad_acumulation"}, "mine")
 
 

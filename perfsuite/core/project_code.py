@@ -188,7 +188,46 @@ def engine_step_problem(definition: Definition) -> str | None:
                     "step() with no argument (interface version 1: a step takes its batches from "
                     "self.case.batch(step, batch_size))"
                 )
+    return _applies_problem(definition)
+
+
+def _applies_problem(definition: ast.ClassDef) -> str | None:
+    """What is wrong with an engine class's literal ``applies`` (:func:`not_strategy_fields`); a computed
+    one is checked when the engine starts."""
+    for node in definition.body:
+        target: ast.expr | None = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        value = getattr(node, "value", None)
+        if not (isinstance(target, ast.Name) and target.id == "applies") or value is None:
+            continue
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and len(value.args) == 1:
+            value = value.args[0]  # frozenset({...}), set((...))
+        try:
+            names = ast.literal_eval(value)
+        except ValueError:
+            return None
+        if isinstance(names, (set, list, tuple, frozenset)):
+            return not_strategy_fields(f"{definition.name}.applies", [str(n) for n in names])
     return None
+
+
+def not_strategy_fields(owner: str, names: Sequence[str]) -> str | None:
+    """``owner names 'grad_ckpt' (did you mean 'grad_checkpointing'?): not a strategy field; the fields:
+    ...`` for the ``names`` that are no field of :class:`~perfsuite.core.strategies.Strategy` an engine
+    could apply (a strategy's name, most often); ``None`` where each is one."""
+    import dataclasses
+    import difflib
+
+    from perfsuite.core.strategies import Strategy
+
+    fields = [f.name for f in dataclasses.fields(Strategy) if f.name not in ("name", "description")]
+    unknown = sorted({n for n in names if n not in fields})
+    if not unknown:
+        return None
+    near = {n: difflib.get_close_matches(n, fields, n=1, cutoff=0.5) for n in unknown}
+    said = ", ".join(f"{n!r}" + (f" (did you mean {m[0]!r}?)" if m else "") for n, m in near.items())
+    return f"{owner} names {said}: not a strategy field; the fields: {', '.join(fields)}"
 
 
 BATCH_ARGUMENTS = ("batch_size", "seq_len", "step", "seed")

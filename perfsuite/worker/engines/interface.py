@@ -41,6 +41,7 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
+from perfsuite.core.project_code import not_strategy_fields
 from perfsuite.core.spec import CaseSkipped, CaseSpec
 from perfsuite.core.strategies import Strategy
 
@@ -180,9 +181,9 @@ def refuse_unless(strategy: Strategy, applied: Collection[str], engine: str) -> 
     those in ``applied``, which the engine reads and applies; its name and description are not fields."""
     vanilla = Strategy(name=strategy.name)
     ignored = {"name", "description", "batch_size", *applied}
-    unknown = set(applied) - {f.name for f in dataclasses.fields(Strategy)}
-    if unknown:
-        raise ValueError(f"refuse_unless: {', '.join(sorted(unknown))} are not fields of Strategy")
+    problem = not_strategy_fields(f"{engine}.applies", [str(name) for name in applied])
+    if problem is not None:
+        raise ValueError(problem)
     changed = [
         f"{f.name}={getattr(strategy, f.name)!r}"
         for f in dataclasses.fields(Strategy)
