@@ -186,3 +186,17 @@ def test_a_watched_profile_step_has_the_same_peak_and_sees_the_models_library(st
     assert watched == plain
     assert watch.complete
     assert watch.ran()["packages"][0]["python_calls"] > 0
+
+
+def test_memtrackers_advice_for_a_module_run_twice_is_said_in_the_steps_terms() -> None:
+    """A step that calls the model's modules itself, once per micro-batch, never runs the model's forward
+    (before which perfsuite clears MemTracker's per-module figures): torch's advice, reset_mod_stats, is
+    perfsuite's to follow, so the record says what the step can do instead (measured: a team's step that
+    called before_micro_batch() as told got its peak)."""
+    from perfsuite.worker.measure import _followed
+
+    said = _followed(NotImplementedError("MemTracker does not support memory tracking for multiple iterative calls."))
+    assert said.startswith("a module of the model ran again in one step with no forward of the model itself")
+    assert "call before_micro_batch() before each micro-batch" in said
+    assert "reset_mod_stats" not in said
+    assert _followed(RuntimeError("other")) == "RuntimeError: other"

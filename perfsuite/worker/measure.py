@@ -135,6 +135,20 @@ def _model_and_optimizer_tensors(trainer: Driven) -> list[torch.Tensor]:
     return [t.to_local() if isinstance(t, DTensor) else t for t in tensors]
 
 
+def _followed(exc: Exception) -> str:
+    """What stopped MemTracker, in the terms of a project's step where it is one's doing: its advice
+    (``reset_mod_stats``) is what perfsuite does before each forward of ``model`` or each
+    ``before_micro_batch`` call, which a step that calls the model's modules itself never reaches."""
+    if "multiple iterative calls" in str(exc):
+        return (
+            "a module of the model ran again in one step with no forward of the model itself between, nor a "
+            "before_micro_batch() call (perfsuite clears MemTracker's per-module figures at either): call the "
+            "model, model(...), once per micro-batch, or take step(before_micro_batch=None, within=None) and call "
+            "before_micro_batch() before each micro-batch (docs/engines.md)"
+        )
+    return f"{type(exc).__name__}: {exc}"
+
+
 @contextlib.contextmanager
 def frozen_parameters_take_no_grad_hooks() -> Iterator[None]:
     """Let MemTracker follow a model with frozen parameters (LoRA, partial fine-tuning).
@@ -242,7 +256,7 @@ def memory_breakdown(
         snapshot = tracker.get_tracker_snapshot("peak")
     except Exception as exc:  # report the gap, keep the case's other figures
         trainer.optimizer.zero_grad(set_to_none=True)  # drop a half-accumulated step's gradients
-        return {"error": f"MemTracker could not follow this step: {type(exc).__name__}: {exc}"}
+        return {"error": f"MemTracker could not follow this step: {_followed(exc)}"}
     device_type = trainer.device_type
     per_device = {str(dev): snap for dev, snap in snapshot.items()}
     snap = next((s for dev, s in snapshot.items() if torch.device(dev).type == device_type), None)
