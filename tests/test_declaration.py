@@ -107,6 +107,9 @@ def test_a_declaration_puts_exactly_its_cases_in_the_matrix(project: Path) -> No
         2,
         16,
     )
+    # Undescribed: its parts' descriptions and what it sets itself (not its own name, as a part).
+    parts = " + ".join(STRATEGIES[name].description for name in ("bf16", "grad_ckpt"))
+    assert recipe.description == f"{parts} (grad_accum_steps=2, batch_size=16)"
     # The case carries what it resolved: a worker needs no registry.
     spec = CaseSpec(model="acme-tiny", strategy="acme-recipe")
     assert spec.model_spec is tiny

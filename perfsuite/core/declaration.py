@@ -373,7 +373,10 @@ def _load_strategy(path: Path, name: str, table: dict[str, Any]) -> None:
     try:
         parts = [resolve(part) for part in parts_named]
         own = Strategy(name=name, **fields)
-        strategy = compose(*parts, own, name=name, description=own.description) if parts else own
+        # Undescribed: its parts' descriptions and the fields it sets itself, not its own name among them.
+        set_here = ", ".join(f"{k}={v!r}" for k, v in fields.items() if k != "description")
+        said = " + ".join(p.description or p.name for p in parts) + (f" ({set_here})" if set_here else "")
+        strategy = compose(*parts, own, name=name, description=own.description or said) if parts else own
     except (TypeError, ValueError) as exc:
         raise DeclarationError(f"{path}: {key}: {exc}") from None
     register_strategy(strategy, source=f"{path}: {key}")

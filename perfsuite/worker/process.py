@@ -168,9 +168,13 @@ def _describe_error(exc: BaseException) -> str:
 
     if isinstance(exc, DeclarationError):  # a project's code that is not what it declared: the line says where
         return str(exc)
+    from perfsuite.core.spec import NonFiniteLoss
+
     name = type(exc).__name__
     if "OutOfMemory" in name or "out of memory" in str(exc).lower():
         return f"out of memory: {exc}"
+    if isinstance(exc, NonFiniteLoss):  # perfsuite's check of what the step returned: where it checked says nothing
+        return f"{name}: {exc}, as the case's step returned it"
     return f"{name}: {exc}{raised_at(exc)}"
 
 
