@@ -84,9 +84,24 @@ def test_the_cause_is_in_summary_md_s_first_screen(tmp_path: Path) -> None:
     assert "| tiny-bert-vanilla | regressed [1] |" in text
     assert text.endswith(  # under the table: what the verdicts mean at this comparison's floor
         "\n\nTime: *slower* (or *faster*) where B/A's interval at 0.95 lies above 1 (below) and its estimate is 3.0% "
-        "or more off, at pairs 1; *same* where its interval at 0.95 lies within ±3.0%; *undecided* otherwise, after "
-        "at most 1 pairs, its interval the change it could not rule out.\n"
+        "or more off, at pair 1; *same* where its interval at 0.95 lies within ±3.0%; *undecided* otherwise, after "
+        "at most 1 pair, its interval the change it could not rule out.\n"
     )
+    assert "A call is named by the innermost" not in text  # comparing environments: no code of the project's changed
+
+
+def test_a_call_named_by_a_frame_the_change_did_not_touch_says_where_the_change_is(tmp_path: Path) -> None:
+    """Comparing the project's own code: the extra aten::mm calls are named by acme/train.py:step, which
+    did not change (the hook did): said, so that a reader looks at the change, not at the frame."""
+    payload = _payload(tmp_path)
+    hook = {"file": "acme/hooks.py", "name": "slow_hook", "lines": [None, 9]}
+    payload["changed_code"] = {"files": ["acme/hooks.py"], "functions": [hook], "same": []}
+    assert (
+        "\nA call is named by the innermost Python frame that made it: acme/train.py:step did not change; it is "
+        "where code that did (acme/hooks.py:slow_hook) ran them.\n" in markdown(payload)
+    )
+    payload["changed_code"]["files"] = ["acme/hooks.py", "acme/train.py"]  # the frame's file changed too
+    assert "A call is named by the innermost" not in markdown(payload)
     from perfsuite.reports.ab import reading
 
     every = reading({"cap": 60, "floor": 0.03, "confidence": 0.99875, "alarms": []})

@@ -10,8 +10,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from perfsuite.core.changed_code import ChangedCode
 from perfsuite.core.explain import profile, profile_lines, tensors
 from perfsuite.core.explain.explanation import Explanation
+from perfsuite.core.explain.frames import python_parts, short
 from perfsuite.core.explain.profile import LEVEL_NAMES
 
 MiB = 2**20
@@ -54,7 +56,30 @@ def markdown_causes(payload: Mapping[str, Any]) -> list[str]:
     for number, (case, explanation) in enumerate(found, 1):  # numbered as the table marks them
         out.append(f"- [{number}] `{case}` ({verdicts.get(case, '?')}):")
         out += [f"  - {_md(line)}" for line in explanation.lines() or ["nothing differs beyond the profiles' noise"]]
-    return [*out, ""]
+    return [*out, *(_md(line) for line in innermost_note(payload, found)), ""]
+
+
+def innermost_note(payload: Mapping[str, Any], found: Sequence[tuple[str, Explanation]]) -> list[str]:
+    """Comparing the project's own code: where an op's changed calls are named by a frame in a file the
+    change did not touch (the model's forward, under a changed step), a line saying that the frame
+    named is where the calls ran, and which functions did change; ``[]`` otherwise."""
+    changed = ChangedCode.from_json(payload.get("changed_code"))
+    if changed is None or not changed.functions:
+        return []
+    untouched = []
+    for _, explanation in found:
+        for change in explanation.time.changes if explanation.time is not None else ():
+            for source in change.sources:
+                parts = python_parts(source.frame)
+                if parts is not None and not any(f"/{parts[0]}".endswith(f"/{name}") for name in changed.files):
+                    untouched.append(short(source.frame))
+    if not untouched:
+        return []
+    touched = ", ".join(f.label for f in changed.functions[:3]) + (" and more" if len(changed.functions) > 3 else "")
+    return [
+        f"A call is named by the innermost Python frame that made it: {', '.join(dict.fromkeys(untouched))} did not "
+        f"change; it is where code that did ({touched}) ran them."
+    ]
 
 
 def html_causes(payload: Mapping[str, Any], out_dir: Path | None = None) -> str:
