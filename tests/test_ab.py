@@ -343,13 +343,15 @@ def test_a_sides_server_builds_and_loads_cpu_adam_in_that_sides_own_directory(
     python = tmp_path / "python"
     python.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")
     python.chmod(0o755)
-    side = Side("base", Env(label="fake", python=str(python)), server_env={"SEEN": "this side's"}, probed=["k"])
+    env = Env(label="fake", python=str(python), pins=("huggingface_hub==0.36.2",))
+    probed = ["k", "huggingface-hub", "K"]  # the other side's pins: each once, however spelled
+    side = Side("base", env, server_env={"SEEN": "this side's"}, probed=probed)
     assert side.run({"model": "tiny-bert", "strategy": "vanilla"}, 60.0).ok
     side.close()
     asked = [json.loads(line) for line in requests.read_text().splitlines()]
     assert [a["op"] for a in asked] == ["probe", "environ", "run", "exit"]
     assert asked[0]["seen"] == "this side's"  # the server's environment, from the start
-    assert asked[0]["names"] == ["k"]  # what the other side pins
+    assert asked[0]["names"] == ["huggingface_hub", "k"]  # its own pins as spelled, then the other side's
     assert asked[1]["env"] == {"TORCH_EXTENSIONS_DIR": side.extensions}
     assert asked[2]["env"] == {"TORCH_EXTENSIONS_DIR": side.extensions}
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "elsewhere")  # restored after

@@ -389,4 +389,5 @@ def test_a_refresh_timed_on_a_busy_machine_records_no_time(tmp_path: Path) -> No
     said, status = stage([0.02, 0.23, 0.04])
     assert status == "refused"
     assert said is not None
-    assert said.startswith("step time not recorded: the machine was busy: its steps or calibration waited for a CPU 23")
+    assert said.startswith("the machine was busy: its steps or calibration waited for a CPU 23% of the time")
+    assert said.endswith("such waiting moves a step's time by as much: refresh it again when the machine is quiet")

@@ -120,6 +120,12 @@ def test_a_time_read_on_a_busy_machine_is_not_gated_and_says_why() -> None:
     assert "waited for a CPU 23% of the time they were runnable, more than its tolerance ±15.0%" in busy.message
     # A failure is no more trusted than a pass: -30% read while busy is not gated either.
     assert not check_time("c", _baseline(), _observed(time=2.8, waited=0.23), tol, "cpu").compared
+    # Nor is a busy reading evidence of the session's drift, which every other case is gated against.
+    from perfsuite.core.gates import time_change
+
+    assert time_change(_baseline(), dataclasses.replace(slower, waited=0.23)) == pytest.approx(0.1)
+    assert time_change(_baseline(), dataclasses.replace(slower, waited=0.23), tol) is None
+    assert time_change(_baseline(), dataclasses.replace(slower, waited=0.13), tol) == pytest.approx(0.1)
 
 
 def test_memory_is_tight_and_two_sided_per_category() -> None:
@@ -487,3 +493,35 @@ def test_sizes_and_pairs_of_sizes_read_in_a_unit_that_shows_them() -> None:
     assert format_byte_range(2**20, 2**20 + 2048) == "1,024.0 → 1,026.0 KiB"  # the unit of the change
     assert format_byte_range(4096, 4096) == "4.0 → 4.0 KiB"  # no change: the unit of the size
     assert format_byte_range(2**30, 2**30 + 500) == "1,024.00 → 1,024.00 MiB"  # not ten-digit byte counts
+
+
+@pytest.mark.parametrize(
+    ("reads", "verdict"),
+    [
+        pytest.param(["+20", "busy", "+2", "+3"], "+3.0%", id="a burst is no vote: one fail, two passes"),
+        pytest.param(["+20", "busy", "+2", "+21"], "+21.0%", id="one fail, a burst, a pass, a fail"),
+        pytest.param(["busy", "+2"], "+2.0%", id="a busy first run, then a quiet pass, as a first run"),
+        pytest.param(["busy", "+20", "+21"], "+21.0%", id="a busy first run, then two fails"),
+        pytest.param(["busy"] * 5, "machine busy", id="busy throughout: twice the budget, then not gated"),
+        pytest.param(["+20", "+2", "+3"], "+3.0%", id="no burst: as before"),
+    ],
+)
+def test_a_time_read_on_a_busy_machine_is_run_again_and_is_no_vote(reads: list[str], verdict: str) -> None:
+    from perfsuite.core.check import Check
+    from perfsuite.core.gates import Outcome
+    from perfsuite.session import gating
+
+    def checks(read: str) -> list[Check]:
+        if read == "busy":
+            return [Check("step time", True, "4", "4.4", "machine busy", "±15.0%", "busy", compared=False)]
+        change = float(read) / 100
+        ok = abs(change) <= 0.15
+        return [Check("step time", ok, "4", "4.4", f"{change:+.1%}", "±15.0%", "" if ok else "slow", rel=change)]
+
+    later = iter(reads[1:])
+    outcome = Outcome(case="c", status="")
+    outcome.checks = checks(reads[0])
+    tol = Tolerance(time_retries=2, time_retry_pause_s=0)
+    gating._retry_time(tol, outcome, checks, lambda: (None, next(later)))  # type: ignore[arg-type,return-value]
+    assert outcome.time_attempts == [checks(read)[0].change for read in reads]  # every read taken, no more
+    assert outcome.checks[0].change == verdict

@@ -73,8 +73,18 @@ def test_contention_is_the_median_share_of_runnable_time_spent_waiting_for_a_cpu
     does not), the median over the runs, as the gated time is a median: one spoiled step moves neither."""
     from perfsuite.worker import cpu_threads
 
-    # Three steps: 10%, 10% and 90% of their runnable time waiting.
-    reads = iter([(0, 0), (900, 100), (900, 100), (1_800, 200), (1_800, 200), (1_900, 1_100)])
+    # Three steps: 10%, 10% and 90% of their runnable time waiting; a thread that ends during the
+    # second (7) and one that begins during the third (9) are left out of it.
+    reads = iter(
+        [
+            {1: (0, 0)},
+            {1: (900, 100)},
+            {1: (900, 100), 7: (5_000, 0)},
+            {1: (1_800, 200)},
+            {1: (1_800, 200)},
+            {1: (1_900, 1_100), 9: (0, 9_000)},
+        ]
+    )
     monkeypatch.setattr(cpu_threads, "_process_sched", lambda: next(reads))
     threads = iter([(0, 0), (300, 300)])  # the calibration: half its time waiting
     monkeypatch.setattr(cpu_threads, "_thread_sched", lambda: next(threads))

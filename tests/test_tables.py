@@ -242,9 +242,25 @@ def test_the_first_line_says_what_the_gates_catch() -> None:
     # Timed on a busy machine: counted as not gated, and why, not as a gate that catches 15%.
     line = verdict(["passed"] * 2, [TimeCheck(True, cls, 0.15), TimeCheck(False, cls, None, busy=True)])
     assert line.startswith(
-        "perfsuite: passed: 2 passed; step time NOT gated for 1 of 2 (timed while the machine was busy (their "
-        "steps waited for a CPU longer than their tolerance); memory and loss were gated): compare two stacks"
+        "perfsuite: passed: 2 passed; step time NOT gated for 1 of 2 (timed while the machine was busy, their "
+        "steps or calibration waiting for a CPU longer than their tolerance: run them again when it is quiet; "
+        "memory and loss were gated): compare two stacks"
     )
     assert line.endswith("; of those gated: 1 of 1 catch a change of 15% or less")
     line = verdict(["passed"] * 2, [TimeCheck(False, "intel", None), TimeCheck(False, cls, None, busy=True)])
     assert "(1 with no baseline figures for this machine's time class intel; 1 timed while the machine" in line
+
+
+def test_a_time_read_on_a_busy_machine_says_so_in_its_row_and_in_the_first_line() -> None:
+    from types import SimpleNamespace
+
+    from perfsuite.core.check import BUSY, Check
+    from perfsuite.reports.tables import gate_text
+
+    time = Check("step time", True, "4.0×", "4.4×", BUSY, "±15.0%", "c: step time not gated: busy", compared=False)
+    record = CaseRecord.from_json({"model": "tiny-bert", "strategy": "vanilla", "status": "ok", "time_class": "x"}, "r")
+    outcome = SimpleNamespace(case="tiny-bert-vanilla", status="passed", checks=[time], records=[record], message="")
+    text = gate_text([outcome], refresh=False)
+    assert "step time NOT gated for 1 of 1 (timed while the machine was busy" in text.splitlines()[0]
+    assert "time not compared: the machine was busy (it waited for a CPU)" in text.replace("\n", " ")
+    assert "no figure for this time class" not in text

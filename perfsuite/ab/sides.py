@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from perfsuite.ab.envs import Env, EnvError
 from perfsuite.core.cache import cache_root
@@ -85,7 +86,12 @@ class Side:
                 cwd=env.cwd,
             )
         # What it pins, and ``probed`` (what the other side pins): a package one side adds is read on both.
-        names = list(dict.fromkeys([*(Requirement(pin).name for pin in env.pins), *probed]))
+        names = [Requirement(pin).name for pin in env.pins]  # as pinned: check_pins reads them so
+        known = {canonicalize_name(name) for name in names}
+        for name in probed:  # what the other side pins, each once however it is spelled
+            if canonicalize_name(name) not in known:
+                names.append(name)
+                known.add(canonicalize_name(name))
         try:
             self.probe: dict[str, Any] = self._ask({"op": "probe", "names": names})["probe"]
             self.extensions = extensions_dir(self.probe["libraries"])

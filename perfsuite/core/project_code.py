@@ -176,7 +176,7 @@ def engine_step_problem(definition: Definition) -> str | None:
     for node in definition.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "step":
             if node.decorator_list:
-                return None
+                return _applies_problem(definition)
             args = node.args
             positional = args.posonlyargs + args.args
             first_default = len(positional) - len(args.defaults)

@@ -263,7 +263,7 @@ def gate_runs(results: Results, baselines: Path, settings: Mapping[str, Any] | N
 
     changes: dict[str, list[float]] = {}
     for case, base, observed, tolerance, _ in ready:
-        change = time_change(base, observed)
+        change = time_change(base, observed, tolerance)
         if tolerance.time_drift_limit > 0 and change is not None:
             changes.setdefault(group(case), []).append(change)
     drifts = {name: estimate(name, values) for name, values in changes.items()}

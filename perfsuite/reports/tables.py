@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from perfsuite.core.check import BUSY, UNTIMED, Check, TimeCheck
+from perfsuite.core.check import BUSY, BUSY_NOTE, UNTIMED, Check, TimeCheck
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.stats import percent_of
 from perfsuite.core.tolerance import GATE_SENSITIVE
@@ -182,9 +182,11 @@ def _gate_cells(outcome: Any) -> list[str]:
     failing = [c for c in outcome.checks if not c.ok and c.compared]
     notes = [f"{c.metric} out of tolerance" for c in failing]
     if time is not None and not time.compared:
-        why = {"not gated": "not gated (--perfsuite-time=off)", UNTIMED: "too noisy on this time class"}.get(
-            time.change, "no figure for this time class"
-        )
+        why = {
+            "not gated": "not gated (--perfsuite-time=off)",
+            UNTIMED: "too noisy on this time class",
+            BUSY: BUSY_NOTE,
+        }.get(time.change, "no figure for this time class")
         notes.insert(0, f"time not compared: {why}")
     if loss is not None and not loss.compared:
         notes.insert(0, "loss not compared: other initial weights")
@@ -289,7 +291,8 @@ def verdict(statuses: Sequence[str], time_checks: Sequence[TimeCheck], unbaselin
     if busy:
         why.append(
             (f"{busy} " if several else "")
-            + "timed while the machine was busy (their steps waited for a CPU longer than their tolerance)"
+            + "timed while the machine was busy, their steps or calibration waiting for a CPU longer than their "
+            "tolerance: run them again when it is quiet"
         )
     # --missing leaves out the cases too noisy here: a refresh keeps their classes untimed.
     record = "record them here with `perfsuite baselines refresh --missing`, or " if missing else ""

@@ -108,7 +108,7 @@ class RefreshStager:
         waited = max((o.waited for o in observations if o.waited is not None), default=None)
         limit = tolerance.time_tolerance(new["time"][time_class]["spread"])
         if self.gate_time and noisy is None and (blind := busy(waited, limit)) is not None:
-            reasons.append(f"step time not recorded: {blind}")  # every later run would be gated against it
+            reasons.append(f"{blind}: refresh it again when the machine is quiet")  # later runs are gated against it
         if reasons:
             outcome.status = "refused"
             return "; ".join(reasons)

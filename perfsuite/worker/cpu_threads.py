@@ -26,9 +26,9 @@ BUSY_SHARE = 0.10
 _TASKS = Path("/proc/self/task")
 
 
-def _cpu_ns() -> dict[int, tuple[str, int, int]] | None:
-    """Each thread's name, nanoseconds on a CPU so far and nanoseconds it waited, runnable, for one
-    (schedstat's first two fields), ``None`` where ``/proc`` has no schedstat."""
+def _cpu_ns(named: bool = True) -> dict[int, tuple[str, int, int]] | None:
+    """Each thread's name (``""`` unless ``named``), nanoseconds on a CPU so far and nanoseconds it
+    waited, runnable, for one (schedstat's first two fields), ``None`` where ``/proc`` has no schedstat."""
     found: dict[int, tuple[str, int, int]] = {}
     try:
         tasks = list(_TASKS.iterdir())
@@ -37,7 +37,7 @@ def _cpu_ns() -> dict[int, tuple[str, int, int]] | None:
     for task in tasks:
         try:
             ran, waited = (int(field) for field in (task / "schedstat").read_text().split()[:2])
-            name = (task / "comm").read_text().strip()
+            name = (task / "comm").read_text().strip() if named else ""
         except (OSError, ValueError, IndexError):
             continue  # a thread that ended between the listing and the read
         found[int(task.name)] = (name, ran, waited)
@@ -94,10 +94,10 @@ def waited_share(threads: list[dict[str, Any]]) -> float:
     return waited / (ran + waited) if ran + waited > 0 else 0.0
 
 
-def _process_sched() -> tuple[int, int] | None:
-    """This process's threads' nanoseconds on a CPU and waiting for one so far, summed."""
-    found = _cpu_ns()
-    return None if found is None else (sum(r for _, r, _ in found.values()), sum(w for _, _, w in found.values()))
+def _process_sched() -> dict[int, tuple[int, int]] | None:
+    """Each thread's nanoseconds on a CPU and waiting for one so far (no names: half the reads)."""
+    found = _cpu_ns(named=False)
+    return None if found is None else {tid: (ran, waited) for tid, (_, ran, waited) in found.items()}
 
 
 def _thread_sched() -> tuple[int, int] | None:
@@ -130,11 +130,22 @@ class Contention:
         if ran + waited > 0:
             into.append(waited / (ran + waited))
 
-    def step_starts(self) -> tuple[int, int] | None:
+    def step_starts(self) -> dict[int, tuple[int, int]] | None:
         return _process_sched()
 
-    def step_ended(self, started: tuple[int, int] | None) -> None:
-        self._add(self._steps, started, _process_sched())
+    def step_ended(self, started: dict[int, tuple[int, int]] | None) -> None:
+        """The step's waiting over the threads there at both reads (one that ended, or began, in between
+        would add its whole life's)."""
+        ended = _process_sched()
+        if started is None or ended is None:
+            self._add(self._steps, None, None)
+            return
+        both = started.keys() & ended.keys()
+        self._add(
+            self._steps,
+            (sum(started[t][0] for t in both), sum(started[t][1] for t in both)),
+            (sum(ended[t][0] for t in both), sum(ended[t][1] for t in both)),
+        )
 
     def calibrated(self, run_once: Any) -> float:
         """``run_once()`` (the workload, in the thread that runs it), its waiting counted."""

@@ -23,6 +23,10 @@ from perfsuite.worker.build import Built, build, check_runnable
 from perfsuite.worker.record import Timed, case_record
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from perfsuite.worker.calibrate import Calibration
+    from perfsuite.worker.cpu_threads import Contention
     from perfsuite.worker.reach import Watch
 
 
@@ -81,6 +85,13 @@ def train(spec: CaseSpec, *, rank: int = 0, world_size: int = 1) -> RecordJson:
     return case_record(spec, built, timed, rank=rank, world_size=world_size)
 
 
+def _calibrate(calibration: Calibration, contention: Contention | None) -> Callable[[], float]:
+    """One run of the calibration workload, its waiting for a CPU counted where ``contention`` reads it."""
+    if contention is None:
+        return calibration.run_once
+    return lambda: contention.calibrated(calibration.run_once)
+
+
 def _steps(spec: CaseSpec, built: Built, watch: Watch | None) -> Timed:
     from perfsuite.worker import flop_cache, measure
     from perfsuite.worker.calibrate import Calibration
@@ -127,21 +138,23 @@ def _steps(spec: CaseSpec, built: Built, watch: Watch | None) -> Timed:
     device.reset_peak_memory()
     threads = ThreadWindow()  # which threads ran while steps were timed (read at the two ends only)
     threads.start()
-    contention = Contention()  # read between the timed steps and the calibrations, never within one
+    # Read between the timed steps and the calibrations, never within one; a GPU's time is its kernels'.
+    contention = None if device.is_accelerator else Contention()
     timer = device.timer()
     for _ in range(spec.steps):
         if calibration is not None:
-            out.calibrations.append(engine.in_training_thread(lambda: contention.calibrated(calibration.run_once)))
-        started = contention.step_starts()
+            out.calibrations.append(engine.in_training_thread(_calibrate(calibration, contention)))
+        started = contention.step_starts() if contention is not None else None
         timer.start()
         out.timed.append(engine.step())
         timer.stop()
-        contention.step_ended(started)
+        if contention is not None:
+            contention.step_ended(started)
     if calibration is not None:
-        out.calibrations.append(engine.in_training_thread(lambda: contention.calibrated(calibration.run_once)))
+        out.calibrations.append(engine.in_training_thread(_calibrate(calibration, contention)))
     out.step_times = timer.elapsed()
     out.threads = threads.stop()
-    if out.threads is not None:
+    if out.threads is not None and contention is not None:
         out.threads["contention"] = contention.shares()
     out.allocator_peaks = device.peak_memory()
     phase("timed")
