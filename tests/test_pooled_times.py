@@ -5,6 +5,7 @@ writing the time entry only, memory and loss untouched."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import statistics
@@ -442,3 +443,17 @@ def test_sessions_are_named_by_their_path_below_the_files_common_directory(tmp_p
     assert _short_names(flat) == ["push-1.json", "push-2.json", "push-3.json"]
     artifacts = files(*(tmp_path / "sessions" / run / "perfsuite.json" for run in ("101", "102", "103")))
     assert _short_names(artifacts) == ["101/perfsuite.json", "102/perfsuite.json", "103/perfsuite.json"]
+
+
+def test_a_session_timed_on_a_busy_machine_is_not_pooled() -> None:
+    """A pooled time gates every later run, as a refresh's does: a session whose run of the case waited
+    for a CPU longer than its gate refuses the case's pool, saying which and why."""
+    sessions = _sessions([1.0, 1.02, 0.99])
+    reading = sessions[1].readings["tiny-bert-vanilla"]
+    busy = dataclasses.replace(reading.observed, waited=0.4)
+    sessions[1].readings["tiny-bert-vanilla"] = dataclasses.replace(reading, observed=busy)  # type: ignore[index]
+    cases = {c.case: c for c in pool(sessions, _targets(), CLASS).cases}
+    refused = str(cases["tiny-bert-vanilla"].refused)
+    assert refused.startswith("s2: the machine was busy: its steps or calibration waited for a CPU 40% of the time")
+    assert refused.endswith(": pool sessions of a quiet machine")
+    assert all(c.refused is None for name, c in cases.items() if name != "tiny-bert-vanilla")

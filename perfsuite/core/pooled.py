@@ -35,7 +35,7 @@ from typing import Any
 
 from perfsuite.core.baselines import robust_spread, set_aside, step_medians
 from perfsuite.core.drift import Drift, estimate
-from perfsuite.core.gates import compare, time_change
+from perfsuite.core.gates import busy, compare, time_change
 from perfsuite.core.observation import Observation
 from perfsuite.core.pooled_trend import Trend, host_trend
 from perfsuite.core.stats import paired_change
@@ -176,6 +176,11 @@ def _differs(case_id: str, session: Session, target: Target, reading: Reading) -
         )
     if not _positive(reading.observed):
         return f"{session.name}'s step times are not all finite and above 0"
+    limit = target.tolerance.time_tolerance(
+        (target.stored.get("time") or {}).get(reading.observed.time_class, {}).get("spread")
+    )
+    if (blind := busy(reading.observed.waited, limit)) is not None:  # a pooled time gates every later run
+        return f"{session.name}: {blind}: pool sessions of a quiet machine"
     checks = compare(
         case_id, target.stored, reading.observed, target.tolerance, hardware=target.hardware, gate_time=False
     )
