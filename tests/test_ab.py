@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -93,6 +94,22 @@ def test_a_cuda_torch_is_told_by_what_torch_would_become(
     else:
         with pytest.raises(EnvError, match=re.escape(refused)):
             resolve(asked)
+
+
+@pytest.mark.parametrize("raised", [subprocess.TimeoutExpired(["uv"], 600), FileNotFoundError("uv")])
+def test_uv_that_hangs_or_is_gone_is_a_side_that_cannot_be_set_up(
+    monkeypatch: pytest.MonkeyPatch, raised: Exception
+) -> None:
+    from perfsuite.ab import envs
+
+    def run(*args: object, **kwargs: object) -> None:
+        raise raised
+
+    monkeypatch.setattr(subprocess, "run", run)
+    asked = parse_env("transformers==4.57.6", name="base")
+    assert isinstance(asked, list)
+    with pytest.raises(EnvError, match=r"^transformers==4\.57\.6: uv could not resolve it: "):
+        envs.resolve(asked)
 
 
 def test_with_holds_packages_on_every_side(monkeypatch: pytest.MonkeyPatch) -> None:

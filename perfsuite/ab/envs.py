@@ -169,6 +169,8 @@ def resolve(requirements: list[Requirement], *, python: str = sys.executable) ->
             timeout=600,
             check=False,
         )
+    except (subprocess.TimeoutExpired, OSError) as exc:  # uv hung on the index, or is gone
+        raise EnvError(f"{', '.join(asked.values())}: uv could not resolve it: {exc}") from None
     finally:
         Path(handle.name).unlink(missing_ok=True)
     if done.returncode != 0:

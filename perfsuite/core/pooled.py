@@ -300,15 +300,16 @@ def _against_stored(case_id: str, sessions: Sequence[Session], target: Target) -
     changes = {}
     for i, session in enumerate(sessions):
         reading = session.readings.get(case_id)
-        change = None if reading is None else safe_change(target.stored, reading.observed)
+        # A busy reading is no evidence of its session's drift (nor pooled: :func:`_differs`).
+        change = None if reading is None else safe_change(target.stored, reading.observed, target.tolerance)
         if change is not None:
             changes[i] = change
     return changes
 
 
-def safe_change(stored: Mapping[str, Any], observed: Observation) -> float | None:
+def safe_change(stored: Mapping[str, Any], observed: Observation, tol: Tolerance | None = None) -> float | None:
     """:func:`perfsuite.core.gates.time_change`, ``None`` where a step time is not above 0."""
-    return time_change(stored, observed) if _positive(observed) else None
+    return time_change(stored, observed, tol) if _positive(observed) else None
 
 
 def _positive(observed: Observation) -> bool:
