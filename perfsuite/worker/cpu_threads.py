@@ -57,41 +57,27 @@ class ThreadWindow:
         self._wall = time.perf_counter()
 
     def stop(self) -> dict[str, Any] | None:
-        """``{"window_s", "busy", "waited", "threads": [{"tid", "name", "cpu_s", "share", "waited_s"}]}``
-        (threads that ran at all, busiest first), or ``None`` without ``/proc``. ``waited``: the share of
-        the time its threads were runnable that they waited for a CPU (:func:`waited_share`)."""
+        """``{"window_s", "busy", "threads": [{"tid", "name", "cpu_s", "share"}]}`` (threads that ran
+        at all, busiest first), or ``None`` without ``/proc``."""
         wall = time.perf_counter() - self._wall
         end = _cpu_ns()
         if self._start is None or end is None or wall <= 0:
             return None
         threads: list[dict[str, Any]] = []
         python_names = {t.native_id: t.name for t in threading.enumerate()}  # MainThread, hf-trainer...
-        for tid, (name, ran, waited) in end.items():
-            # A thread started inside the window: all its time.
-            _, ran_before, waited_before = self._start.get(tid, (name, 0, 0))
-            cpu_s = (ran - ran_before) / 1e9
+        for tid, (name, ran, _) in end.items():
+            before = self._start.get(tid, (name, 0, 0))[1]  # a thread started inside the window: all its time
+            cpu_s = (ran - before) / 1e9
             if cpu_s > 0:
                 name = python_names.get(tid, name)  # else the OS's: a native pool's (OpenMP, BLAS) has none
-                waited_s = (waited - waited_before) / 1e9
-                threads.append({"tid": tid, "name": name, "cpu_s": cpu_s, "share": cpu_s / wall, "waited_s": waited_s})
+                threads.append({"tid": tid, "name": name, "cpu_s": cpu_s, "share": cpu_s / wall})
         threads.sort(key=lambda t: -float(t["cpu_s"]))
         self.result = {
             "window_s": wall,
             "busy": sum(1 for t in threads if float(t["share"]) >= BUSY_SHARE),
-            "waited": waited_share(threads),
             "threads": threads,
         }
         return self.result
-
-
-def waited_share(threads: list[dict[str, Any]]) -> float:
-    """Of the time the window's threads were runnable (on a CPU, or ready and waiting for one), the share
-    they waited: 0 on a machine with a core free for each, more where something else held the cores
-    (another job, a neighbour's burst) and the steps timed stood still. A steady load the calibration
-    workload shares cancels out of a calibrated time; a burst does not, and this is what tells it."""
-    ran = sum(float(t["cpu_s"]) for t in threads)
-    waited = sum(float(t.get("waited_s", 0.0)) for t in threads)
-    return waited / (ran + waited) if ran + waited > 0 else 0.0
 
 
 def _process_sched() -> dict[int, tuple[int, int]] | None:
