@@ -166,6 +166,8 @@ INIT = [
     (["--dir", "{tmp}/file.txt"], "--dir: {tmp}/file.txt: not a directory"),
 ]
 AB = [
+    # An option is spelled whole: a prefix becomes ambiguous the day another option starts the same way.
+    (["--base", "current", "--cand", "current"], "unrecognized arguments: --cand current"),
     (["--base", "nothing", "--candidate", "current"], "--base 'nothing': neither an interpreter"),
     (["--base", "current", "--candidate", "{tmp}/none/python"], "--candidate '{tmp}/none/python': neither"),
     (["--base", "current", "--candidate", "{tmp}/file.txt"], "not executable; give a Python interpreter"),

@@ -234,6 +234,16 @@ def test_other_files_are_not_pin_files() -> None:
     assert not is_pin_file("sub/pins-3.txt", ["pins-?.txt"])
 
 
+def test_a_pin_files_glob_that_names_no_file_is_refused(repo: Path) -> None:
+    """A typo in ``--pin-files`` would read nothing: the bump of the file it meant would be "no pin file changed"."""
+    _bump(repo, {".github/gpu-pinned.txt": "torch==2.5.0\n"}, {".github/gpu-pinned.txt": "torch==2.6.0\n"})
+    assert upgrade("HEAD~1..HEAD", repo, [".github/gpu-pinned.txt"]).files == (".github/gpu-pinned.txt",)
+    assert upgrade("HEAD~1..HEAD", repo, [".github/*.txt"]).files == (".github/gpu-pinned.txt",)
+    refused = r"^--pin-files .github/gpu-pined.txt, gpu-pinned.txt: no file at \w+ or \w+ matches"
+    with pytest.raises(PinError, match=refused):
+        upgrade("HEAD~1..HEAD", repo, [".github/gpu-pined.txt", "gpu-pinned.txt", ".github/**"])
+
+
 def test_a_package_this_environment_lacks_is_skipped_saying_so() -> None:
     found = Upgrade(
         "m", "h", "1", "2", ("uv.lock",), (Change("torch", "2.5.0", "2.6.0"), Change("pywin32", "1", "2")), ()

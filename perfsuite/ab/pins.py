@@ -214,6 +214,27 @@ def compare(base: list[Pin], head: list[Pin]) -> tuple[list[Change], list[tuple[
     return changes, skipped
 
 
+def _check_globs(repo: Path, spec: str, globs: tuple[str, ...], sides: tuple[str, str]) -> None:
+    """Each ``--pin-files`` glob names a file at BASE or HEAD: one that names none (a typo, a moved
+    file) would read nothing, and a bump of the file it meant would pass as "no pin file changed"."""
+    if not globs:
+        return
+    paths: set[str] = set()
+    for commit in sides:
+        listed = _git(repo, "ls-tree", "-r", "--name-only", "-z", commit)
+        if listed.returncode != 0:
+            reason = (listed.stderr.strip().splitlines() or ["no reason given"])[0]
+            raise PinError(f"--pins {spec}: git could not list the files at {commits.short(repo, commit)}: {reason}")
+        paths.update(f for f in listed.stdout.split("\0") if f)
+    unmatched = [g for g in globs if not any(_glob(g).fullmatch(path) for path in paths)]
+    if unmatched:
+        at = " or ".join(dict.fromkeys(commits.short(repo, c) for c in sides))
+        raise PinError(
+            f"--pin-files {', '.join(unmatched)}: no file at {at} matches "
+            f"(globs are paths from the repository's root, as GitHub's paths filters write them)"
+        )
+
+
 def upgrade(spec: str, repo: Path | None = None, extra_files: Iterable[str] = ()) -> Upgrade:
     """What ``--pins spec`` compares in the git repository around ``repo`` (the working directory)."""
     repo = repo or Path.cwd()
@@ -227,6 +248,7 @@ def upgrade(spec: str, repo: Path | None = None, extra_files: Iterable[str] = ()
     except commits.GitError as exc:
         raise PinError(str(exc)) from None
     extra = tuple(extra_files)
+    _check_globs(repo, spec, extra, (base, head))
     diff = _git(repo, "diff", "--name-only", "--no-renames", "-z", base, head, "--")
     if diff.returncode != 0:
         reason = (diff.stderr.strip().splitlines() or ["no reason given"])[0]

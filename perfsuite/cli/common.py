@@ -17,7 +17,13 @@ from perfsuite.core.spec import CaseSpec
 
 class Parser(argparse.ArgumentParser):
     """argparse, with a bad argument reported as one line (``perfsuite: error: ...``) and exit code 2,
-    not the usage block; ``--help`` shows the usage."""
+    not the usage block; ``--help`` shows the usage. An option is spelled whole: a prefix argparse would
+    accept (``--pin`` for ``--pins``) becomes ambiguous, and a CI script that used it breaks, the day
+    another option starts the same way."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("perfsuite").strip()
