@@ -64,6 +64,27 @@ def test_the_slowest_rank_sets_each_step_and_the_largest_rank_the_memory() -> No
     assert "rank" not in record
 
 
+def test_what_other_processes_took_of_the_cores_is_counted_over_every_rank() -> None:
+    """Ranks wait for each other's cores by design; another job's load is what the cores ran beside
+    all of them: rank 0's reading of the cores, less every rank's threads."""
+    ranks = [_rank(i, [1.0, 1.0], [10.0, 10.0], 500, [2.0, 1.0]) for i in range(2)]
+    for i, rank in enumerate(ranks):
+        rank["timed_threads"] = {
+            "window_s": 2.0,
+            "busy": 1,
+            "threads": [{"tid": i, "name": "MainThread", "cpu_s": 1.5, "share": 0.75}],
+            "cores": {"count": 2, "busy_s": 4.0 if i == 0 else 3.9},
+            "contention": {"steps": 0.3, "calibration": 0.2, "others": 0.9},  # its own: the other rank counted
+        }
+    window = aggregate(ranks)["timed_threads"]
+    assert window["contention"] == {"steps": 0.3, "calibration": 0.2, "others": pytest.approx(0.25)}  # (4-3)/(2*2)
+    assert window["cores"] == {"count": 2, "busy_s": 4.0}
+    ranks[1]["timed_threads"]["cores"] = None  # a rank's reading of the cores is not needed, its threads are
+    assert aggregate(ranks)["timed_threads"]["contention"]["others"] == pytest.approx(0.25)
+    ranks[0]["timed_threads"]["cores"] = None  # rank 0's is: unread
+    assert aggregate(ranks)["timed_threads"]["contention"]["others"] is None
+
+
 def test_the_loss_is_the_global_batchs_weighted_by_what_each_rank_averaged_over() -> None:
     ranks = [_rank(0, [1.0], [1.0], 1, [9.0]), _rank(1, [1.0], [1.0], 1, [9.0])]
     # One step of two micro-batches; rank 0 averaged 3 target tokens in the first, rank 1 one.

@@ -28,7 +28,7 @@ from perfsuite.core.baselines import (
     with_other_classes,
     write_json_atomic,
 )
-from perfsuite.core.observation import Observation
+from perfsuite.core.observation import Observation, Waiting
 from perfsuite.core.stats import paired_change
 from perfsuite.core.tolerance import Tolerance
 from perfsuite.session import staging
@@ -374,7 +374,7 @@ def test_a_refresh_timed_on_a_busy_machine_records_no_time(tmp_path: Path) -> No
             peak_bytes=1 << 20,
             breakdown={"parameters": 1 << 20},
             losses=[2.0, 1.9],
-            waited=waited,
+            waited=Waiting(waited),
         )
 
     def stage(waited: list[float]) -> tuple[str | None, str]:

@@ -11,7 +11,7 @@ import pytest
 from perfsuite.core.baselines import build_baseline, robust_spread, set_aside, time_spread
 from perfsuite.core.gates import category_change, check_memory, check_time, compare, is_regression
 from perfsuite.core.loss import check_loss, max_difference, side_by_side
-from perfsuite.core.observation import Observation, observe
+from perfsuite.core.observation import Observation, Waiting, observe
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.refresh import diff_rows, refusals
 from perfsuite.core.tolerance import ConfigError, Tolerance, resolve_tolerance
@@ -109,23 +109,55 @@ def test_a_time_read_on_a_busy_machine_is_not_gated_and_says_why() -> None:
     tol = Tolerance(time_floor=0.15, time_k=3)
     slower = _observed(time=4.4)  # +10%: within ±15%, a pass were the machine quiet
     assert check_time("c", _baseline(), slower, tol, "cpu").compared
-    quiet = check_time("c", _baseline(), dataclasses.replace(slower, waited=0.13), tol, "cpu")
+    quiet = check_time("c", _baseline(), dataclasses.replace(slower, waited=Waiting(0.13)), tol, "cpu")
     assert quiet.ok  # the most a quiet CPU tier waited
     assert quiet.compared
-    busy = check_time("c", _baseline(), dataclasses.replace(slower, waited=0.23), tol, "cpu")
+    busy = check_time("c", _baseline(), dataclasses.replace(slower, waited=Waiting(0.23)), tol, "cpu")
     assert busy.ok
     assert not busy.compared
     assert busy.change == "machine busy"
     assert busy.message.startswith("c: step time not gated (+10.0% read): the machine was busy: its steps or ")
     assert "waited for a CPU 23% of the time they were runnable, more than its tolerance ±15.0%" in busy.message
     # A failure is no more trusted than a pass: -30% read while busy is not gated either.
-    assert not check_time("c", _baseline(), _observed(time=2.8, waited=0.23), tol, "cpu").compared
+    assert not check_time("c", _baseline(), _observed(time=2.8, waited=Waiting(0.23)), tol, "cpu").compared
     # Nor is a busy reading evidence of the session's drift, which every other case is gated against.
     from perfsuite.core.gates import time_change
 
-    assert time_change(_baseline(), dataclasses.replace(slower, waited=0.23)) == pytest.approx(0.1)
-    assert time_change(_baseline(), dataclasses.replace(slower, waited=0.23), tol) is None
-    assert time_change(_baseline(), dataclasses.replace(slower, waited=0.13), tol) == pytest.approx(0.1)
+    assert time_change(_baseline(), dataclasses.replace(slower, waited=Waiting(0.23))) == pytest.approx(0.1)
+    assert time_change(_baseline(), dataclasses.replace(slower, waited=Waiting(0.23)), tol) is None
+    assert time_change(_baseline(), dataclasses.replace(slower, waited=Waiting(0.13)), tol) == pytest.approx(0.1)
+
+
+def test_a_multi_rank_case_is_busy_by_what_other_processes_took_of_the_cores() -> None:
+    """Its ranks wait for each other's cores by design: their waiting says nothing of another job;
+    the cores' time other processes took does."""
+    record = {
+        "model": "tiny-bert",
+        "strategy": "ddp",
+        "status": "ok",
+        "device": "cpu",
+        "time_class": CLASS,
+        "step_time_s": {"median": 0.3, "samples": [0.3] * 3},
+        "peak_memory_bytes": 1,
+        "loss": [1.0],
+        "timed_threads": {"contention": {"steps": 0.4, "calibration": 0.3, "others": 0.05}},
+    }
+    single = observe(CaseRecord.from_json(record, "record"), time_unit="s")
+    assert single.waited == Waiting(0.4)
+    ranks = observe(CaseRecord.from_json(record | {"world_size": 2}, "record"), time_unit="s")
+    assert ranks.waited == Waiting(0.05, ranks=True)
+    tol = Tolerance(time_floor=0.3)
+    assert check_time("c", _baseline(), dataclasses.replace(_observed(), waited=ranks.waited), tol, "cpu").compared
+    # Every rank waits for the one kept from its core: such a load moves their steps up to twice its share.
+    assert check_time(
+        "c", _baseline(), dataclasses.replace(_observed(), waited=Waiting(0.15, ranks=True)), tol, "cpu"
+    ).compared
+    busy = check_time("c", _baseline(), dataclasses.replace(_observed(), waited=Waiting(0.16, ranks=True)), tol, "cpu")
+    assert not busy.compared
+    assert "other processes took 16% of the cores' time while its ranks were timed, and such a load moves their " in (
+        busy.message
+    )
+    assert "steps' time by up to 2 times as much, more than its tolerance ±30.0%" in busy.message
 
 
 def test_memory_is_tight_and_two_sided_per_category() -> None:

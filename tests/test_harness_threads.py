@@ -65,6 +65,30 @@ def test_a_window_counts_a_busy_thread_and_not_a_sleeping_one() -> None:
     assert shares.get("MainThread", 0.0) < BUSY_SHARE  # it slept too
 
 
+def test_a_window_reads_what_another_process_took_of_the_cores() -> None:
+    """A process spinning beside a window in which this one sleeps took about one core of its cores."""
+    import subprocess
+
+    from perfsuite.worker.cpu_threads import others_share
+
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # it has started
+        window = ThreadWindow()
+        window.start()
+        time.sleep(1.0)
+        result = window.stop()
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert result is not None
+    cores = result["cores"]
+    assert cores is not None
+    share = others_share([result])
+    assert share is not None
+    assert 0.8 / cores["count"] <= share <= 1.0, result
+
+
 def test_contention_is_the_median_share_of_runnable_time_spent_waiting_for_a_cpu(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from perfsuite.cli import main
-from perfsuite.core.observation import Observation
+from perfsuite.core.observation import Observation, Waiting
 from perfsuite.core.pooled import MIN_SESSIONS, Reading, Session, Target, pool
 from perfsuite.core.pooled_aa import held_out
 from perfsuite.core.tolerance import Tolerance
@@ -450,7 +450,7 @@ def test_a_session_timed_on_a_busy_machine_is_not_pooled() -> None:
     for a CPU longer than its gate refuses the case's pool, saying which and why."""
     sessions = _sessions([1.0, 1.02, 0.99])
     reading = sessions[1].readings["tiny-bert-vanilla"]
-    busy = dataclasses.replace(reading.observed, waited=0.4)
+    busy = dataclasses.replace(reading.observed, waited=Waiting(0.4))
     sessions[1].readings["tiny-bert-vanilla"] = dataclasses.replace(reading, observed=busy)  # type: ignore[index]
     cases = {c.case: c for c in pool(sessions, _targets(), CLASS).cases}
     refused = str(cases["tiny-bert-vanilla"].refused)

@@ -242,8 +242,8 @@ def test_the_first_line_says_what_the_gates_catch() -> None:
     # Timed on a busy machine: counted as not gated, and why, not as a gate that catches 15%.
     line = verdict(["passed"] * 2, [TimeCheck(True, cls, 0.15), TimeCheck(False, cls, None, busy=True)])
     assert line.startswith(
-        "perfsuite: passed: 2 passed; step time NOT gated for 1 of 2 (timed while the machine was busy, their "
-        "steps or calibration waiting for a CPU longer than their tolerance: run them again when it is quiet; "
+        "perfsuite: passed: 2 passed; step time NOT gated for 1 of 2 (timed while the machine was busy, another "
+        "load able to move their steps by more than their tolerance: run them again when it is quiet; "
         "memory and loss were gated): compare two stacks"
     )
     assert line.endswith("; of those gated: 1 of 1 catch a change of 15% or less")

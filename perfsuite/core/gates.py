@@ -35,7 +35,7 @@ from perfsuite.core.check import BUSY, UNTIMED, Check
 from perfsuite.core.drift import Drift
 from perfsuite.core.kernels import check_kernels
 from perfsuite.core.loss import check_loss
-from perfsuite.core.observation import Observation
+from perfsuite.core.observation import Observation, Waiting
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.stats import paired_change
 from perfsuite.core.tolerance import Tolerance
@@ -267,17 +267,13 @@ def check_time(
     )
 
 
-def busy(waited: float | None, limit: float) -> str | None:
+def busy(waited: Waiting | None, limit: float) -> str | None:
     """Why a step time that ``waited`` (:attr:`~perfsuite.core.observation.Observation.waited`) says nothing
-    at ``limit``: where its steps or its calibration waited for a CPU a larger share of their runnable
-    time (the median run's) than the limit itself. Measured on the CPU tier (docs/baselines.md): quiet,
-    0-2% and within ±9%; beside bursts of load, 3-45% and up to +34%. ``None`` where it is within."""
-    if waited is None or waited <= limit:
+    at ``limit``: where what it can move a step's time by (:attr:`~perfsuite.core.observation.Waiting.moves`)
+    exceeds the limit itself (docs/baselines.md has the measurements). ``None`` where it is within."""
+    if waited is None or waited.moves <= limit:
         return None
-    return (
-        f"the machine was busy: its steps or calibration waited for a CPU {waited:.0%} of the time they were "
-        f"runnable, more than its tolerance ±{limit:.1%}, and such waiting moves a step's time by as much"
-    )
+    return f"the machine was busy: {waited.describe(limit)}"
 
 
 PEAK_MEMORY = "peak memory"

@@ -9,6 +9,41 @@ from dataclasses import dataclass
 from perfsuite.core.record import CaseRecord
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """How much a run's timed steps were kept from the CPU (:class:`perfsuite.worker.cpu_threads.Contention`)."""
+
+    share: float
+    ranks: bool = False
+    """False: of the time its steps (or, apart, its calibration workload) were runnable, the larger
+    share they waited for a CPU. True, a multi-rank case's (its ranks wait for each other's cores by
+    design): the share of the cores' time other processes took while its steps were timed."""
+
+    RANKS_MOVED = 2.0
+    """How far, for each point of the cores' share other processes take, a multi-rank case's steps move:
+    every rank waits for the one kept from its core. Beside bursts of load on a 2-core EPYC, 24% and 29%
+    of the cores moved the CPU tier's ranks +15% and +51% (docs/baselines.md)."""
+
+    @property
+    def moves(self) -> float:
+        """How far such a wait can move a step's time, as measured: its share, or a multi-rank case's
+        :data:`RANKS_MOVED` times its share."""
+        return self.share * (self.RANKS_MOVED if self.ranks else 1.0)
+
+    def describe(self, limit: float) -> str:
+        """Why it exceeds a gate of ±``limit``, said."""
+        if self.ranks:
+            return (
+                f"other processes took {self.share:.0%} of the cores' time while its ranks were timed, and such a "
+                f"load moves their steps' time by up to {self.RANKS_MOVED:g} times as much, more than its "
+                f"tolerance ±{limit:.1%}"
+            )
+        return (
+            f"its steps or calibration waited for a CPU {self.share:.0%} of the time they were runnable, more "
+            f"than its tolerance ±{limit:.1%}, and such waiting moves a step's time by as much"
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class Observation:
     """What one run of a case measured, in the units its baseline stores."""
@@ -31,11 +66,9 @@ class Observation:
     """The attention implementation that ran (``None`` for records that predate it)."""
     initial_weights: str | None = None
     """The digest of the weights the run started from (``None`` for records that predate it)."""
-    waited: float | None = None
-    """Of the time its timed steps (or, apart, its calibration workload) were runnable, the larger share
-    they waited for a CPU (:class:`perfsuite.worker.cpu_threads.Contention`); ``None`` where not read:
-    a record that predates it, a GPU's (whose time is its kernels'), or a multi-rank case's (its ranks
-    share the cores by design)."""
+    waited: Waiting | None = None
+    """How much its timed steps were kept from the CPU; ``None`` where not read: a record that predates
+    it, or a GPU's (whose time is its kernels')."""
 
 
 def _peak(record: CaseRecord) -> int:
@@ -80,10 +113,12 @@ def observe(record: CaseRecord, *, time_unit: str) -> Observation:
     )
 
 
-def waited(record: CaseRecord) -> float | None:
+def waited(record: CaseRecord) -> Waiting | None:
     """:attr:`Observation.waited` of ``record``."""
     shares = (record.timed_threads or {}).get("contention") if record.device == "cpu" else None
-    if (record.world_size or 1) > 1 or not isinstance(shares, Mapping):
+    if not isinstance(shares, Mapping):
         return None
-    found = [float(v) for v in shares.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    return max(found) if found else None
+    ranks = (record.world_size or 1) > 1
+    keys = ("others",) if ranks else ("steps", "calibration")
+    found = [float(v) for k in keys if isinstance(v := shares.get(k), (int, float)) and not isinstance(v, bool)]
+    return Waiting(max(found), ranks=ranks) if found else None

@@ -291,7 +291,7 @@ def verdict(statuses: Sequence[str], time_checks: Sequence[TimeCheck], unbaselin
     if busy:
         why.append(
             (f"{busy} " if several else "")
-            + "timed while the machine was busy, their steps or calibration waiting for a CPU longer than their "
+            + "timed while the machine was busy, another load able to move their steps by more than their "
             "tolerance: run them again when it is quiet"
         )
     # --missing leaves out the cases too noisy here: a refresh keeps their classes untimed.

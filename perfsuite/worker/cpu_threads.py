@@ -8,12 +8,17 @@ display, a sampler) shows as one more busy thread than the case's thread count; 
 CPU tier's claim tests read it. Two reads of small files per window, outside the
 timed steps: nothing samples while they run.
 
+The window also reads how long the CPUs this process may run on were busy (``/proc/stat``),
+whoever ran on them: less this process's own threads (and, for a multi-rank case, its other
+ranks'), what other processes took of the cores while steps were timed.
+
 Linux only (``/proc/self/task/<tid>/schedstat``: nanoseconds on a CPU); elsewhere the
 window reads ``None``.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -44,23 +49,64 @@ def _cpu_ns(named: bool = True) -> dict[int, tuple[str, int, int]] | None:
     return found or None
 
 
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
+"""Of a ``/proc/stat`` CPU line's times: user, nice, system, irq, softirq and steal (a hypervisor
+running another machine on the core); not idle or iowait. Guest time is already in user."""
+
+
+def _cores() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return []
+
+
+def _cores_busy(cores: list[int]) -> float | None:
+    """Seconds ``cores`` have run anything so far (``/proc/stat``), ``None`` where it cannot be read.
+    Only the cores this process may run on: a container's host has others, busy with what never
+    shares a core with it."""
+    wanted = {f"cpu{core}" for core in cores}
+    busy = 0
+    found = 0
+    try:
+        with open("/proc/stat") as handle:
+            for line in handle:
+                name, _, rest = line.partition(" ")
+                if name in wanted:
+                    fields = rest.split()
+                    busy += sum(int(fields[i]) for i in _BUSY_FIELDS if i < len(fields))
+                    found += 1
+        ticks = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return None
+    return busy / ticks if found == len(wanted) and wanted else None
+
+
 class ThreadWindow:
-    """CPU time per thread between :meth:`start` and :meth:`stop`."""
+    """CPU time per thread between :meth:`start` and :meth:`stop`, and the time the cores this
+    process may run on were busy, whoever ran."""
 
     def __init__(self) -> None:
         self._start: dict[int, tuple[str, int, int]] | None = None
         self._wall = 0.0
+        self._cores: list[int] = []
+        self._cores_busy: float | None = None
         self.result: dict[str, Any] | None = None
 
     def start(self) -> None:
+        self._cores = _cores()
+        self._cores_busy = _cores_busy(self._cores)
         self._start = _cpu_ns()
         self._wall = time.perf_counter()
 
     def stop(self) -> dict[str, Any] | None:
-        """``{"window_s", "busy", "threads": [{"tid", "name", "cpu_s", "share"}]}`` (threads that ran
-        at all, busiest first), or ``None`` without ``/proc``."""
+        """``{"window_s", "busy", "threads": [{"tid", "name", "cpu_s", "share"}], "cores": {"count",
+        "busy_s"}}`` (threads that ran at all, busiest first; ``cores``: how long the cores this
+        process may run on ran anything, itself included, ``None`` where unread), or ``None``
+        without ``/proc``."""
         wall = time.perf_counter() - self._wall
         end = _cpu_ns()
+        cores_busy = _cores_busy(self._cores)
         if self._start is None or end is None or wall <= 0:
             return None
         threads: list[dict[str, Any]] = []
@@ -76,8 +122,27 @@ class ThreadWindow:
             "window_s": wall,
             "busy": sum(1 for t in threads if float(t["share"]) >= BUSY_SHARE),
             "threads": threads,
+            "cores": None
+            if cores_busy is None or self._cores_busy is None
+            else {"count": len(self._cores), "busy_s": cores_busy - self._cores_busy},
         }
         return self.result
+
+
+def others_share(windows: list[Any]) -> float | None:
+    """Of the cores' time over the first of ``windows`` (:meth:`ThreadWindow.stop`'s results, one per
+    process of a case: its ranks'), the share the cores ran anything but those processes' threads;
+    ``None`` where a window was not read. The ranks' windows span the same steps, as their
+    collectives keep them together."""
+    if not windows or not all(isinstance(w, dict) for w in windows):
+        return None
+    first = windows[0]
+    cores = first.get("cores")
+    if not isinstance(cores, dict) or not cores.get("count") or float(first["window_s"]) <= 0:
+        return None
+    own = sum(float(t["cpu_s"]) for window in windows for t in window.get("threads") or ())
+    others = max(0.0, float(cores["busy_s"]) - own)
+    return min(1.0, others / (float(first["window_s"]) * int(cores["count"])))
 
 
 def _process_sched() -> dict[int, tuple[int, int]] | None:

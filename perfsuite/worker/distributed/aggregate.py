@@ -7,7 +7,8 @@ largest rank's (what decides an out-of-memory), with every rank's and their sum 
 it. The loss is the global batch's, as one process would report it: each micro-batch's
 ranks' losses weighted by what each averaged over (its samples, or its target tokens:
 ranks of a causal LM hold different numbers of them), then the mean over the step's
-micro-batches. Throughput counts the global batch.
+micro-batches. Throughput counts the global batch. The share of the cores' time other
+processes took while steps were timed is counted over every rank's threads.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from perfsuite.core.record import CaseRecord, RecordJson, Summary, Tokens
 from perfsuite.core.stats import summarize
+from perfsuite.worker.cpu_threads import others_share
 
 
 def _slowest(series: Sequence[Summary]) -> list[float]:
@@ -100,7 +102,9 @@ def _merged(ranks: Sequence[CaseRecord]) -> CaseRecord:
     flops_per_step = sum(counted) if len(counted) == len(flops) else None
     peak_rate = first.peak_flops
     mfu = flops_per_step / step_time.median / (peak_rate * len(ranks)) if flops_per_step and peak_rate else None
+    window = {"timed_threads": _timed_threads(ranks)} if "timed_threads" in first.keys else {}
     return first.without("rank", "micro_batches", "warnings").updated(
+        **window,
         step_time_s=step_time,
         step_time_calibrated=calibrated,
         samples_per_s=first.batch_size * first.steps / total_time,
@@ -122,6 +126,17 @@ def _merged(ranks: Sequence[CaseRecord]) -> CaseRecord:
         world_size=len(ranks),
         ranks=tuple(_rank_entry(r, i) for i, r in enumerate(ranks)),
     )
+
+
+def _timed_threads(ranks: Sequence[CaseRecord]) -> Mapping[str, Any] | None:
+    """The first rank's window, its share of the cores' time that other processes took counted over
+    every rank's threads (the ranks share the cores by design; another job does not)."""
+    first = ranks[0].timed_threads
+    contention = first.get("contention") if first is not None else None
+    if first is None or not isinstance(contention, Mapping):
+        return first
+    others = others_share([dict(r.timed_threads) if r.timed_threads is not None else None for r in ranks])
+    return {**first, "contention": {**contention, "others": others}}
 
 
 def _rank_entry(r: CaseRecord, index: int) -> dict[str, Any]:
