@@ -167,6 +167,8 @@ def _note_rank_pid() -> None:
     if path:
         with open(path, "a") as f:
             f.write(f"{os.getpid()}\n")
+        with open(f"{path}.errors", "a") as f:  # where the launcher keeps this rank's logs
+            f.write(f"{os.environ.get('TORCHELASTIC_ERROR_FILE', '')}\n")
 
 
 def _patch_pid_notes() -> None:

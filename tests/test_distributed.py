@@ -10,6 +10,7 @@ rank that dies or hangs fails its case alone, leaving nothing running.
 from __future__ import annotations
 
 import functools
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -156,3 +157,9 @@ def test_a_hung_rank_is_stopped_by_the_timeout_with_its_whole_group(tmp_path: Pa
     assert record.status == "failed"
     assert "timed out after 6 s" in known(record.error), record.error
     _assert_none_left(pids)
+    # The ranks' logs, in a directory the killed worker could not remove: its parent did.
+    errors = [Path(line) for line in (tmp_path / "pids.errors").read_text().split()]
+    assert len(errors) == MATRIX_WORLD_SIZE, errors
+    tmp = Path(tempfile.gettempdir())
+    made = {tmp / error.relative_to(tmp).parts[0] for error in errors}
+    assert [str(d) for d in made if d.exists()] == []

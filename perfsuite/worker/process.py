@@ -17,15 +17,18 @@ import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from perfsuite.core.record import CaseRecord, CaughtWarning
@@ -236,6 +239,14 @@ def _exit_reason(code: int | None) -> str:
     return f"worker exited with code {code} before reporting a result"
 
 
+def _remove_scratch(pid: int | None) -> None:
+    """What a worker killed at its time limit could not remove itself: its ranks' logs."""
+    from perfsuite.worker.distributed.launch import scratch_prefix
+
+    for left in Path(tempfile.gettempdir()).glob(f"{scratch_prefix(pid)}*") if pid is not None else ():
+        shutil.rmtree(left, ignore_errors=True)
+
+
 def _kill_group(proc: multiprocessing.process.BaseProcess) -> None:
     """SIGKILL the worker's process group: the worker, its ranks and DataLoader workers."""
     if proc.pid is None:
@@ -380,6 +391,7 @@ def _run(spec: CaseSpec, *, timeout_s: float, target: CaseFn | None, env: dict[s
             proc.join()
         if kind not in ("result", "skipped"):
             _kill_group(proc)  # whatever a failed worker left behind (a rank that outlived it)
+            _remove_scratch(proc.pid)
         with _RUNNING_LOCK:
             _RUNNING.discard(proc)
     return _Ran(kind, payload, startup, time.monotonic() - launched, diagnostics)
