@@ -3,6 +3,7 @@ refresh --missing takes on, and a refresh's time limit."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -377,12 +378,13 @@ def test_a_refresh_timed_on_a_busy_machine_records_no_time(tmp_path: Path) -> No
             waited=Waiting(waited),
         )
 
-    def stage(waited: list[float]) -> tuple[str | None, str]:
+    def stage(waited: list[float], ranks: bool = False) -> tuple[str | None, str]:
         stager = staging.RefreshStager(tmp_path, tmp_path, 3)
         outcome = Outcome(case=spec.id, status="")
         path = tmp_path / "tiny-bert-vanilla.json"
         tol = Tolerance(time_floor=0.15)  # the CPU tier's
-        said = stager.stage(spec, [record] * 3, [observed(w) for w in waited], path, "cpu", outcome, tol)
+        runs = [dataclasses.replace(observed(w), waited=Waiting(w, ranks=ranks)) for w in waited]
+        said = stager.stage(spec, [record] * 3, runs, path, "cpu", outcome, tol)
         return said, outcome.status
 
     assert stage([0.02, 0.13, 0.04]) == (None, "refreshed")
@@ -391,3 +393,9 @@ def test_a_refresh_timed_on_a_busy_machine_records_no_time(tmp_path: Path) -> No
     assert said is not None
     assert said.startswith("the machine was busy: its steps or calibration waited for a CPU 23% of the time")
     assert said.endswith("such waiting moves a step's time by as much: refresh it again when the machine is quiet")
+    # A multi-rank case's: the cores' share other processes took, which moves its ranks up to twice as much.
+    assert stage([0.02, 0.07, 0.04], ranks=True) == (None, "refreshed")
+    said, status = stage([0.02, 0.08, 0.04], ranks=True)
+    assert status == "refused"
+    assert said is not None
+    assert said.startswith("the machine was busy: other processes took 8% of the cores' time while its ranks")

@@ -105,7 +105,7 @@ class RefreshStager:
         elif old is not None and untimed_on(old, time_class) is not None:  # its gate now allows the pool's spread
             old = lifted(old, time_class)
         reasons = refusals(new, tolerance, time_class, gate_time=self.gate_time and noisy is None)
-        waited = max((o.waited for o in observations if o.waited is not None), default=None, key=lambda w: w.share)
+        waited = max((o.waited for o in observations if o.waited is not None), default=None, key=lambda w: w.moves)
         limit = tolerance.time_tolerance(new["time"][time_class]["spread"])
         if self.gate_time and noisy is None and (blind := busy(waited, limit)) is not None:
             reasons.append(f"{blind}: refresh it again when the machine is quiet")  # later runs are gated against it
