@@ -67,21 +67,30 @@ def test_the_slowest_rank_sets_each_step_and_the_largest_rank_the_memory() -> No
 def test_what_other_processes_took_of_the_cores_is_counted_over_every_rank() -> None:
     """Ranks wait for each other's cores by design; another job's load is what the cores ran beside
     all of them: rank 0's reading of the cores, less every rank's threads."""
-    ranks = [_rank(i, [1.0, 1.0], [10.0, 10.0], 500, [2.0, 1.0]) for i in range(2)]
-    for i, rank in enumerate(ranks):
-        rank["timed_threads"] = {
-            "window_s": 2.0,
-            "busy": 1,
-            "threads": [{"tid": i, "name": "MainThread", "cpu_s": 1.5, "share": 0.75}],
-            "cores": {"count": 2, "busy_s": 4.0 if i == 0 else 3.9},
-            "contention": {"steps": 0.3, "calibration": 0.2, "others": 0.9},  # its own: the other rank counted
-        }
+    ranks = [_rank(i, [1.0, 1.0], [10.0, 10.0], 500, [2.0, 1.0]) | {"threads": 1} for i in range(2)]
+
+    def others(count: int = 2, busy_s: float = 4.0, window_s: float = 2.0, owns: tuple[float, ...] = (1.5, 1.5)) -> Any:
+        for i, rank in enumerate(ranks):
+            rank["timed_threads"] = {
+                "window_s": window_s,
+                "busy": 1,
+                "threads": [{"tid": i, "name": "MainThread", "cpu_s": 1.4, "share": 0.7}],
+                "cores": {"count": count, "busy_s": busy_s - i * 0.1, "own_s": owns[i]},
+                "contention": {"steps": 0.3, "calibration": 0.2, "others": 0.9},  # its own: the other rank counted
+            }
+        return aggregate(ranks)["timed_threads"]["contention"]["others"]
+
+    assert others() == pytest.approx(0.25)  # (4.0 - 1.5 - 1.5) / (2 cores × 2 s), rank 0's reading of the cores
     window = aggregate(ranks)["timed_threads"]
-    assert window["contention"] == {"steps": 0.3, "calibration": 0.2, "others": pytest.approx(0.25)}  # (4-3)/(2*2)
-    assert window["cores"] == {"count": 2, "busy_s": 4.0}
-    ranks[1]["timed_threads"]["cores"] = None  # a rank's reading of the cores is not needed, its threads are
-    assert aggregate(ranks)["timed_threads"]["contention"]["others"] == pytest.approx(0.25)
-    ranks[0]["timed_threads"]["cores"] = None  # rank 0's is: unread
+    assert window["contention"] == {"steps": 0.3, "calibration": 0.2, "others": pytest.approx(0.25)}
+    assert window["cores"] == {"count": 2, "busy_s": 4.0, "own_s": 1.5}
+    assert others(busy_s=2.85) == 0.0  # less than the ranks' own, as windows a few ms apart read: none
+    # Not assessed: cores the two one-thread ranks could not fill (a load there is not theirs to wait for),
+    # a window too short for /proc/stat's 10 ms ticks, cores less busy than the ranks alone.
+    assert others(count=4) is None
+    assert others(window_s=0.4) is None
+    assert others(busy_s=2.5) is None
+    ranks[1]["timed_threads"]["cores"] = None  # a rank's own time unread
     assert aggregate(ranks)["timed_threads"]["contention"]["others"] is None
 
 

@@ -9,7 +9,7 @@ UNTIMED = "too noisy here"
 """A step-time check's change where its class keeps no time of the case (:mod:`perfsuite.core.untimed`)."""
 BUSY = "machine busy"
 """A step-time check's change where the run waited for a CPU too long to gate (:func:`perfsuite.core.gates.busy`)."""
-BUSY_NOTE = "the machine was busy (it waited for a CPU)"
+BUSY_NOTE = "the machine was busy"
 """What a table's note says of such a check."""
 
 

@@ -35,8 +35,8 @@ class Waiting:
         if self.ranks:
             return (
                 f"other processes took {self.share:.0%} of the cores' time while its ranks were timed, and such a "
-                f"load moves their steps' time by up to {self.RANKS_MOVED:g} times as much, more than its "
-                f"tolerance ±{limit:.1%}"
+                f"load can move their steps by up to {self.moves:.0%} ({self.RANKS_MOVED:g} times as much), more "
+                f"than its tolerance ±{limit:.1%}"
             )
         return (
             f"its steps or calibration waited for a CPU {self.share:.0%} of the time they were runnable, more "

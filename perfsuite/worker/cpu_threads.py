@@ -19,6 +19,7 @@ window reads ``None``.
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import threading
 import time
@@ -61,6 +62,23 @@ def _cores() -> list[int]:
         return []
 
 
+def _quota() -> bool:
+    """Whether a cgroup caps this process's CPU time (a container's ``--cpus``): its affinity then
+    names cores its quota never lets it fill, busy with what never waits for it."""
+    for path, unlimited in (("/sys/fs/cgroup/cpu.max", "max"), ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "-1")):
+        try:
+            return Path(path).read_text().split()[0] != unlimited
+        except (OSError, IndexError):
+            continue
+    return False
+
+
+def _own_s() -> float:
+    """This process's CPU seconds so far, threads that have ended included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _cores_busy(cores: list[int]) -> float | None:
     """Seconds ``cores`` have run anything so far (``/proc/stat``), ``None`` where it cannot be read.
     Only the cores this process may run on: a container's host has others, busy with what never
@@ -91,21 +109,24 @@ class ThreadWindow:
         self._wall = 0.0
         self._cores: list[int] = []
         self._cores_busy: float | None = None
+        self._own = 0.0
         self.result: dict[str, Any] | None = None
 
     def start(self) -> None:
-        self._cores = _cores()
+        self._cores = [] if _quota() else _cores()
         self._cores_busy = _cores_busy(self._cores)
+        self._own = _own_s()
         self._start = _cpu_ns()
         self._wall = time.perf_counter()
 
     def stop(self) -> dict[str, Any] | None:
         """``{"window_s", "busy", "threads": [{"tid", "name", "cpu_s", "share"}], "cores": {"count",
-        "busy_s"}}`` (threads that ran at all, busiest first; ``cores``: how long the cores this
-        process may run on ran anything, itself included, ``None`` where unread), or ``None``
-        without ``/proc``."""
+        "busy_s", "own_s"}}`` (threads that ran at all, busiest first; ``cores``: how long the cores this
+        process may run on ran anything, and this process, ``None`` where unread or under a cgroup's
+        quota), or ``None`` without ``/proc``."""
         wall = time.perf_counter() - self._wall
         end = _cpu_ns()
+        own = _own_s() - self._own
         cores_busy = _cores_busy(self._cores)
         if self._start is None or end is None or wall <= 0:
             return None
@@ -124,25 +145,44 @@ class ThreadWindow:
             "threads": threads,
             "cores": None
             if cores_busy is None or self._cores_busy is None
-            else {"count": len(self._cores), "busy_s": cores_busy - self._cores_busy},
+            else {"count": len(self._cores), "busy_s": cores_busy - self._cores_busy, "own_s": own},
         }
         return self.result
 
 
-def others_share(windows: list[Any]) -> float | None:
+TICKS_READ = 100
+"""The fewest clock ticks (``/proc/stat`` counts in them, 10 ms each) of the cores' time a window
+must span for :func:`others_share` to read it: a tick's rounding is then at most 1% of it per core."""
+
+
+UNREAD = 0.05
+"""How much less busy than the processes alone, as a share of the cores' time, the cores may read
+and still count as read (none taken): the ranks' windows start and end a few milliseconds apart."""
+
+
+def others_share(windows: list[Any], threads: int) -> float | None:
     """Of the cores' time over the first of ``windows`` (:meth:`ThreadWindow.stop`'s results, one per
-    process of a case: its ranks'), the share the cores ran anything but those processes' threads;
-    ``None`` where a window was not read. The ranks' windows span the same steps, as their
-    collectives keep them together."""
-    if not windows or not all(isinstance(w, dict) for w in windows):
+    process of a case: its ranks', each on ``threads`` threads), the share the cores ran anything but
+    those processes. The ranks' windows span the same steps, as their collectives keep them together.
+    ``None``, not assessed, where a window was not read, where the processes could not fill the cores
+    (more cores than their threads: a load on the others would not be theirs to wait for), where the
+    window is shorter than :data:`TICKS_READ`, or where the cores read less busy than the processes
+    alone by more than :data:`UNREAD` (a ``/proc/stat`` that is not this machine's: a container's
+    emulation)."""
+    read: list[dict[str, Any]] = [
+        w["cores"] for w in windows if isinstance(w, dict) and isinstance(w.get("cores"), dict)
+    ]
+    if not read or len(read) != len(windows) or not all("own_s" in cores for cores in read):
         return None
-    first = windows[0]
-    cores = first.get("cores")
-    if not isinstance(cores, dict) or not cores.get("count") or float(first["window_s"]) <= 0:
+    count = int(read[0]["count"])
+    span = float(windows[0]["window_s"]) * count
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    if not count or count > len(windows) * threads or span < TICKS_READ * tick:
         return None
-    own = sum(float(t["cpu_s"]) for window in windows for t in window.get("threads") or ())
-    others = max(0.0, float(cores["busy_s"]) - own)
-    return min(1.0, others / (float(first["window_s"]) * int(cores["count"])))
+    others = float(read[0]["busy_s"]) - sum(float(cores["own_s"]) for cores in read)
+    if others < -UNREAD * span:  # far less busy than the processes alone: not these cores' reading
+        return None
+    return float(min(1.0, max(0.0, others) / span))
 
 
 def _process_sched() -> dict[int, tuple[int, int]] | None:

@@ -28,7 +28,6 @@ import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from perfsuite.core.record import CaseRecord, CaughtWarning
@@ -239,14 +238,6 @@ def _exit_reason(code: int | None) -> str:
     return f"worker exited with code {code} before reporting a result"
 
 
-def _remove_scratch(pid: int | None) -> None:
-    """What a worker killed at its time limit could not remove itself: its ranks' logs."""
-    from perfsuite.worker.distributed.launch import scratch_prefix
-
-    for left in Path(tempfile.gettempdir()).glob(f"{scratch_prefix(pid)}*") if pid is not None else ():
-        shutil.rmtree(left, ignore_errors=True)
-
-
 def _kill_group(proc: multiprocessing.process.BaseProcess) -> None:
     """SIGKILL the worker's process group: the worker, its ranks and DataLoader workers."""
     if proc.pid is None:
@@ -330,7 +321,20 @@ def run_in_worker(
 
 
 def _run(spec: CaseSpec, *, timeout_s: float, target: CaseFn | None, env: dict[str, str] | None) -> _Ran:
-    """Run ``target`` (a case's run by default) in a fresh worker: what it answered, and how it ran."""
+    """Run ``target`` (a case's run by default) in a fresh worker: what it answered, and how it ran; a
+    multi-rank case's ranks' logs in a directory made and removed here (a killed worker cannot)."""
+    if not spec.launches_ranks:
+        return _run_in(spec, timeout_s=timeout_s, target=target, env=env)
+    from perfsuite.worker.distributed.launch import SCRATCH
+
+    scratch = tempfile.mkdtemp(prefix="perfsuite-ranks-")
+    try:
+        return _run_in(spec, timeout_s=timeout_s, target=target, env={**(env or {}), SCRATCH: scratch})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_in(spec: CaseSpec, *, timeout_s: float, target: CaseFn | None, env: dict[str, str] | None) -> _Ran:
     from perfsuite.worker.run import run_case
 
     ctx = _context()
@@ -391,7 +395,6 @@ def _run(spec: CaseSpec, *, timeout_s: float, target: CaseFn | None, env: dict[s
             proc.join()
         if kind not in ("result", "skipped"):
             _kill_group(proc)  # whatever a failed worker left behind (a rank that outlived it)
-            _remove_scratch(proc.pid)
         with _RUNNING_LOCK:
             _RUNNING.discard(proc)
     return _Ran(kind, payload, startup, time.monotonic() - launched, diagnostics)

@@ -135,7 +135,8 @@ def _timed_threads(ranks: Sequence[CaseRecord]) -> Mapping[str, Any] | None:
     contention = first.get("contention") if first is not None else None
     if first is None or not isinstance(contention, Mapping):
         return first
-    others = others_share([dict(r.timed_threads) if r.timed_threads is not None else None for r in ranks])
+    windows = [dict(r.timed_threads) if r.timed_threads is not None else None for r in ranks]
+    others = others_share(windows, threads=ranks[0].threads or 1)
     return {**first, "contention": {**contention, "others": others}}
 
 

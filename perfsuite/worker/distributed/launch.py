@@ -99,10 +99,9 @@ TrainFn = Callable[..., Any]
 that launches the ranks rather than imported from it, so that this module sits below the run."""
 
 
-def scratch_prefix(pid: int) -> str:
-    """The prefix of the temporary directory worker ``pid`` keeps its ranks' logs in: one it cannot
-    remove itself, killed at its time limit, its parent removes (:mod:`perfsuite.worker.process`)."""
-    return f"perfsuite-{pid}-"
+SCRATCH = "PERFSUITE_RANK_LOGS"
+"""The environment variable naming the directory the ranks' logs go in, made and removed by the
+worker's parent (:mod:`perfsuite.worker.process`): killed at its time limit, the worker could not."""
 
 
 def run_ranks(spec: CaseSpec, train: TrainFn) -> dict[str, Any]:
@@ -120,8 +119,7 @@ def run_ranks(spec: CaseSpec, train: TrainFn) -> dict[str, Any]:
         visible = cuda_device_count()
         if visible < spec.world_size:
             raise CaseSkipped(f"{spec.id} needs {spec.world_size} GPUs; {visible} visible")
-    # Named for this worker: killed at its time limit, it cannot remove it; its parent does.
-    with tempfile.TemporaryDirectory(prefix=scratch_prefix(os.getpid())) as log_dir:
+    with tempfile.TemporaryDirectory(prefix="perfsuite-ranks-", dir=os.environ.get(SCRATCH)) as log_dir:
         config = _launch_config(spec, gpus=gpus, log_dir=log_dir)
         try:
             results = elastic_launch(config, rank_main)(spec, train)
