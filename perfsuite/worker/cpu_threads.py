@@ -9,8 +9,8 @@ CPU tier's claim tests read it. Two reads of small files per window, outside the
 timed steps: nothing samples while they run.
 
 The window also reads how long the CPUs this process may run on were busy (``/proc/stat``),
-whoever ran on them: less this process's own threads (and, for a multi-rank case, its other
-ranks'), what other processes took of the cores while steps were timed.
+whoever ran on them, and this process's own CPU time: less its own (and, for a multi-rank case,
+its other ranks'), what other processes took of the cores while steps were timed.
 
 Linux only (``/proc/self/task/<tid>/schedstat``: nanoseconds on a CPU); elsewhere the
 window reads ``None``.
@@ -127,7 +127,7 @@ class ThreadWindow:
         wall = time.perf_counter() - self._wall
         end = _cpu_ns()
         own = _own_s() - self._own
-        cores_busy = _cores_busy(self._cores)
+        cores_busy = _cores_busy(self._cores) if self._cores_busy is not None else None
         if self._start is None or end is None or wall <= 0:
             return None
         threads: list[dict[str, Any]] = []
