@@ -204,10 +204,12 @@ def test_a_commit_that_was_the_whole_code_is_preferred_to_the_file_s(tmp_path: P
 
 def test_a_virtual_environment_or_results_file_git_does_not_ignore_is_no_code(tmp_path: Path) -> None:
     """``python -m venv .venv`` in a checkout (before Python 3.13 it writes no ``.gitignore`` there), or an
-    earlier run's ``--perfsuite-json`` file: neither is a change of the code nor copied with the working
-    tree; a new module is both."""
+    earlier run's ``--perfsuite-json`` file or ``--report`` directory: neither is a change of the code nor
+    copied with the working tree; a new module is both."""
     from perfsuite.ab.own import _copy_working_tree
     from perfsuite.core.provenance import files_differ, untracked
+    from perfsuite.reports import write_report
+    from perfsuite.reports.ab import marker
 
     root = tmp_path / "repo"
     root.mkdir()
@@ -226,6 +228,17 @@ def test_a_virtual_environment_or_results_file_git_does_not_ignore_is_no_code(tm
     (root / "config.json").write_text(json.dumps({"hidden_size": 64}))
     assert untracked(root) == ["config.json"]
     (root / "config.json").unlink()
+    # Nor is a --report directory's page and summary, written by perfsuite (ab's summary alone too,
+    # as ab writes it without the report's extra); a page or summary of the project's own is code.
+    write_report(root / "results.json", root / "ab")
+    (root / "alone").mkdir()
+    (root / "alone" / "summary.md").write_text(marker("cpu") + "\n## perfsuite ab verdict\n")
+    (root / "docs").mkdir()
+    (root / "docs" / "report.html").write_text("<!DOCTYPE html><html><head><title>ours</title></head></html>\n")
+    (root / "docs" / "summary.md").write_text("# Our summary\n")
+    assert untracked(root) == ["docs/report.html", "docs/summary.md"]
+    assert files_differ(root, ran) == ["docs/report.html", "docs/summary.md"]
+    shutil.rmtree(root / "docs")
     (root / "layers.py").write_text("")
     assert untracked(root) == ["layers.py"]
     assert files_differ(root, ran) == ["layers.py"]

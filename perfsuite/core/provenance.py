@@ -17,6 +17,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from perfsuite.core.results_file import PAGE_MARK, SUMMARY_MARK
+
 LIBRARIES = ("torch", "transformers", "accelerate", "deepspeed", "bitsandbytes", "datasets", "numpy", "perfsuite")
 
 
@@ -80,9 +82,15 @@ RESULTS_FILE_MAX_BYTES = 64 * 2**20
 
 
 def results_file(path: Path) -> bool:
-    """Whether ``path`` is a results file perfsuite writes (``--perfsuite-json``, ``perfsuite run``, ``ab``
-    or ``bisect --json``: a JSON object with a ``schema_version`` and a ``cases`` list): an earlier run's
-    output left in the checkout, which is no code."""
+    """Whether ``path`` is an earlier run's output left in the checkout, which is no code: a results file
+    perfsuite writes (``--perfsuite-json``, ``perfsuite run``, ``ab`` or ``bisect --json``: a JSON object
+    with a ``schema_version`` and a ``cases`` list), a page of a ``--report`` directory (an ``.html`` file
+    whose head perfsuite marked), or the ``summary.md`` written beside one (or an ``ab`` summary, which
+    ab writes alone without the report's extra)."""
+    if path.name == "summary.md":
+        return _starts(path, SUMMARY_MARK) or _starts(path.with_name("report.html"), PAGE_MARK, within=1024)
+    if path.suffix == ".html":
+        return _starts(path, PAGE_MARK, within=1024)
     try:
         if path.suffix != ".json" or path.stat().st_size > RESULTS_FILE_MAX_BYTES:
             return False
@@ -92,6 +100,16 @@ def results_file(path: Path) -> bool:
     return (
         isinstance(data, dict) and isinstance(data.get("schema_version"), int) and isinstance(data.get("cases"), list)
     )
+
+
+def _starts(path: Path, mark: str, within: int = 0) -> bool:
+    """Whether ``path``'s first bytes hold ``mark``: at its start, or among its first ``within`` bytes."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(max(within, len(mark)))
+    except OSError:
+        return False
+    return head.startswith(mark.encode()) or (within > 0 and mark.encode() in head)
 
 
 def said_files(names: Sequence[str], shown: int = 5) -> str:

@@ -24,6 +24,12 @@ SCHEMA_VERSIONS = {
     PYTEST_RESULTS_SCHEMA_VERSION: "pytest --perfsuite-json",
 }
 """The ``schema_version`` values read here, and whose file each first was (a file is told by its cases)."""
+PAGE_MARK = "<meta name='generator' content='perfsuite'>"
+"""In the head of every page perfsuite writes (``report.html``): an earlier run's page left in a
+checkout is told from a project's own file by it."""
+SUMMARY_MARK = "<!-- perfsuite-ab "
+"""How ``perfsuite ab``'s ``summary.md`` starts (its first line names the device, :func:`perfsuite.reports.ab.marker`);
+without the report's extra, ab writes that summary alone."""
 GATE_STATUSES = ("passed", "failed", "skipped", "missing", "refreshed", "refused", "not reached")
 """An outcome's ``status`` in ``pytest --perfsuite-json``'s file (:class:`perfsuite.core.gates.Outcome`)."""
 

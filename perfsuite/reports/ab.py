@@ -16,6 +16,7 @@ from perfsuite.core.gates import category_change
 from perfsuite.core.loss import side_by_side
 from perfsuite.core.paired import SAME_CONFIDENCE, bounded
 from perfsuite.core.reach import Reach, described, reach, unreached, unreached_said
+from perfsuite.core.results_file import SUMMARY_MARK
 from perfsuite.core.tolerance import Tolerance
 from perfsuite.reports.explain import html_causes, markdown_causes, marks, notes
 
@@ -224,7 +225,7 @@ def marker(device_type: str, *, own: bool = False) -> str:
     """``summary.md``'s first line, hidden in a pull request's comment: a workflow that posts it finds
     its own comment by this line and updates it (one per device, and one for a comparison of the
     project's own code beside one of its dependency pins)."""
-    return f"<!-- perfsuite-ab {'own ' if own else ''}{device_type} -->"
+    return f"{SUMMARY_MARK}{'own ' if own else ''}{device_type} -->"
 
 
 NOTHING_COMPARED = "<!-- perfsuite-ab: nothing compared -->"

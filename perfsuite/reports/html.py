@@ -15,6 +15,7 @@ from typing import Any
 
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.results import ReportCase, Results, regressions_first
+from perfsuite.core.results_file import PAGE_MARK
 from perfsuite.history.judge import judge
 from perfsuite.history.records import rules_for, series
 from perfsuite.reports import charts
@@ -42,7 +43,7 @@ def esc(value: Any) -> str:
 def head(title: str) -> str:
     """The document's start, through its ``<h1>``: every perfsuite page's look."""
     return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{PAGE_MARK}"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{esc(title)}</title><style>{_CSS}</style></head><body><h1>{esc(title)}</h1>"
     )
