@@ -243,9 +243,26 @@ def test_other_weights_or_data_differ_and_are_said() -> None:
     cause = _cause(
         {"embed.weight": 0.7, "layer.0.weight": 0.1, "layer.1.weight": 0.33, "head.weight": 0.2}, weights="v"
     )
-    assert cause.shape == "everywhere"
+    assert cause.shape == "inputs"
     assert cause.differ == ("initial weights",)
-    assert "; initial weights differ" in gradients.describe(cause)
+    said = gradients.describe(cause)
+    assert "every gradient apart there (×0.5 to ×2), as other initial weights make them: " in said
+    assert "; initial weights differ" in said
+    assert "the forward differs" not in said
+
+
+def test_gradients_from_other_weights_or_data_are_read_as_no_shape() -> None:
+    """A layer added to a team's model draws its weights from the generator, so every later tensor starts
+    otherwise: its gradients sat about ×1.24 apart (×1.12 to ×1.38), which read as a loss scaled unevenly,
+    and no loss was. Other data makes every gradient differ as much. Neither is read as a shape."""
+    about = {k: v * r for (k, v), r in zip(GRADS.items(), (1.12, 1.2, 1.28, 1.38, 1.25), strict=True)}
+    assert _cause(about).shape == "near_scale"  # from the same weights and data: a loss scaled unevenly
+    for kw, started in (({"weights": "v"}, "initial weights"), ({"data": "e"}, "data")):
+        cause = _cause(about, **kw)
+        assert (cause.shape, cause.scale, cause.apart) == ("inputs", None, ())
+        said = gradients.describe(cause)
+        assert f"as other {started} make them: the gradients cannot tell what else changed" in said
+        assert "a scale of the loss" not in said
 
 
 def test_a_learning_rate_that_differs_before_the_losses_part_is_said_with_both_values() -> None:
@@ -296,7 +313,8 @@ def test_gradients_apart_at_a_step_whose_loss_agrees_are_no_forward_of_another_k
         rtol=1e-3,
         atol=1e-4,
     )
-    assert "the forward differs" in gradients.describe(other_weights)  # a loss may agree from other weights
+    # A loss may agree from other weights: their gradients are read as no more than theirs.
+    assert "as other initial weights make them" in gradients.describe(other_weights)
     # Step 0's loss within the tolerance but not the same (label smoothing's 1.10684 → 1.10736): another
     # forward or loss function, not gradients computed otherwise
     smoothed = gradients.loss_cause(

@@ -9,7 +9,9 @@ while the rest sit at 1 is a **local** change (a kernel, a dtype, an attention i
 those layers), every tensor at its own ratio means the forward itself differs (other weights,
 other data), or, at a step whose loss still agrees from the same weights and data, that the gradients
 are computed or accumulated otherwise. Equal gradients up to the step where the losses part point to the optimizer's
-update (the learning rate, its state).
+update (the learning rate, its state). Where the sides started from other initial weights or saw other
+data by then, every gradient differs with them, and the ratios are read as nothing more: a shape there
+(one ratio by chance about shared, a few apart) would name a cause that is not there.
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ class LossCause:
     """The first step whose gradients differ (``None``: none up to ``step``, or none recorded)."""
     shape: str = "unknown"
     """``scale``, ``near_scale`` (every ratio within :data:`NEAR_SCALE` of one), ``local``, ``everywhere``
-    (at ``grad_step``), ``optimizer`` (equal gradients up to ``step``, the losses still part) or ``unknown``
-    (no gradients recorded)."""
+    (at ``grad_step``), ``inputs`` (gradients apart at ``grad_step`` where the initial weights or the data
+    up to it differ: no shape read), ``optimizer`` (equal gradients up to ``step``, the losses still part)
+    or ``unknown`` (no gradients recorded)."""
     scale: float | None = None
     """The one ratio every gradient shares at ``grad_step`` (``near_scale``: their median), where they share one."""
     apart: tuple[Ratio, ...] = ()
@@ -195,6 +198,8 @@ def loss_cause(
         found = ratios(grads_a, grads_b)
         if any(_off(r.ratio, 1.0) > SAME_RATIO for r in found) or set(grads_a) != set(grads_b):
             shape, scale, apart = shape_of(found)
+            if "initial weights" in differ or any(x.data != y.data for x, y in upto[: index + 1]):
+                shape, scale, apart = "inputs", None, ()
             alone = {side: _last_only(run.steps[index]) for side, run in (("A", run_a), ("B", run_b))}
             # Said only where the other side recorded its last micro-batch apart and accumulated others
             # into its update (with one micro-batch a step, or none recorded, the two are the same).
@@ -279,6 +284,12 @@ def _shape_said(cause: LossCause) -> str:
         return f"{len(cause.apart)} of {len(cause.ratios)} gradients apart {where}: {named}{more}"
     if not cause.ratios:
         return f"the sides' gradients name different parameters {where}"
+    if cause.shape == "inputs":
+        started = "initial weights" if "initial weights" in cause.differ else "data"
+        return (
+            f"every gradient apart {where} ({_range(cause.ratios)}), as other {started} make them: the "
+            "gradients cannot tell what else changed"
+        )
     if cause.grad_step == 0 and cause.step is not None and cause.step > 0 and not cause.differ and _equal_first(cause):
         # Step 0 from the same weights and data, its loss the same: not the forward. (Past step 0 an
         # earlier update may already have moved the weights within the loss's tolerance; a step-0 loss
