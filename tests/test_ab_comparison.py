@@ -180,3 +180,39 @@ def test_what_a_side_imported_of_the_projects_code_is_said_against_its_copy() ->
     said = imported({**copy, "code": shadowed})
     assert said == "from /copy-1: /site/acme/model.py (outside its copy), acme.train (not found)"
     assert imported({**copy, "code": {}}) == ""
+
+
+def test_a_side_whose_code_declares_none_of_the_cases_names_says_so_in_a_line(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pull request that first declares a team's model: the base commit's code declares no module of
+    the project's own, said so, and its server answers a case of that model with the one name it does
+    not know, not with every name it does."""
+    import io
+    import json
+
+    from perfsuite.core import registry
+    from perfsuite.worker import serve
+
+    side: Any = SimpleNamespace(name="base", env=SimpleNamespace(label="current"), versions=dict, probe={"project": {}})
+    other: Any = SimpleNamespace(name="candidate", env=SimpleNamespace(label="current"), versions=dict, probe={})
+    run = AbRun((side, other), [], schedule_for(1, floor=0.03, alpha=0.05, first=None, cap=None), say=print)
+    run.code = ("main", "the working tree")
+    lines = run.version_lines()
+    assert (
+        "  base declares no module of the project's own (its pyproject.toml names no factory, batch maker or engine)"
+        in lines
+    )
+    monkeypatch.chdir(tmp_path)  # no pyproject.toml: nothing declared
+    answers = io.StringIO()
+    request = {"op": "run", "spec": {"model": "teamnet", "strategy": "vanilla", "device": "cpu"}, "timeout_s": 5}
+    saved = registry.snapshot()
+    try:
+        serve.serve(io.StringIO(json.dumps(request) + "\n"), answers)
+    finally:
+        registry.restore(saved)
+    answer = json.loads(answers.getvalue())
+    assert answer == {
+        "ok": False,
+        "error": "UnknownNameError: unknown model 'teamnet': this side's code does not declare it",
+    }

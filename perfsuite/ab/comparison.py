@@ -180,6 +180,9 @@ def untested(options: AbOptions, specs: Sequence[CaseSpec], error: str, wall_s: 
     return ab_payload(options.device_type, specs, schedule, options.alpha, sides, results, wall_s, options.changed)
 
 
+_NONE_DECLARED = "declares no module of the project's own (its pyproject.toml names no factory, batch maker or engine)"
+
+
 @dataclasses.dataclass
 class AbRun:
     sides: tuple[Side, Side]
@@ -271,7 +274,8 @@ class AbRun:
         code = [f"perfsuite: the project's code: {self.code[0]} → {self.code[1]}"] if self.code else []
         for side in self.sides if self.code else ():  # each side's declared modules, from its own copy
             said = imported(side.probe.get("project") or {})
-            code.append(f"  {side.name} imports the modules its declarations name {said or 'from nowhere: none'}")
+            said = f"imports the modules its declarations name {said}" if said else _NONE_DECLARED
+            code.append(f"  {side.name} {said}")
         differ = differing(a.versions(), b.versions())
         if code:
             return [*code, f"perfsuite: base → candidate: {', '.join(differ) or 'the same versions'}"]

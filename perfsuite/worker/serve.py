@@ -72,9 +72,17 @@ def _load_project_once() -> None:
 
 
 def _spec(fields: dict[str, Any]) -> CaseSpec:
+    """The case asked for; a name this side does not know (comparing the project's own code at two
+    commits: a model, recipe or engine one commit declares and the other does not) said as such, not
+    with every name it does know."""
+    from perfsuite.core.strategies import UnknownNameError
+
     _load_project_once()
     known = {f.name for f in dataclasses.fields(CaseSpec) if f.init}
-    return CaseSpec(**{k: v for k, v in fields.items() if k in known})
+    try:
+        return CaseSpec(**{k: v for k, v in fields.items() if k in known})
+    except UnknownNameError as exc:
+        raise UnknownNameError(f"{str(exc).partition('; valid:')[0]}: this side's code does not declare it") from None
 
 
 def project_code() -> dict[str, Any]:
