@@ -246,7 +246,7 @@ def test_other_weights_or_data_differ_and_are_said() -> None:
     assert cause.shape == "inputs"
     assert cause.differ == ("initial weights",)
     said = gradients.describe(cause)
-    assert "every gradient apart there (×0.5 to ×2), as other initial weights make them: " in said
+    assert "gradients apart there (×0.5 to ×2), as other initial weights make them: " in said
     assert "; initial weights differ" in said
     assert "the forward differs" not in said
 
@@ -263,6 +263,22 @@ def test_gradients_from_other_weights_or_data_are_read_as_no_shape() -> None:
         said = gradients.describe(cause)
         assert f"as other {started} make them: the gradients cannot tell what else changed" in said
         assert "a scale of the loss" not in said
+    # A few tensors apart, the rest at 1, is said as it is, whatever else differs.
+    assert _cause({**GRADS, "layer.1.weight": 0.6}, data="e").shape == "local"
+    # Another learning rate at step 0 moved step 1's weights: step 1's gradients read no shape either;
+    # one changed only after step 1 (another batch after it likewise) leaves step 1's read.
+    scaled = {k: v * 1.01 for k, v in GRADS.items()}
+
+    def at_step_1(lr: tuple[float, float], data: tuple[str, str] = ("d", "d")) -> gradients.LossCause:
+        steps_a = (StepFacts(2.0, "d", (1e-3,), GRADS), StepFacts(1.9, "d", (1e-3,), GRADS))
+        steps_b = (StepFacts(2.0, "d", (lr[0],), GRADS), StepFacts(1.95, data[0], (lr[1],), scaled))
+        later = (StepFacts(1.8, "d", (1e-3,), GRADS), StepFacts(1.8, data[1], (1e-3,), GRADS))
+        a, b = ExplainRecord("w", 3, steps=(*steps_a, later[0])), ExplainRecord("w", 3, steps=(*steps_b, later[1]))
+        return gradients.loss_cause([2.0, 1.9, 1.8], [2.0, 1.95, 1.8], a, b, rtol=1e-3, atol=1e-4)
+
+    assert (at_step_1((1e-2, 1e-3)).grad_step, at_step_1((1e-2, 1e-3)).shape) == (1, "inputs")
+    assert "as other learning rates make them" in gradients.describe(at_step_1((1e-2, 1e-3)))
+    assert at_step_1((1e-3, 1e-2), data=("d", "e")).shape == "scale"
 
 
 def test_a_learning_rate_that_differs_before_the_losses_part_is_said_with_both_values() -> None:

@@ -231,6 +231,8 @@ def test_a_virtual_environment_or_results_file_git_does_not_ignore_is_no_code(tm
     # Nor is a --report directory's page and summary, written by perfsuite (ab's summary alone too,
     # as ab writes it without the report's extra); a page or summary of the project's own is code.
     write_report(root / "results.json", root / "ab")
+    (root / "ab" / "traces").mkdir()
+    (root / "ab" / "traces" / "tiny-bert-vanilla-base.pt.trace.json.gz").write_bytes(b"")  # an explanation's
     (root / "alone").mkdir()
     (root / "alone" / "summary.md").write_text(marker("cpu") + "\n## perfsuite ab verdict\n")
     (root / "docs").mkdir()

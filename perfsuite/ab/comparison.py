@@ -180,7 +180,7 @@ def untested(options: AbOptions, specs: Sequence[CaseSpec], error: str, wall_s: 
     return ab_payload(options.device_type, specs, schedule, options.alpha, sides, results, wall_s, options.changed)
 
 
-_NONE_DECLARED = "declares no module of the project's own (its pyproject.toml names no factory, batch maker or engine)"
+_NONE_DECLARED = "declares no module of the project's own (no factory, batch maker or engine)"
 
 
 @dataclasses.dataclass

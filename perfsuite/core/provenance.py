@@ -85,8 +85,11 @@ def results_file(path: Path) -> bool:
     """Whether ``path`` is an earlier run's output left in the checkout, which is no code: a results file
     perfsuite writes (``--perfsuite-json``, ``perfsuite run``, ``ab`` or ``bisect --json``: a JSON object
     with a ``schema_version`` and a ``cases`` list), a page of a ``--report`` directory (an ``.html`` file
-    whose head perfsuite marked), or the ``summary.md`` written beside one (or an ``ab`` summary, which
-    ab writes alone without the report's extra)."""
+    whose head perfsuite marked), the ``summary.md`` written beside one (or an ``ab`` summary, which ab
+    writes alone without the report's extra), or a profiler's trace (``.pt.trace.json.gz``: those an
+    explanation writes beside its report or results file)."""
+    if path.name.endswith((".pt.trace.json.gz", ".pt.trace.json")):  # a profiled step's trace (ab's explanations)
+        return True
     if path.name == "summary.md":
         return _starts(path, SUMMARY_MARK) or _starts(path.with_name("report.html"), PAGE_MARK, within=1024)
     if path.suffix == ".html":

@@ -79,5 +79,6 @@ def gradient_chart(loss_a: Sequence[float], loss_b: Sequence[float], cause: Loss
         right.set_xlabel("parameter (model order)")
         right.set_ylabel("gradient norm B ÷ A")
         step = "no step" if cause.grad_step is None else f"step {cause.grad_step}"
-        right.set_title(f"gradients at {step}: {cause.shape}")
+        shape = "other weights, data or learning rate" if cause.shape == "inputs" else cause.shape
+        right.set_title(f"gradients at {step}: {shape}")
         return to_svg(fig)

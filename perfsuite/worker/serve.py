@@ -34,6 +34,7 @@ import functools
 import importlib.util
 import json
 import os
+import re
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -81,8 +82,11 @@ def _spec(fields: dict[str, Any]) -> CaseSpec:
     known = {f.name for f in dataclasses.fields(CaseSpec) if f.init}
     try:
         return CaseSpec(**{k: v for k, v in fields.items() if k in known})
-    except UnknownNameError as exc:
-        raise UnknownNameError(f"{str(exc).partition('; valid:')[0]}: this side's code does not declare it") from None
+    except ValueError as exc:  # an unknown model or recipe (UnknownNameError), or engine
+        named = str(exc).partition("; valid")[0]
+        if not re.fullmatch(r"unknown \w+ '[^']*'", named):  # a malformed name: said as it was
+            raise
+        raise UnknownNameError(f"{named}: this side's code does not declare it") from None
 
 
 def project_code() -> dict[str, Any]:

@@ -6,12 +6,13 @@ At the first step whose gradients differ, the ratio of each parameter's gradient
 says what kind of change it is: one ratio shared by every tensor is a **scale** (the loss or its
 reduction multiplied: an accumulation factor applied twice, a loss scale), a few tensors apart
 while the rest sit at 1 is a **local** change (a kernel, a dtype, an attention implementation in
-those layers), every tensor at its own ratio means the forward itself differs (other weights,
-other data), or, at a step whose loss still agrees from the same weights and data, that the gradients
+those layers), every tensor at its own ratio means the forward itself differs, or, at a step whose
+loss still agrees from the same weights and data, that the gradients
 are computed or accumulated otherwise. Equal gradients up to the step where the losses part point to the optimizer's
-update (the learning rate, its state). Where the sides started from other initial weights or saw other
-data by then, every gradient differs with them, and the ratios are read as nothing more: a shape there
-(one ratio by chance about shared, a few apart) would name a cause that is not there.
+update (the learning rate, its state). Where the sides started from other initial weights, saw other
+data by then or stepped at another learning rate before it, every gradient moves with them, and the
+ratios are read as nothing more than a few tensors apart: a scale or a forward read there (one ratio by
+chance about shared) would name a cause that is not there.
 """
 
 from __future__ import annotations
@@ -64,9 +65,9 @@ class LossCause:
     """The first step whose gradients differ (``None``: none up to ``step``, or none recorded)."""
     shape: str = "unknown"
     """``scale``, ``near_scale`` (every ratio within :data:`NEAR_SCALE` of one), ``local``, ``everywhere``
-    (at ``grad_step``), ``inputs`` (gradients apart at ``grad_step`` where the initial weights or the data
-    up to it differ: no shape read), ``optimizer`` (equal gradients up to ``step``, the losses still part)
-    or ``unknown`` (no gradients recorded)."""
+    (at ``grad_step``), ``inputs`` (gradients apart at ``grad_step`` from other initial weights, data up
+    to it or a learning rate before it: no shape read), ``optimizer`` (equal gradients up to ``step``, the
+    losses still part) or ``unknown`` (no gradients recorded)."""
     scale: float | None = None
     """The one ratio every gradient shares at ``grad_step`` (``near_scale``: their median), where they share one."""
     apart: tuple[Ratio, ...] = ()
@@ -198,7 +199,9 @@ def loss_cause(
         found = ratios(grads_a, grads_b)
         if any(_off(r.ratio, 1.0) > SAME_RATIO for r in found) or set(grads_a) != set(grads_b):
             shape, scale, apart = shape_of(found)
-            if "initial weights" in differ or any(x.data != y.data for x, y in upto[: index + 1]):
+            # Most at 1, a few apart, is said as it is; any other shape, from other weights or data by
+            # this step (its batch included; a learning rate's before it), is read as nothing more.
+            if shape != "local" and _otherwise(differ, upto[: index + 1], rates, index):
                 shape, scale, apart = "inputs", None, ()
             alone = {side: _last_only(run.steps[index]) for side, run in (("A", run_a), ("B", run_b))}
             # Said only where the other side recorded its last micro-batch apart and accumulated others
@@ -214,6 +217,21 @@ def loss_cause(
                 last_only=only[0] if len(only) == 1 else None,
             )
     return dataclasses.replace(cause, shape="optimizer" if compared else "unknown")
+
+
+def _otherwise(
+    differ: Sequence[str],
+    upto: Sequence[tuple[StepFacts, StepFacts]],
+    rates: tuple[int, object, object] | None,
+    index: int,
+) -> bool:
+    """Whether the weights or the batch of step ``index`` differ between the sides: other initial weights,
+    other data up to it (``upto``), or another learning rate at a step before it."""
+    return (
+        "initial weights" in differ
+        or any(x.data != y.data for x, y in upto)
+        or (rates is not None and rates[0] < index)
+    )
 
 
 def _last_only(step: StepFacts) -> bool | None:
@@ -285,9 +303,9 @@ def _shape_said(cause: LossCause) -> str:
     if not cause.ratios:
         return f"the sides' gradients name different parameters {where}"
     if cause.shape == "inputs":
-        started = "initial weights" if "initial weights" in cause.differ else "data"
+        started = next((d for d in cause.differ if d != "learning rate"), "learning rates")
         return (
-            f"every gradient apart {where} ({_range(cause.ratios)}), as other {started} make them: the "
+            f"gradients apart {where} ({_range(cause.ratios)}), as other {started} make them: the "
             "gradients cannot tell what else changed"
         )
     if cause.grad_step == 0 and cause.step is not None and cause.step > 0 and not cause.differ and _equal_first(cause):
