@@ -226,7 +226,8 @@ def _check_globs(repo: Path, spec: str, globs: tuple[str, ...], sides: tuple[str
             reason = (listed.stderr.strip().splitlines() or ["no reason given"])[0]
             raise PinError(f"--pins {spec}: git could not list the files at {commits.short(repo, commit)}: {reason}")
         paths.update(f for f in listed.stdout.split("\0") if f)
-    unmatched = [g for g, pattern in ((g, _glob(g)) for g in globs) if not any(map(pattern.fullmatch, paths))]
+    patterns = [(glob, _glob(glob)) for glob in globs]
+    unmatched = [glob for glob, pattern in patterns if not any(map(pattern.fullmatch, paths))]
     if unmatched:
         at = " or ".join(dict.fromkeys(commits.short(repo, c) for c in sides))
         raise PinError(
