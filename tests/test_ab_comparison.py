@@ -77,6 +77,8 @@ def test_a_comparison_a_dead_side_stopped_says_so_first() -> None:
         ({"same": 1, "skipped": 1}, 0, "no regression: "),
         ({"skipped": 2}, 0, "nothing compared: "),
         ({"skipped": 1, "cannot test": 1}, 0, "nothing compared: "),
+        ({"same": 1, "new": 1}, 0, "no regression: "),  # a case the candidate adds: nothing to decide
+        ({"new": 2}, 0, "nothing compared: "),
     ],
 )
 def test_the_headline_says_no_regression_only_where_every_case_was_decided(
@@ -211,15 +213,120 @@ def test_a_side_whose_code_declares_none_of_the_cases_names_says_so_in_a_line(
         json.dumps({"op": "run", "spec": {"strategy": "vanilla", "device": "cpu", **spec}, "timeout_s": 5}) + "\n"
         for spec in asked
     ]
+    specs = [{"strategy": "vanilla", "device": "cpu", **spec} for spec in [*asked, {"model": "tiny-bert"}]]
+    requests.append(json.dumps({"op": "declares", "specs": specs}) + "\n")  # asked before any run
     saved = registry.snapshot()
     try:
         serve.serve(io.StringIO("".join(requests)), answers)
     finally:
         registry.restore(saved)
         serve._load_project_once.cache_clear()  # read again by whichever test asks next, in its own directory
-    errors = [json.loads(line)["error"] for line in answers.getvalue().splitlines()]
+    *ran, declares = [json.loads(line) for line in answers.getvalue().splitlines()]
+    # What a comparison asks first: the names this side lacks, a malformed one and a known one not among them.
+    assert declares == {"ok": True, "unknown": ["model 'teamnet'", "engine 'team_step'", None, None]}
+    errors = [answer["error"] for answer in ran]
     assert errors[:2] == [
         "UnknownNameError: unknown model 'teamnet': this side's code does not declare it",
         "UnknownNameError: unknown engine 'team_step': this side's code does not declare it",
     ]
     assert "does not declare it" not in errors[2]  # a malformed name, said as it was
+
+
+class _Declaring:
+    """A fake side (:class:`test_ab_rounds.FakeSide`) whose code declares only ``models``."""
+
+    def __init__(self, name: str, side: Any, models: set[str]) -> None:
+        self.name, self.side, self.models = name, side, models
+        self.env = SimpleNamespace(label="current", moved=())
+        self.probe: dict[str, Any] = {"libraries": {}}
+
+    def undeclared(self, specs: list[dict[str, Any]]) -> list[str | None]:
+        return [None if spec["model"] in self.models else f"model '{spec['model']}'" for spec in specs]
+
+    def reset(self) -> None:
+        self.side.reset()
+
+    def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> Any:
+        return self.side.run(spec, timeout_s, env)
+
+
+def test_a_case_only_the_candidate_declares_is_new_run_once_on_it_and_fails_nothing(tmp_path: Any) -> None:
+    """A pull request that adds a model: its case is *new*, run once on the candidate for its figures
+    (the base never asked to run it), not *cannot test*; beside a compared case the headline is that
+    case's, alone it is *nothing compared*, and neither is a failure. A new case whose run fails is
+    *cannot test*, naming the side."""
+    import json
+
+    from rich.console import Console
+    from test_ab_rounds import FakeSide
+
+    from perfsuite.ab.comparison import _new_cases
+    from perfsuite.core.ab_file import AbFile
+    from perfsuite.reports.ab import markdown, rows, verdict_line
+
+    log: list[str] = []
+    base = _Declaring("base", FakeSide("A", {}, log), {"tiny-bert"})
+    candidate = _Declaring(
+        "candidate", FakeSide("B", {}, log, fail="tiny-t5-vanilla"), {"tiny-bert", "tiny-gpt2", "tiny-t5"}
+    )
+    specs = [
+        CaseSpec(model=m, strategy="vanilla", steps=4, warmup_steps=1) for m in ("tiny-bert", "tiny-gpt2", "tiny-t5")
+    ]
+    new = _new_cases(specs, (base, candidate))  # type: ignore[arg-type]
+    assert new == {"tiny-gpt2-vanilla": "model 'tiny-gpt2'", "tiny-t5-vanilla": "model 'tiny-t5'"}
+    said: list[str] = []
+    schedule = schedule_for(1, floor=0.03, alpha=0.05, first=6, cap=6)
+    run = AbRun((base, candidate), specs, schedule, say=said.append, mode="alternate", new=new)  # type: ignore[arg-type]
+    results = run.compare_all(60)
+    assert [r.verdict for r in results] == ["same", "new", "cannot test"]
+    assert not [line for line in log if line.startswith("A tiny-gpt2") or line.startswith("A tiny-t5")]
+    assert [line for line in log if line.startswith("B tiny-gpt2")] == [
+        "B tiny-gpt2-vanilla profile=True calibrate=False"
+    ]
+    assert any(
+        "tiny-gpt2-vanilla: new: the base's code does not declare model 'tiny-gpt2'; the candidate, one run: "
+        "100.00 ms a step, peak 1,000 B, final loss 1.5; nothing to compare it with" in line
+        for line in said
+    ), said
+    assert results[2].error == "candidate: boom"
+    options = SimpleNamespace(upgrade=None, json=tmp_path / "ab.json", report=None)
+    with (tmp_path / "out").open("w") as out:
+        code = run.finish(results, options, 12.0, Console(file=out, width=200))  # type: ignore[arg-type]
+    assert code == 0
+    payload = json.loads((tmp_path / "ab.json").read_text())
+    AbFile.from_json(payload, "ab.json")  # read back as any ab file is
+    assert payload["verdicts"]["new"] == 1
+    assert verdict_line(payload).startswith("no regression called: 1 same, 1 cannot test, 1 new (")
+    table = {row[0]: row for row in rows(payload)}
+    assert table["tiny-gpt2-vanilla"][1:] == [
+        "new (model 'tiny-gpt2' not in base)",
+        "B alone, one run: 100.00 ms a step",
+        "0",
+        "— → 0.00",
+        "—",
+        "B alone: final 1.5",
+    ]
+    assert "| tiny-gpt2-vanilla | new (model 'tiny-gpt2' not in base) |" in markdown(payload)
+
+    # The pull request that first declares the team's models: every case new, nothing compared, no failure.
+    alone = AbRun((base, candidate), specs[1:2], schedule, say=said.append, mode="alternate", new=new)  # type: ignore[arg-type]
+    results = alone.compare_all(60)
+    assert [r.verdict for r in results] == ["new"]
+    with (tmp_path / "out").open("w") as out:
+        assert alone.finish(results, SimpleNamespace(upgrade=None, json=None, report=None), 3.0, Console(file=out)) == 0  # type: ignore[arg-type]
+    assert verdict_line(alone.payload(results, 3.0)).startswith("nothing compared: 1 new (")
+    # Stopped (Ctrl-C, SIGTERM) before a new case ran: not run, said so.
+    (stopped,) = alone.run_new(60, stopped=True)
+    assert (stopped.verdict, stopped.error, stopped.interrupted) == ("cannot test", "interrupted before its run", True)
+
+
+def test_a_side_whose_perfsuite_cannot_say_what_it_declares_has_its_runs_say_it() -> None:
+    """A side in an environment of its own with an older perfsuite answers the question with an unknown
+    request: no case is taken for new, and a case it does not declare fails its run, naming it, as before."""
+    from perfsuite.ab.sides import Side
+
+    side: Any = Side.__new__(Side)
+    side._ask = lambda request, unknown_ok=False: {"ok": False, "error": "unknown request 'declares'"}
+    assert side.undeclared([{"model": "teamnet"}, {"model": "tiny-bert"}]) == [None, None]
+    side._ask = lambda request, unknown_ok=False: {"ok": True, "unknown": ["model 'teamnet'", None]}
+    assert side.undeclared([{"model": "teamnet"}, {"model": "tiny-bert"}]) == ["model 'teamnet'", None]

@@ -285,7 +285,7 @@ def test_memory_and_loss_are_told_at_the_first_pair_and_may_end_the_case_at_its_
     """A loss 4 times too large is known at pair 1; the time needs its pairs. Said at once, and
     with ``stop_on_regression`` the case ends at its time's first look, with the verdict that look reached:
     a step 20% slower too is called slower there."""
-    from perfsuite.ab.comparison import checks_line
+    from perfsuite.ab.said import checks_line
 
     log: list[str] = []
     changed = {"tiny-bert-grad_accum": [8.0, 6.0]}
@@ -357,7 +357,7 @@ NARROW = _at_peak(6 * MIB, activations=4 * MIB + 300_000, gradients=70_000, temp
 def test_a_lower_peak_is_an_improvement_whatever_moved_at_its_moment(
     a: CaseRecord, b: CaseRecord, verdict: str, line: str
 ) -> None:
-    from perfsuite.ab.comparison import checks_line
+    from perfsuite.ab.said import checks_line
 
     result = rounds.CaseResult(case="team-tf-vanilla")
     rounds._memory_and_loss(result, a, b, Tolerance())
@@ -388,7 +388,7 @@ def test_a_candidate_that_starts_from_other_weights_changes_the_loss_and_says_wh
     assert not loss.ok
     assert not loss.compared
     assert "other initial weights than the baseline's (xxh3_128:bb against xxh3_128:aa" in loss.message
-    from perfsuite.ab.comparison import checks_line
+    from perfsuite.ab.said import checks_line
 
     assert checks_line(result) == "regressed: loss from other initial weights (weights aa → weights bb) at pair 1"
 
@@ -397,7 +397,7 @@ def test_a_loss_that_moved_within_its_tolerance_is_said_with_where_it_ended() ->
     """On one stack a curve moves only where the code's arithmetic changed (a dropout, a reordered sum):
     within its tolerance it is no regression, but the line and the table say it moved, and where each
     side's curve ended, as they do for a loss that regressed."""
-    from perfsuite.ab.comparison import checks_line
+    from perfsuite.ab.said import checks_line
     from perfsuite.reports.ab import rows
 
     log: list[str] = []

@@ -238,6 +238,40 @@ def test_a_slower_step_is_called_slower_and_an_unchanged_commit_same(
 
 
 @pytest.mark.nightly
+def test_a_pull_request_that_adds_a_model_gets_its_figures_and_fails_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The working tree declares a second model the commit does not: its case is *new*, never asked of the
+    base, run once on the candidate for its figures; the case both declare is compared as before, and
+    the comparison exits 0 (nothing regressed), where it was *cannot test*."""
+    root = repository(tmp_path / "repo")
+    wide = '[tool.perfsuite.models.convnet_wide]\nfactory = "convnet.model:build"\nbatch = "convnet.model:make_batch"\n'
+    wide += "batch_size = 16\ntiny = true\nfactory_args = {channels = 32}\n\n[tool.perfsuite.engines.conv_step]"
+    (root / "pyproject.toml").write_text(PYPROJECT.replace("[tool.perfsuite.engines.conv_step]", wide))
+    monkeypatch.chdir(root)
+    out = tmp_path / "new.json"
+    both = ["--models", "convnet,convnet_wide", "--strategies", "vanilla", "--engine", "conv_step", "--device", "cpu"]
+    one_pair = ["--pairs", "1", "--max-pairs", "1", "--steps", "4", "--no-explain", "--json", str(out)]
+    assert main(["ab", "--base-ref", "HEAD", *both, *one_pair]) == 0, capsys.readouterr().err
+    err = capsys.readouterr().err
+    cases = {c["case"]: c for c in json.loads(out.read_text())["cases"]}
+    added = cases["convnet_wide-vanilla-conv_step"]
+    assert (added["verdict"], added["new"], added["error"]) == ("new", "model 'convnet_wide'", None)
+    assert added["memory"]["a"] is None
+    assert added["memory"]["b"] > cases[CASE]["memory"]["b"]
+    assert len(added["loss"]["b"]) == len(cases[CASE]["loss"]["b"])
+    assert not added["loss"]["a"]
+    assert not added["ratios"]
+    assert cases[CASE]["verdict"] != "cannot test"
+    assert cases[CASE]["ratios"]
+    assert "convnet_wide-vanilla-conv_step is new: the base's code does not declare model 'convnet_wide'" in err
+    assert (
+        "convnet_wide-vanilla-conv_step: new: the base's code does not declare model 'convnet_wide'; the candidate"
+        in err
+    )
+
+
+@pytest.mark.nightly
 def test_a_gate_failure_under_pytest_is_explained_against_the_commit_of_its_baseline(tmp_path: Path) -> None:
     """Baselines recorded and committed with the code; then the step keeps a buffer, not committed:
     ``pytest --perfsuite-explain`` runs the case at that commit beside the working tree and names it."""

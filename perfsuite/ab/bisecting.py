@@ -14,10 +14,11 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from perfsuite.ab.bisect import Found, Judgement, Step, search
-from perfsuite.ab.comparison import check_change, schedule_for
+from perfsuite.ab.comparison import schedule_for
 from perfsuite.ab.envs import Env, EnvError, make_env
 from perfsuite.ab.options import BisectOptions
 from perfsuite.ab.rounds import CaseResult, compare_case
+from perfsuite.ab.said import check_change
 from perfsuite.ab.sides import Side
 from perfsuite.core.declaration import load_project
 from perfsuite.core.explain.explanation import Explanation

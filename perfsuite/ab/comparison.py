@@ -16,15 +16,13 @@ from perfsuite.ab.envs import EnvError, make_env
 from perfsuite.ab.lanes import Lane, Plan, close_lanes, open_lanes, plan_for
 from perfsuite.ab.options import AbOptions
 from perfsuite.ab.pairs import Choice
-from perfsuite.ab.rounds import CaseResult, compare_cases
+from perfsuite.ab.rounds import CaseResult, compare_cases, run_new, spec_fields
+from perfsuite.ab.said import checks_line, new_line
 from perfsuite.ab.sides import Side
 from perfsuite.core.ab_file import KIND as AB_KIND
 from perfsuite.core.ab_file import SCHEMA_VERSION as AB_SCHEMA_VERSION
 from perfsuite.core.ab_file import VERDICTS
 from perfsuite.core.changed_code import ChangedCode
-from perfsuite.core.check import Check
-from perfsuite.core.gates import BREAKDOWN_PREFIX, category_change, is_regression
-from perfsuite.core.loss import side_by_side
 from perfsuite.core.paired import SAME_CONFIDENCE, Schedule, alarm_looks, case_confidence, min_pairs
 from perfsuite.core.preloads import preload_for
 from perfsuite.core.provenance import now
@@ -83,47 +81,6 @@ def schedule_for(cases: int, *, floor: float, alpha: float, first: int | None, c
     return dataclasses.replace(grid, first=start, confidence=confidence, alarms=alarms)
 
 
-def checks_line(result: CaseResult) -> str:
-    """Memory and loss as the first pair decided them: ``regressed: loss max |Δ| 25.1 (final 2.1 → 27.2)
-    at pair 1``; a loss that moved within its tolerance is said too (on one stack it moves only where the
-    code's arithmetic changed)."""
-    failing = [c for c in result.checks if not c.ok]
-    moved = _loss_within_tolerance(result)
-    if not failing:
-        same = f"memory as base, {moved}" if moved else "memory and loss as base"
-        return f"{same} at pair 1 (time: pairs to come)"
-    worse = [c for c in failing if is_regression(c, result.checks)]
-    parts = [
-        f"{word}: {', '.join(check_change(result, c) for c in checks)}"
-        for word, checks in (("regressed", worse), ("improved", [c for c in failing if c not in worse]))
-        if checks
-    ]
-    return f"{'; '.join([*parts, *([moved] if moved else [])])} at pair 1"
-
-
-def _loss_within_tolerance(result: CaseResult) -> str | None:
-    """``loss within its tolerance (final …, max |Δ| … from step N)`` where the curves differ and the check holds."""
-    held = any(c.metric == "loss" and c.ok for c in result.checks)
-    moved = result.loss_max_abs_diff  # None without two curves of one length, 0 where they are identical
-    return f"loss within its tolerance ({side_by_side(result.loss_a, result.loss_b)})" if held and moved else None
-
-
-def check_change(result: CaseResult, check: Check) -> str:
-    """A failing memory or loss check of ``result`` in a few words: ``loss max |Δ| 0.25``,
-    ``memory: buffers -256.0 KiB``."""
-    diff = result.loss_max_abs_diff
-    if check.metric == "loss" and not check.compared:
-        return f"loss from other initial weights ({check.baseline} → {check.measured})"
-    if check.metric == "loss" and diff is not None:
-        return f"loss max |Δ| {diff:.3g} (final {result.loss_a[-1]:.6g} → {result.loss_b[-1]:.6g})"
-    if check.metric.startswith(BREAKDOWN_PREFIX):
-        name = check.metric.removeprefix(BREAKDOWN_PREFIX)
-        return f"memory: {category_change(name, result.breakdown_a.get(name, 0), result.breakdown_b.get(name, 0))}"
-    if check.rel is not None:
-        return f"{check.metric} {check.rel:+.1%}"
-    return check.metric
-
-
 def ab_payload(
     device_type: str,
     specs: Sequence[CaseSpec],
@@ -180,6 +137,14 @@ def untested(options: AbOptions, specs: Sequence[CaseSpec], error: str, wall_s: 
     return ab_payload(options.device_type, specs, schedule, options.alpha, sides, results, wall_s, options.changed)
 
 
+def _new_cases(specs: Sequence[CaseSpec], sides: tuple[Side, Side]) -> dict[str, str]:
+    """Per case the candidate's code declares and the base's does not (comparing the project's own code,
+    or two perfsuites: a pull request that adds a model, recipe or engine), the name the base lacks."""
+    fields = [spec_fields(spec, profile=False) for spec in specs]
+    base, candidate = (side.undeclared(fields) for side in sides)
+    return {spec.id: name for spec, name, other in zip(specs, base, candidate, strict=True) if name and not other}
+
+
 _NONE_DECLARED = "declares no module of the project's own (no factory, batch maker or engine)"
 
 
@@ -201,6 +166,8 @@ class AbRun:
     """Comparing the project's own code at two commits (:mod:`perfsuite.ab.own`): each side's tree."""
     changed: ChangedCode | None = None
     """Comparing the project's own code: its Python files that differ, and the functions the change touches."""
+    new: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Per case the base's code does not declare and the candidate's does, the name it lacks: run once, on B."""
 
     @classmethod
     def start(cls, options: AbOptions, specs: list[CaseSpec], say: Callable[[str], None]) -> AbRun:
@@ -225,6 +192,7 @@ class AbRun:
                 sides.append(side)
                 side.check_pins()
             lanes = open_lanes(plan, (sides[0], sides[1]))
+            new = _new_cases(specs, (sides[0], sides[1]))
             moved = to_watch(sides[0].versions(), sides[1].versions())
             changed = options.changed or ChangedCode()
             for lane in lanes:
@@ -237,8 +205,9 @@ class AbRun:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             raise Failed(str(exc)) from None
+        compared = max(1, len(specs) - len(new))  # the false-alarm rate is shared by the cases paired
         schedule = schedule_for(
-            len(specs), floor=options.floor, alpha=options.alpha, first=options.pairs, cap=options.max_pairs
+            compared, floor=options.floor, alpha=options.alpha, first=options.pairs, cap=options.max_pairs
         )
         code = (trees[0].label, trees[1].label) if trees is not None else None
         run = cls(
@@ -253,16 +222,19 @@ class AbRun:
             lanes,
             code,
             options.changed,
+            new,
         )
         for line in run.version_lines():
             say(line)
+        for case, name in new.items():
+            say(f"perfsuite: {case} is new: the base's code does not declare {name}; it runs once, on the candidate")
         if described := plan.describe():
             say(described)
         say(
-            f"perfsuite: {len(specs)} case(s), {schedule.first} to {schedule.cap} pairs each, "
+            f"perfsuite: {len(specs) - len(new)} case(s) compared, {schedule.first} to {schedule.cap} pairs each, "
             f"floor {schedule.floor:.1%}, "
             f"slower or faster at {schedule.confidence:.4g} at pairs {', '.join(map(str, schedule.alarms))} "
-            f"(alpha {options.alpha:g} over {len(specs)} case(s) × {len(schedule.alarms)} look(s)), "
+            f"(alpha {options.alpha:g} over {compared} case(s) × {len(schedule.alarms)} look(s)), "
             f"same at {schedule.same_confidence:.2g} at any look"
         )
         return run
@@ -304,22 +276,53 @@ class AbRun:
                     line += f" · {result.verdict}" + (f" ({result.error})" if result.error else "")
             self.say(f"{line} · {len(done)}/{total} done · {time.monotonic() - started:.0f} s")
 
-        return compare_cases(
-            self.specs,
-            self.lanes or self.sides,
-            self.schedule,
-            Tolerance(),
-            timeout_s=timeout_s,
-            device_type=self.device_type,
-            mode=self.mode,
-            plan=self.plan,
-            progress=progress,
-            on_checks=checks,
-            stop_on_regression=stop_on_regression,
-            on_round=lambda index, cases: self.say(
-                f"  round {index + 1}: {cases} case(s) · {time.monotonic() - started:.0f} s"
-            ),
+        paired = [spec for spec in self.specs if spec.id not in self.new]
+        results = (
+            compare_cases(
+                paired,
+                self.lanes or self.sides,
+                self.schedule,
+                Tolerance(),
+                timeout_s=timeout_s,
+                device_type=self.device_type,
+                mode=self.mode,
+                plan=self.plan,
+                progress=progress,
+                on_checks=checks,
+                stop_on_regression=stop_on_regression,
+                on_round=lambda index, cases: self.say(
+                    f"  round {index + 1}: {cases} case(s) · {time.monotonic() - started:.0f} s"
+                ),
+            )
+            if paired
+            else []
         )
+        alone = self.run_new(timeout_s, stopped=any(r.interrupted for r in results))
+        for result in alone:
+            done.add(result.case)
+            self.say(
+                f"  {result.case}: {new_line(result)} · {len(done)}/{total} done · {time.monotonic() - started:.0f} s"
+            )
+        found = {r.case: r for r in [*results, *alone]}
+        return [found[spec.id] for spec in self.specs]
+
+    def run_new(self, timeout_s: float, *, stopped: bool) -> list[CaseResult]:
+        """Each case only the candidate declares, run once on it (none once the comparison was stopped:
+        Ctrl-C, SIGTERM), and, where one stops them, those after it interrupted, not run."""
+        results = []
+        for spec in self.specs:
+            if spec.id not in self.new:
+                continue
+            result = CaseResult(spec.id, new=self.new[spec.id])
+            if not stopped:
+                try:
+                    result = run_new(spec, self.sides[1], self.new[spec.id], timeout_s=timeout_s)
+                except KeyboardInterrupt:
+                    stopped = True
+            if stopped:
+                result.error, result.interrupted = "interrupted before its run", True
+            results.append(result)
+        return results
 
     def untested(self, error: str, wall_s: float) -> dict[str, Any]:
         """The file of a comparison whose side, set up, could not run its cases (its forkserver could not
@@ -376,7 +379,7 @@ class AbRun:
             )
 
         write_ab(payload, options, self.say)
-        if counts["cannot test"] and counts["cannot test"] + counts["skipped"] == len(results):
+        if counts["cannot test"] and counts["cannot test"] + counts["skipped"] + counts["new"] == len(results):
             return 3  # no case compared, one at least for want of a side: not a pass
         if counts["regressed"]:
             return 1

@@ -43,7 +43,7 @@ def traces_dir(report: str | None, json_file: str | None) -> Path | None:
 
 def wanted(result: CaseResult, choice: str) -> tuple[str, ...]:
     """What to explain of ``result`` (:func:`perfsuite.core.explain.explanation.aspects`)."""
-    if result.error is not None or result.interrupted:
+    if result.error is not None or result.interrupted or result.new is not None:  # new: no base to explain against
         return ()
     failed = aspects_failed([c.metric for c in result.checks if not c.ok])
     return aspects(

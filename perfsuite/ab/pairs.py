@@ -91,7 +91,7 @@ def step_log_ratio(a: Sequence[float], b: Sequence[float]) -> float:
     return statistics.median(math.log(y / x) for x, y in zip(a, b, strict=True))
 
 
-def _failed(side: Side, record: CaseRecord | None, error: str | None = None) -> str | None:
+def failure(side: Side, record: CaseRecord | None, error: str | None = None) -> str | None:
     """Why ``side``'s run failed (its record's error, or ``error`` where none came back), or ``None``."""
     if record is None:  # a side's EnvError names the side and its environment already
         return error if error and error.startswith(f"{side.name} (") else f"{side.name}: {error}"
@@ -106,7 +106,7 @@ def _unpaired(
     failed, not the one that stopped because its peer had); ``None`` where both ran."""
     if all(r is not None and r.status == "skipped" for r in records):
         return Pair(records, mode, math.nan, (records[0] and records[0].error) or "skipped", skipped=True)
-    failed = [e for e in (_failed(sides[w], records[w], errors[w]) for w in (0, 1)) if e]
+    failed = [e for e in (failure(sides[w], records[w], errors[w]) for w in (0, 1)) if e]
     # In a duet, a side whose peer failed says only that: the peer's own error is the cause.
     caused = [e for e in failed if "PeerGone: " not in e] or failed
     return Pair(records, mode, math.nan, caused[0]) if caused else None
@@ -120,9 +120,9 @@ def alternate(
         try:
             records[which] = sides[which].run(fields, timeout_s, env=env)
         except EnvError as exc:  # its server died or answered no record: this side's error, not a traceback
-            return Pair((records.get(0), records.get(1)), "alternate", math.nan, _failed(sides[which], None, str(exc)))
-        if records[which].status != "skipped" and _failed(sides[which], records[which]):  # a skip: the other says
-            return Pair((records.get(0), records.get(1)), "alternate", math.nan, _failed(sides[which], records[which]))
+            return Pair((records.get(0), records.get(1)), "alternate", math.nan, failure(sides[which], None, str(exc)))
+        if records[which].status != "skipped" and failure(sides[which], records[which]):  # a skip: the other says
+            return Pair((records.get(0), records.get(1)), "alternate", math.nan, failure(sides[which], records[which]))
     ended = _unpaired(sides, (records[0], records[1]), [None, None], "alternate")
     if ended is not None:
         return ended
@@ -162,7 +162,7 @@ def duet(
                 records[which] = sides[which].run(fields, timeout_s, env=env)
             except EnvError as exc:  # its server died (Ctrl-C reaches it too): this side's error, not a traceback
                 errors[which] = str(exc)
-            if _failed(sides[which], records[which], errors[which]):
+            if failure(sides[which], records[which], errors[which]):
                 with contextlib.suppress(OSError):  # gone once an interrupted duet was left
                     stop.touch()  # release the other side's worker: its peer is not coming
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from perfsuite.ab.envs import EnvError
 from perfsuite.ab.lanes import Lane, Plan, hand_out, reset_lanes
-from perfsuite.ab.pairs import Choice, Mode, Pair, check_mode, duet_fits, step_times
+from perfsuite.ab.pairs import Choice, Mode, Pair, check_mode, duet_fits, failure, step_times
 from perfsuite.ab.sides import Side
 from perfsuite.core.baselines import build_baseline
 from perfsuite.core.check import Check
@@ -61,6 +61,9 @@ class CaseResult:
     between rounds): undecided, its pairs kept."""
     explanation: Explanation | None = None
     """Its verdict's cause, where one was explained (:mod:`perfsuite.ab.explain`)."""
+    new: str | None = None
+    """What the base's code does not declare of this case, which the candidate's adds (``model 'x'``):
+    nothing to compare, its figures B's alone, one run."""
     ran: tuple[StepRan | None, StepRan | None] = (None, None)
     """What each side's first pair's build, first step and profile step ran of the code that differs
     (:mod:`perfsuite.core.reach`)."""
@@ -89,9 +92,11 @@ class CaseResult:
     @property
     def verdict(self) -> str:
         """``regressed`` (slower, more memory or another loss), ``improved``, ``same``, ``undecided``,
-        ``skipped`` or ``cannot test``."""
+        ``skipped``, ``cannot test`` or ``new`` (the base does not declare it)."""
         if self.error is not None:
             return "skipped" if self.skipped else "cannot test"
+        if self.new is not None:
+            return "new"
         if self.checks_regressed or (self.time is not None and self.time.verdict == "slower"):
             return "regressed"
         if any(not c.ok for c in self.checks) or (self.time is not None and self.time.verdict == "faster"):
@@ -105,6 +110,7 @@ class CaseResult:
             "case": self.case,
             "verdict": self.verdict,
             "error": self.error,
+            "new": self.new,
             "interrupted": self.interrupted,
             "stopped": self.stopped,
             "time": _finite(dataclasses.asdict(self.time)) if self.time is not None else None,
@@ -309,6 +315,26 @@ def _judged(
                 continue
         still.append(spec)
     return still
+
+
+def run_new(spec: CaseSpec, side: Side, new: str, *, timeout_s: float) -> CaseResult:
+    """A case only the candidate (``side``) declares (``new``: what the base does not): one run of it,
+    its first pair's (profiled), for its step time, memory and loss; nothing to compare them with. A
+    run that fails is *cannot test*, saying why; one the suite would skip, *skipped*."""
+    result = CaseResult(case=spec.id, new=new)
+    try:
+        record: CaseRecord | None = side.run(spec_fields(spec, profile=True), timeout_s)
+        error = None
+    except EnvError as exc:  # its server died: this side's error, not a traceback
+        record, error = None, str(exc)
+    if record is None or not record.ok:
+        result.skipped = record is not None and record.status == "skipped"
+        result.error = (record.error if result.skipped and record else None) or failure(side, record, error)
+        return result
+    seen = observe(record, time_unit="s")
+    result.memory_b, result.breakdown_b, result.loss_b = seen.peak_bytes, dict(seen.breakdown), list(seen.losses)
+    result.steps_b = [step_times(record)]  # its run's reach is not counted: what differs ran on one side only
+    return result
 
 
 def compare_case(

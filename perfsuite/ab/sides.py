@@ -164,6 +164,15 @@ class Side:
         except ValueError as exc:  # a side that answers what no perfsuite writes: the side's fault, as a dead one's
             raise EnvError(str(exc)) from None
 
+    def undeclared(self, specs: list[dict[str, Any]]) -> list[str | None]:
+        """Per case (a :class:`CaseSpec`'s fields), the name this side's code does not declare (``model
+        'x'``), or ``None``; all ``None`` from a perfsuite too old to say (its runs then say it)."""
+        answer = self._ask({"op": "declares", "specs": specs}, unknown_ok=True)
+        unknown = answer.get("unknown")
+        if not isinstance(unknown, list) or len(unknown) != len(specs):
+            return [None] * len(specs)
+        return [str(name) if name else None for name in unknown]
+
     def explain(self, spec: dict[str, Any], ask: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """An explanation run of a case (:mod:`perfsuite.worker.explain`; ``ask``: an ``ExplainAsk``'s JSON)."""
         request = {"op": "explain", "spec": spec, "ask": ask, "timeout_s": timeout_s}

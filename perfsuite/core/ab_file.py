@@ -40,7 +40,7 @@ KIND = "perfsuite-ab"
 SCHEMA_VERSION = 1
 """The file's ``schema_version`` (the only one read: an ab file is read by the perfsuite that wrote it,
 or one as new)."""
-VERDICTS = ("regressed", "improved", "same", "undecided", "skipped", "cannot test")
+VERDICTS = ("regressed", "improved", "same", "undecided", "skipped", "cannot test", "new")
 """A case's ``verdict`` (:attr:`perfsuite.ab.rounds.CaseResult.verdict`)."""
 
 _TEXT, _NUMBER, _INT = optional(text), optional(number), optional(integer)
@@ -151,6 +151,8 @@ class Case(JsonObject):
     verdict: str = from_key(_one_of(VERDICTS, "a verdict"), _REQUIRED)
     error: str | None = from_key(_TEXT, _REQUIRED)
     """Why it could not be tested (``null``: it was)."""
+    new: str | None = from_key(_TEXT)
+    """What the base's code does not declare of it (``null``: both sides declare it): B's figures alone."""
     interrupted: Any = from_key(_count_or_flag)
     stopped: Any = from_key(_count_or_flag)
     time: Time | None = from_key(optional(nested(Time)))

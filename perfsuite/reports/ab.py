@@ -18,6 +18,7 @@ from perfsuite.core.paired import SAME_CONFIDENCE, bounded
 from perfsuite.core.reach import Reach, described, reach, unreached, unreached_said
 from perfsuite.core.results_file import SUMMARY_MARK
 from perfsuite.core.tolerance import Tolerance
+from perfsuite.core.units import format_bytes, format_time
 from perfsuite.reports.explain import html_causes, markdown_causes, marks, notes
 
 HEADERS = ("case", "verdict", "time B/A [interval]", "pairs", "peak MiB A → B", "breakdown change", "loss A → B")
@@ -53,6 +54,13 @@ def rows(payload: Mapping[str, Any]) -> list[list[str]]:
     out = []
     noted = marks(payload)
     for case in payload["cases"]:
+        if case.get("new") and not case["error"]:  # the candidate's alone: nothing to pair it with
+            b = case["memory"]["b"]
+            peak = "—" if b is None else f"— → {b / 2**20:,.2f}"
+            out.append(
+                [case["case"], f"new ({case['new']} not in base)", _alone_time(case), "0", peak, "—", _alone_loss(case)]
+            )
+            continue
         if case["error"]:
             error = case["error"] if len(case["error"]) <= 200 else case["error"][:199] + "…"
             out.append([case["case"], case["verdict"], error, "—", "—", "—", "—"])
@@ -67,6 +75,30 @@ def rows(payload: Mapping[str, Any]) -> list[list[str]]:
             verdict = f"{verdict} [{noted[case['case']]}]"
         out.append([case["case"], verdict, time_cell, pairs, peak, breakdown, _loss(case)])
     return out
+
+
+def _alone_time(case: Mapping[str, Any]) -> str:
+    """A new case's step time: the median of the candidate's one run, its timed steps (``—``: none)."""
+    steps = (case.get("step_time_s") or {}).get("b") or ()
+    return f"B alone, one run: {format_time(steps[0], 's')} a step" if steps else "—"
+
+
+def _alone_loss(case: Mapping[str, Any]) -> str:
+    curve = case["loss"].get("b")
+    return f"B alone: final {curve[-1]:.6g}" if curve else "—"
+
+
+def new_figures(case: Mapping[str, Any]) -> str:
+    """What a new case's one run on the candidate measured (``case``: its JSON): ``the candidate, one
+    run: 5.10 ms a step, peak 12.30 MiB, final loss 2.31``."""
+    steps = (case.get("step_time_s") or {}).get("b") or ()
+    peak, curve = case["memory"]["b"], case["loss"].get("b")
+    said = [
+        *([f"{format_time(steps[0], 's')} a step"] if steps else []),
+        *([f"peak {format_bytes(peak)}"] if peak is not None else []),
+        *([f"final loss {curve[-1]:.6g}"] if curve else []),
+    ]
+    return f"the candidate, one run: {', '.join(said) or 'nothing measured'}; nothing to compare it with"
 
 
 def _loss(case: Mapping[str, Any]) -> str:
@@ -96,7 +128,7 @@ def _versions(payload: Mapping[str, Any], side: str) -> dict[str, str | None]:
 
 def verdict_line(payload: Mapping[str, Any]) -> str:
     counts = payload["verdicts"]
-    undecided = sum(n for v, n in counts.items() if v not in ("same", "improved", "skipped"))
+    undecided = sum(n for v, n in counts.items() if v not in ("same", "improved", "skipped", "new"))
     if counts.get("regressed"):
         head = "REGRESSED"
     elif payload.get("interrupted"):  # a case stopped half-way may have been on its way to a regression
@@ -104,7 +136,7 @@ def verdict_line(payload: Mapping[str, Any]) -> str:
     elif payload.get("stopped"):
         head = "STOPPED when a side stopped answering, no regression called before it"
     elif not any(counts.get(v) for v in ("same", "improved", "undecided")):
-        head = "nothing compared"  # every case skipped, or not testable
+        head = "nothing compared"  # every case skipped, not testable, or new to the candidate
     else:  # "no regression" only where every case was decided
         head = "no regression called" if undecided else "no regression"
     parts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
@@ -147,7 +179,7 @@ def reach_lines(payload: Mapping[str, Any], most: int | None = None, name: Calla
     """Per package, function or file that differs between the sides, what the cases' builds and steps
     ran of it (:mod:`perfsuite.core.reach`), what none was seen calling first; past ``most`` lines,
     how many more ``--json`` holds. ``name``: how a name is written (:func:`code_span` in markdown)."""
-    compared = sum(not case["error"] for case in payload["cases"])
+    compared = sum(not case["error"] and not case.get("new") for case in payload["cases"])
     device_type = payload.get("device_type", "cpu")
     found = _reach(payload)
     missed = set(unreached(found))

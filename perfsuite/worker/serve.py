@@ -15,6 +15,9 @@ line on its protocol stream (the original stdout; anything else printed goes to 
   (:func:`perfsuite.worker.process.run_isolated`; a crash or hang is a failed record); the names
   resolve against perfsuite's registry and the declarations of the project around the working
   directory (its own models and engines included), read at the first run;
+- ``{"op": "declares", "specs": [{...CaseSpec fields}, ...]}``: per case, ``null`` where this side's code
+  declares its model, recipe and engine, else the name it does not (``model 'x'``): a case the other
+  side's code adds, asked before any run;
 - ``{"op": "explain", "spec": {...}, "ask": {...ExplainAsk fields}, "timeout_s": T, "env": {...}}``: an
   explanation run of the case in a fresh worker (:mod:`perfsuite.worker.explain`): its record, whose
   ``explain`` is an :class:`~perfsuite.core.explain.records.ExplainRecord`'s JSON;
@@ -86,7 +89,25 @@ def _spec(fields: dict[str, Any]) -> CaseSpec:
         named = str(exc).partition("; valid")[0]
         if not re.fullmatch(r"unknown \w+ '[^']*'", named):  # a malformed name: said as it was
             raise
-        raise UnknownNameError(f"{named}: this side's code does not declare it") from None
+        raise UnknownNameError(f"{named}{_UNDECLARED}") from None
+
+
+def _undeclared(fields: dict[str, Any]) -> str | None:
+    """The name of ``fields``' case this side's code does not declare (``model 'x'``), or ``None`` where it declares
+    every one (a malformed name, or another problem, is left to the case's run to say)."""
+    from perfsuite.core.strategies import UnknownNameError
+
+    try:
+        _spec(fields)
+    except UnknownNameError as exc:  # "unknown model 'x': this side's …": model 'x'
+        said = str(exc)
+        return said.removesuffix(_UNDECLARED).removeprefix("unknown ") if said.endswith(_UNDECLARED) else None
+    except ValueError:
+        return None
+    return None
+
+
+_UNDECLARED = ": this side's code does not declare it"
 
 
 def project_code() -> dict[str, Any]:
@@ -116,6 +137,8 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
 
         renewed = renew_forkserver()
         return {"ok": True, "reset": renewed, "boot_s": start_forkserver()}
+    if request.get("op") == "declares":
+        return {"ok": True, "unknown": [_undeclared(fields) for fields in request["specs"]]}
     if request.get("op") == "run":
         from perfsuite.worker.process import run_isolated
 
