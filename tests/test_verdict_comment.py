@@ -146,14 +146,14 @@ class Fake:
             data = summary.encode() if isinstance(summary, str) else summary
             (self.artifact / "summary.md").write_bytes(data)
 
-    def step(self, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    def step(self, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
         (self.root / "state.json").write_text(json.dumps(self.state))
         (self.root / "event.json").write_text(json.dumps({"workflow_run": self.run}))
         args = ["comment", "--artifact", str(self.artifact), "--binding", str(self.binding)]
         args += ["--event", str(self.root / "event.json")]
         args += ["--repo", REPO, "--stale-on", ".github/workflows/ci.yml"]
         args += [x for w in WORKFLOWS for x in ("--workflow", w)]
-        code = main(args)
+        code = main([*args, *extra])
         self.state = json.loads((self.root / "state.json").read_text())
         out = capsys.readouterr().out
         return code, out
@@ -188,6 +188,28 @@ def test_a_genuine_verdict_is_posted_once_then_updated(fake: Fake, capsys: pytes
     (body,) = fake.comments()
     assert "| a | slower |" in body
     assert fake.sent() == ["POST issues/7/comments", "PATCH issues/comments/100"]
+
+
+def test_a_dry_run_checks_as_ever_and_writes_what_it_would_send_into_files(
+    fake: Fake, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--dry-run DIR``: the artifact checked against the API as ever, nothing sent, each body written
+    into DIR (the artifact's text never onto the log); a forged artifact is refused as ever."""
+    out = tmp_path / "would"
+    out.mkdir()
+    code, said = fake.step(capsys, "--dry-run", str(out))
+    assert (code, said) == (
+        0,
+        f"dry run: would POST issues/7/comments: its body in {out}/1-POST-issues-7-comments.md\ncommented on #7 (dry run: nothing sent)\n",
+    )
+    assert fake.sent() == []
+    assert not fake.comments()
+    assert "| a | same |" in (out / "1-POST-issues-7-comments.md").read_text()
+    fake.artifact_files(binding={"pull_request": 8, "head_sha": HEAD})
+    code, said = fake.step(capsys, "--dry-run", str(out))
+    assert code == 1
+    assert "#8 does not hold aaaaaaa" in said
+    assert fake.step(capsys, "--dry-run", str(out / "none"))[0] == 2
 
 
 FORGED: dict[str, tuple[dict[str, Any], str]] = {

@@ -62,6 +62,13 @@ def add_parser(sub: Any) -> None:
     )
     comment.add_argument("--label", default="gpu-upgrade", help="the label a pull_request_target run requires")
     comment.add_argument("--pin-files", default="", help="more pin files, comma-separated globs (as ab --pin-files)")
+    comment.add_argument(
+        "--dry-run",
+        type=Path,
+        metavar="DIR",
+        help="check everything against the API as ever, but write each comment it would create, update or mark "
+        "stale into DIR instead of sending it (a token that reads is enough)",
+    )
     comment.add_argument("--event", type=Path, help="the event file (default: $GITHUB_EVENT_PATH)")
     comment.add_argument("--repo", help="owner/name (default: $GITHUB_REPOSITORY)")
 
@@ -69,8 +76,9 @@ def add_parser(sub: Any) -> None:
 class GitHub:
     """The REST API through ``gh api`` (its token from ``GH_TOKEN``)."""
 
-    def __init__(self, repo: str) -> None:
-        self.repo = repo
+    def __init__(self, repo: str, dry_run: Path | None = None) -> None:
+        self.repo, self.dry_run = repo, dry_run
+        self.unsent = 0
 
     def _gh(self, *args: str) -> str:
         done = subprocess.run(["gh", "api", *args], capture_output=True, text=True, timeout=120, check=False)
@@ -95,6 +103,12 @@ class GitHub:
             return None
 
     def send(self, method: str, path: str, body: str) -> None:
+        if self.dry_run is not None:  # the body is the artifact's: into a file, never onto the log
+            self.unsent += 1
+            written = self.dry_run / f"{self.unsent}-{method}-{path.replace('/', '-')}.md"
+            written.write_text(body)
+            print(f"dry run: would {method} {path}: its body in {written}")
+            return
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
             json.dump({"body": body}, handle)
         try:
@@ -258,13 +272,17 @@ def run(args: Any) -> int:
             file=sys.stderr,
         )
         return 2
-    gh = GitHub(repo)
+    if args.dry_run is not None and not args.dry_run.is_dir():
+        print(f"perfsuite: error: --dry-run {args.dry_run}: not a directory", file=sys.stderr)
+        return 2
+    gh = GitHub(repo, args.dry_run)
+    dry = " (dry run: nothing sent)" if args.dry_run is not None else ""
     path = run["path"].split("@", 1)[0]
     try:
         if path in args.stale_on and run["event"] == "pull_request":
             current = _pull_requests_of(gh, run["head_sha"], head=True)
             marked = sum(mark_stale(gh, int(p["number"]), run["head_sha"]) for p in current)
-            print(f"{marked} verdict(s) of an older head marked stale")
+            print(f"{marked} verdict(s) of an older head marked stale{dry}")
         elif path not in args.workflow:
             raise Refused(
                 f"a run of {path or 'no workflow file'}, not of a comparing workflow ({', '.join(args.workflow)})"
@@ -272,7 +290,7 @@ def run(args: Any) -> int:
         elif run.get("conclusion") in ("cancelled", "skipped"):
             print(f"that run was {run['conclusion']}: nothing to post")
         else:
-            print(post(args, gh, run))
+            print(post(args, gh, run) + dry)
     except Refused as exc:
         print(f"::error::{exc}")
         return 1
