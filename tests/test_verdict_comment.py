@@ -195,12 +195,12 @@ def test_a_dry_run_checks_as_ever_and_writes_what_it_would_send_into_files(
 ) -> None:
     """``--dry-run DIR``: the artifact checked against the API as ever, nothing sent, each body written
     into DIR (the artifact's text never onto the log); a forged artifact is refused as ever."""
-    out = tmp_path / "would"
-    out.mkdir()
+    out = tmp_path / "would"  # made
     code, said = fake.step(capsys, "--dry-run", str(out))
     assert (code, said) == (
         0,
-        f"dry run: would POST issues/7/comments: its body in {out}/1-POST-issues-7-comments.md\ncommented on #7 (dry run: nothing sent)\n",
+        f"dry run: would POST issues/7/comments: its body in {out}/1-POST-issues-7-comments.md\n"
+        "commented on #7 (dry run: nothing sent)\n",
     )
     assert fake.sent() == []
     assert not fake.comments()
@@ -209,7 +209,7 @@ def test_a_dry_run_checks_as_ever_and_writes_what_it_would_send_into_files(
     code, said = fake.step(capsys, "--dry-run", str(out))
     assert code == 1
     assert "#8 does not hold aaaaaaa" in said
-    assert fake.step(capsys, "--dry-run", str(out / "none"))[0] == 2
+    assert fake.step(capsys, "--dry-run", str(out / "1-POST-issues-7-comments.md"))[0] == 2  # a file
 
 
 FORGED: dict[str, tuple[dict[str, Any], str]] = {

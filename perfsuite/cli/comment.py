@@ -67,7 +67,7 @@ def add_parser(sub: Any) -> None:
         type=Path,
         metavar="DIR",
         help="check everything against the API as ever, but write each comment it would create, update or mark "
-        "stale into DIR instead of sending it (a token that reads is enough)",
+        "stale into DIR (made if need be) instead of sending it (a token that reads is enough)",
     )
     comment.add_argument("--event", type=Path, help="the event file (default: $GITHUB_EVENT_PATH)")
     comment.add_argument("--repo", help="owner/name (default: $GITHUB_REPOSITORY)")
@@ -272,9 +272,12 @@ def run(args: Any) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.dry_run is not None and not args.dry_run.is_dir():
-        print(f"perfsuite: error: --dry-run {args.dry_run}: not a directory", file=sys.stderr)
-        return 2
+    if args.dry_run is not None:
+        try:
+            args.dry_run.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"perfsuite: error: --dry-run {args.dry_run}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     gh = GitHub(repo, args.dry_run)
     dry = " (dry run: nothing sent)" if args.dry_run is not None else ""
     path = run["path"].split("@", 1)[0]
