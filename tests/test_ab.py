@@ -243,6 +243,7 @@ def test_an_a_a_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
     code = main([*args, "--json", str(out), "--report", str(tmp_path)])
     assert code == 0
     payload = json.loads(out.read_text())
+    assert payload["loss_seeds"] == 0  # two stacks: a curve from other weights would be the upgrade's, regressed
     (case,) = payload["cases"]
     # Two pairs cannot reach 95%: undecided, never a guess; memory and loss identical on one stack.
     assert case["verdict"] == "undecided"

@@ -360,7 +360,7 @@ def test_a_lower_peak_is_an_improvement_whatever_moved_at_its_moment(
     from perfsuite.ab.said import checks_line
 
     result = rounds.CaseResult(case="team-tf-vanilla")
-    rounds._memory_and_loss(result, a, b, Tolerance())
+    rounds._memory_and_loss(result, a, b, Tolerance(), pairs.Pair((a, b), "alternate", 0.0))
     assert result.verdict == verdict
     assert checks_line(result) == line
 
@@ -391,6 +391,75 @@ def test_a_candidate_that_starts_from_other_weights_changes_the_loss_and_says_wh
     from perfsuite.ab.said import checks_line
 
     assert checks_line(result) == "regressed: loss from other initial weights (weights aa → weights bb) at pair 1"
+
+
+class Seeded(FakeSide):
+    """A side whose initial weights and loss curve follow the seed asked (``curve(seed)``), and whose
+    run at ``fail_seed`` fails; each seed it ran is logged."""
+
+    def __init__(self, *args: Any, digest: str, curve: Any, fail_seed: int | None = None, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.digest, self.curve, self.fail_seed = digest, curve, fail_seed
+
+    def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> CaseRecord:
+        seed = spec["seed"]
+        self.log.append(f"{self.name} seed {seed} profile={spec['profile']}")
+        if seed == self.fail_seed:
+            return CaseRecord.from_json({**_identity(spec), "status": "error", "error": "boom"}, "x")
+        record = super().run(spec, timeout_s, env)
+        return record.updated(initial_weights=f"xxh3_128:{self.digest}{seed}", loss=tuple(self.curve(seed)))
+
+
+def _seeded(b_curve: list[float], *, b_digest: str = "bb", fail_seed: int | None = None) -> tuple[Any, list[str]]:
+    """One case compared with ``--loss-seeds 5``: A's curves move a little from seed to seed."""
+    log: list[str] = []
+
+    def a_curve(seed: int) -> list[float]:
+        return [2.0 + 0.01 * (seed * 3 % 5), 1.5 + 0.01 * (seed * 7 % 5)]
+
+    sides = (
+        Seeded("A", {}, log, digest="aa", curve=a_curve, fail_seed=fail_seed),
+        Seeded("B", {}, log, digest=b_digest, curve=lambda seed: b_curve),
+    )
+    schedule = Schedule(first=6, step=2, cap=10, floor=0.03, confidence=0.95)
+    (result,) = _rounds([_spec()], sides, schedule, loss_seeds=5)
+    return result, log
+
+
+def test_a_candidate_from_other_weights_is_judged_against_the_bases_curves_at_other_seeds() -> None:
+    """Other initial weights (a re-seeded or re-drawn initialisation): A runs the case at 5 other seeds,
+    unprofiled, once, at the first pair; B's curve whose mean lies within their 99% prediction interval
+    converges as A's does at another seed (no regression, said), one far above it regressed; a run at
+    another seed that fails leaves the loss not compared, saying why; alike weights run no other seed."""
+    from perfsuite.ab.said import checks_line
+
+    result, log = _seeded([2.02, 1.51])
+    assert [line for line in log if line.startswith("A seed") and not line.startswith("A seed 0")] == [
+        f"A seed {seed} profile=False" for seed in range(1, 6)
+    ]
+    (loss,) = [c for c in result.checks if c.metric == "loss"]
+    assert (loss.ok, loss.seeds) == (True, 6)
+    assert result.verdict == "same"
+    assert checks_line(result).startswith(
+        "memory as base, loss from other initial weights, as at another seed (mean 1.765; the base's 6 seeds' "
+        "99% interval: 1.7"
+    )
+    result, _ = _seeded([2.5, 1.9])
+    assert result.verdict == "regressed"
+    assert checks_line(result).startswith(
+        "regressed: loss from other initial weights, not as at another seed (mean 2.2;"
+    )
+    (loss,) = [c for c in result.checks if c.metric == "loss"]
+    assert "lies outside the base's 6 seeds' 99% interval, [" in loss.message
+    result, _ = _seeded([2.02, 1.51], fail_seed=3)
+    (loss,) = [c for c in result.checks if c.metric == "loss"]
+    assert (loss.ok, loss.compared, loss.seeds) == (False, False, None)
+    assert loss.message.endswith(
+        "the base's curves at other seeds, which would judge it, were not had: at seed 3: A: boom"
+    )
+    result, log = _seeded([2.0, 1.5], b_digest="aa")
+    assert not [line for line in log if line.startswith("A seed") and not line.startswith("A seed 0")]
+    assert result.verdict == "same"
 
 
 def test_a_loss_that_moved_within_its_tolerance_is_said_with_where_it_ended() -> None:

@@ -185,6 +185,8 @@ AB = [
     (["--base", "current", "--candidate", "current", "--max-pairs", "6"], "--max-pairs 6 is below 7, the fewest"),
     (["--base", "current", "--candidate", "current", "--models", "bert-huge"], "unknown model 'bert-huge'"),
     (["--base", "current", "--candidate", "current", "--steps", "0"], "--steps: must be at least 1, got 0"),
+    (["--base", "current", "--candidate", "current", "--loss-seeds", "1"], "--loss-seeds: must be 0, or 2 to 10"),
+    (["--base", "current", "--candidate", "current", "--loss-seeds", "-1"], "--loss-seeds: must be at least 0"),
     (["--base", "current", "--candidate", "current", "--json", "{tmp}"], "--json: {tmp}: is a directory"),
     (["--base", "current", "--candidate", "current", "--json", "{tmp}/file.txt/a.json"], "file.txt is not a"),
     (["--base", "current", "--candidate", "current", "--strategies", ","], "--strategies: expected one or more"),

@@ -555,3 +555,50 @@ def test_a_time_read_on_a_busy_machine_is_run_again_and_is_no_vote(reads: list[s
     gating._retry_time(tol, outcome, checks, lambda: (None, next(later)))  # type: ignore[arg-type,return-value]
     assert outcome.time_attempts == [checks(read)[0].change for read in reads]  # every read taken, no more
     assert outcome.checks[0].change == verdict
+
+
+def test_a_curve_from_other_weights_is_judged_by_its_mean_against_the_seeds_prediction_interval() -> None:
+    """Six reference curves whose means are 1.0-1.5 (mean 1.25, sd 0.187): the 99% prediction interval is
+    1.25 ± t(0.995, 5) · sd · √(1 + 1/6) = 1.25 ± 0.814; a curve at its edge passes, one past it or not
+    finite fails; at 99.9% the interval is wider; fewer than 3 curves (or another length) is no interval."""
+    import math
+    import statistics
+
+    from perfsuite.core.loss import check_against_seeds
+
+    reference = [[m, m] for m in (1.0, 1.1, 1.2, 1.3, 1.4, 1.5)]
+    half = 4.032143 * statistics.stdev([1.0, 1.1, 1.2, 1.3, 1.4, 1.5]) * math.sqrt(7 / 6)
+    inside = check_against_seeds("c", reference, [1.25 + half - 1e-6] * 2, "weights a → weights b", 0.99)
+    assert (inside.ok, inside.seeds, inside.compared) == (True, 6, True)
+    assert inside.limit == pytest.approx(half / 1.25)
+    assert (inside.baseline, inside.tolerance) == (f"mean 1.25 ± {half:.2g}", "the base's 6 seeds' 99% interval")
+    outside = check_against_seeds("c", reference, [1.25 - half - 1e-3] * 2, "weights a → weights b", 0.99)
+    assert not outside.ok
+    assert outside.message.startswith("c: loss from other initial weights (weights a → weights b): its mean over 2")
+    wider = check_against_seeds("c", reference, [1.25 - half - 1e-3] * 2, "w", 0.9986)
+    assert wider.ok
+    assert wider.tolerance == "the base's 6 seeds' 99.86% interval"
+    assert not check_against_seeds("c", reference, [1.2, math.nan], "w", 0.99).ok
+    with pytest.raises(ValueError, match="2 reference curves"):
+        check_against_seeds("c", reference[:2], [1.2, 1.2], "w", 0.99)
+    with pytest.raises(ValueError, match="6 reference curves"):
+        check_against_seeds("c", reference, [1.2, 1.2, 1.2], "w", 0.99)
+
+
+@pytest.mark.parametrize(
+    ("p", "df", "t"),
+    [
+        (0.995, 5, 4.032143),
+        (0.975, 5, 2.570582),
+        (0.975, 10, 2.228139),
+        (0.9995, 5, 6.868827),
+        (0.6, 3, 0.276671),
+        (0.975, 1, 12.706205),
+        (0.025, 5, -2.570582),
+    ],
+)
+def test_t_quantiles_are_the_tables(p: float, df: int, t: float) -> None:
+    """Student's t quantiles, as any statistics table (or scipy.stats.t.ppf) gives them."""
+    from perfsuite.core.stats import t_quantile
+
+    assert t_quantile(p, df) == pytest.approx(t, abs=2e-6)

@@ -67,6 +67,7 @@ def test_each_side_runs_its_own_commit_of_the_teams_code(
     assert case["verdict"] == "regressed"
     assert case["memory"]["b"] - case["memory"]["a"] == pytest.approx(4 * 2**20, rel=0.01)
     assert case["loss"]["max_abs_diff"] == 0  # the same model, batches and step: only the buffer
+    assert payload["loss_seeds"] == 5  # the team's own code: other weights would be judged by convergence
     # Explained: the tensor the team's engine keeps, named, with its size.
     (moved,) = case["explanation"]["memory"]["categories"]
     (change,) = moved["changes"]
@@ -313,16 +314,16 @@ def test_a_gate_failure_under_pytest_is_explained_against_the_commit_of_its_base
 def test_own_says_uncommitted_changes_are_in_neither_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--own compares two commits; a working tree with changes not committed is in neither, and
     --base-ref is what compares it: said in the line that says what differs."""
-    from perfsuite.cli.ab import _differing
+    from perfsuite.ab.own import differing_code
 
     root = repository(tmp_path / "repo")
     commit(root, "Document the step", readme="The step is cross-entropy, clipped.")
     monkeypatch.chdir(root)
     head = git(root, "rev-parse", "HEAD")
-    assert _differing(["HEAD^1", head])[0] == "perfsuite ab: the sides' code differs in 1 file(s): README.md"
+    assert differing_code(["HEAD^1", head])[0] == "perfsuite ab: the sides' code differs in 1 file(s): README.md"
     (root / "README.md").write_text("Not committed yet.\n")
     said = "; the working tree's uncommitted changes are in neither (--base-ref compares them)"
-    assert _differing(["HEAD^1", head])[0].endswith(f"README.md{said}")
-    compared = _differing(["HEAD", None])[0]  # --base-ref: the working tree is the candidate
+    assert differing_code(["HEAD^1", head])[0].endswith(f"README.md{said}")
+    compared = differing_code(["HEAD", None])[0]  # --base-ref: the working tree is the candidate
     assert compared.startswith("perfsuite ab: the sides' code differs")
     assert said not in compared

@@ -90,6 +90,7 @@ def ab_payload(
     results: Sequence[CaseResult],
     wall_s: float,
     changed: ChangedCode | None = None,
+    loss_seeds: int = 0,
 ) -> dict[str, Any]:
     """``perfsuite ab --json``'s file (:class:`~perfsuite.core.ab_file.AbFile` reads it back)."""
     compared = {r.case for r in results if r.error is None}
@@ -102,6 +103,7 @@ def ab_payload(
         "wall_s": wall_s,
         "schedule": dataclasses.asdict(schedule),
         "alpha": alpha,
+        "loss_seeds": loss_seeds,
         "sides": sides,
         "cases": [r.as_json() for r in results],
         "changed_code": changed.as_json() if changed is not None else None,
@@ -134,7 +136,9 @@ def untested(options: AbOptions, specs: Sequence[CaseSpec], error: str, wall_s: 
     asked = {"base": options.base, "candidate": options.candidate}
     sides = {name: {"env": env, "overlay": [], "probe": {"libraries": {}}} for name, env in asked.items()}
     results = [CaseResult(spec.id, error=f"cannot test: {error}") for spec in specs]
-    return ab_payload(options.device_type, specs, schedule, options.alpha, sides, results, wall_s, options.changed)
+    return ab_payload(
+        options.device_type, specs, schedule, options.alpha, sides, results, wall_s, options.changed, options.loss_seeds
+    )
 
 
 def _new_cases(specs: Sequence[CaseSpec], sides: tuple[Side, Side]) -> dict[str, str]:
@@ -168,6 +172,8 @@ class AbRun:
     """Comparing the project's own code: its Python files that differ, and the functions the change touches."""
     new: dict[str, str] = dataclasses.field(default_factory=dict)
     """Per case the base's code does not declare and the candidate's does, the name it lacks: run once, on B."""
+    loss_seeds: int = 0
+    """Where a case's sides start from other initial weights, the base's runs at other seeds (``--loss-seeds``)."""
 
     @classmethod
     def start(cls, options: AbOptions, specs: list[CaseSpec], say: Callable[[str], None]) -> AbRun:
@@ -223,6 +229,7 @@ class AbRun:
             code,
             options.changed,
             new,
+            options.loss_seeds,
         )
         for line in run.version_lines():
             say(line)
@@ -290,6 +297,8 @@ class AbRun:
                 progress=progress,
                 on_checks=checks,
                 stop_on_regression=stop_on_regression,
+                loss_seeds=self.loss_seeds,
+                loss_confidence=1 - self.alpha / len(paired),  # as the time's alpha: over every case compared
                 on_round=lambda index, cases: self.say(
                     f"  round {index + 1}: {cases} case(s) · {time.monotonic() - started:.0f} s"
                 ),
@@ -342,7 +351,17 @@ class AbRun:
             }
             for i, side in enumerate(self.sides)
         }
-        return ab_payload(self.device_type, self.specs, self.schedule, self.alpha, sides, results, wall_s, self.changed)
+        return ab_payload(
+            self.device_type,
+            self.specs,
+            self.schedule,
+            self.alpha,
+            sides,
+            results,
+            wall_s,
+            self.changed,
+            self.loss_seeds,
+        )
 
     def finish(self, results: Sequence[CaseResult], options: AbOptions, wall_s: float, console: Any) -> int:
         from perfsuite.reports.ab import REACH_HEAD, reach_lines, render_table

@@ -192,10 +192,12 @@ class Lane:
         mode: Mode,
         gpu: str | None = None,
         cancel: threading.Event | None = None,
+        seeds: int = 0,
     ) -> Pair:
         env = gpu_env([gpu]) if gpu is not None else None
+        cores = self.slot.duet_cores
         return run_pair(
-            self.sides, fields, index, timeout_s, mode=mode, cores=self.slot.duet_cores, env=env, cancel=cancel
+            self.sides, fields, index, timeout_s, mode=mode, cores=cores, env=env, cancel=cancel, seeds=seeds
         )
 
     def reset(self) -> None:

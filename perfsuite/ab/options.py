@@ -50,6 +50,9 @@ class AbOptions(PairOptions):
     """At most this many cases at once (``--jobs``)."""
     report: Path | None = None
     """Where ``--report`` writes report.html and summary.md (``None``: nowhere)."""
+    loss_seeds: int = 0
+    """``--loss-seeds``: other seeds the base runs a case at where its sides start from other initial
+    weights, the candidate's loss judged against them (0: another curve is a regression)."""
     upgrade: Upgrade | None = None
     """``--pins``: the commits and what moved between them (``None`` without)."""
     trees: tuple[Tree, Tree] | None = None

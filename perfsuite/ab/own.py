@@ -28,7 +28,7 @@ from perfsuite.ab import commits
 from perfsuite.ab.envs import Env
 from perfsuite.core.changed_code import ChangedCode, changed_code, python_files
 from perfsuite.core.declaration import find_pyproject
-from perfsuite.core.provenance import untracked
+from perfsuite.core.provenance import files_differ, said_files, untracked
 
 WORKING_TREE = "the working tree"
 
@@ -200,3 +200,23 @@ def _text(top: Path, revision: str | None, path: str, what: str) -> str | None:
         return file.read_text() if file.is_file() else None
     shown = commits.git(top, "cat-file", "blob", f"{revision}:{path}", what=what)
     return shown.stdout if shown.returncode == 0 else None
+
+
+def differing_code(refs: list[str | None]) -> tuple[str, ChangedCode]:
+    """Which files of the project's repository differ between the sides' code (the revisions ``refs``;
+    ``None``: the working tree), said before anything runs (a reader sees what the comparison is of),
+    and what the change does to the project's Python files (watched in each case's step)."""
+    base, head = refs
+    assert base is not None  # a base is always a commit
+    top = commits.check_repository(project_root(), "--base-ref")
+    names = files_differ(top, base, head)
+    # --own compares two commits: what is not committed yet is in neither side.
+    left = "; the working tree's uncommitted changes are in neither (--base-ref compares them)"
+    left = left if head is not None and commits.uncommitted(top) else ""
+    if names is None:
+        return f"perfsuite ab: git cannot tell which files differ between the sides' code{left}", ChangedCode()
+    if not names:
+        return f"perfsuite ab: no file differs between the sides' code (an A/A){left}", ChangedCode()
+    inside = project_root().resolve().relative_to(top.resolve()).as_posix()
+    changed = changes(top, refs, names, inside, "--base-ref")
+    return f"perfsuite ab: the sides' code differs in {said_files(names)}{left}", changed

@@ -19,6 +19,7 @@ worker is released at once instead of waiting for a peer that will never come.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import statistics
@@ -31,6 +32,7 @@ from typing import Any, Literal
 
 from perfsuite.ab.envs import EnvError
 from perfsuite.ab.sides import Side
+from perfsuite.core.loss import weights_apart
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 from perfsuite.worker.duet import CPUS, PEER, READY, STOP
@@ -51,6 +53,10 @@ class Pair:
     error: str | None = None
     skipped: bool = False
     """Both sides skipped the case (a strategy its engine does not apply, say): ``error`` says why."""
+    seeds: tuple[tuple[float, ...], ...] = ()
+    """A's loss curves at other seeds, where the two runs started from other initial weights (:func:`other_seeds`)."""
+    seeds_error: str | None = None
+    """Why those curves are missing: a run at another seed failed."""
 
 
 def duet_cores() -> tuple[int, int] | None:
@@ -197,11 +203,44 @@ def run_pair(
     cores: tuple[int, int] | None = None,
     env: dict[str, str] | None = None,
     cancel: threading.Event | None = None,
+    seeds: int = 0,
 ) -> Pair:
     """Pair ``index`` of the case ``fields`` (a :class:`CaseSpec`'s fields) in ``mode``: a duet on
     ``cores`` (by default the first two this process may use), or alternating with ``env`` set in
-    both workers (a lane's GPU, :mod:`perfsuite.ab.lanes`)."""
+    both workers (a lane's GPU, :mod:`perfsuite.ab.lanes`); with ``seeds``, :func:`other_seeds` after."""
     cores = cores or duet_cores()
     if mode == "duet" and cores is not None:
-        return duet(sides, fields, index, timeout_s, cores, cancel)
-    return alternate(sides, fields, index, timeout_s, env)
+        pair = duet(sides, fields, index, timeout_s, cores, cancel)
+    else:
+        pair = alternate(sides, fields, index, timeout_s, env)
+    return other_seeds(pair, sides[0], fields, seeds, timeout_s, env) if seeds else pair
+
+
+LOSS_SEEDS = 5
+"""Other seeds the base runs a case at where its sides start from other initial weights (``--loss-seeds``):
+with the base's own, 6 curves, whose prediction interval at 0.9986 (alpha 0.05 over 35 cases) was 1.4-9.5%
+of the mean loss either side for six tiny-model cases on a CPU (``benchmarks/ab/seeds_aa.py``); each is one
+more run of the case, unprofiled."""
+
+
+def other_seeds(
+    pair: Pair, side: Side, fields: dict[str, Any], count: int, timeout_s: float, env: dict[str, str] | None = None
+) -> Pair:
+    """``pair`` with ``side``'s (A's) loss curves at ``count`` other seeds (the case's seed + 1, + 2, …,
+    each run alone, unprofiled), where its two runs started from other initial weights: B's curve is
+    then judged against A's spread over seeds, not step by step (:func:`perfsuite.core.loss.check_against_seeds`).
+    As it was where they started alike; without them, saying why, where a run at another seed failed."""
+    a, b = pair.records
+    if pair.error is not None or a is None or b is None or not weights_apart(a.initial_weights, b.initial_weights):
+        return pair
+    curves = []
+    for seed in range(fields["seed"] + 1, fields["seed"] + 1 + count):
+        try:
+            record = side.run({**fields, "seed": seed, "profile": False}, timeout_s, env=env)
+        except EnvError as exc:
+            return dataclasses.replace(pair, seeds_error=f"at seed {seed}: {exc}")
+        if not record.ok or len(record.loss) != len(b.loss):
+            said = failure(side, record) or f"{len(record.loss)} steps, not {len(b.loss)}"
+            return dataclasses.replace(pair, seeds_error=f"at seed {seed}: {said}")
+        curves.append(tuple(record.loss))
+    return dataclasses.replace(pair, seeds=tuple(curves))

@@ -23,7 +23,7 @@ from perfsuite.core.check import Check
 from perfsuite.core.explain.explanation import Explanation
 from perfsuite.core.gates import check_memory, is_regression
 from perfsuite.core.kernels import check_kernels
-from perfsuite.core.loss import check_loss, max_difference
+from perfsuite.core.loss import check_against_seeds, check_loss, max_difference
 from perfsuite.core.observation import observe
 from perfsuite.core.paired import Paired, Schedule
 from perfsuite.core.record import CaseRecord, StepRan
@@ -159,7 +159,9 @@ def _as_baseline(case_id: str, record: CaseRecord) -> dict[str, Any]:
     )
 
 
-def _memory_and_loss(result: CaseResult, a: CaseRecord, b: CaseRecord, tol: Tolerance) -> None:
+def _memory_and_loss(
+    result: CaseResult, a: CaseRecord, b: CaseRecord, tol: Tolerance, pair: Pair, confidence: float = 0.99
+) -> None:
     base = _as_baseline(result.case, a)
     seen_a, seen_b = observe(a, time_unit="s"), observe(b, time_unit="s")
     result.memory_a, result.memory_b = seen_a.peak_bytes, seen_b.peak_bytes
@@ -172,10 +174,27 @@ def _memory_and_loss(result: CaseResult, a: CaseRecord, b: CaseRecord, tol: Tole
         if kernels
         else [
             *check_memory(result.case, base, seen_b, tol),
-            # Other initial weights are another loss curve: an upgrade's change, said as such.
-            check_loss(result.case, base, seen_b, tol, hardware=str(a.device), fail_uncompared=True),
+            _loss(result.case, base, seen_b, tol, a, pair, confidence),
         ]
     )
+
+
+def _loss(
+    case: str, base: dict[str, Any], seen_b: Any, tol: Tolerance, a: CaseRecord, pair: Pair, confidence: float
+) -> Check:
+    """B's loss curve against A's step by step; where they started from other initial weights, against A's
+    curves at other seeds (the pair's, :func:`perfsuite.ab.pairs.other_seeds`) at ``confidence``, and
+    without those another curve, said as such (an upgrade's change to the initialisation, or the project's own)."""
+    check = check_loss(case, base, seen_b, tol, hardware=str(a.device), fail_uncompared=True)
+    if check.compared:
+        return check
+    weights = f"{check.baseline} → {check.measured}"
+    if pair.seeds:
+        return check_against_seeds(case, [a.loss, *pair.seeds], seen_b.losses, weights, confidence)
+    if pair.seeds_error:
+        why = f"; the base's curves at other seeds, which would judge it, were not had: {pair.seeds_error}"
+        return dataclasses.replace(check, message=check.message + why)
+    return check
 
 
 def spec_fields(spec: CaseSpec, *, profile: bool) -> dict[str, Any]:
@@ -199,6 +218,8 @@ def compare_cases(
     on_checks: Callable[[CaseResult], None] = lambda result: None,
     stop_on_regression: bool = False,
     seed: int = 0,
+    loss_seeds: int = 0,
+    loss_confidence: float = 0.99,
 ) -> list[CaseResult]:
     """Every case compared in rounds: one pair of each open case per round, in a new random order
     each round, until its time verdict is decided or it reaches the cap.
@@ -216,7 +237,10 @@ def compare_cases(
     regressed is finished at its time's first look, with the time verdict that look reached (a step
     slower too is said so: a change to a step's code seldom moves its memory alone). ``progress``
     hears of each verdict (and each error), and whether the case is finished, ``on_round`` of each
-    round's start (its index, the cases it runs).
+    round's start (its index, the cases it runs). ``loss_seeds``: where a case's first pair started
+    from other initial weights, A runs it at that many other seeds and B's loss is judged against them
+    at ``loss_confidence`` (``perfsuite ab``'s); 0, another curve is a regression (bisect's: the release
+    that changed it).
     A side whose server dies fails the pair it was running; at the next round's renewal the rounds
     end, and each case still open is ``stopped``, keeping its pairs and the verdicts its looks reached.
     A side whose forkserver does not boot the first time (its imports fail: a release that resolves
@@ -258,10 +282,11 @@ def compare_cases(
 
             def run(lane: Lane, case: str, gpu: str | None, cancel: threading.Event | None, index: int = index) -> Pair:
                 fields = spec_fields(by_id[case], profile=index == 0)
-                return lane.pair(fields, index, timeout_s, mode=results[case].mode, gpu=gpu, cancel=cancel)
+                seeds = loss_seeds if index == 0 else 0  # judged at the first pair, with memory
+                return lane.pair(fields, index, timeout_s, mode=results[case].mode, gpu=gpu, cancel=cancel, seeds=seeds)
 
             def done(case: str, pair: Pair, index: int = index) -> None:
-                _add(results[case], pair, index, tolerance)
+                _add(results[case], pair, index, tolerance, loss_confidence)
                 if index == 0 and results[case].error is None:
                     on_checks(results[case])
 
@@ -280,7 +305,7 @@ def compare_cases(
     return [results[spec.id] for spec in specs]
 
 
-def _add(result: CaseResult, pair: Pair, index: int, tolerance: Tolerance) -> None:
+def _add(result: CaseResult, pair: Pair, index: int, tolerance: Tolerance, loss_confidence: float = 0.99) -> None:
     if pair.error is not None:
         result.error, result.skipped = pair.error, pair.skipped
         return
@@ -288,7 +313,7 @@ def _add(result: CaseResult, pair: Pair, index: int, tolerance: Tolerance) -> No
         a, b = pair.records
         assert a is not None, pair  # a pair without an error has both runs
         assert b is not None, pair
-        _memory_and_loss(result, a, b, tolerance)
+        _memory_and_loss(result, a, b, tolerance, pair, loss_confidence)
     result.add(pair)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from perfsuite.ab.rounds import CaseResult
 from perfsuite.core.check import Check
 from perfsuite.core.gates import BREAKDOWN_PREFIX, category_change, is_regression
-from perfsuite.core.loss import side_by_side
+from perfsuite.core.loss import seeds_said, side_by_side
 
 
 def checks_line(result: CaseResult) -> str:
@@ -28,8 +28,11 @@ def checks_line(result: CaseResult) -> str:
 
 
 def _loss_within_tolerance(result: CaseResult) -> str | None:
-    """``loss within its tolerance (final …, max |Δ| … from step N)`` where the curves differ and the check holds."""
-    held = any(c.metric == "loss" and c.ok for c in result.checks)
+    """``loss within its tolerance (final …, max |Δ| … from step N)`` where the curves differ and the check
+    holds; from other initial weights, how it lies against the base's seeds."""
+    held = [c for c in result.checks if c.metric == "loss" and c.ok]
+    if held and held[0].seeds:  # from other weights, as the base's curve moves at another seed
+        return seeds_said(True, held[0].tolerance, held[0].baseline, held[0].measured)
     moved = result.loss_max_abs_diff  # None without two curves of one length, 0 where they are identical
     return f"loss within its tolerance ({side_by_side(result.loss_a, result.loss_b)})" if held and moved else None
 
@@ -38,6 +41,8 @@ def check_change(result: CaseResult, check: Check) -> str:
     """A failing memory or loss check of ``result`` in a few words: ``loss max |Δ| 0.25``,
     ``memory: buffers -256.0 KiB``."""
     diff = result.loss_max_abs_diff
+    if check.metric == "loss" and check.seeds:
+        return seeds_said(False, check.tolerance, check.baseline, check.measured)
     if check.metric == "loss" and not check.compared:
         return f"loss from other initial weights ({check.baseline} → {check.measured})"
     if check.metric == "loss" and diff is not None:

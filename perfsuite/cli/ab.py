@@ -15,17 +15,24 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfsuite.ab.pairs import MODES
+from perfsuite.ab.pairs import LOSS_SEEDS, MODES
 from perfsuite.cli.common import names
 from perfsuite.cli.interrupt import Interrupt, terminate_as_interrupt
-from perfsuite.cli.options import at_least, fraction, not_a_file, output_file, positive_fraction, report_without_charts
+from perfsuite.cli.options import (
+    at_least,
+    fraction,
+    loss_seeds,
+    not_a_file,
+    output_file,
+    positive_fraction,
+    report_without_charts,
+)
 from perfsuite.cli.selection import add_selection, select
 
 if TYPE_CHECKING:
     from perfsuite.ab.options import AbOptions
     from perfsuite.ab.own import Tree
     from perfsuite.ab.pins import Upgrade
-    from perfsuite.core.changed_code import ChangedCode
 
 EXIT_CANNOT_TEST = 3
 
@@ -104,6 +111,14 @@ def add_parser(sub: Any) -> None:
         "first look, with the time verdict that look reached",
     )
     ab.add_argument(
+        "--loss-seeds",
+        type=loss_seeds,
+        metavar="N",
+        help="where a case's sides start from other initial weights, the base runs it at N other seeds and the "
+        f"candidate's loss is judged against their spread (default {LOSS_SEEDS} comparing the project's own code, "
+        "--base-ref or --own; else 0: an upgrade that draws other initial weights regressed)",
+    )
+    ab.add_argument(
         "--mode",
         choices=MODES,
         default="auto",
@@ -150,7 +165,7 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack, interrupt: Inter
     from perfsuite.ab.envs import EnvError, parse_env, parse_held
     from perfsuite.ab.lanes import plan_for
     from perfsuite.ab.options import AbOptions
-    from perfsuite.ab.own import importing_from
+    from perfsuite.ab.own import differing_code, importing_from
     from perfsuite.ab.pairs import check_mode
     from perfsuite.ab.pins import PinError
     from perfsuite.reports.tables import log_console
@@ -198,6 +213,7 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack, interrupt: Inter
             max_pairs=args.max_pairs,
             json=args.json,
             report=args.report,
+            loss_seeds=args.loss_seeds if args.loss_seeds is not None else LOSS_SEEDS if own is not None else 0,
         )
     except (ValueError, PinError, EnvError) as exc:
         say(f"perfsuite: error: {exc}")
@@ -224,7 +240,7 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack, interrupt: Inter
     started = time.monotonic()
     if own is not None and made is not None:
         base_tree, candidate_tree = made
-        line, changed = _differing(own[1])
+        line, changed = differing_code(own[1])
         say(line)
         options = dataclasses.replace(options, trees=(base_tree, candidate_tree), changed=changed)
     try:
@@ -310,31 +326,6 @@ def _own_refs(args: argparse.Namespace) -> tuple[str, list[str | None]] | None:
     if from_merge_base:
         base = commits.merge_base(top, shas[0], shas[1], f"{option} {args.own}")
     return option, [base, head]
-
-
-def _differing(refs: list[str | None]) -> tuple[str, ChangedCode]:
-    """Which files of the project's repository differ between the sides' code (the revisions ``refs``;
-    ``None``: the working tree), said before anything runs (a reader sees what the comparison is of),
-    and what the change does to the project's Python files (watched in each case's step)."""
-    from perfsuite.ab import commits
-    from perfsuite.ab.own import changes, project_root
-    from perfsuite.core.changed_code import ChangedCode
-    from perfsuite.core.provenance import files_differ, said_files
-
-    base, head = refs
-    assert base is not None  # a base is always a commit
-    top = commits.check_repository(project_root(), "--base-ref")
-    names = files_differ(top, base, head)
-    # --own compares two commits: what is not committed yet is in neither side.
-    left = "; the working tree's uncommitted changes are in neither (--base-ref compares them)"
-    left = left if head is not None and commits.uncommitted(top) else ""
-    if names is None:
-        return f"perfsuite ab: git cannot tell which files differ between the sides' code{left}", ChangedCode()
-    if not names:
-        return f"perfsuite ab: no file differs between the sides' code (an A/A){left}", ChangedCode()
-    inside = project_root().resolve().relative_to(top.resolve()).as_posix()
-    changed = changes(top, refs, names, inside, "--base-ref")
-    return f"perfsuite ab: the sides' code differs in {said_files(names)}{left}", changed
 
 
 def _show_sides(options: AbOptions, runs: list[str], say: Any) -> int:

@@ -176,6 +176,14 @@ def fraction(text: str) -> float:
     return value
 
 
+def loss_seeds(text: str) -> int:
+    """``--loss-seeds``: 0 (another curve from other initial weights is a regression) or 2 to 10 other seeds."""
+    number = at_least(0)(text)
+    if number == 1 or number > 10:
+        raise argparse.ArgumentTypeError(f"must be 0, or 2 to 10 (a prediction interval needs 3 curves), got {number}")
+    return number
+
+
 def positive_fraction(text: str) -> float:
     """A share in (0, 1), for ``--alpha``."""
     try:

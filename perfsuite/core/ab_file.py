@@ -133,6 +133,11 @@ class Check(JsonObject):
     metric: str | None = from_key(_TEXT)
     ok: bool | None = from_key(optional(flag))
     compared: bool | None = from_key(optional(flag))
+    seeds: int | None = from_key(_INT)
+    """The loss judged against the base's curves at this many seeds (then the three below are read)."""
+    baseline: str | None = from_key(_TEXT)
+    measured: str | None = from_key(_TEXT)
+    tolerance: str | None = from_key(_TEXT)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -207,6 +212,8 @@ class AbFile(JsonObject):
     wall_s: float = from_key(number, _REQUIRED)
     schedule: Schedule = from_key(nested(Schedule), _REQUIRED)
     alpha: float | None = from_key(_NUMBER)
+    loss_seeds: int | None = from_key(_INT)
+    """Other seeds the base ran a case at where its sides started from other initial weights (0: none)."""
     sides: Mapping[str, Any] = from_key(_sides, _REQUIRED)
     cases: tuple[Case, ...] = from_key(list_of(_case), _REQUIRED)
     changed_code: Mapping[str, Any] | None = from_key(optional(json_object))

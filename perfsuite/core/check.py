@@ -35,6 +35,9 @@ class Check:
     """Step time: the change against the baseline alone, before the session's drift is taken out."""
     drift: float | None = None
     """Step time: the session's drift it was gated against (``None`` when it was gated on its own change)."""
+    seeds: int | None = None
+    """The loss, where the run started from other initial weights than its reference: judged against
+    this many of the reference's curves at other seeds (:func:`perfsuite.core.loss.check_against_seeds`)."""
 
 
 class TimeCheck(NamedTuple):

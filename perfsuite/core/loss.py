@@ -11,22 +11,26 @@ same values) changes nothing.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perfsuite.core.baselines import refresh_command
 from perfsuite.core.check import Check
 from perfsuite.core.observation import Observation
+from perfsuite.core.stats import t_quantile
 from perfsuite.core.tolerance import Tolerance
+
+
+def weights_apart(recorded: str | None, now: str | None) -> bool:
+    """Whether two initial-weights digests differ, both of one algorithm (another is no evidence)."""
+    return bool(recorded and now and recorded != now and recorded.split(":")[0] == now.split(":")[0])
 
 
 def other_weights(baseline: Mapping[str, Any], observed: Observation) -> str | None:
     """The baseline's initial-weights digest when the run's is of the same algorithm and differs, else ``None``."""
     recorded = (baseline.get("spec") or {}).get("initial_weights")
-    now = observed.initial_weights
-    if not recorded or not now or recorded == now:
-        return None
-    return str(recorded) if recorded.split(":")[0] == now.split(":")[0] else None
+    return str(recorded) if weights_apart(recorded, observed.initial_weights) else None
 
 
 def _weights_not_compared(case_id: str, recorded: str, observed: Observation, hardware: str, *, fail: bool) -> Check:
@@ -63,6 +67,49 @@ def check_loss(
     if check.ok or recorded is None:
         return check
     return _weights_not_compared(case_id, recorded, observed, hardware, fail=fail_uncompared)
+
+
+def check_against_seeds(
+    case_id: str, reference: Sequence[Sequence[float]], curve: Sequence[float], weights: str, confidence: float
+) -> Check:
+    """A curve that started from other initial weights (``weights``: ``a → b``' digests) against the
+    reference's curves at ``len(reference)`` seeds (its own first): its mean over the steps within their
+    means' prediction interval at ``confidence``, ``mean ± t·sd·√(1 + 1/n)`` (t with n - 1 degrees of
+    freedom), converges as the reference does at another seed; outside it, or not finite, it does not.
+    Needs 3 curves or more, of one length."""
+    if len(reference) < 3 or any(len(c) != len(curve) for c in reference):
+        raise ValueError(f"{case_id}: {len(reference)} reference curves for a prediction interval")
+    means = [statistics.fmean(c) for c in reference]
+    centre, n = statistics.fmean(means), len(means)
+    half = t_quantile(1 - (1 - confidence) / 2, n - 1) * statistics.stdev(means) * math.sqrt(1 + 1 / n)
+    now = statistics.fmean(curve) if all(math.isfinite(v) for v in curve) else math.nan
+    ok = math.isfinite(now) and abs(now - centre) <= half
+    how = f"the base's {n} seeds' {f'{confidence * 100:.2f}'.rstrip('0').rstrip('.')}% interval"
+    message = (
+        f"{case_id}: loss from other initial weights ({weights}): its mean over {len(curve)} steps, {now:.6g}, "
+        f"lies {'within' if ok else 'outside'} {how}, [{centre - half:.6g}, {centre + half:.6g}]: "
+        + ("it converges as the base's does at another seed" if ok else "not as the base's moves at another seed")
+    )
+    scale = abs(centre) or 1.0
+    return Check(
+        "loss",
+        ok,
+        f"mean {centre:.4g} ± {half:.2g}",
+        f"mean {now:.4g}",
+        f"{(now - centre) / scale:+.2%}",
+        how,
+        message,
+        rel=(now - centre) / scale,
+        limit=half / scale,
+        seeds=n,
+    )
+
+
+def seeds_said(ok: bool, tolerance: str, baseline: str, measured: str) -> str:
+    """A loss judged against the base's seeds (:func:`check_against_seeds`) in a few words: ``loss from other
+    initial weights, as at another seed (mean 1.76; the base's 6 seeds' 99% interval: 1.75 ± 0.05)``."""
+    interval = f"{tolerance}: {baseline.removeprefix('mean ')}"
+    return f"loss from other initial weights, {'as' if ok else 'not as'} at another seed ({measured}; {interval})"
 
 
 def _curve(case_id: str, baseline: Mapping[str, Any], observed: Observation, tol: Tolerance) -> Check:

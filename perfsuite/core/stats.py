@@ -120,3 +120,55 @@ def theil_sen_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 def _sign(value: float) -> int:
     return (value > 0) - (value < 0)
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t distribution's ``p`` quantile with ``df`` degrees of freedom (``0 < p < 1``), to about
+    1e-9: the t whose lower tail is ``p``, found by bisection on :func:`t_cdf`."""
+    if not 0 < p < 1 or df < 1:
+        raise ValueError(f"no t quantile at p={p} with {df} degrees of freedom")
+    if p < 0.5:
+        return -t_quantile(1 - p, df)
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < p:
+        high *= 2
+    for _ in range(200):
+        middle = (low + high) / 2
+        low, high = (middle, high) if t_cdf(middle, df) < p else (low, middle)
+        if high - low < 1e-10 * max(1.0, high):
+            break
+    return (low + high) / 2
+
+
+def t_cdf(t: float, df: int) -> float:
+    """P(T ≤ t) for Student's t with ``df`` degrees of freedom: ``1 - I_x(df/2, 1/2) / 2`` at
+    ``x = df / (df + t²)`` for t ≥ 0 (I the regularised incomplete beta function), mirrored below 0."""
+    tail = _incomplete_beta(df / (df + t * t), df / 2, 0.5) / 2
+    return 1 - tail if t >= 0 else tail
+
+
+def _incomplete_beta(x: float, a: float, b: float) -> float:
+    """The regularised incomplete beta function I_x(a, b), from its continued fraction (modified Lentz),
+    on the side of ``x`` where it converges fast."""
+    if x <= 0 or x >= 1:
+        return 0.0 if x <= 0 else 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x > (a + 1) / (a + b + 2):
+        return 1 - _incomplete_beta(1 - x, b, a)
+    tiny = 1e-300
+    c, d = 1.0, 1 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 300):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1 + numerator * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1) < 1e-15:
+            break
+    return front * fraction / a

@@ -13,7 +13,7 @@ from typing import Any
 from perfsuite.core.baselines import write_text_atomic
 from perfsuite.core.changed_code import ChangedCode
 from perfsuite.core.gates import category_change
-from perfsuite.core.loss import side_by_side
+from perfsuite.core.loss import seeds_said, side_by_side
 from perfsuite.core.paired import SAME_CONFIDENCE, bounded
 from perfsuite.core.reach import Reach, described, reach, unreached, unreached_said
 from perfsuite.core.results_file import SUMMARY_MARK
@@ -112,6 +112,9 @@ def _loss(case: Mapping[str, Any]) -> str:
             return f"{len(a)} → {len(b)} steps"
         return "—" if diff is None else f"max |Δ| {diff:.3g}"  # a file from before the curves were kept
     check: Mapping[str, Any] = next((c for c in case.get("checks") or () if c.get("metric") == "loss"), {})
+    if check.get("seeds"):  # from other weights, judged against the base's curves at other seeds
+        texts = [str(check.get(key) or "") for key in ("tolerance", "baseline", "measured")]
+        return f"{said}, {seeds_said(bool(check.get('ok')), *texts)}"
     if check.get("compared") is False:  # their curves part for another reason, said by the check
         return f"{said}, other initial weights"
     return f"{said}, within its tolerance" if check.get("ok") and diff else said
