@@ -261,6 +261,7 @@ def test_a_case_only_the_candidate_declares_is_new_run_once_on_it_and_fails_noth
     from test_ab_rounds import FakeSide
 
     from perfsuite.ab.comparison import _new_cases
+    from perfsuite.ab.rounds import run_new
     from perfsuite.core.ab_file import AbFile
     from perfsuite.reports.ab import markdown, rows, verdict_line
 
@@ -316,7 +317,7 @@ def test_a_case_only_the_candidate_declares_is_new_run_once_on_it_and_fails_noth
         assert alone.finish(results, SimpleNamespace(upgrade=None, json=None, report=None), 3.0, Console(file=out)) == 0  # type: ignore[arg-type]
     assert verdict_line(alone.payload(results, 3.0)).startswith("nothing compared: 1 new (")
     # Stopped (Ctrl-C, SIGTERM) before a new case ran: not run, said so.
-    (stopped,) = alone.run_new(60, stopped=True)
+    (stopped,) = run_new(alone.specs, alone.new, alone.sides[1], timeout_s=60, stopped=True)
     assert (stopped.verdict, stopped.error, stopped.interrupted) == ("cannot test", "interrupted before its run", True)
 
 

@@ -17,7 +17,7 @@ from perfsuite.ab.lanes import Lane, Plan, close_lanes, open_lanes, plan_for
 from perfsuite.ab.options import AbOptions
 from perfsuite.ab.pairs import Choice
 from perfsuite.ab.rounds import CaseResult, compare_cases, run_new, spec_fields
-from perfsuite.ab.said import checks_line, new_line
+from perfsuite.ab.said import checks_line, new_line, pairs_line
 from perfsuite.ab.sides import Side
 from perfsuite.core.ab_file import KIND as AB_KIND
 from perfsuite.core.ab_file import SCHEMA_VERSION as AB_SCHEMA_VERSION
@@ -273,15 +273,8 @@ class AbRun:
             self.say(f"  {result.case}: {checks_line(result)} · {time.monotonic() - started:.0f} s")
 
         def progress(result: CaseResult, finished: bool) -> None:
-            t = result.time
-            line = f"  {result.case}: {len(result.log_ratios)} pair(s)"
-            if t is not None:
-                line += f", B/A {t.said()} → {t.verdict}"
-            if finished:
-                done.add(result.case)
-                if t is None or result.verdict != t.verdict or result.error:  # the case's, where the time's is not
-                    line += f" · {result.verdict}" + (f" ({result.error})" if result.error else "")
-            self.say(f"{line} · {len(done)}/{total} done · {time.monotonic() - started:.0f} s")
+            done.update([result.case] if finished else [])
+            self.say(f"{pairs_line(result, finished)} · {len(done)}/{total} done · {time.monotonic() - started:.0f} s")
 
         paired = [spec for spec in self.specs if spec.id not in self.new]
         results = (
@@ -306,7 +299,8 @@ class AbRun:
             if paired
             else []
         )
-        alone = self.run_new(timeout_s, stopped=any(r.interrupted for r in results))
+        stopped = any(r.interrupted for r in results)
+        alone = run_new(self.specs, self.new, self.sides[1], timeout_s=timeout_s, stopped=stopped)
         for result in alone:
             done.add(result.case)
             self.say(
@@ -314,24 +308,6 @@ class AbRun:
             )
         found = {r.case: r for r in [*results, *alone]}
         return [found[spec.id] for spec in self.specs]
-
-    def run_new(self, timeout_s: float, *, stopped: bool) -> list[CaseResult]:
-        """Each case only the candidate declares, run once on it (none once the comparison was stopped:
-        Ctrl-C, SIGTERM), and, where one stops them, those after it interrupted, not run."""
-        results = []
-        for spec in self.specs:
-            if spec.id not in self.new:
-                continue
-            result = CaseResult(spec.id, new=self.new[spec.id])
-            if not stopped:
-                try:
-                    result = run_new(spec, self.sides[1], self.new[spec.id], timeout_s=timeout_s)
-                except KeyboardInterrupt:
-                    stopped = True
-            if stopped:
-                result.error, result.interrupted = "interrupted before its run", True
-            results.append(result)
-        return results
 
     def untested(self, error: str, wall_s: float) -> dict[str, Any]:
         """The file of a comparison whose side, set up, could not run its cases (its forkserver could not

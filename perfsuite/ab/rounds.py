@@ -342,24 +342,38 @@ def _judged(
     return still
 
 
-def run_new(spec: CaseSpec, side: Side, new: str, *, timeout_s: float) -> CaseResult:
-    """A case only the candidate (``side``) declares (``new``: what the base does not): one run of it,
-    its first pair's (profiled), for its step time, memory and loss; nothing to compare them with. A
-    run that fails is *cannot test*, saying why; one the suite would skip, *skipped*."""
-    result = CaseResult(case=spec.id, new=new)
-    try:
-        record: CaseRecord | None = side.run(spec_fields(spec, profile=True), timeout_s)
-        error = None
-    except EnvError as exc:  # its server died: this side's error, not a traceback
-        record, error = None, str(exc)
-    if record is None or not record.ok:
-        result.skipped = record is not None and record.status == "skipped"
-        result.error = (record.error if result.skipped and record else None) or failure(side, record, error)
-        return result
-    seen = observe(record, time_unit="s")
-    result.memory_b, result.breakdown_b, result.loss_b = seen.peak_bytes, dict(seen.breakdown), list(seen.losses)
-    result.steps_b = [step_times(record)]  # its run's reach is not counted: what differs ran on one side only
-    return result
+def run_new(
+    specs: Sequence[CaseSpec], new: Mapping[str, str], side: Side, *, timeout_s: float, stopped: bool = False
+) -> list[CaseResult]:
+    """Each case only the candidate (``side``) declares (``new``: per case, what the base does not), run
+    once on it, its first pair's run (profiled), for its step time, memory and loss; nothing to compare
+    them with. A run that fails is *cannot test*, saying why; one the suite would skip, *skipped*. Once
+    the comparison was stopped (``stopped``, or Ctrl-C or SIGTERM during one), the rest are not run, said so."""
+    results = []
+    for spec in (spec for spec in specs if spec.id in new):
+        result = CaseResult(case=spec.id, new=new[spec.id])
+        results.append(result)
+        try:
+            record: CaseRecord | None = None if stopped else side.run(spec_fields(spec, profile=True), timeout_s)
+            error = None
+        except EnvError as exc:  # its server died: this side's error, not a traceback
+            record, error = None, str(exc)
+        except KeyboardInterrupt:
+            stopped = True
+        if stopped:
+            result.error, result.interrupted = "interrupted before its run", True
+        elif record is None or not record.ok:
+            result.skipped = record is not None and record.status == "skipped"
+            result.error = (record.error if result.skipped and record else None) or failure(side, record, error)
+        else:
+            seen = observe(record, time_unit="s")
+            result.memory_b, result.breakdown_b, result.loss_b = (
+                seen.peak_bytes,
+                dict(seen.breakdown),
+                list(seen.losses),
+            )
+            result.steps_b = [step_times(record)]  # its reach is not counted: what differs ran on one side only
+    return results
 
 
 def compare_case(

@@ -62,3 +62,15 @@ def new_line(result: CaseResult) -> str:
 
     said = f"the base's code does not declare {result.new}"
     return f"{result.verdict}: {said}; {result.error or new_figures(result.as_json())}"
+
+
+def pairs_line(result: CaseResult, finished: bool) -> str:
+    """A case's pairs and time verdict so far (``  tiny-bert-vanilla: 15 pair(s), B/A 1.004 [0.99, 1.02] →
+    same``); once ``finished``, the case's verdict too where it is not the time's (or it has an error)."""
+    t = result.time
+    line = f"  {result.case}: {len(result.log_ratios)} pair(s)"
+    if t is not None:
+        line += f", B/A {t.said()} → {t.verdict}"
+    if finished and (t is None or result.verdict != t.verdict or result.error):
+        line += f" · {result.verdict}" + (f" ({result.error})" if result.error else "")
+    return line
