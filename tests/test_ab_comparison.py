@@ -260,8 +260,7 @@ def test_a_case_only_the_candidate_declares_is_new_run_once_on_it_and_fails_noth
     from rich.console import Console
     from test_ab_rounds import FakeSide
 
-    from perfsuite.ab.comparison import _new_cases
-    from perfsuite.ab.rounds import run_new
+    from perfsuite.ab.added import added_cases, run_added
     from perfsuite.core.ab_file import AbFile
     from perfsuite.reports.ab import markdown, rows, verdict_line
 
@@ -273,7 +272,7 @@ def test_a_case_only_the_candidate_declares_is_new_run_once_on_it_and_fails_noth
     specs = [
         CaseSpec(model=m, strategy="vanilla", steps=4, warmup_steps=1) for m in ("tiny-bert", "tiny-gpt2", "tiny-t5")
     ]
-    new = _new_cases(specs, (base, candidate))  # type: ignore[arg-type]
+    new = added_cases(specs, (base, candidate))  # type: ignore[arg-type]
     assert new == {"tiny-gpt2-vanilla": "model 'tiny-gpt2'", "tiny-t5-vanilla": "model 'tiny-t5'"}
     said: list[str] = []
     schedule = schedule_for(1, floor=0.03, alpha=0.05, first=6, cap=6)
@@ -317,8 +316,20 @@ def test_a_case_only_the_candidate_declares_is_new_run_once_on_it_and_fails_noth
         assert alone.finish(results, SimpleNamespace(upgrade=None, json=None, report=None), 3.0, Console(file=out)) == 0  # type: ignore[arg-type]
     assert verdict_line(alone.payload(results, 3.0)).startswith("nothing compared: 1 new (")
     # Stopped (Ctrl-C, SIGTERM) before a new case ran: not run, said so.
-    (stopped,) = run_new(alone.specs, alone.new, alone.sides[1], timeout_s=60, stopped=True)
+    (stopped,) = run_added(alone.specs, alone.new, alone.sides[1], timeout_s=60, stopped="interrupted")
     assert (stopped.verdict, stopped.error, stopped.interrupted) == ("cannot test", "interrupted before its run", True)
+    # A side that stopped answering: not run, saying why; a signal while one runs: the rest are not run.
+    (dead,) = run_added(alone.specs, alone.new, alone.sides[1], timeout_s=60, stopped="B: its worker died")
+    assert (dead.error, dead.stopped, dead.interrupted) == ("not run: B: its worker died", "B: its worker died", False)
+
+    def interrupted(result: Any) -> None:
+        raise KeyboardInterrupt
+
+    twice = [*specs[1:2], CaseSpec(model="tiny-llama", strategy="vanilla", steps=4, warmup_steps=1)]
+    both = {**new, "tiny-llama-vanilla": "model 'tiny-llama'"}
+    first, second = run_added(twice, both, alone.sides[1], timeout_s=60, told=interrupted)
+    assert first.verdict == "new"  # it ran; the signal came as it was told
+    assert (second.error, second.interrupted) == ("interrupted before its run", True)
 
 
 def test_a_side_whose_perfsuite_cannot_say_what_it_declares_has_its_runs_say_it() -> None:
@@ -331,3 +342,41 @@ def test_a_side_whose_perfsuite_cannot_say_what_it_declares_has_its_runs_say_it(
     assert side.undeclared([{"model": "teamnet"}, {"model": "tiny-bert"}]) == [None, None]
     side._ask = lambda request, unknown_ok=False: {"ok": True, "unknown": ["model 'teamnet'", None]}
     assert side.undeclared([{"model": "teamnet"}, {"model": "tiny-bert"}]) == ["model 'teamnet'", None]
+
+
+def test_a_comparison_judges_a_loss_from_other_weights_at_its_alpha_over_its_cases_and_tables_it(tmp_path: Any) -> None:
+    """Two cases whose candidate re-drew its initial weights, alpha 0.05: each judged against the base's 5 other
+    seeds at 1 - 0.05 / 2, said so in the line, the JSON and the table's loss cell, and no regression."""
+    import json
+
+    from rich.console import Console
+    from test_ab_rounds import Seeded
+
+    from perfsuite.reports.ab import rows
+
+    log: list[str] = []
+
+    def a_curve(seed: int) -> list[float]:
+        return [2.0 + 0.01 * (seed * 3 % 5), 1.5 + 0.01 * (seed * 7 % 5)]
+
+    sides = (
+        Seeded("base", {}, log, digest="aa", curve=a_curve),
+        Seeded("candidate", {}, log, digest="bb", curve=lambda seed: [2.02, 1.51]),
+    )
+    for side in sides:
+        vars(side).update(env=SimpleNamespace(label="current", moved=()), probe={"libraries": {}})
+    specs = [CaseSpec(model=m, strategy="vanilla", steps=4, warmup_steps=1) for m in ("tiny-bert", "tiny-gpt2")]
+    said: list[str] = []
+    schedule = schedule_for(2, floor=0.03, alpha=0.05, first=6, cap=6)
+    run = AbRun(sides, specs, schedule, say=said.append, mode="alternate", loss_seeds=5)  # type: ignore[arg-type]
+    results = run.compare_all(60)
+    assert [r.verdict for r in results] == ["same", "same"]
+    options = SimpleNamespace(upgrade=None, json=tmp_path / "ab.json", report=None)
+    with (tmp_path / "out").open("w") as out:
+        assert run.finish(results, options, 3.0, Console(file=out, width=200)) == 0  # type: ignore[arg-type]
+    payload = json.loads((tmp_path / "ab.json").read_text())
+    (loss,) = [c for c in payload["cases"][0]["checks"] if c["metric"] == "loss"]
+    assert (loss["seeds"], loss["tolerance"]) == (6, "the base's 6 seeds' 97.5% intervals")
+    cell = rows(payload)[0][-1]
+    assert cell.startswith("final 1.5 → 1.51, max |Δ| 0.02 from step 0, loss from other initial weights, as at")
+    assert "; the base's 6 seeds' 97.5% intervals: step 0 2.017 ± " in cell

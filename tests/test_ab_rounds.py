@@ -397,9 +397,11 @@ class Seeded(FakeSide):
     """A side whose initial weights and loss curve follow the seed asked (``curve(seed)``), and whose
     run at ``fail_seed`` fails; each seed it ran is logged."""
 
-    def __init__(self, *args: Any, digest: str, curve: Any, fail_seed: int | None = None, **kw: Any) -> None:
+    def __init__(
+        self, *args: Any, digest: str, curve: Any, fail_seed: int | None = None, by_seed: bool = True, **kw: Any
+    ) -> None:
         super().__init__(*args, **kw)
-        self.digest, self.curve, self.fail_seed = digest, curve, fail_seed
+        self.digest, self.curve, self.fail_seed, self.by_seed = digest, curve, fail_seed, by_seed
 
     def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> CaseRecord:
         seed = spec["seed"]
@@ -407,10 +409,13 @@ class Seeded(FakeSide):
         if seed == self.fail_seed:
             return CaseRecord.from_json({**_identity(spec), "status": "error", "error": "boom"}, "x")
         record = super().run(spec, timeout_s, env)
-        return record.updated(initial_weights=f"xxh3_128:{self.digest}{seed}", loss=tuple(self.curve(seed)))
+        weights = f"xxh3_128:{self.digest}{seed if self.by_seed else ''}"
+        return record.updated(initial_weights=weights, loss=tuple(self.curve(seed)))
 
 
-def _seeded(b_curve: list[float], *, b_digest: str = "bb", fail_seed: int | None = None) -> tuple[Any, list[str]]:
+def _seeded(
+    b_curve: list[float], *, b_digest: str = "bb", fail_seed: int | None = None, a_digest_by_seed: bool = True
+) -> tuple[Any, list[str]]:
     """One case compared with ``--loss-seeds 5``: A's curves move a little from seed to seed."""
     log: list[str] = []
 
@@ -418,7 +423,7 @@ def _seeded(b_curve: list[float], *, b_digest: str = "bb", fail_seed: int | None
         return [2.0 + 0.01 * (seed * 3 % 5), 1.5 + 0.01 * (seed * 7 % 5)]
 
     sides = (
-        Seeded("A", {}, log, digest="aa", curve=a_curve, fail_seed=fail_seed),
+        Seeded("A", {}, log, digest="aa", curve=a_curve, fail_seed=fail_seed, by_seed=a_digest_by_seed),
         Seeded("B", {}, log, digest=b_digest, curve=lambda seed: b_curve),
     )
     schedule = Schedule(first=6, step=2, cap=10, floor=0.03, confidence=0.95)
@@ -441,21 +446,26 @@ def test_a_candidate_from_other_weights_is_judged_against_the_bases_curves_at_ot
     assert (loss.ok, loss.seeds) == (True, 6)
     assert result.verdict == "same"
     assert checks_line(result).startswith(
-        "memory as base, loss from other initial weights, as at another seed (mean 1.765; the base's 6 seeds' "
-        "99% interval: 1.7"
+        "memory as base, loss from other initial weights, as at another seed (mean loss step 0 2.02, step 1 1.51; "
+        "the base's 6 seeds' 99% intervals: step 0 2.017 ± 0.084, step 1 1.517 ± 0.084)"
     )
     result, _ = _seeded([2.5, 1.9])
     assert result.verdict == "regressed"
-    assert checks_line(result).startswith(
-        "regressed: loss from other initial weights, not as at another seed (mean 2.2;"
-    )
+    assert checks_line(result).startswith("regressed: loss from other initial weights, higher than at another seed (")
     (loss,) = [c for c in result.checks if c.metric == "loss"]
-    assert "lies outside the base's 6 seeds' 99% interval, [" in loss.message
+    assert loss.message.endswith(
+        "step 0 2.5 in 2.017 ± 0.084; step 1 1.9 in 1.517 ± 0.084: higher than the base's at another seed (step 0)"
+    )
     result, _ = _seeded([2.02, 1.51], fail_seed=3)
     (loss,) = [c for c in result.checks if c.metric == "loss"]
     assert (loss.ok, loss.compared, loss.seeds) == (False, False, None)
+    assert loss.message.endswith("the base's curves at other seeds cannot judge it: at seed 3: A: boom")
+    # A model that ignores the seed (a hard-coded one): its runs at other seeds start alike, and judge nothing.
+    result, _ = _seeded([2.02, 1.51], a_digest_by_seed=False)
+    (loss,) = [c for c in result.checks if c.metric == "loss"]
+    assert (loss.ok, loss.compared) == (False, False)
     assert loss.message.endswith(
-        "the base's curves at other seeds, which would judge it, were not had: at seed 3: A: boom"
+        "at seed 1: it started from the same initial weights: the case's seed does not draw them"
     )
     result, log = _seeded([2.0, 1.5], b_digest="aa")
     assert not [line for line in log if line.startswith("A seed") and not line.startswith("A seed 0")]

@@ -557,32 +557,45 @@ def test_a_time_read_on_a_busy_machine_is_run_again_and_is_no_vote(reads: list[s
     assert outcome.checks[0].change == verdict
 
 
-def test_a_curve_from_other_weights_is_judged_by_its_mean_against_the_seeds_prediction_interval() -> None:
-    """Six reference curves whose means are 1.0-1.5 (mean 1.25, sd 0.187): the 99% prediction interval is
-    1.25 ± t(0.995, 5) · sd · √(1 + 1/6) = 1.25 ± 0.814; a curve at its edge passes, one past it or not
-    finite fails; at 99.9% the interval is wider; fewer than 3 curves (or another length) is no interval."""
+def test_a_curve_from_other_weights_is_judged_where_it_starts_and_where_it_ends_against_the_seeds() -> None:
+    """Six reference curves of 4 steps whose means are 1.0-1.5 in steps 0-1 and in steps 2-3 (mean 1.25, sd
+    0.187): at 0.99 over both windows, each window's prediction interval is 1.25 ± t(0.9975, 5) · sd ·
+    √(1 + 1/6). A curve inside both passes; one above in the later steps fails as a regression, one below
+    in the first steps and inside after as lower (no regression); not finite fails; fewer than 3 curves,
+    another length or curves alike are no interval."""
     import math
     import statistics
 
+    from perfsuite.core.gates import is_regression
     from perfsuite.core.loss import check_against_seeds
+    from perfsuite.core.stats import t_quantile
 
-    reference = [[m, m] for m in (1.0, 1.1, 1.2, 1.3, 1.4, 1.5)]
-    half = 4.032143 * statistics.stdev([1.0, 1.1, 1.2, 1.3, 1.4, 1.5]) * math.sqrt(7 / 6)
-    inside = check_against_seeds("c", reference, [1.25 + half - 1e-6] * 2, "weights a → weights b", 0.99)
+    reference = [[m] * 4 for m in (1.0, 1.1, 1.2, 1.3, 1.4, 1.5)]
+    half = t_quantile(0.9975, 5) * statistics.stdev([1.0, 1.1, 1.2, 1.3, 1.4, 1.5]) * math.sqrt(7 / 6)
+    inside = check_against_seeds("c", reference, [1.25 + half - 1e-6] * 4, "weights a → weights b", 0.99)
     assert (inside.ok, inside.seeds, inside.compared) == (True, 6, True)
     assert inside.limit == pytest.approx(half / 1.25)
-    assert (inside.baseline, inside.tolerance) == (f"mean 1.25 ± {half:.2g}", "the base's 6 seeds' 99% interval")
-    outside = check_against_seeds("c", reference, [1.25 - half - 1e-3] * 2, "weights a → weights b", 0.99)
-    assert not outside.ok
-    assert outside.message.startswith("c: loss from other initial weights (weights a → weights b): its mean over 2")
-    wider = check_against_seeds("c", reference, [1.25 - half - 1e-3] * 2, "w", 0.9986)
+    assert inside.tolerance == "the base's 6 seeds' 99% intervals"
+    assert inside.baseline == f"steps 0-1 1.25 ± {half:.2g}, steps 2-3 1.25 ± {half:.2g}"
+    ends_higher = check_against_seeds("c", reference, [1.25, 1.25, 1.25 + half + 0.01, 1.25 + half + 0.01], "w", 0.99)
+    assert not ends_higher.ok
+    assert is_regression(ends_higher, [ends_higher])
+    assert ends_higher.message.endswith("higher than the base's at another seed (steps 2-3)")
+    starts_lower = check_against_seeds("c", reference, [0.2, 0.2, 1.25, 1.25], "w", 0.99)
+    assert not starts_lower.ok
+    assert starts_lower.rel is not None
+    assert starts_lower.rel < 0
+    assert not is_regression(starts_lower, [starts_lower])  # a better start: improved, said
+    wider = check_against_seeds("c", reference, [1.25 + half + 0.01] * 4, "w", 0.9986)
     assert wider.ok
-    assert wider.tolerance == "the base's 6 seeds' 99.86% interval"
-    assert not check_against_seeds("c", reference, [1.2, math.nan], "w", 0.99).ok
+    assert wider.tolerance == "the base's 6 seeds' 99.86% intervals"
+    assert not check_against_seeds("c", reference, [1.2, 1.2, 1.2, math.nan], "w", 0.99).ok
     with pytest.raises(ValueError, match="2 reference curves"):
-        check_against_seeds("c", reference[:2], [1.2, 1.2], "w", 0.99)
+        check_against_seeds("c", reference[:2], [1.2] * 4, "w", 0.99)
     with pytest.raises(ValueError, match="6 reference curves"):
-        check_against_seeds("c", reference, [1.2, 1.2, 1.2], "w", 0.99)
+        check_against_seeds("c", reference, [1.2] * 3, "w", 0.99)
+    with pytest.raises(ValueError, match="alike: no spread"):
+        check_against_seeds("c", [[1.0] * 4] * 6, [1.2] * 4, "w", 0.99)
 
 
 @pytest.mark.parametrize(

@@ -12,11 +12,12 @@ from typing import Any
 
 from packaging.requirements import Requirement
 
+from perfsuite.ab.added import added_cases, run_added
 from perfsuite.ab.envs import EnvError, make_env
 from perfsuite.ab.lanes import Lane, Plan, close_lanes, open_lanes, plan_for
 from perfsuite.ab.options import AbOptions
 from perfsuite.ab.pairs import Choice
-from perfsuite.ab.rounds import CaseResult, compare_cases, run_new, spec_fields
+from perfsuite.ab.rounds import CaseResult, compare_cases
 from perfsuite.ab.said import checks_line, new_line, pairs_line
 from perfsuite.ab.sides import Side
 from perfsuite.core.ab_file import KIND as AB_KIND
@@ -141,14 +142,6 @@ def untested(options: AbOptions, specs: Sequence[CaseSpec], error: str, wall_s: 
     )
 
 
-def _new_cases(specs: Sequence[CaseSpec], sides: tuple[Side, Side]) -> dict[str, str]:
-    """Per case the candidate's code declares and the base's does not (comparing the project's own code,
-    or two perfsuites: a pull request that adds a model, recipe or engine), the name the base lacks."""
-    fields = [spec_fields(spec, profile=False) for spec in specs]
-    base, candidate = (side.undeclared(fields) for side in sides)
-    return {spec.id: name for spec, name, other in zip(specs, base, candidate, strict=True) if name and not other}
-
-
 _NONE_DECLARED = "declares no module of the project's own (no factory, batch maker or engine)"
 
 
@@ -198,7 +191,7 @@ class AbRun:
                 sides.append(side)
                 side.check_pins()
             lanes = open_lanes(plan, (sides[0], sides[1]))
-            new = _new_cases(specs, (sides[0], sides[1]))
+            new = added_cases(specs, (sides[0], sides[1]))
             moved = to_watch(sides[0].versions(), sides[1].versions())
             changed = options.changed or ChangedCode()
             for lane in lanes:
@@ -237,6 +230,9 @@ class AbRun:
             say(f"perfsuite: {case} is new: the base's code does not declare {name}; it runs once, on the candidate")
         if described := plan.describe():
             say(described)
+        if not len(specs) - len(new):
+            say("perfsuite: no case to compare: the base's code declares none of them")
+            return run
         say(
             f"perfsuite: {len(specs) - len(new)} case(s) compared, {schedule.first} to {schedule.cap} pairs each, "
             f"floor {schedule.floor:.1%}, "
@@ -264,7 +260,11 @@ class AbRun:
             return ["perfsuite: base → candidate: the same versions (an A/A comparison)"]
         return [f"perfsuite: base → candidate: the same package versions, in {a.env.label} and {b.env.label}"]
 
-    def compare_all(self, timeout_s: float, *, stop_on_regression: bool = False) -> list[CaseResult]:
+    def compare_all(
+        self, timeout_s: float, *, stop_on_regression: bool = False, heard: Callable[[], bool] = lambda: False
+    ) -> list[CaseResult]:
+        """Every case compared (``heard``: whether a signal stopped the comparison, which stops the new
+        cases' runs too, however the rounds ended)."""
         started = time.monotonic()
         total = len(self.specs)
         done: set[str] = set()
@@ -299,13 +299,16 @@ class AbRun:
             if paired
             else []
         )
-        stopped = any(r.interrupted for r in results)
-        alone = run_new(self.specs, self.new, self.sides[1], timeout_s=timeout_s, stopped=stopped)
-        for result in alone:
+        dead = next((r.stopped for r in results if r.stopped is not None), None)
+        stopped = "interrupted" if heard() or any(r.interrupted for r in results) else dead
+
+        def told(result: CaseResult) -> None:
             done.add(result.case)
             self.say(
                 f"  {result.case}: {new_line(result)} · {len(done)}/{total} done · {time.monotonic() - started:.0f} s"
             )
+
+        alone = run_added(self.specs, self.new, self.sides[1], timeout_s=timeout_s, stopped=stopped, told=told)
         found = {r.case: r for r in [*results, *alone]}
         return [found[spec.id] for spec in self.specs]
 

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from perfsuite.ab.envs import EnvError
 from perfsuite.ab.sides import Side
-from perfsuite.core.loss import weights_apart
+from perfsuite.core.loss import max_difference, weights_apart
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 from perfsuite.worker.duet import CPUS, PEER, READY, STOP
@@ -213,34 +213,49 @@ def run_pair(
         pair = duet(sides, fields, index, timeout_s, cores, cancel)
     else:
         pair = alternate(sides, fields, index, timeout_s, env)
-    return other_seeds(pair, sides[0], fields, seeds, timeout_s, env) if seeds else pair
+    return other_seeds(pair, sides[0], fields, seeds, timeout_s, env, cancel) if seeds else pair
 
 
 LOSS_SEEDS = 5
 """Other seeds the base runs a case at where its sides start from other initial weights (``--loss-seeds``):
-with the base's own, 6 curves, whose prediction interval at 0.9986 (alpha 0.05 over 35 cases) was 1.4-9.5%
+with the base's own, 6 curves, whose prediction intervals at 0.9986 (alpha 0.05 over 35 cases) were 3.3-11%
 of the mean loss either side for six tiny-model cases on a CPU (``benchmarks/ab/seeds_aa.py``); each is one
 more run of the case, unprofiled."""
 
 
 def other_seeds(
-    pair: Pair, side: Side, fields: dict[str, Any], count: int, timeout_s: float, env: dict[str, str] | None = None
+    pair: Pair,
+    side: Side,
+    fields: dict[str, Any],
+    count: int,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    cancel: threading.Event | None = None,
 ) -> Pair:
     """``pair`` with ``side``'s (A's) loss curves at ``count`` other seeds (the case's seed + 1, + 2, …,
-    each run alone, unprofiled), where its two runs started from other initial weights: B's curve is
-    then judged against A's spread over seeds, not step by step (:func:`perfsuite.core.loss.check_against_seeds`).
-    As it was where they started alike; without them, saying why, where a run at another seed failed."""
+    each run alone, unprofiled), where its two runs started from other initial weights and their curves
+    of one length differ: B's curve is then judged against A's spread over seeds, not step by step
+    (:func:`perfsuite.core.loss.check_against_seeds`). As it was otherwise; without them, saying why,
+    where a run at another seed failed or started from A's own weights (a model that ignores the seed),
+    or once ``cancel`` is set (the comparison stopped while this ran in a lane of its own)."""
     a, b = pair.records
     if pair.error is not None or a is None or b is None or not weights_apart(a.initial_weights, b.initial_weights):
         return pair
+    if len(a.loss) != len(b.loss) or not max_difference(a.loss, b.loss):  # the step-by-step check says it
+        return pair
     curves = []
     for seed in range(fields["seed"] + 1, fields["seed"] + 1 + count):
+        if cancel is not None and cancel.is_set():
+            return dataclasses.replace(pair, seeds_error="the comparison was stopped")
         try:
             record = side.run({**fields, "seed": seed, "profile": False}, timeout_s, env=env)
         except EnvError as exc:
             return dataclasses.replace(pair, seeds_error=f"at seed {seed}: {exc}")
         if not record.ok or len(record.loss) != len(b.loss):
             said = failure(side, record) or f"{len(record.loss)} steps, not {len(b.loss)}"
+            return dataclasses.replace(pair, seeds_error=f"at seed {seed}: {said}")
+        if not weights_apart(a.initial_weights, record.initial_weights):
+            said = "it started from the same initial weights: the case's seed does not draw them"
             return dataclasses.replace(pair, seeds_error=f"at seed {seed}: {said}")
         curves.append(tuple(record.loss))
     return dataclasses.replace(pair, seeds=tuple(curves))

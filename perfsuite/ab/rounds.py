@@ -16,7 +16,7 @@ from typing import Any
 
 from perfsuite.ab.envs import EnvError
 from perfsuite.ab.lanes import Lane, Plan, hand_out, reset_lanes
-from perfsuite.ab.pairs import Choice, Mode, Pair, check_mode, duet_fits, failure, step_times
+from perfsuite.ab.pairs import Choice, Mode, Pair, check_mode, duet_fits, step_times
 from perfsuite.ab.sides import Side
 from perfsuite.core.baselines import build_baseline
 from perfsuite.core.check import Check
@@ -189,11 +189,16 @@ def _loss(
     if check.compared:
         return check
     weights = f"{check.baseline} → {check.measured}"
+    why = pair.seeds_error
     if pair.seeds:
-        return check_against_seeds(case, [a.loss, *pair.seeds], seen_b.losses, weights, confidence)
-    if pair.seeds_error:
-        why = f"; the base's curves at other seeds, which would judge it, were not had: {pair.seeds_error}"
-        return dataclasses.replace(check, message=check.message + why)
+        try:
+            return check_against_seeds(case, [a.loss, *pair.seeds], seen_b.losses, weights, confidence)
+        except ValueError as exc:  # their curves alike: no spread to judge by
+            why = str(exc).removeprefix(f"{case}: ")
+    if why:
+        return dataclasses.replace(
+            check, message=f"{check.message}; the base's curves at other seeds cannot judge it: {why}"
+        )
     return check
 
 
@@ -340,40 +345,6 @@ def _judged(
                 continue
         still.append(spec)
     return still
-
-
-def run_new(
-    specs: Sequence[CaseSpec], new: Mapping[str, str], side: Side, *, timeout_s: float, stopped: bool = False
-) -> list[CaseResult]:
-    """Each case only the candidate (``side``) declares (``new``: per case, what the base does not), run
-    once on it, its first pair's run (profiled), for its step time, memory and loss; nothing to compare
-    them with. A run that fails is *cannot test*, saying why; one the suite would skip, *skipped*. Once
-    the comparison was stopped (``stopped``, or Ctrl-C or SIGTERM during one), the rest are not run, said so."""
-    results = []
-    for spec in (spec for spec in specs if spec.id in new):
-        result = CaseResult(case=spec.id, new=new[spec.id])
-        results.append(result)
-        try:
-            record: CaseRecord | None = None if stopped else side.run(spec_fields(spec, profile=True), timeout_s)
-            error = None
-        except EnvError as exc:  # its server died: this side's error, not a traceback
-            record, error = None, str(exc)
-        except KeyboardInterrupt:
-            stopped = True
-        if stopped:
-            result.error, result.interrupted = "interrupted before its run", True
-        elif record is None or not record.ok:
-            result.skipped = record is not None and record.status == "skipped"
-            result.error = (record.error if result.skipped and record else None) or failure(side, record, error)
-        else:
-            seen = observe(record, time_unit="s")
-            result.memory_b, result.breakdown_b, result.loss_b = (
-                seen.peak_bytes,
-                dict(seen.breakdown),
-                list(seen.losses),
-            )
-            result.steps_b = [step_times(record)]  # its reach is not counted: what differs ran on one side only
-    return results
 
 
 def compare_case(

@@ -32,7 +32,7 @@ def _loss_within_tolerance(result: CaseResult) -> str | None:
     holds; from other initial weights, how it lies against the base's seeds."""
     held = [c for c in result.checks if c.metric == "loss" and c.ok]
     if held and held[0].seeds:  # from other weights, as the base's curve moves at another seed
-        return seeds_said(True, held[0].tolerance, held[0].baseline, held[0].measured)
+        return seeds_said(True, held[0].rel, held[0].tolerance, held[0].baseline, held[0].measured)
     moved = result.loss_max_abs_diff  # None without two curves of one length, 0 where they are identical
     return f"loss within its tolerance ({side_by_side(result.loss_a, result.loss_b)})" if held and moved else None
 
@@ -42,7 +42,7 @@ def check_change(result: CaseResult, check: Check) -> str:
     ``memory: buffers -256.0 KiB``."""
     diff = result.loss_max_abs_diff
     if check.metric == "loss" and check.seeds:
-        return seeds_said(False, check.tolerance, check.baseline, check.measured)
+        return seeds_said(False, check.rel, check.tolerance, check.baseline, check.measured)
     if check.metric == "loss" and not check.compared:
         return f"loss from other initial weights ({check.baseline} → {check.measured})"
     if check.metric == "loss" and diff is not None:

@@ -251,7 +251,10 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack, interrupt: Inter
         say("perfsuite ab: interrupted while setting up the sides; nothing was measured or written")
         return interrupt.exit_code
     try:
-        results = ab_run.compare_all(args.timeout or defaults.timeout, stop_on_regression=args.stop_on_regression)
+        heard = lambda: interrupt.signum is not None  # noqa: E731
+        results = ab_run.compare_all(
+            args.timeout or defaults.timeout, stop_on_regression=args.stop_on_regression, heard=heard
+        )
         _explain(ab_run, results, args, args.timeout or defaults.timeout, say)
     except EnvError as exc:  # a side's forkserver could not import what the cases need
         return _untested(options, specs, str(exc), time.monotonic() - started, say, ab_run)

@@ -106,7 +106,10 @@ class GitHub:
         if self.dry_run is not None:  # the body is the artifact's: into a file, never onto the log
             self.unsent += 1
             written = self.dry_run / f"{self.unsent}-{method}-{path.replace('/', '-')}.md"
-            written.write_text(body)
+            try:
+                written.write_text(body, encoding="utf-8")
+            except OSError as exc:
+                raise Refused(f"--dry-run: cannot write {written}: {exc.strerror or exc}") from None
             print(f"dry run: would {method} {path}: its body in {written}")
             return
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:

@@ -138,6 +138,8 @@ class Check(JsonObject):
     baseline: str | None = from_key(_TEXT)
     measured: str | None = from_key(_TEXT)
     tolerance: str | None = from_key(_TEXT)
+    rel: float | None = from_key(_NUMBER)
+    """Its relative change (the loss against the base's seeds: below 0, lower than theirs)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

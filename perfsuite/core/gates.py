@@ -304,12 +304,13 @@ def moved_with_the_peak(metric: str, checks: Sequence[Check]) -> bool:
 
 
 def is_regression(check: Check, checks: Sequence[Check]) -> bool:
-    """Whether a failing ``check`` (one of ``checks``, a case's) is a regression: another loss, or a
-    figure that grew (more memory, a slower step), but not a category that :func:`moved_with_the_peak`."""
+    """Whether a failing ``check`` (one of ``checks``, a case's) is a regression: another loss (but not one
+    from other initial weights lower than the base's at its other seeds), or a figure that grew (more
+    memory, a slower step), but not a category that :func:`moved_with_the_peak`."""
     if check.ok:
         return False
-    if check.metric == "loss":
-        return True
+    if check.metric == "loss":  # another curve; from other weights, one lower than the base's seeds' is not
+        return not (check.seeds and check.rel is not None and check.rel < 0)
     if moved_with_the_peak(check.metric, checks):
         return False
     return check.rel is None or check.rel > 0

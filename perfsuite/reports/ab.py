@@ -54,12 +54,12 @@ def rows(payload: Mapping[str, Any]) -> list[list[str]]:
     out = []
     noted = marks(payload)
     for case in payload["cases"]:
-        if case.get("new") and not case["error"]:  # the candidate's alone: nothing to pair it with
+        if case["verdict"] == "new":  # the candidate's alone: nothing to pair it with
+            step, _, final = _alone(case)
             b = case["memory"]["b"]
-            peak = "—" if b is None else f"— → {b / 2**20:,.2f}"
-            out.append(
-                [case["case"], f"new ({case['new']} not in base)", _alone_time(case), "0", peak, "—", _alone_loss(case)]
-            )
+            cells = [f"B alone, one run: {step}" if step else "—", "0", "—" if b is None else f"— → {b / 2**20:,.2f}"]
+            loss = f"B alone: final {final}" if final else "—"
+            out.append([case["case"], f"new ({case.get('new')} not in base)", *cells, "—", loss])
             continue
         if case["error"]:
             error = case["error"] if len(case["error"]) <= 200 else case["error"][:199] + "…"
@@ -77,28 +77,25 @@ def rows(payload: Mapping[str, Any]) -> list[list[str]]:
     return out
 
 
-def _alone_time(case: Mapping[str, Any]) -> str:
-    """A new case's step time: the median of the candidate's one run, its timed steps (``—``: none)."""
+def _alone(case: Mapping[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """A new case's one run on the candidate: its median step time, peak and final loss, each ``None``
+    where it was not measured."""
     steps = (case.get("step_time_s") or {}).get("b") or ()
-    return f"B alone, one run: {format_time(steps[0], 's')} a step" if steps else "—"
-
-
-def _alone_loss(case: Mapping[str, Any]) -> str:
-    curve = case["loss"].get("b")
-    return f"B alone: final {curve[-1]:.6g}" if curve else "—"
+    peak, curve = case["memory"]["b"], case["loss"].get("b")
+    return (
+        f"{format_time(steps[0], 's')} a step" if steps else None,
+        format_bytes(peak) if peak is not None else None,
+        f"{curve[-1]:.6g}" if curve else None,
+    )
 
 
 def new_figures(case: Mapping[str, Any]) -> str:
     """What a new case's one run on the candidate measured (``case``: its JSON): ``the candidate, one
     run: 5.10 ms a step, peak 12.30 MiB, final loss 2.31``."""
-    steps = (case.get("step_time_s") or {}).get("b") or ()
-    peak, curve = case["memory"]["b"], case["loss"].get("b")
-    said = [
-        *([f"{format_time(steps[0], 's')} a step"] if steps else []),
-        *([f"peak {format_bytes(peak)}"] if peak is not None else []),
-        *([f"final loss {curve[-1]:.6g}"] if curve else []),
-    ]
-    return f"the candidate, one run: {', '.join(said) or 'nothing measured'}; nothing to compare it with"
+    step, peak, final = _alone(case)
+    said = [step, *([f"peak {peak}"] if peak else []), *([f"final loss {final}"] if final else [])]
+    shown = ", ".join(filter(None, said)) or "nothing measured"
+    return f"the candidate, one run: {shown}; nothing to compare it with"
 
 
 def _loss(case: Mapping[str, Any]) -> str:
@@ -114,7 +111,7 @@ def _loss(case: Mapping[str, Any]) -> str:
     check: Mapping[str, Any] = next((c for c in case.get("checks") or () if c.get("metric") == "loss"), {})
     if check.get("seeds"):  # from other weights, judged against the base's curves at other seeds
         texts = [str(check.get(key) or "") for key in ("tolerance", "baseline", "measured")]
-        return f"{said}, {seeds_said(bool(check.get('ok')), *texts)}"
+        return f"{said}, {seeds_said(bool(check.get('ok')), check.get('rel'), *texts)}"
     if check.get("compared") is False:  # their curves part for another reason, said by the check
         return f"{said}, other initial weights"
     return f"{said}, within its tolerance" if check.get("ok") and diff else said
