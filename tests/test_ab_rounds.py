@@ -139,10 +139,10 @@ def test_an_undecided_case_runs_to_the_cap_and_a_failing_side_ends_its_case() ->
     undecided, failed = results
     assert undecided.time.verdict == "undecided"
     assert len(undecided.log_ratios) == 10  # the cap
-    assert failed.verdict == "cannot test"
-    assert failed.error == "B: boom"
+    assert failed.verdict == "regressed"  # B's run failed where A's ran: the worst regression, not untestable
+    assert (failed.error, failed.candidate_failed) == ("B: boom", True)
     assert not failed.log_ratios
-    assert "tiny-bert-adafactor cannot test True" in seen
+    assert "tiny-bert-adafactor regressed True" in seen
     assert seen[-1] == "tiny-bert-vanilla undecided True"  # finished at the cap, said so
 
 
@@ -587,6 +587,27 @@ def test_a_duet_pair_that_failed_names_the_side_whose_own_run_failed() -> None:
     pair = pairs._unpaired(sides, (gone, own), [None, None], "duet")  # type: ignore[arg-type]
     assert pair is not None
     assert pair.error == "candidate: ModuleNotFoundError: No module named 'torch'"
+    assert pair.candidate_failed  # the base ran until its peer failed: the candidate's failure, a regression
     both = pairs._unpaired(sides, (own, gone), [None, None], "duet")  # type: ignore[arg-type]
     assert both is not None
     assert both.error == "base: ModuleNotFoundError: No module named 'torch'"
+    assert not both.candidate_failed  # the base's own run failed: the case cannot be compared
+    each = pairs._unpaired(sides, (own, own), [None, None], "duet")  # type: ignore[arg-type]
+    assert each is not None
+    assert not each.candidate_failed
+
+
+def test_an_alternating_pair_whose_candidate_fails_first_runs_the_base_to_tell_a_regression() -> None:
+    """In an odd pair B runs first; where its run fails, A's run still tells whether the case regressed
+    (A ran) or cannot be compared (A failed too)."""
+    log: list[str] = []
+    fields = {"model": "tiny-bert", "strategy": "vanilla", "profile": False, "calibrate": False}
+    sides = (FakeSide("A", {}, log), FakeSide("B", {}, log, fail="tiny-bert-vanilla"))
+    pair = pairs.alternate(sides, fields, 1, 30)  # type: ignore[arg-type]
+    assert (pair.error, pair.candidate_failed) == ("B: boom", True)
+    assert [line.split()[0] for line in log] == ["B", "A"]
+    both = (FakeSide("A", {}, log, fail="tiny-bert-vanilla"), FakeSide("B", {}, log, fail="tiny-bert-vanilla"))
+    pair = pairs.alternate(both, fields, 1, 30)  # type: ignore[arg-type]
+    assert (pair.error, pair.candidate_failed) == ("B: boom", False)
+    pair = pairs.alternate(both, fields, 0, 30)  # type: ignore[arg-type]
+    assert (pair.error, pair.candidate_failed) == ("A: boom", False)

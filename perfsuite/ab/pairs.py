@@ -53,6 +53,8 @@ class Pair:
     error: str | None = None
     skipped: bool = False
     """Both sides skipped the case (a strategy its engine does not apply, say): ``error`` says why."""
+    candidate_failed: bool = False
+    """B's run failed (``error``) where A's, in the same pair, ran: B regressed, rather than cannot be compared."""
     seeds: tuple[tuple[float, ...], ...] = ()
     """A's loss curves at other seeds, where the two runs started from other initial weights (:func:`other_seeds`)."""
     seeds_error: str | None = None
@@ -112,10 +114,15 @@ def _unpaired(
     failed, not the one that stopped because its peer had); ``None`` where both ran."""
     if all(r is not None and r.status == "skipped" for r in records):
         return Pair(records, mode, math.nan, (records[0] and records[0].error) or "skipped", skipped=True)
-    failed = [e for e in (failure(sides[w], records[w], errors[w]) for w in (0, 1)) if e]
+    said = [failure(sides[w], records[w], errors[w]) for w in (0, 1)]
+    failed = [e for e in said if e]
     # In a duet, a side whose peer failed says only that: the peer's own error is the cause.
     caused = [e for e in failed if "PeerGone: " not in e] or failed
-    return Pair(records, mode, math.nan, caused[0]) if caused else None
+    if not caused:
+        return None
+    b = records[1]
+    alone = said[1] in caused and said[0] not in caused and b is not None and b.status != "skipped"
+    return Pair(records, mode, math.nan, caused[0], candidate_failed=alone)
 
 
 def alternate(
@@ -128,7 +135,12 @@ def alternate(
         except EnvError as exc:  # its server died or answered no record: this side's error, not a traceback
             return Pair((records.get(0), records.get(1)), "alternate", math.nan, failure(sides[which], None, str(exc)))
         if records[which].status != "skipped" and failure(sides[which], records[which]):  # a skip: the other says
-            return Pair((records.get(0), records.get(1)), "alternate", math.nan, failure(sides[which], records[which]))
+            if which == 1 and 0 not in records:  # B failed first: whether A runs tells a regression from neither
+                with contextlib.suppress(EnvError):
+                    records[0] = sides[0].run(fields, timeout_s, env=env)
+            ran = which == 1 and records.get(0) is not None and records[0].ok
+            error = failure(sides[which], records[which])
+            return Pair((records.get(0), records.get(1)), "alternate", math.nan, error, candidate_failed=ran)
     ended = _unpaired(sides, (records[0], records[1]), [None, None], "alternate")
     if ended is not None:
         return ended

@@ -54,6 +54,8 @@ class CaseResult:
     """Why the case could not be compared (a side's run failed: its error; or why both skipped it)."""
     skipped: bool = False
     """Both sides skipped the case, as the suite skips it (``error`` says why): not compared, not a failure."""
+    candidate_failed: bool = False
+    """B's run failed (``error`` says how) where A's ran: *regressed*, not *cannot test*."""
     interrupted: bool = False
     """The comparison was stopped (Ctrl-C, SIGTERM) before this case's verdict: undecided, its pairs kept."""
     stopped: str | None = None
@@ -91,10 +93,10 @@ class CaseResult:
 
     @property
     def verdict(self) -> str:
-        """``regressed`` (slower, more memory or another loss), ``improved``, ``same``, ``undecided``,
-        ``skipped``, ``cannot test`` or ``new`` (the base does not declare it)."""
+        """``regressed`` (slower, more memory, another loss, or B's run failed where A's ran), ``improved``,
+        ``same``, ``undecided``, ``skipped``, ``cannot test`` or ``new`` (the base does not declare it)."""
         if self.error is not None:
-            return "skipped" if self.skipped else "cannot test"
+            return "skipped" if self.skipped else "regressed" if self.candidate_failed else "cannot test"
         if self.new is not None:
             return "new"
         if self.checks_regressed or (self.time is not None and self.time.verdict == "slower"):
@@ -110,6 +112,7 @@ class CaseResult:
             "case": self.case,
             "verdict": self.verdict,
             "error": self.error,
+            "candidate_failed": self.candidate_failed,
             "new": self.new,
             "interrupted": self.interrupted,
             "stopped": self.stopped,
@@ -312,7 +315,7 @@ def compare_cases(
 
 def _add(result: CaseResult, pair: Pair, index: int, tolerance: Tolerance, loss_confidence: float = 0.99) -> None:
     if pair.error is not None:
-        result.error, result.skipped = pair.error, pair.skipped
+        result.error, result.skipped, result.candidate_failed = pair.error, pair.skipped, pair.candidate_failed
         return
     if index == 0:
         a, b = pair.records

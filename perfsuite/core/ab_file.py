@@ -158,6 +158,8 @@ class Case(JsonObject):
     verdict: str = from_key(_one_of(VERDICTS, "a verdict"), _REQUIRED)
     error: str | None = from_key(_TEXT, _REQUIRED)
     """Why it could not be tested (``null``: it was)."""
+    candidate_failed: bool = from_key(flag, False)
+    """Its candidate's run failed where the base's ran (``error`` says how): regressed."""
     new: str | None = from_key(_TEXT)
     """What the base's code does not declare of it (``null``: both sides declare it): B's figures alone."""
     interrupted: Any = from_key(_count_or_flag)
