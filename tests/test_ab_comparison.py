@@ -141,7 +141,7 @@ def test_a_side_set_up_whose_cases_cannot_run_keeps_its_versions_and_names_itsel
     run.sides[0].probe = {"libraries": {"transformers": {"version": "4.57.6"}}}
     run.sides[1].probe = {"libraries": {"transformers": {"version": "5.0.0"}}}
     why = "candidate (transformers==5.0.0): ForkserverDied: ... ValueError: Either a <revision> or a version"
-    payload = run.untested(why, 3.0)
+    payload = run.untested(why, 3.0, "candidate")
     assert [case["verdict"] for case in payload["cases"]] == ["cannot test"]
     assert verdict_line(payload) == (
         "nothing compared: 1 cannot test "
@@ -149,6 +149,9 @@ def test_a_side_set_up_whose_cases_cannot_run_keeps_its_versions_and_names_itsel
     )
     summary = markdown(payload)
     assert f"\n> cannot test: {why.replace('<', '&lt;')}\n" in summary
+    # Which side is data the comparison keeps, not read back from the error's words.
+    unnamed = run.untested("the base's words: candidate mentioned", 3.0)
+    assert verdict_line(unnamed).endswith("transformers 4.57.6 → 5.0.0; the sides cannot be tested)")
     assert "Time: *slower*" not in summary
 
 

@@ -131,7 +131,9 @@ def test_the_pins_become_both_sides_of_the_comparison(
 
     def start(args: Any, specs: Any, say: Any) -> None:
         asked.update(base=args.base, candidate=args.candidate, cases=len(specs))
-        raise comparison.Failed("candidate: transformers==4.58.0 does not resolve with the installed stack")
+        raise comparison.Failed(
+            "candidate: transformers==4.58.0 does not resolve with the installed stack", "candidate"
+        )
 
     monkeypatch.setattr(comparison.AbRun, "start", start)
     args = ["--pins", "HEAD~1..HEAD", "--device", "cpu", "--models", "tiny-bert", "--strategies", "vanilla"]

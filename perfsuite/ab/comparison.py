@@ -34,7 +34,12 @@ from perfsuite.core.tolerance import Tolerance
 
 
 class Failed(Exception):
-    """A side that cannot be tested: it did not resolve, install, start or import what was asked."""
+    """A side that cannot be tested: it did not resolve, install, start or import what was asked;
+    ``side``, which one (``None``: not known)."""
+
+    def __init__(self, message: str, side: str | None = None) -> None:
+        super().__init__(message)
+        self.side = side
 
 
 MAX_PAIRS = 60
@@ -128,7 +133,9 @@ def write_ab(payload: dict[str, Any], options: AbOptions, say: Callable[[str], N
     write_results(payload, json_file=options.json, report_dir=options.report, render=render, say=say)
 
 
-def untested(options: AbOptions, specs: Sequence[CaseSpec], error: str, wall_s: float) -> dict[str, Any]:
+def untested(
+    options: AbOptions, specs: Sequence[CaseSpec], error: str, wall_s: float, side: str | None = None
+) -> dict[str, Any]:
     """The file of a comparison whose sides could not be set up (``error``: why): every case *cannot
     test*, saying why, so that a script reading ``--json`` finds the verdict the exit code gives."""
     schedule = schedule_for(
@@ -137,9 +144,10 @@ def untested(options: AbOptions, specs: Sequence[CaseSpec], error: str, wall_s: 
     asked = {"base": options.base, "candidate": options.candidate}
     sides = {name: {"env": env, "overlay": [], "probe": {"libraries": {}}} for name, env in asked.items()}
     results = [CaseResult(spec.id, error=f"cannot test: {error}") for spec in specs]
-    return ab_payload(
+    payload = ab_payload(
         options.device_type, specs, schedule, options.alpha, sides, results, wall_s, options.changed, options.loss_seeds
     )
+    return {**payload, "untested_side": side}
 
 
 _NONE_DECLARED = "declares no module of the project's own (no factory, batch maker or engine)"
@@ -180,7 +188,7 @@ class AbRun:
                 try:
                     env = make_env(asked, name=name, held=options.held)
                 except EnvError as exc:  # named by its side, as a side's own errors are
-                    raise EnvError(f"{name}: {exc}") from None
+                    raise EnvError(f"{name}: {exc}", name) from None
                 envs.append((name, env if trees is None else trees[index].env(env)))
             # Each side reads the versions of what either pins: a package a lock adds on one side is
             # this environment's on the other, the same version, not a change.
@@ -203,7 +211,7 @@ class AbRun:
                 side.close()
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            raise Failed(str(exc)) from None
+            raise Failed(str(exc), exc.side) from None
         compared = max(1, len(specs) - len(new))  # the false-alarm rate is shared by the cases paired
         schedule = schedule_for(
             compared, floor=options.floor, alpha=options.alpha, first=options.pairs, cap=options.max_pairs
@@ -312,10 +320,11 @@ class AbRun:
         found = {r.case: r for r in [*results, *alone]}
         return [found[spec.id] for spec in self.specs]
 
-    def untested(self, error: str, wall_s: float) -> dict[str, Any]:
+    def untested(self, error: str, wall_s: float, side: str | None = None) -> dict[str, Any]:
         """The file of a comparison whose side, set up, could not run its cases (its forkserver could not
         import what they need): every case *cannot test*, saying why, beside what each side's probe read."""
-        return self.payload([CaseResult(spec.id, error=f"cannot test: {error}") for spec in self.specs], wall_s)
+        results = [CaseResult(spec.id, error=f"cannot test: {error}") for spec in self.specs]
+        return {**self.payload(results, wall_s), "untested_side": side}
 
     def close(self) -> None:
         close_lanes(self.lanes or [Lane(self.sides)])  # several lanes' servers all at once

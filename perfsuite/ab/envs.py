@@ -46,7 +46,11 @@ MANIFEST = ".perfsuite-overlay.json"
 
 
 class EnvError(Exception):
-    """A side that cannot be set up: one line saying why."""
+    """A side that cannot be set up: one line saying why; ``side``, which one (``None``: not known)."""
+
+    def __init__(self, message: str, side: str | None = None) -> None:
+        super().__init__(message)
+        self.side = side
 
 
 @dataclass(frozen=True)

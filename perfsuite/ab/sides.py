@@ -116,11 +116,12 @@ class Side:
             code = self.proc.poll()
             raise EnvError(
                 f"{self.name} ({self.env.label}): its worker did not start (exit {code}); "
-                f"does `{self.env.python} -c 'import perfsuite.worker.serve'` work?"
+                f"does `{self.env.python} -c 'import perfsuite.worker.serve'` work?",
+                self.name,
             )
         answer: dict[str, Any] = json.loads(line)
         if not answer.get("ok") and not (unknown_ok and str(answer.get("error", "")).startswith("unknown request")):
-            raise EnvError(f"{self.name} ({self.env.label}): {answer.get('error')}")
+            raise EnvError(f"{self.name} ({self.env.label}): {answer.get('error')}", self.name)
         return answer
 
     def versions(self) -> dict[str, str | None]:
@@ -136,7 +137,8 @@ class Side:
                 where = (lib or {}).get("file") or "nowhere"
                 raise EnvError(
                     f"{self.name}: the overlay did not take: its workers see {requirement.name} {version} "
-                    f"(from {where}), not {requirement.specifier}"
+                    f"(from {where}), not {requirement.specifier}",
+                    self.name,
                 )
             moved = {m.split("==")[0] for m in self.env.moved}
             overlaid = self.env.path and requirement.name.lower().replace("_", "-") in moved
@@ -145,7 +147,8 @@ class Side:
             file = (lib or {}).get("file")
             if overlaid and file is not None and not str(file).startswith(self.env.path[0]):
                 raise EnvError(
-                    f"{self.name}: {requirement.name} imports from {lib and lib.get('file')}, not the overlay"
+                    f"{self.name}: {requirement.name} imports from {lib and lib.get('file')}, not the overlay",
+                    self.name,
                 )
 
     def reset(self) -> None:
@@ -162,7 +165,7 @@ class Side:
         try:
             return CaseRecord.from_json(answer.get("record"), f"{self.name} ({self.env.label}): its record")
         except ValueError as exc:  # a side that answers what no perfsuite writes: the side's fault, as a dead one's
-            raise EnvError(str(exc)) from None
+            raise EnvError(str(exc), self.name) from None
 
     def undeclared(self, specs: list[dict[str, Any]]) -> list[str | None]:
         """Per case (a :class:`CaseSpec`'s fields), the name this side's code does not declare (``model

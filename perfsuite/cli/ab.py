@@ -246,7 +246,7 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack, interrupt: Inter
     try:
         ab_run = AbRun.start(options, specs, say)
     except Failed as exc:
-        return _untested(options, specs, str(exc), time.monotonic() - started, say)
+        return _untested(options, specs, exc, time.monotonic() - started, say)
     except KeyboardInterrupt:
         say("perfsuite ab: interrupted while setting up the sides; nothing was measured or written")
         return interrupt.exit_code
@@ -257,7 +257,7 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack, interrupt: Inter
         )
         _explain(ab_run, results, args, args.timeout or defaults.timeout, say)
     except EnvError as exc:  # a side's forkserver could not import what the cases need
-        return _untested(options, specs, str(exc), time.monotonic() - started, say, ab_run)
+        return _untested(options, specs, exc, time.monotonic() - started, say, ab_run)
     finally:
         ab_run.close()
     code = ab_run.finish(results, options, time.monotonic() - started, console)
@@ -357,14 +357,19 @@ def _show_sides(options: AbOptions, runs: list[str], say: Any) -> int:
     return code
 
 
-def _untested(options: AbOptions, specs: list[Any], error: str, wall_s: float, say: Any, ab_run: Any = None) -> int:
+def _untested(options: AbOptions, specs: list[Any], exc: Any, wall_s: float, say: Any, ab_run: Any = None) -> int:
     """A comparison whose sides could not be set up (or, set up, run a case: ``ab_run``): said, and its
-    ``--json`` and ``--report`` written with every case *cannot test* and why
-    (:func:`perfsuite.ab.comparison.untested`, :meth:`~perfsuite.ab.comparison.AbRun.untested`)."""
+    ``--json`` and ``--report`` written with every case *cannot test* and why, and which side
+    (``exc``: the ``Failed`` or ``EnvError``; :func:`perfsuite.ab.comparison.untested`,
+    :meth:`~perfsuite.ab.comparison.AbRun.untested`)."""
     from perfsuite.ab.comparison import untested, write_ab
 
+    error, side = str(exc), exc.side
     say(f"perfsuite: cannot test: {error}")
-    payload = untested(options, specs, error, wall_s) if ab_run is None else ab_run.untested(error, wall_s)
+    if ab_run is None:
+        payload = untested(options, specs, error, wall_s, side)
+    else:
+        payload = ab_run.untested(error, wall_s, side)
     if options.upgrade is not None:
         payload["pins"] = options.upgrade.as_json()
     write_ab(payload, options, say)

@@ -226,6 +226,8 @@ class AbFile(JsonObject):
     stopped: int = from_key(integer, 0)
     verdicts: Mapping[str, int] = from_key(values_of(integer), _REQUIRED)
     pins: Mapping[str, Any] | None = from_key(optional(json_object))
+    untested_side: str | None = from_key(optional(_one_of(("base", "candidate"), "a side")))
+    """The side that could not be set up, where one stopped every case (``null``: none, or not known)."""
 
 
 def is_ab(data: Any) -> bool:

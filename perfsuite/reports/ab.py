@@ -5,7 +5,6 @@ then the table). ``perfsuite report ab.json`` rebuilds them from ``--json``'s fi
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -151,9 +150,9 @@ def verdict_line(payload: Mapping[str, Any]) -> str:
     unseen = f"; {missed}" if missed else ""
     probed = all(_versions(payload, name) for name in ("base", "candidate"))
     versions = moved or ("the same versions" if probed else "a side's versions not read: it was not set up")
-    if (reason := untested_reason(payload)) is not None:  # the side and the reason: not just "not set up"
-        side = re.match(r"(base|candidate)\b", reason)
-        unset = f"the {side.group(1)} cannot be tested" if side else "the sides cannot be tested"
+    if untested_reason(payload) is not None:  # the side and the reason: not just "not set up"
+        side = payload.get("untested_side")
+        unset = f"the {side} cannot be tested" if side else "the sides cannot be tested"
         versions = f"{moved}; {unset}" if moved else unset
     return f"{head}: {parts} (base → candidate: {changed}{versions}{unseen}){stopped}"
 
