@@ -54,7 +54,7 @@ class Pair:
     skipped: bool = False
     """Both sides skipped the case (a strategy its engine does not apply, say): ``error`` says why."""
     candidate_failed: bool = False
-    """B's run failed (``error``) where A's, in the same pair, ran: B regressed, rather than cannot be compared."""
+    """B's own run failed (``error``) where A's, before it or beside it in this pair, ran."""
     seeds: tuple[tuple[float, ...], ...] = ()
     """A's loss curves at other seeds, where the two runs started from other initial weights (:func:`other_seeds`)."""
     seeds_error: str | None = None
@@ -120,8 +120,10 @@ def _unpaired(
     caused = [e for e in failed if "PeerGone: " not in e] or failed
     if not caused:
         return None
+    # B's own run failed (not its wait for a peer: a slow base leaves a duet's candidate waiting) and A's did not.
+    own = [e is not None and "PeerGone: " not in e for e in said]
     b = records[1]
-    alone = said[1] in caused and said[0] not in caused and b is not None and b.status != "skipped"
+    alone = own[1] and not own[0] and b is not None and b.status != "skipped"
     return Pair(records, mode, math.nan, caused[0], candidate_failed=alone)
 
 
@@ -135,10 +137,7 @@ def alternate(
         except EnvError as exc:  # its server died or answered no record: this side's error, not a traceback
             return Pair((records.get(0), records.get(1)), "alternate", math.nan, failure(sides[which], None, str(exc)))
         if records[which].status != "skipped" and failure(sides[which], records[which]):  # a skip: the other says
-            if which == 1 and 0 not in records:  # B failed first: whether A runs tells a regression from neither
-                with contextlib.suppress(EnvError):
-                    records[0] = sides[0].run(fields, timeout_s, env=env)
-            ran = which == 1 and records.get(0) is not None and records[0].ok
+            ran = which == 1 and 0 in records and records[0].ok  # A ran first (an even pair), and B failed
             error = failure(sides[which], records[which])
             return Pair((records.get(0), records.get(1)), "alternate", math.nan, error, candidate_failed=ran)
     ended = _unpaired(sides, (records[0], records[1]), [None, None], "alternate")

@@ -55,7 +55,7 @@ class CaseResult:
     skipped: bool = False
     """Both sides skipped the case, as the suite skips it (``error`` says why): not compared, not a failure."""
     candidate_failed: bool = False
-    """B's run failed (``error`` says how) where A's ran: *regressed*, not *cannot test*."""
+    """B's run failed at the first pair (``error`` says how) where A's ran: *regressed*, not *cannot test*."""
     interrupted: bool = False
     """The comparison was stopped (Ctrl-C, SIGTERM) before this case's verdict: undecided, its pairs kept."""
     stopped: str | None = None
@@ -315,7 +315,10 @@ def compare_cases(
 
 def _add(result: CaseResult, pair: Pair, index: int, tolerance: Tolerance, loss_confidence: float = 0.99) -> None:
     if pair.error is not None:
-        result.error, result.skipped, result.candidate_failed = pair.error, pair.skipped, pair.candidate_failed
+        # At the first pair (A first, or beside B) a failure of B's own is the candidate's: regressed. Later, after
+        # B's runs had passed, one is intermittent (the machine's, or a flake): the case cannot be compared.
+        result.error, result.skipped = pair.error, pair.skipped
+        result.candidate_failed = pair.candidate_failed and index == 0
         return
     if index == 0:
         a, b = pair.records

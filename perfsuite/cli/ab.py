@@ -1,8 +1,9 @@
 """``perfsuite ab``: two environments side by side on this machine, case by case, with paired statistics.
 
-Exit codes: 0 nothing regressed, 1 a case regressed (slower, more memory, or another loss),
-2 bad arguments, 3 a side cannot be tested (it did not install or import; the error is shown),
-130 stopped by Ctrl-C, 143 by SIGTERM (what was measured is still written: the open cases undecided).
+Exit codes: 0 nothing regressed, 1 a case regressed (slower, more memory, another loss, or the
+candidate's run failed at the first pair where the base's ran), 2 bad arguments, 3 a side cannot be
+tested (it did not install or import; the error is shown), 130 stopped by Ctrl-C, 143 by SIGTERM
+(what was measured is still written: the open cases undecided).
 """
 
 from __future__ import annotations
