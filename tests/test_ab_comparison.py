@@ -264,6 +264,7 @@ def test_a_case_only_the_candidate_declares_is_new_run_once_on_it_and_fails_noth
     from test_ab_rounds import FakeSide
 
     from perfsuite.ab.added import added_cases, run_added
+    from perfsuite.ab.envs import EnvError
     from perfsuite.core.ab_file import AbFile
     from perfsuite.reports.ab import markdown, rows, verdict_line
 
@@ -281,7 +282,7 @@ def test_a_case_only_the_candidate_declares_is_new_run_once_on_it_and_fails_noth
     schedule = schedule_for(1, floor=0.03, alpha=0.05, first=6, cap=6)
     run = AbRun((base, candidate), specs, schedule, say=said.append, mode="alternate", new=new)  # type: ignore[arg-type]
     results = run.compare_all(60)
-    assert [r.verdict for r in results] == ["same", "new", "cannot test"]
+    assert [r.verdict for r in results] == ["same", "new", "regressed"]
     assert not [line for line in log if line.startswith("A tiny-gpt2") or line.startswith("A tiny-t5")]
     assert [line for line in log if line.startswith("B tiny-gpt2")] == [
         "B tiny-gpt2-vanilla profile=True calibrate=False"
@@ -292,14 +293,18 @@ def test_a_case_only_the_candidate_declares_is_new_run_once_on_it_and_fails_noth
         for line in said
     ), said
     assert results[2].error == "candidate: boom"
+    assert any(
+        "tiny-t5-vanilla: regressed: the base's code does not declare model 'tiny-t5'; candidate: boom" in line
+        for line in said
+    ), said
     options = SimpleNamespace(upgrade=None, json=tmp_path / "ab.json", report=None)
     with (tmp_path / "out").open("w") as out:
         code = run.finish(results, options, 12.0, Console(file=out, width=200))  # type: ignore[arg-type]
-    assert code == 0
+    assert code == 1  # the new case's own failure
     payload = json.loads((tmp_path / "ab.json").read_text())
     AbFile.from_json(payload, "ab.json")  # read back as any ab file is
     assert payload["verdicts"]["new"] == 1
-    assert verdict_line(payload).startswith("no regression called: 1 same, 1 cannot test, 1 new (")
+    assert verdict_line(payload).startswith("REGRESSED: 1 regressed, 1 same, 1 new (")
     table = {row[0]: row for row in rows(payload)}
     assert table["tiny-gpt2-vanilla"][1:] == [
         "new (model 'tiny-gpt2' not in base)",
@@ -310,6 +315,7 @@ def test_a_case_only_the_candidate_declares_is_new_run_once_on_it_and_fails_noth
         "B alone: final 1.5",
     ]
     assert "| tiny-gpt2-vanilla | new (model 'tiny-gpt2' not in base) |" in markdown(payload)
+    assert table["tiny-t5-vanilla"][1:3] == ["regressed (new)", "candidate: boom"]
 
     # The pull request that first declares the team's models: every case new, nothing compared, no failure.
     alone = AbRun((base, candidate), specs[1:2], schedule, say=said.append, mode="alternate", new=new)  # type: ignore[arg-type]
@@ -333,6 +339,14 @@ def test_a_case_only_the_candidate_declares_is_new_run_once_on_it_and_fails_noth
     first, second = run_added(twice, both, alone.sides[1], timeout_s=60, told=interrupted)
     assert first.verdict == "new"  # it ran; the signal came as it was told
     assert (second.error, second.interrupted) == ("interrupted before its run", True)
+
+    class Dead(_Declaring):
+        def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> Any:
+            raise EnvError("candidate (current): its server stopped answering", "candidate")
+
+    # Its server, not its run, failed: nothing says the candidate's code is at fault.
+    (gone,) = run_added(alone.specs, alone.new, Dead("candidate", None, set()), timeout_s=60)  # type: ignore[arg-type]
+    assert (gone.verdict, gone.error) == ("cannot test", "candidate (current): its server stopped answering")
 
 
 def test_a_side_whose_perfsuite_cannot_say_what_it_declares_has_its_runs_say_it() -> None:
@@ -383,3 +397,24 @@ def test_a_comparison_judges_a_loss_from_other_weights_at_its_alpha_over_its_cas
     cell = rows(payload)[0][-1]
     assert cell.startswith("final 1.5 → 1.51, max |Δ| 0.02 from step 0, loss from other initial weights, as at")
     assert "; the base's 6 seeds' 97.5% intervals: step 0 2.017 ± " in cell
+
+
+def test_a_signal_after_every_verdict_still_exits_with_its_code() -> None:
+    """Ctrl-C or SIGTERM that comes as the last round ends (every case judged) or while explaining
+    leaves the verdicts as written, says so, and exits 130 or 143 as any stopped command does; with
+    no signal the comparison's own code stands."""
+    import signal
+
+    from perfsuite.ab.rounds import CaseResult
+    from perfsuite.cli.ab import exit_code
+    from perfsuite.cli.interrupt import Interrupt
+
+    said: list[str] = []
+    judged = [CaseResult("tiny-bert-vanilla")]
+    assert exit_code(1, judged, Interrupt(), said.append) == 1
+    assert said == []
+    assert exit_code(1, judged, Interrupt(signal.SIGTERM), said.append) == 143
+    assert said == ["perfsuite ab: stopped by SIGTERM after every case's verdict; they stand as written"]
+    cut = [CaseResult("tiny-bert-vanilla", interrupted=True)]
+    assert exit_code(0, cut, Interrupt(signal.SIGINT), said.append) == 130
+    assert len(said) == 1  # the headline says it: INTERRUPTED with 1 case(s) unfinished

@@ -212,6 +212,21 @@ def test_ends_whose_time_stays_undecided_are_not_called_alike(monkeypatch: pytes
     assert json.loads((tmp_path / "bisect.json").read_text())["ends"]["verdict"] == "undecided"
 
 
+def test_a_bad_end_whose_run_fails_cannot_be_tested_and_its_file_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A release whose run fails is stepped around, so at the bad end it is *cannot test*, exit 3: the
+    ``--json`` file is written, and its ends say *cannot test* too, not the *regressed* ``ab`` calls it."""
+    from perfsuite.ab.rounds import CaseResult
+
+    said: list[str] = []
+    crashed = CaseResult(case="tiny-bert-vanilla", error="4.48.0: RuntimeError: boom", candidate_failed=True)
+    assert _bisection(monkeypatch, tmp_path, lambda point: crashed, said).run() == 3
+    assert said[-1] == "perfsuite: cannot test the bad end 4.48.0: 4.48.0: RuntimeError: boom", said
+    ends = json.loads((tmp_path / "bisect.json").read_text())["ends"]
+    assert (ends["verdict"], ends["error"]) == ("cannot test", "4.48.0: RuntimeError: boom")
+
+
 def test_ends_alike_where_the_package_never_ran_say_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Ends alike in a case whose watched build and steps never called the package say nothing of its
     releases: said beside "nothing to bisect", as ab says it of a bumped package no case ran."""

@@ -35,9 +35,11 @@ def run_added(
 ) -> list[CaseResult]:
     """Each case only the candidate (``side``) declares (``new``: per case, what the base does not), run
     once on it, its first pair's run (profiled), for its step time, memory and loss; nothing to compare
-    them with; ``told`` hears of each. A run that fails is *cannot test*, saying why; one the suite
-    would skip, *skipped*. Once the comparison was stopped (``stopped``: ``interrupted``, by Ctrl-C or
-    SIGTERM, here too; or why a side stopped answering), the rest are not run, said so."""
+    them with; ``told`` hears of each. A run that fails (an exception, a timeout, a killed worker) is
+    *regressed*, saying how: only the candidate's code runs the case, so the failure is its own; one
+    whose server stopped answering is *cannot test*; one the suite would skip, *skipped*. Once the
+    comparison was stopped (``stopped``: ``interrupted``, by Ctrl-C or SIGTERM, here too; or why a side
+    stopped answering), the rest are not run, said so."""
     results = []
     for spec in (spec for spec in specs if spec.id in new):
         result = CaseResult(case=spec.id, new=new[spec.id])
@@ -66,6 +68,7 @@ def _run_alone(result: CaseResult, spec: CaseSpec, side: Side, timeout_s: float)
     if record is None or not record.ok:
         result.skipped = record is not None and record.status == "skipped"
         result.error = (record.error if result.skipped and record else None) or failure(side, record, error)
+        result.candidate_failed = record is not None and not result.skipped  # its own run, not its server
         return
     seen = observe(record, time_unit="s")
     result.memory_b, result.breakdown_b, result.loss_b = seen.peak_bytes, dict(seen.breakdown), list(seen.losses)

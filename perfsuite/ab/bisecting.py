@@ -182,6 +182,7 @@ class Bisection:
                 raise KeyboardInterrupt
             if result.stopped is not None:  # a side died between rounds: this version is not tested
                 result.error = result.stopped
+            result.candidate_failed = False  # a release whose run fails is stepped around: cannot test
             self.compared[version] = result
             return result
         except EnvError as exc:
@@ -244,6 +245,7 @@ class Bisection:
             self.say(f"  {self.versions[-1]} (bad end): {evidence(ends, metric)}")
             if ends.error:
                 self.say(f"perfsuite: cannot test the bad end {self.versions[-1]}: {ends.error}")
+                self._write(None, ends)
                 return 3
             differ = changed(ends, metric)
             if differ is None:  # not "no difference": a bisection needs to know the ends differ

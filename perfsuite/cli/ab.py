@@ -261,8 +261,18 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack, interrupt: Inter
         return _untested(options, specs, exc, time.monotonic() - started, say, ab_run)
     finally:
         ab_run.close()
-    code = ab_run.finish(results, options, time.monotonic() - started, console)
-    return interrupt.exit_code if any(r.interrupted for r in results) else code
+    return exit_code(ab_run.finish(results, options, time.monotonic() - started, console), results, interrupt, say)
+
+
+def exit_code(code: int, results: Any, interrupt: Interrupt, say: Any) -> int:
+    """The comparison's ``code``, or the signal's where one stopped it: also one that came after every
+    case's verdict (as the last round ended, or while explaining), which is said."""
+    cut = any(result.interrupted for result in results)
+    if interrupt.signum is None and not cut:
+        return code
+    if not cut:
+        say(f"perfsuite ab: stopped by {interrupt.name} after every case's verdict; they stand as written")
+    return interrupt.exit_code
 
 
 def _trees(stack: contextlib.ExitStack, own: tuple[str, list[str | None]]) -> list[Tree]:

@@ -62,7 +62,8 @@ def rows(payload: Mapping[str, Any]) -> list[list[str]]:
             continue
         if case["error"]:
             error = case["error"] if len(case["error"]) <= 200 else case["error"][:199] + "…"
-            out.append([case["case"], case["verdict"], error, "—", "—", "—", "—"])
+            verdict = f"{case['verdict']} (new)" if case.get("new") else case["verdict"]  # it ran on B alone
+            out.append([case["case"], verdict, error, "—", "—", "—", "—"])
             continue
         time_cell, pairs = _time(case)
         verdict = case["verdict"]
