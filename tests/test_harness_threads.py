@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from typing import Any
 
 import fault_cases
 import pytest
@@ -65,18 +66,33 @@ def test_a_window_counts_a_busy_thread_and_not_a_sleeping_one() -> None:
     assert shares.get("MainThread", 0.0) < BUSY_SHARE  # it slept too
 
 
-def test_a_window_reads_what_another_process_took_of_the_cores() -> None:
-    """A process spinning on the one core a window may run on, while this one sleeps, took all of it."""
-    import os
+def _spin_on(core: int, *, ours: bool) -> Any:
+    """A process spinning on ``core``: this one's child where ``ours`` (its ``Popen``), else another's
+    (its pid: its parent exits at once), as another job's process is."""
     import subprocess
+
+    spin = f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"
+    if ours:
+        return subprocess.Popen([sys.executable, "-c", spin])
+    start = (  # the spinner holds no end of the pipe this process reads till it closes
+        f"import subprocess, sys; print(subprocess.Popen([sys.executable, '-c', {spin!r}], "
+        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)"
+    )
+    return int(subprocess.run([sys.executable, "-c", start], capture_output=True, text=True, check=True).stdout)
+
+
+@pytest.mark.parametrize("ours", [False, True], ids=["another-process", "its-child"])
+def test_a_window_reads_what_another_process_took_of_the_cores_and_its_children_as_its_own(ours: bool) -> None:
+    """A process spinning on the one core a window may run on, while this one sleeps, took all of it;
+    where it is this process's child (a DataLoader's worker), its time is the process's own: none taken."""
+    import os
+    import signal
 
     from perfsuite.worker.cpu_threads import others_share
 
     before = os.sched_getaffinity(0)
     core = min(before)
-    spinner = subprocess.Popen(
-        [sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"]
-    )
+    spinner = _spin_on(core, ours=ours)
     try:
         os.sched_setaffinity(0, {core})
         time.sleep(0.3)  # it has started
@@ -86,13 +102,20 @@ def test_a_window_reads_what_another_process_took_of_the_cores() -> None:
         result = window.stop()
     finally:
         os.sched_setaffinity(0, before)
-        spinner.kill()
-        spinner.wait()
+        if ours:
+            spinner.kill()
+            spinner.wait()
+        else:
+            os.kill(spinner, signal.SIGKILL)
     assert result is not None
     assert result["cores"]["count"] == 1, result
     share = others_share([result], threads=1)
     assert share is not None
-    assert share >= 0.8, result
+    if ours:
+        assert share <= 0.2, result
+        assert result["cores"]["own_s"] >= 1.2, result  # the child's 1.5 s on the core, this one asleep
+    else:
+        assert share >= 0.8, result
 
 
 def test_contention_is_the_median_share_of_runnable_time_spent_waiting_for_a_cpu(

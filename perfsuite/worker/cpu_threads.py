@@ -9,8 +9,9 @@ CPU tier's claim tests read it. Two reads of small files per window, outside the
 timed steps: nothing samples while they run.
 
 The window also reads how long the CPUs this process may run on were busy (``/proc/stat``),
-whoever ran on them, and this process's own CPU time: less its own (and, for a multi-rank case,
-its other ranks'), what other processes took of the cores while steps were timed.
+whoever ran on them, and this process's own CPU time, its children's (a DataLoader's workers)
+included: less its own (and, for a multi-rank case, its other ranks'), what other processes took of
+the cores while steps were timed.
 
 Linux only (``/proc/self/task/<tid>/schedstat``: nanoseconds on a CPU); elsewhere the
 window reads ``None``.
@@ -74,9 +75,35 @@ def _quota() -> bool:
 
 
 def _own_s() -> float:
-    """This process's CPU seconds so far, threads that have ended included."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    """This process's CPU seconds so far, threads that have ended included, and its children's (a
+    DataLoader's workers): those it has waited for, and those below it still running."""
+    own, ended = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + ended.ru_utime + ended.ru_stime + _running_below_s()
+
+
+def _running_below_s() -> float:
+    """CPU seconds so far of the processes below this one not yet waited for (``/proc/<pid>/stat``'s
+    utime, stime and their own waited-for children's, in clock ticks); 0 without ``/proc``. A child
+    waited for between two reads moves to ``RUSAGE_CHILDREN`` with all its time: the sum goes on."""
+    below: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    try:
+        entries = [entry.name for entry in os.scandir("/proc") if entry.name.isdigit()]
+    except OSError:
+        return 0.0
+    for pid in entries:
+        try:  # after the name's closing parenthesis: state, ppid, ... utime (14), stime, cutime, cstime (17)
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            below.setdefault(int(fields[1]), []).append(int(pid))
+            ticks[int(pid)] = sum(int(field) for field in fields[11:15])
+        except (OSError, ValueError, IndexError):
+            continue  # a process that ended between the listing and the read
+    total, todo = 0, list(below.get(os.getpid(), []))
+    while todo:
+        child = todo.pop()
+        total += ticks[child]
+        todo.extend(below.get(child, []))
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _cores_busy(cores: list[int]) -> float | None:
