@@ -97,6 +97,30 @@ def test_a_package_no_step_ran_says_the_verdicts_say_nothing_of_it_and_where_it_
     )
 
 
+def test_a_projects_recipes_are_named_apart_and_kept_for_a_report_rendered_without_its_code() -> None:
+    """A team's recipe that needs the package is named after perfsuite's, as the project's: live, and
+    from the comparison's file (``strategies_using``) where the project is not loaded (a pull request's
+    comment); without that key (an older file) only this process's registry is known."""
+    from perfsuite.core import registry
+    from perfsuite.core.reach import strategies_using
+    from perfsuite.core.strategies import STRATEGIES, Strategy, compose
+
+    found = reach([_case(_step([_run("bitsandbytes", version="0.49.0")]), _step([_run("bitsandbytes")]))])
+    saved = registry.snapshot()
+    try:
+        recipe = compose(STRATEGIES["adamw_8bit"], Strategy(name="b", batch_size=8), name="acme-8bit")
+        registry.register_strategy(recipe)
+        live = described(found[0], 1, engines=["loop"])
+        kept = strategies_using("cpu", ["loop"])
+    finally:
+        registry.restore(saved)
+    ours = "; the project's strategies that use it: acme-8bit (loop)"
+    assert live.endswith(f"; built-in strategies that use it: adamw_8bit (loop), lion_8bit (loop){ours}"), live
+    assert kept["bitsandbytes"]["acme-8bit"] == ["loop"]
+    assert described(found[0], 1, engines=["loop"], using=kept) == live
+    assert ours not in described(found[0], 1, engines=["loop"])  # an older file: the registry's alone
+
+
 @pytest.mark.parametrize(
     ("a", "b", "said"),
     [

@@ -27,7 +27,7 @@ from perfsuite.core.changed_code import ChangedCode
 from perfsuite.core.paired import SAME_CONFIDENCE, Schedule, alarm_looks, case_confidence, min_pairs
 from perfsuite.core.preloads import preload_for
 from perfsuite.core.provenance import now
-from perfsuite.core.reach import Ask, to_watch
+from perfsuite.core.reach import Ask, strategies_using, to_watch
 from perfsuite.core.results import write_results
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
@@ -100,12 +100,14 @@ def ab_payload(
 ) -> dict[str, Any]:
     """``perfsuite ab --json``'s file (:class:`~perfsuite.core.ab_file.AbFile` reads it back)."""
     compared = {r.case for r in results if r.error is None}
+    engines = list(dict.fromkeys(s.engine for s in specs if s.id in compared))
     return {
         "schema_version": AB_SCHEMA_VERSION,
         "kind": AB_KIND,
         "date": now(),
         "device_type": device_type,
-        "engines": list(dict.fromkeys(s.engine for s in specs if s.id in compared)),
+        "engines": engines,
+        "strategies_using": strategies_using(device_type, engines),  # the project's recipes too, for a re-render
         "wall_s": wall_s,
         "schedule": dataclasses.asdict(schedule),
         "alpha": alpha,

@@ -23,7 +23,7 @@ from perfsuite.core.changed_code import MODULE_LEVEL, ChangedCode
 from perfsuite.core.engines import ENGINES, trainer_unsupported
 from perfsuite.core.pooled import differing
 from perfsuite.core.record import PackageRun, StepRan
-from perfsuite.core.strategies import OPTIONAL_PACKAGES, STRATEGIES
+from perfsuite.core.strategies import BUILTIN_STRATEGIES, OPTIONAL_PACKAGES, STRATEGIES
 from perfsuite.core.typed_json import read_as
 
 WATCH_ENV = "PERFSUITE_WATCH"
@@ -98,19 +98,34 @@ class Reach:
     """Whether every case watched had its build watched too, on both sides (a side's older perfsuite
     watches the step alone)."""
 
-    def strategies(self, device_type: str, engines: Sequence[str] = ()) -> dict[str, tuple[str, ...]]:
-        """The built-in strategies that need it (an optional package's) and run on ``device_type``, each
-        with those of ``engines`` that apply it (perfsuite's ``trainer`` maps only some; a project's own
-        engine is not known to refuse any; none: only perfsuite's ``loop``, not compared, would): where a
-        case would run its code. No ``engines`` (an older file): none named."""
-        modules = {
-            p.module for p in OPTIONAL_PACKAGES if canonicalize_name(p.distribution) == canonicalize_name(self.name)
-        }
-        found = {}
+    def strategies(
+        self,
+        device_type: str,
+        engines: Sequence[str] = (),
+        using: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+    ) -> dict[str, tuple[str, ...]]:
+        """The strategies that need it (an optional package's) and run on ``device_type``, each with those
+        of ``engines`` that apply it: where a case would run its code. ``using``: a comparison's file's
+        :func:`strategies_using`, the project's recipes among them; ``None`` (an older file), this
+        process's registry's."""
+        using = strategies_using(device_type, engines) if using is None else using
+        found = next((v for k, v in using.items() if canonicalize_name(k) == canonicalize_name(self.name)), {})
+        return {strategy: tuple(applying) for strategy, applying in found.items()}
+
+
+def strategies_using(device_type: str, engines: Sequence[str] = ()) -> dict[str, dict[str, list[str]]]:
+    """Per optional package (its distribution's name), the registered strategies, perfsuite's and the
+    project's, that need it and run on ``device_type``, each with those of ``engines`` that apply it
+    (perfsuite's ``trainer`` maps only some; a project's own engine is not known to refuse any; none:
+    only perfsuite's ``loop``, not compared, would). A comparison's file keeps it, so that a report
+    rendered where the project is not loaded (a pull request's comment) names its recipes too."""
+    found: dict[str, dict[str, list[str]]] = {}
+    for package in OPTIONAL_PACKAGES:
         for s in STRATEGIES.values():
-            if modules & set(s.requires) and (device_type != "cpu" or s.gpu_only is None):
-                found[s.name] = tuple(e for e in engines if e != "trainer" or trainer_unsupported(s) is None)
-        return found
+            if package.module in s.requires and (device_type != "cpu" or s.gpu_only is None):
+                applying = [e for e in engines if e != "trainer" or trainer_unsupported(s) is None]
+                found.setdefault(package.distribution, {})[s.name] = applying
+    return found
 
 
 def _step(case: Any, side: str) -> StepRan | None:
@@ -236,12 +251,18 @@ def _counted(
 
 
 def described(
-    found: Reach, cases: int, device_type: str = "cpu", name: Callable[[str], str] = str, engines: Sequence[str] = ()
+    found: Reach,
+    cases: int,
+    device_type: str = "cpu",
+    name: Callable[[str], str] = str,
+    engines: Sequence[str] = (),
+    using: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
 ) -> str:
     """``found`` for a reader, out of ``cases`` compared on ``device_type`` through ``engines``
     (``name``: how its name is written, markdown's code span in a summary): in how many cases' watched
     steps it was seen called; where in none, in how many builds; where in neither, what the watch
-    could not see, or why it cannot be told, and which built-in strategies would run it."""
+    could not see, or why it cannot be told, and which strategies would run it (``using``:
+    :meth:`Reach.strategies`')."""
     head = name(found.name)
     if found.versions is not None:
         head += f" {found.versions[0] or 'not installed'} → {found.versions[1] or 'not installed'}"
@@ -269,24 +290,29 @@ def described(
         return f"{head}: not seen: no side lists its installed files"
     if not found.watched:
         return f"{head}: not watched (no case's profile step ran to its end on both sides)"
-    hint = _strategies_said(found.strategies(device_type, engines), engines)
+    strategies = found.strategies(device_type, engines, using)
+    builtin = {k: v for k, v in strategies.items() if k in BUILTIN_STRATEGIES}
+    hint = _strategies_said("built-in strategies", builtin, engines) + _strategies_said(
+        "the project's strategies", {k: v for k, v in strategies.items() if k not in builtin}, engines
+    )
     where = "build or step" if found.builds_watched else "step"
     return f"{head}: seen called in no case's {where} (of {found.watched} watched){blind}{hint}"
 
 
-def _strategies_said(using: Mapping[str, tuple[str, ...]], engines: Sequence[str]) -> str:
-    """``; built-in strategies that use it: adamw_8bit (loop, trainer), lion_8bit (loop)``; those a
-    project's engine would run, if it applies them; ``""`` for none."""
+def _strategies_said(whose: str, using: Mapping[str, tuple[str, ...]], engines: Sequence[str]) -> str:
+    """``; built-in strategies that use it: adamw_8bit (loop, trainer), lion_8bit (loop)`` (``whose``:
+    ``built-in strategies``, or the project's); those a project's engine would run, if it applies
+    them; ``""`` for none."""
     if not using:
         return ""
     if not engines:
-        return f"; built-in strategies that use it: {', '.join(using)} (with an engine that applies them)"
+        return f"; {whose} that use it: {', '.join(using)} (with an engine that applies them)"
     project = [e for e in engines if e not in ENGINES]
     if len(project) == len(engines):  # a project's engines alone: every strategy is theirs to apply or refuse
-        return f"; built-in strategies that use it: {', '.join(using)} (if {' or '.join(project)} applies them)"
+        return f"; {whose} that use it: {', '.join(using)} (if {' or '.join(project)} applies them)"
     named = ", ".join(f"{s} ({', '.join(applying) or 'loop, not in this comparison'})" for s, applying in using.items())
     maybe = f" ({', '.join(project)}: if it applies them)" if project else ""
-    return f"; built-in strategies that use it: {named}{maybe}"
+    return f"; {whose} that use it: {named}{maybe}"
 
 
 def unreached(found: Sequence[Reach]) -> list[str]:

@@ -185,7 +185,8 @@ def reach_lines(payload: Mapping[str, Any], most: int | None = None, name: Calla
     missed = set(unreached(found))
     found.sort(key=lambda r: r.name not in missed)  # stable: each group keeps its order
     engines = [str(e) for e in payload.get("engines") or ()]
-    lines = [described(r, compared, device_type, name, engines) for r in found]
+    using = payload.get("strategies_using")  # None in an older file: this process's registry
+    lines = [described(r, compared, device_type, name, engines, using) for r in found]
     if most is not None and len(lines) > most:
         return [*lines[:most], f"… and {len(lines) - most} more (the comparison's --json holds each case's)"]
     return lines
