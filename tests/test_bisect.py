@@ -79,7 +79,7 @@ def test_untestable_releases_leave_a_range_said_so() -> None:
 
 
 def test_bisect_judges_only_the_metric_asked() -> None:
-    from perfsuite.ab.bisecting import changed
+    from perfsuite.ab.points import changed
     from perfsuite.ab.rounds import CaseResult
     from perfsuite.core.check import Check
 
@@ -212,19 +212,52 @@ def test_ends_whose_time_stays_undecided_are_not_called_alike(monkeypatch: pytes
     assert json.loads((tmp_path / "bisect.json").read_text())["ends"]["verdict"] == "undecided"
 
 
-def test_a_bad_end_whose_run_fails_cannot_be_tested_and_its_file_says_so(
+def test_a_bad_end_that_cannot_be_set_up_cannot_be_tested_and_its_file_says_so(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A release whose run fails is stepped around, so at the bad end it is *cannot test*, exit 3: the
-    ``--json`` file is written, and its ends say *cannot test* too, not the *regressed* ``ab`` calls it."""
+    """A bad end whose side did not install, import or answer (not its own run failing) is *cannot
+    test*, exit 3, and the ``--json`` file is written, its ends saying so."""
     from perfsuite.ab.rounds import CaseResult
 
     said: list[str] = []
-    crashed = CaseResult(case="tiny-bert-vanilla", error="4.48.0: RuntimeError: boom", candidate_failed=True)
-    assert _bisection(monkeypatch, tmp_path, lambda point: crashed, said).run() == 3
-    assert said[-1] == "perfsuite: cannot test the bad end 4.48.0: 4.48.0: RuntimeError: boom", said
+    gone = CaseResult(case="tiny-bert-vanilla", error="4.48.0 (transformers==4.48.0): does not import")
+    assert _bisection(monkeypatch, tmp_path, lambda point: gone, said).run() == 3
+    assert said[-1] == "perfsuite: cannot test the bad end 4.48.0: 4.48.0 (transformers==4.48.0): does not import"
     ends = json.loads((tmp_path / "bisect.json").read_text())["ends"]
-    assert (ends["verdict"], ends["error"]) == ("cannot test", "4.48.0: RuntimeError: boom")
+    assert (ends["verdict"], ends["error"]) == ("cannot test", "4.48.0 (transformers==4.48.0): does not import")
+
+
+def test_a_bad_end_whose_own_run_fails_is_searched_for_the_first_release_whose_run_fails(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The bad end's run fails where the good end's runs: the search is for the first release whose run
+    fails, one pair each; a release that completes is good whatever its time, one that does not
+    install is stepped around; the answer names the error, nothing more is explained."""
+    import dataclasses
+
+    from perfsuite.ab.rounds import CaseResult
+
+    def compare(point: str) -> CaseResult:
+        if point == "4.46.0rc1":
+            return CaseResult(case="tiny-bert-vanilla", error="4.46.0rc1 (transformers==4.46.0rc1): does not import")
+        if RELEASES.index(point) >= RELEASES.index("4.46.1"):
+            return CaseResult(case="tiny-bert-vanilla", error=f"{point}: RuntimeError: boom", candidate_failed=True)
+        return CaseResult(case="tiny-bert-vanilla", time=_paired("slower", 6))  # completes: good all the same
+
+    said: list[str] = []
+    bisection = _bisection(monkeypatch, tmp_path, compare, said)
+    bisection.options = dataclasses.replace(bisection.options, explain=True)
+    assert bisection.run() == 0
+    assert said[1].startswith("perfsuite: the bad end's run fails where the good end's runs: searching for the")
+    assert said[-1] == (
+        "perfsuite: the first bad transformers is 4.46.1 (last good 4.46.0) for tiny-bert-vanilla: its run "
+        "fails (4.46.1: RuntimeError: boom)"
+    )
+    assert any(line.startswith("  4.46.0: good: its run completes") for line in said), said
+    assert any(line.startswith("  4.46.0rc1: cannot test: ") for line in said), said
+    written = json.loads((tmp_path / "bisect.json").read_text())
+    assert (written["metric"], written["first_bad"], written["explanation"]) == ("failure", "4.46.1", None)
+    assert written["ends"]["verdict"] == "regressed"  # the bad end's own run failed where the good end's ran
 
 
 def test_ends_alike_where_the_package_never_ran_say_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -297,7 +330,7 @@ def test_a_package_the_index_does_not_serve_is_one_line(monkeypatch: pytest.Monk
 
 def test_a_steps_evidence_is_the_metric_searched_in_a_few_words() -> None:
     """A loss bisection's step names the loss's change, not the memory's, and not a gate's advice."""
-    from perfsuite.ab.bisecting import evidence
+    from perfsuite.ab.points import evidence
     from perfsuite.ab.rounds import CaseResult
     from perfsuite.core.check import Check
 

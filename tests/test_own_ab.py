@@ -201,6 +201,32 @@ def test_bisect_own_names_the_commit_that_changed_the_case(
 
 
 @pytest.mark.nightly
+def test_bisect_own_names_the_commit_whose_run_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bad end's step raises where the good end's runs: the commit that made it raise is found,
+    one pair a point, and the answer names its error (the time, memory and loss searches called such
+    an end *cannot test*, exit 3)."""
+    root = repository(tmp_path / "repo")
+    good = git(root, "rev-parse", "HEAD")
+    commit(root, "Document the step", readme="The step is cross-entropy, clipped.")
+    raising = commit(root, "Check clipping", change=("        # STEP\n", "        raise RuntimeError('not clipped')\n"))
+    commit(root, "Document the check", readme="It checks clipping.")
+    monkeypatch.chdir(root)
+    out = tmp_path / "bisect.json"
+    code = main(
+        ["bisect", "--own", "--good", good, "--bad", "HEAD", "--case", CASE, "--steps", "4", "--json", str(out)]
+    )
+    err = capsys.readouterr().err
+    assert code == 0, err
+    short = git(root, "rev-parse", "--short", raising)
+    assert f"perfsuite: the first bad commit is {short} Check clipping" in err, err
+    assert f"its run fails ({short}: RuntimeError: not clipped" in err
+    found = json.loads(out.read_text())
+    assert (found["metric"], found["first_bad"]) == ("failure", short)
+
+
+@pytest.mark.nightly
 @pytest.mark.alone  # its verdicts are on time
 def test_a_slower_step_is_called_slower_and_an_unchanged_commit_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,13 +16,12 @@ from perfsuite.ab.bisect import Found, Judgement, Step, search
 from perfsuite.ab.comparison import schedule_for
 from perfsuite.ab.envs import Env, EnvError, make_env
 from perfsuite.ab.options import BisectOptions
+from perfsuite.ab.points import FAILURE, changed, counts, evidence, judged, shown
 from perfsuite.ab.rounds import CaseResult, compare_case
-from perfsuite.ab.said import check_change
 from perfsuite.ab.sides import Side
 from perfsuite.core.declaration import load_project
 from perfsuite.core.explain.explanation import Explanation
 from perfsuite.core.explain.reference import aspects_failed
-from perfsuite.core.gates import BREAKDOWN_PREFIX, PEAK_MEMORY
 from perfsuite.core.paired import Schedule
 from perfsuite.core.preloads import preload_for
 from perfsuite.core.reach import Ask, described, reach, to_watch, unreached
@@ -45,50 +43,6 @@ def case_spec(case_id: str, *, steps: int | None, threads: int, project: Path | 
     if spec.id != case_id:  # -ws1, -ws02: the record would carry another id than the one asked for
         raise ValueError(f"{case_id!r} names the case {spec.id!r}; give that id")
     return spec
-
-
-def changed(result: CaseResult, metric: str) -> bool | None:
-    """Whether ``result`` shows a change of ``metric`` (``None``: the time is undecided)."""
-    if metric == "time":
-        if result.time is None or result.time.verdict == "undecided":
-            return None
-        return result.time.verdict in ("slower", "faster")
-
-    return any(not c.ok for c in result.checks if _counts(c.metric, metric))
-
-
-def _counts(check_metric: str, metric: str) -> bool:
-    """Whether a check of ``check_metric`` judges ``metric`` (memory or loss)."""
-    if check_metric == "attention":  # other kernels: every figure differs
-        return True
-    if metric == "loss":
-        return check_metric == "loss"
-    return check_metric == PEAK_MEMORY or check_metric.startswith(BREAKDOWN_PREFIX)
-
-
-def evidence(result: CaseResult, metric: str) -> str:
-    if result.error:
-        return result.error
-    if metric == "time":
-        if result.time is None:
-            return f"time: no verdict yet ({len(result.log_ratios)} pair(s))"
-        t = result.time
-        return f"time B/A {t.said()} over {t.pairs} pairs: {t.verdict}"
-    # The metric searched only, each in a few words (the attention check's message says what ran instead).
-    failing = [c for c in result.checks if not c.ok and _counts(c.metric, metric)]
-    said = [_good_end(c.message) if c.metric == "attention" else check_change(result, c) for c in failing]
-    return "; ".join(said) or f"{metric}: as the good end"
-
-
-def _good_end(message: str) -> str:
-    """A gate's message with the good end where it says baseline (a bisect step's reference), and
-    without its advice to refresh a baseline."""
-    message = message.replace(": refresh it if expected", "")
-    return re.sub(r"\b(the )?baseline('s)?\b", lambda m: "the good end" + (m.group(2) or ""), message)
-
-
-def _shown(judgement: Judgement) -> str:
-    return "cannot test" if judgement == "cannot" else judgement
 
 
 class BisectInterrupted(KeyboardInterrupt):
@@ -182,7 +136,6 @@ class Bisection:
                 raise KeyboardInterrupt
             if result.stopped is not None:  # a side died between rounds: this version is not tested
                 result.error = result.stopped
-            result.candidate_failed = False  # a release whose run fails is stepped around: cannot test
             self.compared[version] = result
             return result
         except EnvError as exc:
@@ -208,7 +161,7 @@ class Bisection:
         found = self.found
 
         def explain() -> int:
-            self.explanation = self._explain(found, None)
+            self.explanation = None if self.options.metric == FAILURE else self._explain(found, None)
             self._write(found, self.ends)
             return 0
 
@@ -225,7 +178,7 @@ class Bisection:
                 self.say(f"perfsuite bisect: interrupted by {signal} after the search{written}")
                 raise BisectInterrupted from None
             at = f" while comparing {self.cut_short[0]}" if self.cut_short else ""
-            tested = ", ".join(f"{s.version} {_shown(s.judgement)}" for s in self.tested) or "none"
+            tested = ", ".join(f"{s.version} {shown(s.judgement)}" for s in self.tested) or "none"
             self.say(
                 f"perfsuite bisect: interrupted by {signal}{at}, no answer; judged between the ends: {tested}{written}"
             )
@@ -243,7 +196,9 @@ class Bisection:
         try:
             ends = self.ends = self._compare(good, self.versions[-1])
             self.say(f"  {self.versions[-1]} (bad end): {evidence(ends, metric)}")
-            if ends.error:
+            if ends.candidate_failed and metric != FAILURE:  # its own run fails where the good end's runs
+                metric = self._search_failure(package)
+            elif ends.error:
                 self.say(f"perfsuite: cannot test the bad end {self.versions[-1]}: {ends.error}")
                 self._write(None, ends)
                 return 3
@@ -273,10 +228,8 @@ class Bisection:
 
             def judge(version: str) -> tuple[Judgement, str]:
                 result = self._compare(good, version)
-                verdict = changed(result, metric)
-                judgement: Judgement = "cannot" if result.error or verdict is None else ("bad" if verdict else "good")
+                judgement, shown = judged(result, metric)
                 said = evidence(result, metric)
-                shown = "undecided" if verdict is None and not result.error else _shown(judgement)
                 self.say(f"  {version}: {shown}: {said}")
                 self.tested.append(Step(version, judgement, said))
                 return judgement, said
@@ -284,9 +237,12 @@ class Bisection:
             found = search(self.versions, judge)
             self.found = found
             if found.first_bad is not None:
+                whose = f"{self.spec.id}'s {metric}"
+                if metric == FAILURE:  # the error is its cause
+                    whose = f"{self.spec.id}: its run fails ({self.compared[found.first_bad].error})"
                 self.say(
                     f"perfsuite: the first bad {package} is {self.describe(found.first_bad)} "
-                    f"(last good {self.describe(found.last_good)}) for {self.spec.id}'s {metric}"
+                    f"(last good {self.describe(found.last_good)}) for {whose}"
                 )
             else:
                 untested = ", ".join(found.untested)
@@ -294,12 +250,22 @@ class Bisection:
                     f"perfsuite: the first bad {package} is one of {', '.join(map(self.describe, found.candidates))}: "
                     f"{found.known_bad} is bad, {untested} could not be judged (not testable, or undecided in time)"
                 )
-            if self.explains and self.options.explain:
+            if self.explains and self.options.explain and metric != FAILURE:
                 self.explanation = self._explain(found, good)
         finally:
             good.close()
         self._write(found, ends)
         return 0 if found.first_bad is not None else 1
+
+    def _search_failure(self, package: str | None) -> str:
+        """The bad end's own run failed where the good end's ran: the search is for the first point whose
+        run fails (:data:`~perfsuite.ab.points.FAILURE`), each one pair; said, and the metric returned."""
+        self.options = dataclasses.replace(self.options, metric=FAILURE)
+        self.say(
+            f"perfsuite: the bad end's run fails where the good end's runs: searching for the first {package} "
+            "whose run fails, one pair each (a point whose run completes is good, whatever its figures)"
+        )
+        return FAILURE
 
     def _explain(self, found: Found, good: Side | None) -> Explanation:
         """The first bad point (B) against the last good (A), on the metric searched: each instrumented,
@@ -339,7 +305,7 @@ class Bisection:
             if result.interrupted or self.heard() is not None:
                 raise KeyboardInterrupt
             # A category that lives within a step is said by the step's ops: the time's profile, as ab explains it.
-            failing = [c.metric for c in result.checks if not c.ok and _counts(c.metric, metric)]
+            failing = [c.metric for c in result.checks if not c.ok and counts(c.metric, metric)]
             what = tuple(a for a in aspects_failed(failing) if a in (metric, "time")) or (metric,)
             if result.error is not None:
                 explanation = Explanation(self.spec.id, what, errors=(result.error,))
