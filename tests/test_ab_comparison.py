@@ -344,9 +344,12 @@ def test_a_case_only_the_candidate_declares_is_new_run_once_on_it_and_fails_noth
         def run(self, spec: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> Any:
             raise EnvError("candidate (current): its server stopped answering", "candidate")
 
-    # Its server, not its run, failed: nothing says the candidate's code is at fault.
-    (gone,) = run_added(alone.specs, alone.new, Dead("candidate", None, set()), timeout_s=60)  # type: ignore[arg-type]
-    assert (gone.verdict, gone.error) == ("cannot test", "candidate (current): its server stopped answering")
+    # Its server, not its run, failed: nothing says the candidate's code is at fault; the side stopped
+    # answering, so the next new case is not run and the comparison counts both as stopped (exit 3).
+    why = "candidate (current): its server stopped answering"
+    gone, after = run_added(twice, both, Dead("candidate", None, set()), timeout_s=60)  # type: ignore[arg-type]
+    assert (gone.verdict, gone.error, gone.stopped) == ("cannot test", why, why)
+    assert (after.verdict, after.error, after.stopped) == ("cannot test", f"not run: {why}", why)
 
 
 def test_a_side_whose_perfsuite_cannot_say_what_it_declares_has_its_runs_say_it() -> None:
@@ -418,3 +421,22 @@ def test_a_signal_after_every_verdict_still_exits_with_its_code() -> None:
     cut = [CaseResult("tiny-bert-vanilla", interrupted=True)]
     assert exit_code(0, cut, Interrupt(signal.SIGINT), said.append) == 130
     assert len(said) == 1  # the headline says it: INTERRUPTED with 1 case(s) unfinished
+
+
+def test_a_signal_while_the_sides_close_closes_them_all_and_goes_no_further(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command's one signal (later ones are ignored) heard while the servers close: they are closed
+    again, and the comparison goes on to write what it measured rather than losing it."""
+    from perfsuite.ab import comparison
+
+    closed: list[int] = []
+
+    def close_lanes(lanes: Any) -> None:
+        closed.append(len(lanes))
+        if len(closed) == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(comparison, "close_lanes", close_lanes)
+    run = AbRun.__new__(AbRun)
+    run.lanes, run.sides = [object(), object()], (None, None)  # type: ignore[assignment, list-item]
+    run.close()
+    assert closed == [2, 2]

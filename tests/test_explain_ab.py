@@ -113,6 +113,29 @@ def test_a_side_whose_explanation_fails_leaves_its_error_and_the_verdict() -> No
     assert result.verdict == "regressed"  # the verdict stands
 
 
+def test_a_signal_anywhere_in_the_explanations_stops_them_and_leaves_the_verdicts() -> None:
+    """Ctrl-C or SIGTERM while a line is said between two explanations (not only while one runs) stops
+    the explanations there, said once, and returns: the command then writes what was measured."""
+    log: list[str] = []
+    specs = [CaseSpec(model="tiny-bert", strategy=s, steps=2, warmup_steps=1) for s in ("vanilla", "adafactor")]
+    results = [_result("tiny-bert-vanilla", "slower"), _result("tiny-bert-adafactor", "slower")]
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        said.append(line)
+        if "explained in" in line:
+            raise KeyboardInterrupt
+
+    done = explain_results(
+        [FakeSide("A", log), FakeSide("B", log)], specs, results, choice="auto", timeout_s=60, traces=None, say=say
+    )
+    assert done == 1
+    assert results[0].explanation is not None
+    assert results[1].explanation is None  # never started
+    assert said[-1] == "perfsuite ab: interrupted while explaining; the rest unexplained"
+    assert [r.verdict for r in results] == ["regressed", "regressed"]
+
+
 def test_what_each_verdict_asks_for() -> None:
     assert wanted(_result("c", "same"), "auto") == ()
     assert wanted(_result("c", "undecided", _failing("loss")), "auto") == ("time", "loss")

@@ -64,7 +64,8 @@ def _payload(tmp_path: Path) -> dict[str, Any]:
         "kind": "perfsuite-ab", "date": "2026-11-27", "device_type": "cpu", "wall_s": 10.0, "interrupted": 0,
         "schedule": {"first": 1, "cap": 1, "floor": 0.03, "confidence": 0.95, "alarms": [1]},
         "sides": {s: {"env": "current", "overlay": [], "probe": probe} for s in ("base", "candidate")},
-        "cases": [same, case], "verdicts": {"regressed": 1, "same": 1},
+        "cases": [same, case], "verdicts": {"regressed": 1, "same": 1}, "engines": ["loop"],
+        "strategies_using": {"bitsandbytes": {"built-in": {"adamw_8bit": ["loop"]}, "project": {"acme-8bit": []}}},
     }))  # fmt: skip
     return payload
 

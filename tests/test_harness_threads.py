@@ -66,13 +66,14 @@ def test_a_window_counts_a_busy_thread_and_not_a_sleeping_one() -> None:
     assert shares.get("MainThread", 0.0) < BUSY_SHARE  # it slept too
 
 
-def _spin_on(core: int, *, ours: bool) -> Any:
-    """A process spinning on ``core``: this one's child where ``ours`` (its ``Popen``), else another's
-    (its pid: its parent exits at once), as another job's process is."""
+def _spin_on(core: int, whose: str) -> Any:
+    """A process spinning on ``core``: this one's child (its ``Popen``; ``ended``: for 1 s, then it
+    exits), or ``another``'s (its pid: its parent exits at once), as another job's process is."""
     import subprocess
 
-    spin = f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"
-    if ours:
+    spin = f"import os, time; os.sched_setaffinity(0, {{{core}}}); t = time.monotonic()\n"
+    spin += "while time.monotonic() - t < 1.0: pass" if whose == "ended" else "while True: pass"
+    if whose != "another":
         return subprocess.Popen([sys.executable, "-c", spin])
     start = (  # the spinner holds no end of the pipe this process reads till it closes
         f"import subprocess, sys; print(subprocess.Popen([sys.executable, '-c', {spin!r}], "
@@ -81,10 +82,11 @@ def _spin_on(core: int, *, ours: bool) -> Any:
     return int(subprocess.run([sys.executable, "-c", start], capture_output=True, text=True, check=True).stdout)
 
 
-@pytest.mark.parametrize("ours", [False, True], ids=["another-process", "its-child"])
-def test_a_window_reads_what_another_process_took_of_the_cores_and_its_children_as_its_own(ours: bool) -> None:
+@pytest.mark.parametrize("whose", ["another", "running", "ended"], ids=["another-process", "its-child", "waited-for"])
+def test_a_window_reads_what_another_process_took_of_the_cores_and_its_children_as_its_own(whose: str) -> None:
     """A process spinning on the one core a window may run on, while this one sleeps, took all of it;
-    where it is this process's child (a DataLoader's worker), its time is the process's own: none taken."""
+    where it is this process's child (a DataLoader's worker), running at the window's end or exited
+    and waited for within it, its time is the process's own: none taken."""
     import os
     import signal
 
@@ -92,30 +94,32 @@ def test_a_window_reads_what_another_process_took_of_the_cores_and_its_children_
 
     before = os.sched_getaffinity(0)
     core = min(before)
-    spinner = _spin_on(core, ours=ours)
+    spinner = _spin_on(core, whose)
     try:
         os.sched_setaffinity(0, {core})
-        time.sleep(0.3)  # it has started
+        time.sleep(0.2)  # it has started
         window = ThreadWindow()
         window.start()
         time.sleep(1.5)
+        if whose == "ended":
+            assert spinner.wait(5) == 0  # waited for inside the window: its time is RUSAGE_CHILDREN's now
         result = window.stop()
     finally:
         os.sched_setaffinity(0, before)
-        if ours:
+        if whose == "another":
+            os.kill(spinner, signal.SIGKILL)
+        else:
             spinner.kill()
             spinner.wait()
-        else:
-            os.kill(spinner, signal.SIGKILL)
     assert result is not None
     assert result["cores"]["count"] == 1, result
     share = others_share([result], threads=1)
     assert share is not None
-    if ours:
-        assert share <= 0.2, result
-        assert result["cores"]["own_s"] >= 1.2, result  # the child's 1.5 s on the core, this one asleep
-    else:
+    if whose == "another":
         assert share >= 0.8, result
+    else:
+        assert share <= 0.2, result
+        assert result["cores"]["own_s"] >= 0.7, result  # the child's time on the core, this one asleep
 
 
 def test_contention_is_the_median_share_of_runnable_time_spent_waiting_for_a_cpu(

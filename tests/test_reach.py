@@ -114,11 +114,18 @@ def test_a_projects_recipes_are_named_apart_and_kept_for_a_report_rendered_witho
         kept = strategies_using("cpu", ["loop"])
     finally:
         registry.restore(saved)
-    ours = "; the project's strategies that use it: acme-8bit (loop)"
+    ours = "; the project's: acme-8bit (loop)"
     assert live.endswith(f"; built-in strategies that use it: adamw_8bit (loop), lion_8bit (loop){ours}"), live
-    assert kept["bitsandbytes"]["acme-8bit"] == ["loop"]
+    assert kept["bitsandbytes"]["project"] == {"acme-8bit": ["loop"]}
+    assert "acme-8bit" not in kept["bitsandbytes"]["built-in"]
     assert described(found[0], 1, engines=["loop"], using=kept) == live
     assert ours not in described(found[0], 1, engines=["loop"])  # an older file: the registry's alone
+    # With a team's engine beside perfsuite's, that it applies them only if it does is said once.
+    mixed = strategies_using("cpu", ["loop", "acme_step"])
+    mixed["bitsandbytes"]["project"] = {"acme-8bit": ["loop", "acme_step"]}
+    assert described(found[0], 1, engines=["loop", "acme_step"], using=mixed).endswith(
+        "; the project's: acme-8bit (loop, acme_step) (acme_step: if it applies them)"
+    )
 
 
 @pytest.mark.parametrize(

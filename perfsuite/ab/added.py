@@ -37,7 +37,8 @@ def run_added(
     once on it, its first pair's run (profiled), for its step time, memory and loss; nothing to compare
     them with; ``told`` hears of each. A run that fails (an exception, a timeout, a killed worker) is
     *regressed*, saying how: only the candidate's code runs the case, so the failure is its own; one
-    whose server stopped answering is *cannot test*; one the suite would skip, *skipped*. Once the
+    whose server stopped answering is *cannot test* and ``stopped`` (the rest are not run, and the
+    comparison exits as for any side that stopped answering); one the suite would skip, *skipped*. Once the
     comparison was stopped (``stopped``: ``interrupted``, by Ctrl-C or SIGTERM, here too; or why a side
     stopped answering), the rest are not run, said so."""
     results = []
@@ -47,6 +48,7 @@ def run_added(
         try:
             if stopped is None:
                 _run_alone(result, spec, side, timeout_s)
+                stopped = result.stopped  # its server died: the rest are not run, and the comparison says so
             elif stopped == "interrupted":
                 result.error, result.interrupted = "interrupted before its run", True
             else:
@@ -63,8 +65,9 @@ def _run_alone(result: CaseResult, spec: CaseSpec, side: Side, timeout_s: float)
     try:
         record: CaseRecord | None = side.run(spec_fields(spec, profile=True), timeout_s)
         error = None
-    except EnvError as exc:  # its server died: this side's error, not a traceback
+    except EnvError as exc:  # its server died: this side's error, not a traceback; a side that stopped answering
         record, error = None, str(exc)
+        result.stopped = failure(side, None, error)
     if record is None or not record.ok:
         result.skipped = record is not None and record.status == "skipped"
         result.error = (record.error if result.skipped and record else None) or failure(side, record, error)

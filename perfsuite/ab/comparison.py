@@ -329,7 +329,12 @@ class AbRun:
         return {**self.payload(results, wall_s), "untested_side": side}
 
     def close(self) -> None:
-        close_lanes(self.lanes or [Lane(self.sides)])  # several lanes' servers all at once
+        """Every lane's servers, all at once; a signal heard meanwhile (the command's one: later ones are
+        ignored) closes them again and goes no further, so what was measured is still written."""
+        try:
+            close_lanes(self.lanes or [Lane(self.sides)])
+        except KeyboardInterrupt:
+            close_lanes(self.lanes or [Lane(self.sides)])
 
     def payload(self, results: Sequence[CaseResult], wall_s: float) -> dict[str, Any]:
         sides = {

@@ -118,20 +118,18 @@ def explain_results(
     Ctrl-C or SIGTERM stops the explanations (the verdicts stand)."""
     by_id = {spec.id: spec for spec in specs}
     done = 0
-    for result in results:
-        what = wanted(result, choice)
-        if not what:
-            continue
-        say(f"  {result.case}: explaining its {', '.join(what)} (instrumented runs, A B A B)")
-        try:
-            result.explanation = explain_case(
-                sides, by_id[result.case], result, what, timeout_s=timeout_s, traces=traces
-            )
-        except KeyboardInterrupt:
-            say("perfsuite ab: interrupted while explaining; the verdicts stand, the rest unexplained")
-            break
-        done += 1
-        for line in result.explanation.lines():
-            say(f"    {line}")
-        say(f"    (explained in {result.explanation.wall_s:.0f} s)")
+    try:
+        for result in results:
+            what = wanted(result, choice)
+            if not what:
+                continue
+            say(f"  {result.case}: explaining its {', '.join(what)} (instrumented runs, A B A B)")
+            explained = explain_case(sides, by_id[result.case], result, what, timeout_s=timeout_s, traces=traces)
+            result.explanation = explained
+            done += 1
+            for line in explained.lines():
+                say(f"    {line}")
+            say(f"    (explained in {explained.wall_s:.0f} s)")
+    except KeyboardInterrupt:  # anywhere in the loop: the command says the verdicts stand and writes them
+        say("perfsuite ab: interrupted while explaining; the rest unexplained")
     return done

@@ -213,11 +213,11 @@ class AbFile(JsonObject):
     date: str = from_key(text, _REQUIRED)
     device_type: str = from_key(text, "cpu")
     engines: tuple[str, ...] = from_key(list_of(text), ())
-    strategies_using: Mapping[str, Mapping[str, tuple[str, ...]]] | None = from_key(
-        optional(values_of(values_of(list_of(text))))
+    strategies_using: Mapping[str, Mapping[str, Mapping[str, tuple[str, ...]]]] | None = from_key(
+        optional(values_of(values_of(values_of(list_of(text)))))
     )
-    """Per optional package, the strategies that need it and the engines compared that apply each, the
-    project's recipes among them (:func:`perfsuite.core.reach.strategies_using`); ``null``: an older file."""
+    """Per optional package, perfsuite's and the project's strategies that need it, and the engines
+    compared that apply each (:func:`perfsuite.core.reach.strategies_using`); ``null``: an older file."""
     wall_s: float = from_key(number, _REQUIRED)
     schedule: Schedule = from_key(nested(Schedule), _REQUIRED)
     alpha: float | None = from_key(_NUMBER)

@@ -102,29 +102,35 @@ class Reach:
         self,
         device_type: str,
         engines: Sequence[str] = (),
-        using: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
-    ) -> dict[str, tuple[str, ...]]:
-        """The strategies that need it (an optional package's) and run on ``device_type``, each with those
-        of ``engines`` that apply it: where a case would run its code. ``using``: a comparison's file's
-        :func:`strategies_using`, the project's recipes among them; ``None`` (an older file), this
-        process's registry's."""
+        using: Mapping[str, Mapping[str, Mapping[str, Sequence[str]]]] | None = None,
+    ) -> dict[str, dict[str, tuple[str, ...]]]:
+        """The strategies that need it (an optional package's) and run on ``device_type``, perfsuite's
+        (``built-in``) and the project's (``project``), each with those of ``engines`` that apply it:
+        where a case would run its code. ``using``: a comparison's file's :func:`strategies_using`;
+        ``None`` (an older file), this process's registry's."""
         using = strategies_using(device_type, engines) if using is None else using
         found = next((v for k, v in using.items() if canonicalize_name(k) == canonicalize_name(self.name)), {})
-        return {strategy: tuple(applying) for strategy, applying in found.items()}
+        return {group: {s: tuple(e) for s, e in found.get(group, {}).items()} for group in STRATEGY_GROUPS}
 
 
-def strategies_using(device_type: str, engines: Sequence[str] = ()) -> dict[str, dict[str, list[str]]]:
-    """Per optional package (its distribution's name), the registered strategies, perfsuite's and the
-    project's, that need it and run on ``device_type``, each with those of ``engines`` that apply it
-    (perfsuite's ``trainer`` maps only some; a project's own engine is not known to refuse any; none:
-    only perfsuite's ``loop``, not compared, would). A comparison's file keeps it, so that a report
-    rendered where the project is not loaded (a pull request's comment) names its recipes too."""
-    found: dict[str, dict[str, list[str]]] = {}
+STRATEGY_GROUPS = ("built-in", "project")
+"""Whose the strategies :func:`strategies_using` names are: perfsuite's, or the project's recipes."""
+
+
+def strategies_using(device_type: str, engines: Sequence[str] = ()) -> dict[str, dict[str, dict[str, list[str]]]]:
+    """Per optional package (its distribution's name), the registered strategies that need it and run
+    on ``device_type``, perfsuite's (``built-in``) and the project's (``project``), each with those of
+    ``engines`` that apply it (perfsuite's ``trainer`` maps only some; a project's own engine is not
+    known to refuse any; none: only perfsuite's ``loop``, not compared, would). A comparison's file
+    keeps it, so that a report rendered where the project is not loaded (a pull request's comment),
+    or by another perfsuite, names the same strategies, each as whose it was."""
+    found: dict[str, dict[str, dict[str, list[str]]]] = {}
     for package in OPTIONAL_PACKAGES:
         for s in STRATEGIES.values():
             if package.module in s.requires and (device_type != "cpu" or s.gpu_only is None):
                 applying = [e for e in engines if e != "trainer" or trainer_unsupported(s) is None]
-                found.setdefault(package.distribution, {})[s.name] = applying
+                group = "built-in" if s.name in BUILTIN_STRATEGIES else "project"
+                found.setdefault(package.distribution, {}).setdefault(group, {})[s.name] = applying
     return found
 
 
@@ -256,7 +262,7 @@ def described(
     device_type: str = "cpu",
     name: Callable[[str], str] = str,
     engines: Sequence[str] = (),
-    using: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+    using: Mapping[str, Mapping[str, Mapping[str, Sequence[str]]]] | None = None,
 ) -> str:
     """``found`` for a reader, out of ``cases`` compared on ``device_type`` through ``engines``
     (``name``: how its name is written, markdown's code span in a summary): in how many cases' watched
@@ -290,29 +296,34 @@ def described(
         return f"{head}: not seen: no side lists its installed files"
     if not found.watched:
         return f"{head}: not watched (no case's profile step ran to its end on both sides)"
-    strategies = found.strategies(device_type, engines, using)
-    builtin = {k: v for k, v in strategies.items() if k in BUILTIN_STRATEGIES}
-    hint = _strategies_said("built-in strategies", builtin, engines) + _strategies_said(
-        "the project's strategies", {k: v for k, v in strategies.items() if k not in builtin}, engines
-    )
+    hint = _strategies_said(found.strategies(device_type, engines, using), engines)
     where = "build or step" if found.builds_watched else "step"
     return f"{head}: seen called in no case's {where} (of {found.watched} watched){blind}{hint}"
 
 
-def _strategies_said(whose: str, using: Mapping[str, tuple[str, ...]], engines: Sequence[str]) -> str:
-    """``; built-in strategies that use it: adamw_8bit (loop, trainer), lion_8bit (loop)`` (``whose``:
-    ``built-in strategies``, or the project's); those a project's engine would run, if it applies
-    them; ``""`` for none."""
-    if not using:
+def _strategies_said(groups: Mapping[str, Mapping[str, tuple[str, ...]]], engines: Sequence[str]) -> str:
+    """``; built-in strategies that use it: adamw_8bit (loop, trainer), lion_8bit (loop); the project's:
+    acme-8bit (loop)``; with a project's engine, that it would run them if it applies them; ``""`` for
+    none (``groups``: :meth:`Reach.strategies`')."""
+    project = [e for e in engines if e not in ENGINES]
+    parts = []
+    for whose, using in zip(("built-in strategies that use it", "the project's"), groups.values(), strict=True):
+        if not using:
+            continue
+        if not engines or len(project) == len(engines):  # a project's engines alone apply or refuse any
+            parts.append(f"{whose}: {', '.join(using)}")
+        else:
+            named = ", ".join(f"{s} ({', '.join(e) or 'loop, not in this comparison'})" for s, e in using.items())
+            parts.append(f"{whose}: {named}")
+    if not parts:
         return ""
     if not engines:
-        return f"; {whose} that use it: {', '.join(using)} (with an engine that applies them)"
-    project = [e for e in engines if e not in ENGINES]
-    if len(project) == len(engines):  # a project's engines alone: every strategy is theirs to apply or refuse
-        return f"; {whose} that use it: {', '.join(using)} (if {' or '.join(project)} applies them)"
-    named = ", ".join(f"{s} ({', '.join(applying) or 'loop, not in this comparison'})" for s, applying in using.items())
-    maybe = f" ({', '.join(project)}: if it applies them)" if project else ""
-    return f"; {whose} that use it: {named}{maybe}"
+        tail = " (with an engine that applies them)"
+    elif len(project) == len(engines):
+        tail = f" (if {' or '.join(project)} applies them)"
+    else:
+        tail = f" ({', '.join(project)}: if it applies them)" if project else ""
+    return f"; {'; '.join(parts)}{tail}"
 
 
 def unreached(found: Sequence[Reach]) -> list[str]:

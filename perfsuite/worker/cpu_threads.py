@@ -5,8 +5,9 @@ record shows which threads ran while steps were timed and for how long: torch's
 intra-op pool, the thread that steps, and nothing else of perfsuite's. A thread that
 should not be there (a BLAS pool left spinning after the calibration, a progress
 display, a sampler) shows as one more busy thread than the case's thread count; the
-CPU tier's claim tests read it. Two reads of small files per window, outside the
-timed steps: nothing samples while they run.
+CPU tier's claim tests read it. A few reads of small files at each end of a window (and
+of each process's ``stat``, for the children below this one), outside the timed steps:
+nothing samples while they run.
 
 The window also reads how long the CPUs this process may run on were busy (``/proc/stat``),
 whoever ran on them, and this process's own CPU time, its children's (a DataLoader's workers)
@@ -76,9 +77,20 @@ def _quota() -> bool:
 
 def _own_s() -> float:
     """This process's CPU seconds so far, threads that have ended included, and its children's (a
-    DataLoader's workers): those it has waited for, and those below it still running."""
-    own, ended = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + ended.ru_utime + ended.ru_stime + _running_below_s()
+    DataLoader's workers): those it has waited for, and those below it still running. Its own are read
+    last, so the reading's own time is in them; a child waited for while those below were read (its
+    time then in neither) has them read again."""
+    for _ in range(3):
+        ended = _seconds(resource.RUSAGE_CHILDREN)
+        below = _running_below_s()
+        if _seconds(resource.RUSAGE_CHILDREN) == ended:
+            break
+    return _seconds(resource.RUSAGE_SELF) + ended + below
+
+
+def _seconds(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _running_below_s() -> float:
@@ -94,10 +106,11 @@ def _running_below_s() -> float:
     for pid in entries:
         try:  # after the name's closing parenthesis: state, ppid, ... utime (14), stime, cutime, cstime (17)
             fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-            below.setdefault(int(fields[1]), []).append(int(pid))
-            ticks[int(pid)] = sum(int(field) for field in fields[11:15])
+            parent, spent = int(fields[1]), sum(int(field) for field in fields[11:15])
         except (OSError, ValueError, IndexError):
             continue  # a process that ended between the listing and the read
+        below.setdefault(parent, []).append(int(pid))
+        ticks[int(pid)] = spent
     total, todo = 0, list(below.get(os.getpid(), []))
     while todo:
         child = todo.pop()
@@ -141,8 +154,8 @@ class ThreadWindow:
 
     def start(self) -> None:
         self._cores = [] if _quota() else _cores()
+        self._own = _own_s()  # first: its own reading's time is in neither end's difference
         self._cores_busy = _cores_busy(self._cores)
-        self._own = _own_s()
         self._start = _cpu_ns()
         self._wall = time.perf_counter()
 
