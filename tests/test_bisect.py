@@ -244,10 +244,21 @@ def test_a_bad_end_whose_own_run_fails_is_searched_for_the_first_release_whose_r
             return CaseResult(case="tiny-bert-vanilla", error=f"{point}: RuntimeError: boom", candidate_failed=True)
         return CaseResult(case="tiny-bert-vanilla", time=_paired("slower", 6))  # completes: good all the same
 
+    from perfsuite.ab import bisecting
+
     said: list[str] = []
+    caps: list[int] = []
     bisection = _bisection(monkeypatch, tmp_path, compare, said)
+
+    def compare_case(spec: Any, sides: Any, schedule: Any, *a: Any, **k: Any) -> CaseResult:
+        caps.append(schedule.cap)
+        return compare(sides[1].name)
+
+    monkeypatch.setattr(bisecting, "compare_case", compare_case)
     bisection.options = dataclasses.replace(bisection.options, explain=True)
     assert bisection.run() == 0
+    assert caps[0] > 1  # the ends, on time as asked
+    assert set(caps[1:]) == {1}  # then each point one pair
     assert said[1].startswith("perfsuite: the bad end's run fails where the good end's runs: searching for the")
     assert said[-1] == (
         "perfsuite: the first bad transformers is 4.46.1 (last good 4.46.0) for tiny-bert-vanilla: its run "
@@ -256,8 +267,47 @@ def test_a_bad_end_whose_own_run_fails_is_searched_for_the_first_release_whose_r
     assert any(line.startswith("  4.46.0: good: its run completes") for line in said), said
     assert any(line.startswith("  4.46.0rc1: cannot test: ") for line in said), said
     written = json.loads((tmp_path / "bisect.json").read_text())
-    assert (written["metric"], written["first_bad"], written["explanation"]) == ("failure", "4.46.1", None)
+    assert (written["metric"], written["metric_asked"], written["first_bad"]) == ("failure", "time", "4.46.1")
+    assert written["explanation"] is None
     assert written["ends"]["verdict"] == "regressed"  # the bad end's own run failed where the good end's ran
+
+
+def test_a_failure_search_names_the_bad_ends_error_where_the_first_bad_fails_otherwise_and_a_follow_up_keeps_its_metric(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The first failing point may fail otherwise than the bad end (a breakage fixed and another made):
+    both errors are said. A commit search that goes on from a release search keeps that one's metric
+    (``may_switch=False``): its failing end is *cannot test*, as before. A failing good end is named."""
+    import dataclasses
+
+    from perfsuite.ab.rounds import CaseResult
+
+    def compare(point: str) -> CaseResult:
+        if RELEASES.index(point) >= RELEASES.index("4.46.1"):
+            error = "KeyError: 'x'" if point == "4.46.1" else "RuntimeError: boom"
+            return CaseResult(case="tiny-bert-vanilla", error=f"{point}: {error}", candidate_failed=True)
+        return CaseResult(case="tiny-bert-vanilla")
+
+    said: list[str] = []
+    assert _bisection(monkeypatch, tmp_path, compare, said).run() == 0
+    assert said[-1].endswith(
+        "its run fails (4.46.1: KeyError: 'x'); the bad end's otherwise (4.48.0: RuntimeError: boom)"
+    ), said
+    said.clear()
+    kept = _bisection(monkeypatch, tmp_path, compare, said)
+    kept.may_switch = False
+    assert kept.run() == 3
+    assert said[-1] == "perfsuite: cannot test the bad end 4.48.0: 4.48.0: RuntimeError: boom"
+    # A search that is for the first failing run from the start (a follow-up of one that turned to it).
+    said.clear()
+    follow = _bisection(monkeypatch, tmp_path, compare, said)
+    follow.options, follow.may_switch = dataclasses.replace(follow.options, metric="failure"), False
+    assert follow.run() == 0
+    assert "the first bad transformers is 4.46.1" in said[-1]
+    said.clear()
+    broken = CaseResult(case="tiny-bert-vanilla", error="good: RuntimeError: boom")
+    assert _bisection(monkeypatch, tmp_path, lambda point: broken, said).run() == 3
+    assert said[-1] == "perfsuite: cannot test the good end 4.44.0: good: RuntimeError: boom"
 
 
 def test_ends_alike_where_the_package_never_ran_say_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -621,7 +671,8 @@ def test_commits_whose_search_gives_no_answer_leave_the_releases_answer(
     from perfsuite.cli import bisect as cli_bisect
     from perfsuite.cli import main
 
-    def commits(options: Any, spec: Any, say: Any, heard: Any, *found: Any) -> tuple[int, None]:
+    def commits(options: Any, spec: Any, say: Any, heard: Any, *found: Any, may_switch: bool) -> tuple[int, None]:
+        assert (options.metric, may_switch) == ("memory", False)  # the releases' metric, kept
         say("perfsuite: cannot test the good end aaaa: it does not build")
         (tmp_path / "bisect.json").write_text(json.dumps({"kind": "perfsuite-bisect", "what": "transformers commit"}))
         return 3, None

@@ -81,6 +81,11 @@ class Bisection:
     searched, once explained."""
     compared: dict[str, CaseResult] = dataclasses.field(default_factory=dict)
     """Each point's comparison with the good end, by point."""
+    may_switch: bool = True
+    """Whether a bad end whose own run fails turns the search into one for the first failing point
+    (``False``: a commit search that goes on from a release search, which keeps that one's metric)."""
+    asked: str | None = None
+    """The metric asked, where the search turned to :data:`~perfsuite.ab.points.FAILURE`."""
     point_floor: float | None = None
     """A time bisection's floor for the points between the ends, once the ends differ: half their change
     (in log ratio) or ``--floor``, the larger. A point is good within it, bad beyond: nearer one end."""
@@ -196,10 +201,12 @@ class Bisection:
         try:
             ends = self.ends = self._compare(good, self.versions[-1])
             self.say(f"  {self.versions[-1]} (bad end): {evidence(ends, metric)}")
-            if ends.candidate_failed and metric != FAILURE:  # its own run fails where the good end's runs
+            if ends.candidate_failed and metric != FAILURE and self.may_switch:  # its run fails, the good end's runs
                 metric = self._search_failure(package)
-            elif ends.error:
-                self.say(f"perfsuite: cannot test the bad end {self.versions[-1]}: {ends.error}")
+            if ends.error and not (metric == FAILURE and ends.candidate_failed):
+                failed = "good" if ends.error.startswith(("good:", "good (")) else "bad"
+                self.say(f"perfsuite: cannot test the {failed} end {self.versions[0 if failed == 'good' else -1]}: "
+                         f"{ends.error}")  # fmt: skip
                 self._write(None, ends)
                 return 3
             differ = changed(ends, metric)
@@ -238,8 +245,10 @@ class Bisection:
             self.found = found
             if found.first_bad is not None:
                 whose = f"{self.spec.id}'s {metric}"
-                if metric == FAILURE:  # the error is its cause
+                if metric == FAILURE:  # the error is its cause; the bad end's too, where it says another
+                    first, last = (str(r.error).split(": ", 1)[-1] for r in (self.compared[found.first_bad], ends))
                     whose = f"{self.spec.id}: its run fails ({self.compared[found.first_bad].error})"
+                    whose += f"; the bad end's otherwise ({ends.error})" if first != last else ""
                 self.say(
                     f"perfsuite: the first bad {package} is {self.describe(found.first_bad)} "
                     f"(last good {self.describe(found.last_good)}) for {whose}"
@@ -260,7 +269,7 @@ class Bisection:
     def _search_failure(self, package: str | None) -> str:
         """The bad end's own run failed where the good end's ran: the search is for the first point whose
         run fails (:data:`~perfsuite.ab.points.FAILURE`), each one pair; said, and the metric returned."""
-        self.options = dataclasses.replace(self.options, metric=FAILURE)
+        self.asked, self.options = self.options.metric, dataclasses.replace(self.options, metric=FAILURE)
         self.say(
             f"perfsuite: the bad end's run fails where the good end's runs: searching for the first {package} "
             "whose run fails, one pair each (a point whose run completes is good, whatever its figures)"
@@ -335,6 +344,7 @@ class Bisection:
                 "first_bad_described": self.describe(found.first_bad) if found and found.first_bad else None,
                 "case": self.spec.id,
                 "metric": self.options.metric,
+                "metric_asked": self.asked or self.options.metric,
                 "versions": self.versions,
                 "ends": ends.as_json() if ends is not None else None,
                 "interrupted": interrupted,

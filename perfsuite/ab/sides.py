@@ -188,7 +188,7 @@ class Side:
                 self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
                 self.proc.stdin.flush()
             self.proc.wait(10)
-        except (OSError, subprocess.TimeoutExpired):
+        except (OSError, ValueError, subprocess.TimeoutExpired):  # ValueError: its stdin closed already
             self.proc.kill()
             self.proc.wait()
         for stream in (self.proc.stdin, self.proc.stdout):

@@ -209,7 +209,11 @@ def _releases_commits(
     try:
         good, bad = (release_tag(args.repo, args.package, v, "--repo") for v in (last_good, known_bad))
         base = make_env(f"{args.package}=={last_good}", name="good", held=options.held)
-        commit_code, answer = _commits(options, spec, say, heard, *_clone_commits(args, good.sha, bad.sha, base))
+        # The releases' metric (the first failing run, if they turned to it), kept: a commit built from a tag
+        # may fail where its wheel ran, which is no answer to what the releases were searched for.
+        commit_code, answer = _commits(
+            releases.options, spec, say, heard, *_clone_commits(args, good.sha, bad.sha, base), may_switch=False
+        )
     except BisectInterrupted:
         add("releases", released)  # with what the interrupt left of the commits' search
         raise
@@ -293,16 +297,19 @@ def _commits(
     env_for: Any,
     what: str,
     scratch: Path | None,
+    may_switch: bool = True,
 ) -> tuple[int, Found | None]:
     """Bisect the commits ``found`` (good first), each side's environment from ``env_for``: the exit
-    code and the answer (``None`` where the ends did not differ or could not be tested)."""
+    code and the answer (``None`` where the ends did not differ or could not be tested); ``may_switch``:
+    :attr:`~perfsuite.ab.bisecting.Bisection.may_switch`."""
     from perfsuite.ab.bisecting import Bisection
 
     points = list(found)
     say(f"perfsuite: {what}s: {len(points) - 1} after {points[0]} (good), up to {points[-1]} (bad)")
     bisection = Bisection(
-        options, spec, points, say, env_for=env_for, what=what, describe=lambda p: found[p].describe(), heard=heard
-    )
+        options, spec, points, say, env_for=env_for, what=what, describe=lambda p: found[p].describe(), heard=heard,
+        may_switch=may_switch,
+    )  # fmt: skip
     try:
         return bisection.run(), bisection.found
     finally:
