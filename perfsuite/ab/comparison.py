@@ -1,13 +1,11 @@
 """``perfsuite ab`` from start to verdict: both sides set up and checked, every case compared
-(:mod:`perfsuite.ab.rounds`), then the table, ``--json`` and ``--report``
-(:func:`perfsuite.core.results.write_results`)."""
+(:mod:`perfsuite.ab.rounds`), then the table, ``--json`` and ``--report`` (:mod:`perfsuite.ab.written`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
@@ -20,15 +18,11 @@ from perfsuite.ab.pairs import Choice
 from perfsuite.ab.rounds import CaseResult, compare_cases
 from perfsuite.ab.said import checks_line, new_line, pairs_line
 from perfsuite.ab.sides import Side
-from perfsuite.core.ab_file import KIND as AB_KIND
-from perfsuite.core.ab_file import SCHEMA_VERSION as AB_SCHEMA_VERSION
-from perfsuite.core.ab_file import VERDICTS
+from perfsuite.ab.written import ab_payload, write_ab
 from perfsuite.core.changed_code import ChangedCode
 from perfsuite.core.paired import SAME_CONFIDENCE, Schedule, alarm_looks, case_confidence, min_pairs
 from perfsuite.core.preloads import preload_for
-from perfsuite.core.provenance import now
-from perfsuite.core.reach import Ask, strategies_using, to_watch
-from perfsuite.core.results import write_results
+from perfsuite.core.reach import Ask, to_watch
 from perfsuite.core.spec import CaseSpec
 from perfsuite.core.tolerance import Tolerance
 
@@ -85,54 +79,6 @@ def schedule_for(cases: int, *, floor: float, alpha: float, first: int | None, c
     confidence, alarms = alarm_looks(grid.looks(), cases=cases, alpha=alpha)
     start = first if first is not None else alarms[0]
     return dataclasses.replace(grid, first=start, confidence=confidence, alarms=alarms)
-
-
-def ab_payload(
-    device_type: str,
-    specs: Sequence[CaseSpec],
-    schedule: Schedule,
-    alpha: float,
-    sides: dict[str, dict[str, Any]],
-    results: Sequence[CaseResult],
-    wall_s: float,
-    changed: ChangedCode | None = None,
-    loss_seeds: int = 0,
-) -> dict[str, Any]:
-    """``perfsuite ab --json``'s file (:class:`~perfsuite.core.ab_file.AbFile` reads it back)."""
-    compared = {r.case for r in results if r.error is None}
-    engines = list(dict.fromkeys(s.engine for s in specs if s.id in compared))
-    return {
-        "schema_version": AB_SCHEMA_VERSION,
-        "kind": AB_KIND,
-        "date": now(),
-        "device_type": device_type,
-        "engines": engines,
-        "strategies_using": strategies_using(device_type, engines),  # the project's recipes too, for a re-render
-        "wall_s": wall_s,
-        "schedule": dataclasses.asdict(schedule),
-        "alpha": alpha,
-        "loss_seeds": loss_seeds,
-        "sides": sides,
-        "cases": [r.as_json() for r in results],
-        "changed_code": changed.as_json() if changed is not None else None,
-        "interrupted": sum(r.interrupted for r in results),
-        "stopped": sum(r.stopped is not None for r in results),
-        "verdicts": {v: sum(r.verdict == v for r in results) for v in VERDICTS},
-    }
-
-
-def write_ab(payload: dict[str, Any], options: AbOptions, say: Callable[[str], None]) -> None:
-    """``payload`` as ``--json``'s file and ``--report``'s pages, each written said through ``say``."""
-    from perfsuite.reports.ab import write_report
-
-    def render(out: Path) -> list[Path]:
-        try:
-            return write_report(payload, out)
-        except ImportError as exc:  # no matplotlib: the verdict and summary.md stand, the page is not written
-            say(f"wrote {out / 'summary.md'}; no report.html: {exc}")
-            return []
-
-    write_results(payload, json_file=options.json, report_dir=options.report, render=render, say=say)
 
 
 def untested(

@@ -373,7 +373,8 @@ def _untested(options: AbOptions, specs: list[Any], exc: Any, wall_s: float, say
     ``--json`` and ``--report`` written with every case *cannot test* and why, and which side
     (``exc``: the ``Failed`` or ``EnvError``; :func:`perfsuite.ab.comparison.untested`,
     :meth:`~perfsuite.ab.comparison.AbRun.untested`)."""
-    from perfsuite.ab.comparison import untested, write_ab
+    from perfsuite.ab.comparison import untested
+    from perfsuite.ab.written import write_ab
 
     error, side = str(exc), exc.side
     say(f"perfsuite: cannot test: {error}")
