@@ -172,6 +172,7 @@ def test_flops_counted_in_the_profiles_step_are_flopcountermodes_and_leave_its_p
 
 
 @pytest.mark.cpu
+@pytest.mark.nightly  # every push compares a whole watched run with an unwatched one (tests/test_reach.py)
 def test_a_watched_profile_step_has_the_same_peak_and_sees_the_models_library(steady_engine: Any) -> None:
     """What ``perfsuite ab`` asks of the packages that differ (perfsuite.worker.reach) is watched in the
     profile's step: three steps in the steady state, plain, watched, plain again, have the same peak,

@@ -167,11 +167,15 @@ def test_a_revision_git_cannot_read_is_one_line_before_anything_runs(
     assert "setting up" not in err
 
 
+@pytest.mark.parametrize(
+    "explained",  # every push explains the same buffer in `ab --own` (above)
+    [pytest.param(False, id="answer"), pytest.param(True, id="explained", marks=pytest.mark.nightly)],
+)
 def test_bisect_own_names_the_commit_that_changed_the_case(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], explained: bool
 ) -> None:
     """Three commits after the good one: documentation, the buffer (#7), more documentation; the
-    answer explained."""
+    answer, and explained, why."""
     root = repository(tmp_path / "repo")
     good = git(root, "rev-parse", "HEAD")
     commit(root, "Document the step", readme="The step is cross-entropy, clipped.")
@@ -185,6 +189,7 @@ def test_bisect_own_names_the_commit_that_changed_the_case(
     code = main(
         ["bisect", "--own", "--good", good, "--bad", "HEAD", "--case", CASE, "--metric", "memory"]
         + ["--steps", "4", "--json", str(out)]
+        + ([] if explained else ["--no-explain"])
     )
     err = capsys.readouterr().err
     assert code == 0, err
@@ -194,6 +199,9 @@ def test_bisect_own_names_the_commit_that_changed_the_case(
     assert found["first_bad"] == short
     assert found["first_bad_described"] == f"{short} Keep a buffer for the probe (#7)"
     assert {step["judgement"] for step in found["steps"]} <= {"good", "bad"}
+    if not explained:
+        assert "perfsuite: why: " not in err
+        return
     # and why, against the commit before it: the tensor its step keeps, by where it is held
     why = err[err.index("perfsuite: why: ") :]
     assert "new other engine.kept (float32 (1024, 1024), 4.00 MiB)" in why, why

@@ -533,7 +533,12 @@ def test_a_first_step_no_other_warm_up_step_follows_is_not_watched_and_reads_as_
 
 @pytest.mark.cpu
 @pytest.mark.parametrize(
-    ("strategy", "engine"), [("adamw_8bit", "loop"), ("vanilla", "trainer"), ("dataloader", "loop")]
+    ("strategy", "engine"),
+    [  # the Trainer's thread on every push; a package's own optimizer and forked DataLoader workers nightly
+        pytest.param("adamw_8bit", "loop", marks=pytest.mark.nightly),
+        ("vanilla", "trainer"),
+        pytest.param("dataloader", "loop", marks=pytest.mark.nightly),
+    ],
 )
 def test_a_case_run_with_the_watch_asked_records_what_its_profile_step_ran(strategy: str, engine: str) -> None:
     """Through the worker as a side's server runs it: the environment asks, the record answers; the

@@ -90,7 +90,11 @@ def log_ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
 
 
 def walsh_averages(d: Sequence[float]) -> list[float]:
-    return sorted((d[i] + d[j]) / 2 for i in range(len(d)) for j in range(i, len(d)))
+    """Every ``(d_i + d_j) / 2`` with ``i <= j``, sorted."""
+    d = list(d)
+    averages = [(x + y) / 2 for i, x in enumerate(d) for y in d[i:]]
+    averages.sort()
+    return averages
 
 
 def hodges_lehmann(d: Sequence[float]) -> float:
@@ -112,6 +116,7 @@ def _signed_rank_counts(n: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
+@cache
 def _critical(n: int, alpha: float) -> int:
     """The largest ``c`` with P(W+ <= c - 1) <= alpha / 2 (0 when not even W+ = 0 is that rare)."""
     if n > EXACT_UP_TO:
