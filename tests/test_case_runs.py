@@ -98,6 +98,7 @@ def test_a_missing_package_skips_the_case_naming_the_install(monkeypatch: pytest
         run_case(CaseSpec(model="tiny-bert", strategy="adamw_8bit", device="cpu"))
 
 
+@pytest.mark.nightly  # every push's CI runs `perfsuite run` where no extra is installed (.ci/core-install)
 def test_a_case_that_needs_no_deepspeed_runs_where_deepspeed_is_not_installed() -> None:
     """DeepSpeed is an extra (``perfsuite[deepspeed]``): without it, accelerate exports none of its
     DeepSpeed names, and the loop engine must not ask for one a case does not use."""

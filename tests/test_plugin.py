@@ -246,8 +246,15 @@ def test_benchmark_compare_reads_the_pinned_file(project: pytest.Pytester, monke
     output = result.stdout.str() + result.stderr.str()
     assert f"Comparing against benchmarks from: {pinned}" in output  # not "the latest saved run"
 
-    # A pinned file that cannot be read: the compare refuses in one line before any case runs; a refresh
-    # writes the baselines it measured, leaves the file as it was, says so and fails.
+
+@pytest.mark.nightly  # each step a pytest of its own; every push reads a good pinned file (above)
+def test_a_pinned_file_that_cannot_be_read_or_is_gone_is_one_line(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pinned file that cannot be read: the compare refuses in one line before any case runs; a refresh
+    writes the baselines it measured, leaves the file as it was, says so and fails. No file: one line."""
+    monkeypatch.setenv("FAKE_CLASS", local_class())
+    pinned = project.path / "baselines" / "cpu" / f"pytest-benchmark.{local_class()}.json"
     pinned.write_text('{"benchmarks": [{"param": "tiny-bert-vanilla"}]}')
     refused = project.runpytest_subprocess("-m", "cpu and not trainer", "-k", CASES, "--benchmark-compare")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
