@@ -1,5 +1,5 @@
 """``perfsuite ab``: what a side is, overlays, and a short A/A run end to end (tests/test_bisect.py:
-``perfsuite bisect``). The comparisons' false-alarm rate and sensitivity are measured in docs/ab.md,
+``perfsuite bisect``). The comparisons' false-alarm rate and sensitivity are measured in docs/ab-sensitivity.md,
 not here (benchmarks/ab)."""
 
 from __future__ import annotations

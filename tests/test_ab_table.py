@@ -1,4 +1,4 @@
-"""benchmarks/ab/table.py, the tabulation behind docs/ab.md's comparison tables: a case stopped
+"""benchmarks/ab/table.py, the tabulation behind docs/ab-sensitivity.md's comparison tables: a case stopped
 before its first look still shows its pairs' median, and each comparison says its throughput and
 how spread a case's pairs were."""
 

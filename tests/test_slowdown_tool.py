@@ -1,4 +1,4 @@
-"""benchmarks/ab's injected slowdown, the tool behind docs/ab.md's sensitivity figures: the
+"""benchmarks/ab's injected slowdown, the tool behind docs/ab-sensitivity.md's figures: the
 slow-python wrapper lengthens each optimizer step by the fraction asked, control-python by
 nothing, and an optimizer of another class is left alone."""
 

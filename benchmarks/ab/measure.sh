@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# perfsuite ab's false alarms and sensitivity on this machine (docs/ab.md): three A/A comparisons,
+# perfsuite ab's false alarms and sensitivity on this machine (docs/ab-sensitivity.md): three A/A comparisons,
 # then a candidate slowed 5% everywhere, one slowed 8% everywhere, and one whose Adafactor alone is
 # slowed 5% (benchmarks/ab/slow-python, against benchmarks/ab/control-python: the same interpreter
 # set-up without the spin); each on perfsuite ab's default selection (the quick set: tiny-bert's

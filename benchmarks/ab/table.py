@@ -1,4 +1,5 @@
-"""A per-case table of benchmarks/ab/measure.sh's comparisons, from their JSON files (docs/ab.md has the summary).
+"""A per-case table of benchmarks/ab/measure.sh's comparisons, from their JSON files (summarised in
+docs/ab-sensitivity.md).
 
     python benchmarks/ab/table.py ab-results
 

@@ -1,4 +1,4 @@
-"""An injected slowdown, for measuring ``perfsuite ab``'s sensitivity (docs/ab.md): loaded only by the
+"""An injected slowdown, for measuring ``perfsuite ab``'s sensitivity (docs/ab-sensitivity.md): loaded only by the
 ``slow-python`` wrapper's interpreters, never by perfsuite.
 
 After each optimizer step (torch's global step hook: torch's optimizers, bitsandbytes',
@@ -20,7 +20,7 @@ that ``perfsuite ab --explain``'s GPU table can name. On a CPU nothing changes.
 ``PERFSUITE_SLOWDOWN_CONTROL=1`` (the ``control-python`` wrapper, for ``--base``) does all of
 that but the spin: the same early torch import and the same hook, so that the two sides
 differ by the spin alone. Without it, the wrapper by itself made ``tiny-bert-zero2_offload``
-2% faster (docs/ab.md), which hid part of the injected slowdown.
+2% faster (docs/ab-sensitivity.md), which hid part of the injected slowdown.
 """
 
 import os
