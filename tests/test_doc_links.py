@@ -53,3 +53,12 @@ def test_every_relative_link_lands(page: Path) -> None:
         elif anchor and landing.suffix == ".md" and anchor not in anchors(landing):
             broken.append(f"{target}: no heading #{anchor} in {landing.name}")
     assert not broken, f"{page.name}: " + "; ".join(broken)
+
+
+MAX_PAGE_LINES = 340
+"""A guide is read whole: one past about 300 lines is split by topic into pages that link each other."""
+
+
+def test_no_page_runs_past_about_300_lines() -> None:
+    long = {page.name: n for page in PAGES if (n := len(page.read_text().splitlines())) > MAX_PAGE_LINES}
+    assert not long, f"split these by topic (at most {MAX_PAGE_LINES} lines a page): {long}"
