@@ -330,20 +330,21 @@ NARROW = _at_peak(6 * MIB, activations=4 * MIB + 300_000, gradients=70_000, temp
 @pytest.mark.parametrize(
     ("a", "b", "verdict", "line"),
     [
-        # A lower peak is less memory, though a category grew at its moment: the moment moved.
+        # A lower peak is less memory, though a category grew at its moment: the moment moved, and
+        # a higher peak is more, though one shrank there: neither is a gain.
         (
             WIDE,
             NARROW,
             "improved",
-            "improved: peak memory -25.0%, memory: activations -28.6%, "
-            "memory: gradients +0.07 MiB, memory: temporaries -16.6% at pair 1",
+            "improved: peak memory -25.0%, memory: activations -28.6%, memory: temporaries -16.6%; "
+            "moved with the peak's moment: memory: gradients +0.07 MiB at pair 1",
         ),
         (
             NARROW,
             WIDE,
             "regressed",
             "regressed: peak memory +33.3%, memory: activations +40.0%, memory: temporaries +19.9%; "
-            "improved: memory: gradients -98.9% at pair 1",
+            "moved with the peak's moment: memory: gradients -98.9% at pair 1",
         ),
         # The same peak, another make-up: a category that grew counts.
         (
@@ -358,11 +359,17 @@ def test_a_lower_peak_is_an_improvement_whatever_moved_at_its_moment(
     a: CaseRecord, b: CaseRecord, verdict: str, line: str
 ) -> None:
     from perfsuite.ab.said import checks_line
+    from perfsuite.reports.ab import rows
 
     result = rounds.CaseResult(case="team-tf-vanilla")
     rounds._memory_and_loss(result, a, b, Tolerance(), pairs.Pair((a, b), "alternate", 0.0))
     assert result.verdict == verdict
     assert checks_line(result) == line
+    # The table's breakdown cell marks what moved with the peak's moment, and nothing else.
+    moment = line.partition("moved with the peak's moment: ")[2].removesuffix(" at pair 1").split(", ")
+    cell = rows({"cases": [result.as_json()]})[0][5].split(", ")
+    marked = [c.removesuffix(" (the peak's moment moved)") for c in cell if c.endswith("(the peak's moment moved)")]
+    assert [f"memory: {c}" for c in marked] == [m for m in moment if m]
 
 
 def test_a_candidate_that_starts_from_other_weights_changes_the_loss_and_says_why() -> None:

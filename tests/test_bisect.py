@@ -755,3 +755,67 @@ def test_a_missing_commit_says_to_fetch_more_history_only_in_a_shallow_clone(tmp
     git(tmp_path, "clone", "-q", "--depth", "1", full.as_uri(), str(shallow))
     with pytest.raises(GitError, match=r"'HEAD~1' is not a commit of this repository \(this clone is shallow"):
         commit(shallow, "HEAD~1", "--base-ref")
+
+
+@pytest.mark.parametrize(
+    ("argv", "seeds"),
+    [
+        (["--own"], 5),
+        (["--own", "--loss-seeds", "0"], 0),
+        (["transformers"], 0),
+        (["transformers", "--loss-seeds", "3"], 3),
+    ],
+)
+def test_a_points_loss_from_other_weights_is_judged_as_ab_judges_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, argv: list[str], seeds: int
+) -> None:
+    """A team's commit that redraws the initial weights (a layer widened, a seed changed) is judged by
+    how it converges against the good end's other seeds, as ``ab --own`` judges it, not as a change of
+    the curve; a release search takes any other curve as the change, unless ``--loss-seeds`` says."""
+    from perfsuite.ab import bisect, bisecting
+    from perfsuite.cli import bisect as cli_bisect
+    from perfsuite.cli import build_parser
+    from perfsuite.core.spec import tier_spec
+
+    taken: list[int] = []
+    real = bisecting.Bisection
+
+    def stop(args: Any, options: Any) -> Any:
+        taken.append(options.loss_seeds)
+        raise ValueError("stopped here")
+
+    class Taken:
+        def __init__(self, options: Any, *a: Any, **k: Any) -> None:
+            taken.append(options.loss_seeds)
+
+        def run(self) -> int:
+            return 0
+
+        found = None
+
+    monkeypatch.setattr(cli_bisect, "_project_commits", stop)
+    monkeypatch.setattr(bisect, "index_versions", lambda package: RELEASES)
+    monkeypatch.setattr(bisecting, "Bisection", Taken)
+    ends = ["--good", RELEASES[0], "--bad", RELEASES[-1]]
+    args = build_parser().parse_args(["bisect", *argv, *ends, "--case", "tiny-bert-vanilla", "--metric", "loss"])
+    cli_bisect.run(args)
+    assert taken == [seeds]
+
+    # ... and the bisection hands them to each comparison.
+    asked: list[int] = []
+
+    def compare(spec: Any, sides: Any, *a: Any, loss_seeds: int = -1, **k: Any) -> Any:
+        asked.append(loss_seeds)
+        return CaseResult(case="tiny-bert-vanilla")
+
+    from perfsuite.ab.options import BisectOptions
+    from perfsuite.ab.rounds import CaseResult
+
+    monkeypatch.setattr(bisecting, "Side", lambda name, env: _Side(name, env))
+    monkeypatch.setattr(_Side, "closed", [])
+    monkeypatch.setattr(bisecting, "preload_for", lambda specs: None)
+    monkeypatch.setattr(bisecting, "compare_case", compare)
+    options = BisectOptions(package="transformers", metric="loss", device_type="cpu", loss_seeds=seeds)
+    spec = tier_spec("tiny-bert", "vanilla")
+    real(options, spec, RELEASES, lambda line: None, env_for=lambda point, name: cast(Any, None)).run()
+    assert asked == [seeds]

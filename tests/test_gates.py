@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 from perfsuite.core.baselines import build_baseline, robust_spread, set_aside, time_spread
-from perfsuite.core.gates import category_change, check_memory, check_time, compare, is_regression
+from perfsuite.core.gates import (
+    category_change,
+    check_memory,
+    check_time,
+    compare,
+    is_regression,
+    moved_with_the_peak,
+)
 from perfsuite.core.loss import check_loss, max_difference, side_by_side
 from perfsuite.core.observation import Observation, Waiting, observe
 from perfsuite.core.record import CaseRecord
@@ -178,7 +185,8 @@ def test_a_category_that_grew_at_a_peak_that_fell_is_no_regression_where_it_move
     checks = check_memory("c", base, lower, Tolerance())
     failing = {c.metric: c for c in checks if not c.ok}
     assert set(failing) == {"peak memory", "memory: activations", "memory: gradients"}
-    assert "at the peak, which fell: refresh it if expected" in failing["memory: gradients"].message
+    said = failing["memory: gradients"].message
+    assert "at the peak, which fell: its moment moved; refresh it if expected" in said
     assert not any(is_regression(c, checks) for c in checks)
     # Parameters hold through a step: more of them is more memory, wherever the peak fell.
     held = _observed(peak_bytes=90 * MIB, breakdown={"activations": 70 * MIB, "gradients": MIB, "parameters": 3 * MIB})
@@ -187,6 +195,14 @@ def test_a_category_that_grew_at_a_peak_that_fell_is_no_regression_where_it_move
     higher = _observed(peak_bytes=110 * MIB, breakdown=moment)
     checks = check_memory("c", base, higher, Tolerance())
     assert [c.metric for c in checks if is_regression(c, checks)] == ["peak memory", "memory: gradients"]
+    # The other way round: a peak that rose, taken where the step holds fewer activations and no
+    # gradients, is more memory; those two categories are its moment moving, neither a gain.
+    later = _observed(peak_bytes=110 * MIB, breakdown={"activations": 70 * MIB, "gradients": 0, "parameters": 2 * MIB})
+    checks = check_memory("c", base, later, Tolerance())
+    assert [c.metric for c in checks if is_regression(c, checks)] == ["peak memory"]
+    moved = [c.metric for c in checks if moved_with_the_peak(c.metric, checks)]
+    assert moved == ["memory: activations", "memory: gradients"]
+    assert "less than the baseline at the peak, which rose: its moment moved" in checks[1].message
 
 
 def test_a_category_of_a_few_bytes_changes_in_bytes_a_larger_one_in_percent() -> None:

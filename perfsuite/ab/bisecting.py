@@ -135,6 +135,7 @@ class Bisection:
                 timeout_s=self.options.timeout or 600.0,
                 device_type=self.options.device_type,
                 progress=lambda so_far, finished: None if finished else self._so_far(version, so_far),
+                loss_seeds=self.options.loss_seeds,
             )
             if result.interrupted or self.heard() is not None:  # its pairs so far are kept; the search stops
                 self.cut_short = (version, result)
@@ -345,6 +346,7 @@ class Bisection:
                 "case": self.spec.id,
                 "metric": self.options.metric,
                 "metric_asked": self.asked or self.options.metric,
+                "loss_seeds": self.options.loss_seeds,
                 "versions": self.versions,
                 "ends": ends.as_json() if ends is not None else None,
                 "interrupted": interrupted,

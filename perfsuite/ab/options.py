@@ -75,3 +75,6 @@ class BisectOptions(PairOptions):
     """Seconds before a run is killed (``None``: 600)."""
     explain: bool = True
     """Explain the answer: the first bad point against the last good, instrumented (``--no-explain``: not)."""
+    loss_seeds: int = 0
+    """``--loss-seeds``: as :attr:`AbOptions.loss_seeds`, the good end run at other seeds where a point
+    starts from other initial weights (0: another curve is a change)."""

@@ -362,8 +362,16 @@ def compare_case(
     timeout_s: float,
     device_type: str,
     progress: Callable[[CaseResult, bool], None] = lambda result, finished: None,
+    loss_seeds: int = 0,
 ) -> CaseResult:
-    """One case (``perfsuite bisect``'s step); ``progress`` as :func:`compare_cases`'."""
+    """One case (``perfsuite bisect``'s step); ``progress`` and ``loss_seeds`` as :func:`compare_cases`'."""
     return compare_cases(
-        [spec], sides, schedule, tolerance, timeout_s=timeout_s, device_type=device_type, progress=progress
+        [spec],
+        sides,
+        schedule,
+        tolerance,
+        timeout_s=timeout_s,
+        device_type=device_type,
+        progress=progress,
+        loss_seeds=loss_seeds,
     )[0]

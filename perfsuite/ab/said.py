@@ -5,25 +5,25 @@ from __future__ import annotations
 
 from perfsuite.ab.rounds import CaseResult
 from perfsuite.core.check import Check
-from perfsuite.core.gates import BREAKDOWN_PREFIX, category_change, is_regression
+from perfsuite.core.gates import BREAKDOWN_PREFIX, category_change, is_regression, moved_with_the_peak
 from perfsuite.core.loss import seeds_said, side_by_side
 
 
 def checks_line(result: CaseResult) -> str:
     """Memory and loss as the first pair decided them: ``regressed: loss max |Δ| 25.1 (final 2.1 → 27.2)
     at pair 1``; a loss that moved within its tolerance is said too (on one stack it moves only where the
-    code's arithmetic changed)."""
+    code's arithmetic changed), and a breakdown category that moved against a peak that moved, apart
+    from the gains (:func:`~perfsuite.core.gates.moved_with_the_peak`)."""
     failing = [c for c in result.checks if not c.ok]
     moved = _loss_within_tolerance(result)
     if not failing:
         same = f"memory as base, {moved}" if moved else "memory and loss as base"
         return f"{same} at pair 1 (time: pairs to come)"
     worse = [c for c in failing if is_regression(c, result.checks)]
-    parts = [
-        f"{word}: {', '.join(check_change(result, c) for c in checks)}"
-        for word, checks in (("regressed", worse), ("improved", [c for c in failing if c not in worse]))
-        if checks
-    ]
+    moment = [c for c in failing if moved_with_the_peak(c.metric, result.checks)]
+    better = [c for c in failing if c not in worse and c not in moment]
+    said = (("regressed", worse), ("improved", better), ("moved with the peak's moment", moment))
+    parts = [f"{word}: {', '.join(check_change(result, c) for c in checks)}" for word, checks in said if checks]
     return f"{'; '.join([*parts, *([moved] if moved else [])])} at pair 1"
 
 

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfsuite.cli.options import at_least, fraction, output_file, positive_fraction, positive_seconds
+from perfsuite.ab.pairs import LOSS_SEEDS
+from perfsuite.cli.options import at_least, fraction, loss_seeds, output_file, positive_fraction, positive_seconds
 from perfsuite.core.results import write_results
 
 if TYPE_CHECKING:
@@ -85,6 +86,14 @@ def add_parser(sub: Any) -> None:
         "range, is run instrumented against the last good, A B A B, and the cause of the change in the metric "
         "searched is said)",
     )
+    bisect.add_argument(
+        "--loss-seeds",
+        type=loss_seeds,
+        metavar="N",
+        help="where a point starts from other initial weights than the good end, the good end runs the case at N "
+        f"other seeds and the point's loss is judged against their spread, as perfsuite ab judges it (default "
+        f"{LOSS_SEEDS} with --own; else 0: a release that draws other initial weights changed the loss)",
+    )
     bisect.add_argument("--json", type=output_file, help="write the steps and the answer to this JSON file")
 
 
@@ -149,6 +158,7 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
             held=parse_held(args.with_),
             json=args.json,
             explain=args.explain,
+            loss_seeds=args.loss_seeds if args.loss_seeds is not None else LOSS_SEEDS if args.own else 0,
         )
         bisected = canonicalize_name(args.package) if args.package else None
         if any(canonicalize_name(r.name) == bisected for r in options.held):

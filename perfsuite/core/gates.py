@@ -294,13 +294,15 @@ MOMENT_CATEGORIES = frozenset({"gradients", "activations", "temporaries"})
 others, parameters, buffers, optimizer state and other, hold through a step)."""
 
 
-def moved_with_the_peak(metric: str, checks: Sequence[Check]) -> bool:
-    """Whether ``metric`` is a category of :data:`MOMENT_CATEGORIES` where the peak memory fell past its
-    tolerance: the breakdown is taken at the moment of the peak, so such a category that grew is that
-    moment moving, not more memory."""
-    if not metric.startswith(BREAKDOWN_PREFIX) or metric.removeprefix(BREAKDOWN_PREFIX) not in MOMENT_CATEGORIES:
-        return False
-    return any(c.metric == PEAK_MEMORY and not c.ok and c.rel is not None and c.rel < 0 for c in checks)
+def moved_with_the_peak(metric: str, checks: Sequence[Check], rel: float | None = None) -> bool:
+    """Whether ``metric`` is a category of :data:`MOMENT_CATEGORIES` that moved against the peak memory,
+    where the peak fell or rose past its tolerance: the breakdown is taken at the moment of the peak, so
+    such a category that grew where the peak fell (or shrank where it rose) is that moment moving, not
+    more (or less) memory. ``rel``: the category's change, where ``checks`` does not hold it yet."""
+    moment = metric.startswith(BREAKDOWN_PREFIX) and metric.removeprefix(BREAKDOWN_PREFIX) in MOMENT_CATEGORIES
+    rel = rel if rel is not None else next((c.rel for c in checks if c.metric == metric), None)
+    peak = next((c.rel for c in checks if c.metric == PEAK_MEMORY and not c.ok and c.rel is not None), None)
+    return moment and peak is not None and rel is not None and rel != 0 and (rel > 0) != (peak > 0)
 
 
 def is_regression(check: Check, checks: Sequence[Check]) -> bool:
@@ -342,10 +344,11 @@ def check_memory(case_id: str, baseline: Mapping[str, Any], observed: Observatio
         rel = rel_change(now, base)
         message = ""
         if not ok:
-            if now < base:
+            if moved_with_the_peak(metric, checks, rel):
+                more, way = ("more", "fell") if now > base else ("less", "rose")
+                verdict = f"{more} than the baseline at the peak, which {way}: its moment moved; refresh it if expected"
+            elif now < base:
                 verdict = "less than the baseline: refresh it if expected"
-            elif moved_with_the_peak(metric, checks):
-                verdict = "more than the baseline at the peak, which fell: refresh it if expected"
             else:
                 verdict = "more than the baseline: a regression"
             # Against a category of a few bytes a percentage says nothing: its bytes do.
