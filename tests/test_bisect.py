@@ -701,7 +701,8 @@ def test_a_time_bisection_judges_each_point_by_the_end_it_is_nearer(
 ) -> None:
     """The ends twice as slow apart: a point is good within half that change of the good end (×1.414,
     not --floor's 3%, which a noisy step takes tens of pairs to rule out), bad beyond it. A look that
-    decides nothing is said as the comparison goes on; a point left undecided says so."""
+    decides nothing is said as the comparison goes on; a point left undecided says so; a first bad
+    point whose change is apart from the ends' says that the time changed again after it."""
     from perfsuite.ab import bisecting
     from perfsuite.ab.rounds import CaseResult
     from perfsuite.core.paired import Paired
@@ -718,7 +719,9 @@ def test_a_time_bisection_judges_each_point_by_the_end_it_is_nearer(
         if point == "4.46.0rc1":  # a point its looks leave undecided
             progress(result(1.3, "undecided", 21), False)
             return result(1.3, "undecided", 60)
-        return result(2.0, "slower", 9) if RELEASES.index(point) >= 6 else result(1.0, "same", 7)
+        if RELEASES.index(point) < 6:
+            return result(1.0, "same", 7)
+        return result(1.5 if point == "4.47.0" else 2.0, "slower", 9)  # the bad end slower again
 
     said: list[str] = []
     bisection = _bisection(monkeypatch, tmp_path, lambda point: None, said)
@@ -728,12 +731,17 @@ def test_a_time_bisection_judges_each_point_by_the_end_it_is_nearer(
     assert floors[0] == 0.03  # the ends, at --floor
     assert floors[1:] == [pytest.approx(2**0.5 - 1)] * (len(floors) - 1)
     assert (
-        "perfsuite: each point is judged by the end it is nearer: good within ±41.4% of the good end (half the "
-        "ends' change, ×2.000; --floor 3.0% at least), bad beyond it"
+        "perfsuite: each point is judged by the end it is nearer: good where its B/A against the good end lies "
+        "within [0.707, 1.414] (half the ends' ×2.000, in ratio; --floor 3.0% at least), bad beyond it"
     ) in said
     assert "    4.46.0rc1: time B/A 1.300 [1.235, 1.365] over 21 pairs: undecided, more pairs to come" in said
     assert "  4.46.0rc1: undecided: time B/A 1.300 [1.235, 1.365] over 60 pairs: undecided" in said
-    assert said[-1].startswith("perfsuite: the first bad transformers is 4.47.0 (last good 4.46.1)"), said
+    assert said[-2].startswith("perfsuite: the first bad transformers is 4.47.0 (last good 4.46.1)"), said
+    # The first bad release is only part of the ends' change: said, with how to find the rest.
+    assert said[-1] == (
+        "perfsuite: 4.47.0 alone is B/A 1.500 [1.425, 1.575] against the good end, the bad end 2.000 [1.900, "
+        "2.100]: the time changed again between them (×1.333); --good 4.47.0 bisects that"
+    )
 
 
 def test_a_missing_commit_says_to_fetch_more_history_only_in_a_shallow_clone(tmp_path: Path) -> None:

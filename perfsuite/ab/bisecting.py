@@ -228,10 +228,11 @@ class Bisection:
                 return 0
             if metric == "time" and ends.time is not None:
                 self.point_floor = max(self.options.floor, math.expm1(abs(math.log(ends.time.ratio)) / 2))
+                near = 1 + self.point_floor
                 self.say(
-                    f"perfsuite: each point is judged by the end it is nearer: good within ±{self.point_floor:.1%} "
-                    f"of the good end (half the ends' change, ×{ends.time.ratio:.3f}; --floor "
-                    f"{self.options.floor:.1%} at least), bad beyond it"
+                    f"perfsuite: each point is judged by the end it is nearer: good where its B/A against the good "
+                    f"end lies within [{1 / near:.3f}, {near:.3f}] (half the ends' ×{ends.time.ratio:.3f}, in ratio; "
+                    f"--floor {self.options.floor:.1%} at least), bad beyond it"
                 )
 
             def judge(version: str) -> tuple[Judgement, str]:
@@ -254,6 +255,8 @@ class Bisection:
                     f"perfsuite: the first bad {package} is {self.describe(found.first_bad)} "
                     f"(last good {self.describe(found.last_good)}) for {whose}"
                 )
+                if metric == "time":
+                    self._changed_again(found.first_bad, ends)
             else:
                 untested = ", ".join(found.untested)
                 self.say(
@@ -266,6 +269,19 @@ class Bisection:
             good.close()
         self._write(found, ends)
         return 0 if found.first_bad is not None else 1
+
+    def _changed_again(self, first_bad: str, ends: CaseResult) -> None:
+        """Said where the first bad point's time against the good end and the bad end's lie apart (their
+        intervals do not overlap): a second change between them moved the time again."""
+        point = self.compared.get(first_bad)
+        if first_bad == self.versions[-1] or point is None or point.time is None or ends.time is None:
+            return
+        at, end = point.time, ends.time
+        if at.high < end.low or at.low > end.high:
+            self.say(
+                f"perfsuite: {first_bad} alone is B/A {at.said()} against the good end, the bad end {end.said()}: "
+                f"the time changed again between them (×{end.ratio / at.ratio:.3f}); --good {first_bad} bisects that"
+            )
 
     def _search_failure(self, package: str | None) -> str:
         """The bad end's own run failed where the good end's ran: the search is for the first point whose
