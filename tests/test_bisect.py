@@ -394,6 +394,16 @@ def test_a_steps_evidence_is_the_metric_searched_in_a_few_words() -> None:
     assert evidence(result, "loss") == "loss from other initial weights (weights 1f2e → weights 9a8b)"
     assert evidence(result, "memory") == "memory: buffers -100.0%"
     assert evidence(CaseResult(case="tiny-gpt2-vanilla"), "loss") == "loss: as the good end"
+    # From other initial weights, within the good end's seeds: said so, not "as the good end".
+    from perfsuite.core.loss import check_against_seeds
+
+    seeds = [[2.0, 1.8, 1.6, 1.5], [2.1, 1.9, 1.7, 1.5], [1.9, 1.8, 1.5, 1.4]]
+    held = check_against_seeds("c", seeds, [2.0, 1.85, 1.6, 1.45], "weights 1f2e → weights 5c6d", 0.99)
+    assert held.ok
+    said = evidence(CaseResult(case="tiny-gpt2-vanilla", checks=[held]), "loss")
+    assert said.startswith("loss from other initial weights, as at another seed (mean loss steps 0-1 1.925"), said
+    assert "the good end's 3 seeds' 99% intervals" in said, said
+    assert "base" not in said, said
 
 
 def test_a_signal_heard_after_a_comparisons_last_pair_still_stops_the_search(

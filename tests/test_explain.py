@@ -411,9 +411,31 @@ def test_other_initial_weights_name_the_tensors_that_started_otherwise() -> None
     run_b = dataclasses.replace(_run([{**GRADS, "head.weight": 0.3}], weights="v", losses=(2.02, 1.95)), initial=b)
     cause = gradients.loss_cause([2.0, 1.9], [2.02, 1.95], run_a, run_b, rtol=1e-3, atol=1e-4)
     assert [m.name for m in cause.started_otherwise] == ["h.0.c_proj"]
-    assert "initial weights differ; 1 of 3 tensors started otherwise: h.0.c_proj std 0.00707 → 0.02 ×2.83" in (
-        gradients.describe(cause)
+    assert (
+        "initial weights differ; 1 of 3 tensors started from other statistics: h.0.c_proj std 0.00707 → 0.02 ×2.83"
+        in (gradients.describe(cause))
+    )  # records without the values' digests: the statistics alone
+
+    # With them, how many tensors started from other values too: the embedding re-drawn alike, the
+    # projection drawn otherwise, the norm's bias the same zeros.
+    def kept(stats: tuple[ParamStat, ...], digests: str) -> tuple[ParamStat, ...]:
+        return tuple(dataclasses.replace(s, digest=d) for s, d in zip(stats, digests, strict=True))
+
+    run_a, run_b = (
+        dataclasses.replace(run_a, initial=kept(a, "abz")),
+        dataclasses.replace(run_b, initial=kept(b, "cdz")),
     )
+    cause = gradients.loss_cause([2.0, 1.9], [2.02, 1.95], run_a, run_b, rtol=1e-3, atol=1e-4)
+    assert (
+        "2 of 3 tensors started from other values, 1 of them from other statistics: h.0.c_proj std 0.00707 → 0.02"
+    ) in gradients.describe(cause)
+    # A seed re-drawn: every value other, every statistic alike.
+    reseeded = dataclasses.replace(run_b, initial=kept(a, "cde"))
+    cause = gradients.loss_cause([2.0, 1.9], [2.02, 1.95], run_a, reseeded, rtol=1e-3, atol=1e-4)
+    assert (
+        "3 of 3 tensors started from other values, each with the same statistics (another draw of the same "
+        "initialisation)"
+    ) in gradients.describe(cause)
 
 
 def test_equal_gradients_point_to_the_update() -> None:

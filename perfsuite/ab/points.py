@@ -9,7 +9,7 @@ import re
 
 from perfsuite.ab.bisect import Judgement
 from perfsuite.ab.rounds import CaseResult
-from perfsuite.ab.said import check_change
+from perfsuite.ab.said import check_change, loss_within_tolerance
 from perfsuite.core.gates import BREAKDOWN_PREFIX, PEAK_MEMORY
 
 FAILURE = "failure"
@@ -62,7 +62,8 @@ def evidence(result: CaseResult, metric: str) -> str:
     # The metric searched only, each in a few words (the attention check's message says what ran instead).
     failing = [c for c in result.checks if not c.ok and counts(c.metric, metric)]
     said = [_good_end(c.message) if c.metric == "attention" else check_change(result, c) for c in failing]
-    return "; ".join(said) or f"{metric}: as the good end"
+    held = loss_within_tolerance(result) if metric == "loss" else None  # from other weights: against the seeds
+    return ("; ".join(said) or held or f"{metric}: as the good end").replace("the base's", "the good end's")
 
 
 def _good_end(message: str) -> str:

@@ -15,7 +15,7 @@ def checks_line(result: CaseResult) -> str:
     code's arithmetic changed), and a breakdown category that moved against a peak that moved, apart
     from the gains (:func:`~perfsuite.core.gates.moved_with_the_peak`)."""
     failing = [c for c in result.checks if not c.ok]
-    moved = _loss_within_tolerance(result)
+    moved = loss_within_tolerance(result)
     if not failing:
         same = f"memory as base, {moved}" if moved else "memory and loss as base"
         return f"{same} at pair 1 (time: pairs to come)"
@@ -27,7 +27,7 @@ def checks_line(result: CaseResult) -> str:
     return f"{'; '.join([*parts, *([moved] if moved else [])])} at pair 1"
 
 
-def _loss_within_tolerance(result: CaseResult) -> str | None:
+def loss_within_tolerance(result: CaseResult) -> str | None:
     """``loss within its tolerance (final …, max |Δ| … from step N)`` where the curves differ and the check
     holds; from other initial weights, how it lies against the base's seeds."""
     held = [c for c in result.checks if c.metric == "loss" and c.ok]

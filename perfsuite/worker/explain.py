@@ -117,13 +117,17 @@ def explain_case(spec: CaseSpec, ask: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def initial_stats(model: Any) -> tuple[ParamStat, ...]:
-    """Each parameter's size, mean and standard deviation before the first step (what a model started from)."""
+    """Each parameter's size, mean, standard deviation and values' digest before the first step (what a
+    model started from)."""
     import torch
+    import xxhash
 
     stats = []
     with torch.no_grad():
         for name, param in model.named_parameters():
             values = param.detach().float()
             std = float(values.std()) if values.numel() > 1 else 0.0
-            stats.append(ParamStat(name, values.numel(), float(values.mean()) if values.numel() else 0.0, std))
+            digest = xxhash.xxh3_64_hexdigest(values.cpu().contiguous().numpy().tobytes())
+            mean = float(values.mean()) if values.numel() else 0.0
+            stats.append(ParamStat(name, values.numel(), mean, std, digest))
     return tuple(stats)

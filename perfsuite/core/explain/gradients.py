@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from perfsuite.core.explain.initial import Moved, moved
+from perfsuite.core.explain.initial import Moved, moved, values_differ
 from perfsuite.core.explain.initial import describe as describe_initial
 from perfsuite.core.explain.records import ExplainRecord, StepFacts
 from perfsuite.core.loss import first_difference
@@ -82,6 +82,9 @@ class LossCause:
     """Where the initial weights differ: the parameters whose initial statistics moved, furthest first."""
     parameters: int = 0
     """How many parameters the initial statistics compared."""
+    values_differ: int | None = None
+    """Where the initial weights differ: how many parameters started from other values (``None``: a
+    record without their digests)."""
     last_only: str | None = None
     """``A`` or ``B``: the side whose update at ``grad_step`` used its last micro-batch's gradient
     alone while the other side's did not (the earlier micro-batches dropped); ``None`` otherwise or
@@ -165,9 +168,10 @@ def loss_cause(
     upto = [(x, y) for x, y in zip(run_a.steps, run_b.steps, strict=False)][: step + 1]
     differ = []
     started: tuple[Moved, ...] = ()
+    values: int | None = None
     if run_a.initial_weights != run_b.initial_weights:
         differ.append("initial weights")
-        started = moved(run_a.initial, run_b.initial)
+        started, values = moved(run_a.initial, run_b.initial), values_differ(run_a.initial, run_b.initial)
     if any(x.data != y.data for x, y in upto):
         differ.append("data")
     # A step's rate is read after its update: those of the steps before ``step`` made its loss.
@@ -189,6 +193,7 @@ def loss_cause(
         reproduced=reproduced,
         started_otherwise=started,
         parameters=max(len(run_a.initial), len(run_b.initial)),
+        values_differ=values,
         first_losses=(loss_a[0], loss_b[0]) if loss_a and loss_b else None,
         differs_from=first if (first := _first_difference(loss_a, loss_b)) is not None and first < step else None,
         learning_rates=rates,
@@ -268,7 +273,7 @@ def describe(cause: LossCause) -> str:
         )
     lines.append(inputs)
     if "initial weights" in cause.differ and cause.parameters:
-        lines.append(describe_initial(cause.started_otherwise, cause.parameters))
+        lines.append(describe_initial(cause.started_otherwise, cause.parameters, cause.values_differ))
     if not cause.reproduced:
         lines.append("the explanation's runs did not reproduce the compared losses (a nondeterministic step)")
     return "; ".join(part for part in lines if part)

@@ -2,8 +2,9 @@
 Pure: no torch.
 
 Where two runs' initial-weight digests differ (another random generator, another ``_init_weights``),
-the loss curves part for that reason; this says which tensors: those whose initial standard deviation
-or mean moved, or that exist on one side only, furthest first (``h.0.attn.c_proj.weight std 0.00447
+the loss curves part for that reason; this says how many tensors started from other values (each
+one's digest), and which were drawn otherwise: those whose initial standard deviation or mean moved,
+or that exist on one side only, furthest first (``h.0.attn.c_proj.weight std 0.00447
 → 0.02 ×4.47``, GPT-2's residual projections scaled by 1/√(2·n_layer) on one side and not the other).
 """
 
@@ -27,6 +28,9 @@ class ParamStat:
     numel: int
     mean: float
     std: float
+    digest: str = ""
+    """XXH3-64 of its initial values (empty in a record made before they were kept): a re-drawn tensor
+    differs in value wherever its statistics stay alike."""
 
 
 @dataclass(frozen=True)
@@ -82,10 +86,25 @@ def moved(a: Sequence[ParamStat], b: Sequence[ParamStat]) -> tuple[Moved, ...]:
     return tuple(sorted(found, key=lambda m: -distance(m)))
 
 
-def describe(found: Sequence[Moved], total: int) -> str:
-    """``4 of 38 tensors started otherwise: h.0.attn.c_proj.weight std 0.00447 → 0.02 ×4.47, ...``."""
-    if not found:
-        return "every tensor's initial statistics alike (the draw itself differs)"
+def values_differ(a: Sequence[ParamStat], b: Sequence[ParamStat]) -> int | None:
+    """How many parameters started from other values (or exist on one side only); ``None`` where a side's
+    record kept no digests."""
+    if any(not s.digest for s in (*a, *b)):
+        return None
+    by_a, by_b = {s.name: s.digest for s in a}, {s.name: s.digest for s in b}
+    return sum(by_a.get(name) != by_b.get(name) for name in dict.fromkeys([*by_a, *by_b]))
+
+
+def describe(found: Sequence[Moved], total: int, differ: int | None = None) -> str:
+    """``52 of 52 tensors started from other values, 9 of them from other statistics: h.0.attn.c_proj.weight
+    std 0.00447 → 0.02 ×4.47, ...`` (``differ``: :func:`values_differ`; ``None``: the statistics alone)."""
     named = ", ".join(m.describe() for m in found[:SHOWN])
     more = f", and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
-    return f"{len(found)} of {total} tensors started otherwise: {named}{more}"
+    if differ is None:
+        if not found:
+            return "every tensor's initial statistics alike (the draw itself differs)"
+        return f"{len(found)} of {total} tensors started from other statistics: {named}{more}"
+    values = f"{differ} of {total} tensors started from other values"
+    if not found:
+        return f"{values}, each with the same statistics (another draw of the same initialisation)"
+    return f"{values}, {len(found)} of them from other statistics: {named}{more}"
