@@ -366,7 +366,7 @@ def _summarize(terminalreporter: Any, exitstatus: int, config: pytest.Config) ->
         for line in state.interrupted_lines():
             terminalreporter.write_line(line)
     elif state.refresh:
-        terminalreporter.write_line(f"wrote {len(state.written)} file(s) under {state.root.name}/")
+        terminalreporter.write_line(state.stager.written_line())
         for line in state.stager.unwritten:
             terminalreporter.write_line(f"perfsuite: {line}")
     if state.refresh:

@@ -119,6 +119,12 @@ def test_the_terminal_table_notes_each_cause(tmp_path: Path) -> None:
     shown = console.export_text()
     assert "[1] tiny-bert-vanilla: loss: parts at step 0" in shown  # the failed check's cause first
     assert "    time, ops: aten::mm 2 → 3 calls/step" in shown
+    # In a narrow log a note wraps under its own text, not at the line's start.
+    narrow = Console(width=60, record=True)
+    narrow.print(render_table(payload))
+    after = narrow.export_text().split("[1] tiny-bert-vanilla:", 1)[1].splitlines()[1:]
+    assert len(after) > 4, after
+    assert all(line.startswith("    ") for line in after if line.strip()), after
 
 
 def test_report_html_draws_the_flame_graph_tensors_and_gradients(tmp_path: Path) -> None:

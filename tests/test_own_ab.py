@@ -167,6 +167,19 @@ def test_a_revision_git_cannot_read_is_one_line_before_anything_runs(
     assert "setting up" not in err
 
 
+@pytest.mark.parametrize("end", ["--good", "--bad"])
+def test_bisect_own_names_the_end_that_is_no_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], end: str
+) -> None:
+    monkeypatch.chdir(repository(tmp_path / "repo"))
+    ends = {"--good": "HEAD", "--bad": "HEAD", end: "no-such-branch"}
+    args = ["bisect", "--own", *(x for pair in ends.items() for x in pair), "--case", "convnet-vanilla-conv_step"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"--own {end}: 'no-such-branch' is not a commit of this repository" in err
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize(
     "explained",  # every push explains the same buffer in `ab --own` (above)
     [pytest.param(False, id="answer"), pytest.param(True, id="explained", marks=pytest.mark.nightly)],

@@ -251,7 +251,8 @@ def test_cli_refresh_rewrites_only_the_selected_files_and_prints_the_diff(projec
         [
             "*tiny-bert-fp16*refreshed*step time*50.000× calibration*50.000× calibration*+0.0%*",
             "*peak memory*1 B*100.00 MiB*",
-            "wrote 2 file(s) under baselines/",
+            "wrote 2 file(s) under baselines/: 1 baseline(s) and 1 pinned pytest-benchmark file(s), which "
+            "`pytest --benchmark-compare` reads",
         ]
     )
     assert_only_rewritten(project, before, "tiny-bert-fp16")

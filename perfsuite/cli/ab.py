@@ -31,7 +31,13 @@ EXIT_CANNOT_TEST = 3
 
 
 def add_parser(sub: Any) -> None:
-    add_arguments(sub.add_parser("ab", help="compare two environments side by side: time, memory and loss per case"))
+    add_arguments(
+        sub.add_parser(
+            "ab",
+            help="compare two environments, or two commits of the project's own code (--base-ref, --own), side by "
+            "side: time, memory and loss per case",
+        )
+    )
 
 
 def run(args: argparse.Namespace) -> int:

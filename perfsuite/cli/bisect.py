@@ -30,7 +30,11 @@ METRICS = ("time", "memory", "loss")
 
 
 def add_parser(sub: Any) -> None:
-    bisect = sub.add_parser("bisect", help="find the release of a package that changed a case's time, memory or loss")
+    bisect = sub.add_parser(
+        "bisect",
+        help="find the release of a package, or the commit of the project's own code (--own), that changed a case's "
+        "time, memory or loss",
+    )
     bisect.add_argument(
         "package", nargs="?", help="the package to bisect (transformers, accelerate, peft, ...); none with --own"
     )
@@ -293,8 +297,8 @@ def _first_parents(top: Path, good: str, bad: str, what: str) -> dict[str, Any]:
     first parents, in order."""
     from perfsuite.ab import commits
 
-    first = commits.describe(top, commits.commit(top, commits.check_revision(good, "--good"), what))
-    last = commits.commit(top, commits.check_revision(bad, "--bad"), what)
+    first = commits.describe(top, commits.commit(top, commits.check_revision(good, "--good"), f"{what} --good"))
+    last = commits.commit(top, commits.check_revision(bad, "--bad"), f"{what} --bad")
     return {c.short: c for c in [first, *commits.first_parent_range(top, first.sha, last, what)]}
 
 

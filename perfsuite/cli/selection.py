@@ -34,26 +34,27 @@ def add_selection(parser: Any) -> None:
     parser.add_argument(
         "--engine",
         type=names,
-        help=f"comma-separated engines ({', '.join(ENGINES)}); "
+        help=f"comma-separated engines ({', '.join(ENGINES)}, and those the project declares: `perfsuite list`); "
         "default: the matrix's, or with --models/--strategies loop (a model the project's factory builds: "
         "the engines the matrix pairs it with, or the project's only one)",
     )
     parser.add_argument(
         "--all",
         action="store_true",
-        help="without --models/--strategies: the whole matrix on this device (122 cases on a CPU, about 12 "
-        "minutes); by default a quick set of 10 cases (tiny-bert on a CPU, under a minute)",
+        help="without --models/--strategies: the whole matrix on this device (perfsuite's own: 122 cases on a CPU, "
+        "about 12 minutes); by default the project's own cases and a quick set of perfsuite's (10 tiny-bert cases "
+        "on a CPU, under a minute; none with builtin = false)",
     )
     parser.add_argument(
         "--scope",
         choices=SCOPES,
         help="without --models/--strategies: the matrix's cases of this scope and the smaller ones (push: a pull "
-        "request's, 35 on a CPU and 14 on a GPU; nightly; weekly: all; perfsuite.core.scopes)",
+        "request's, perfsuite's own 35 on a CPU and 14 on a GPU; nightly; weekly: all; perfsuite.core.scopes)",
     )
     parser.add_argument(
         "--every-push",
         action="store_true",
-        help="the same as --scope push: the cases `pytest` runs on every push (35 on a CPU)",
+        help="the same as --scope push: the cases `pytest` runs on every push (perfsuite's own: 35 on a CPU)",
     )
     parser.add_argument(
         "--steps", type=at_least(1), help="timed optimizer steps per case (default 12 on CPU, 20 on GPU)"

@@ -244,8 +244,8 @@ def code_lines(payload: Mapping[str, Any]) -> list[str]:
 
 
 def render_table(payload: Mapping[str, Any]) -> Any:
-    """The headline, the table and its notes, for a console. The headline and the notes are lines of
-    their own, wrapped at the console's width (a log's 200 columns), not at the table's."""
+    """The headline, the table and its notes, for a console: the headline and each note wrapped at the
+    console's width (a log's 200 columns), not at the table's, a note under its own text past its ``[1]``."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -256,7 +256,13 @@ def render_table(payload: Mapping[str, Any]) -> Any:
         table.add_column(header, overflow="fold")
     for row in rows(payload):
         table.add_row(*row)
-    return Group(Text(verdict_line(payload)), table, *(Text(line) for line in notes(payload)))
+    noted = Table.grid(padding=(0, 1))
+    noted.add_column(no_wrap=True)
+    noted.add_column(overflow="fold")
+    for line in notes(payload):
+        mark, text = line.split(" ", 1) if line.startswith("[") else ("", line.strip())
+        noted.add_row(mark, Text(text))
+    return Group(Text(verdict_line(payload)), table, *([noted] if noted.row_count else []))
 
 
 def marker(device_type: str, *, own: bool = False) -> str:

@@ -20,7 +20,7 @@ from perfsuite.core.baselines import (
 )
 from perfsuite.core.gates import Outcome, busy
 from perfsuite.core.observation import Observation
-from perfsuite.core.pinned import merged, pinned_path, read_pinned
+from perfsuite.core.pinned import is_pinned, merged, pinned_path, read_pinned
 from perfsuite.core.provenance import run_facts
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.refresh import diff_rows, refusals
@@ -144,6 +144,17 @@ class RefreshStager:
             "python": facts["python"],
             "versions": facts["versions"],
         }
+
+    def written_line(self) -> str:
+        """``wrote 3 file(s) under baselines/: 2 baselines and 1 pinned pytest-benchmark file ...``."""
+        pinned = sum(is_pinned(path.name) for path in self.written)
+        said = f"wrote {len(self.written)} file(s) under {self.root.name}/"
+        if not pinned:
+            return said
+        return (
+            f"{said}: {len(self.written) - pinned} baseline(s) and {pinned} pinned pytest-benchmark file(s), "
+            "which `pytest --benchmark-compare` reads"
+        )
 
     def write(self, benchmark_json: dict[str, Any] | None) -> None:
         """Write every staged baseline (each atomically), then merge the pinned pytest-benchmark files."""

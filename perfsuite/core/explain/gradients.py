@@ -324,7 +324,8 @@ def _shape_said(cause: LossCause) -> str:
             f"({_range(cause.ratios)}; furthest {named}): the same forward, its gradients computed or "
             "accumulated otherwise"
         )
-    return f"every gradient at its own ratio {where} ({_range(cause.ratios)}): the forward differs"
+    said = f"every gradient at its own ratio {where} ({_range(cause.ratios)})"
+    return f"{said}: the forward or the loss computed from it differs"
 
 
 def _equal_first(cause: LossCause) -> bool:
