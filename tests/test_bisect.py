@@ -167,6 +167,7 @@ class _Side:
 
     def __init__(self, name: str, env: object) -> None:
         self.name = name
+        self.env = env
         self.watch: object = None
 
     def check_pins(self) -> None:
@@ -837,3 +838,48 @@ def test_a_points_loss_from_other_weights_is_judged_as_ab_judges_it(
     spec = tier_spec("tiny-bert", "vanilla")
     real(options, spec, RELEASES, lambda line: None, env_for=lambda point, name: cast(Any, None)).run()
     assert asked == [seeds]
+
+
+def test_own_ends_alike_say_the_code_that_differs_was_never_called(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bisect --own``: the ends' comparison watches, on each side in its own copy, the functions the
+    project's code changes between them; where the ends are alike and the case never called those, the
+    answer says so: their sameness says nothing of that code."""
+    from types import SimpleNamespace
+
+    from perfsuite.ab import bisecting
+    from perfsuite.ab.options import BisectOptions
+    from perfsuite.ab.rounds import CaseResult
+    from perfsuite.core.changed_code import ChangedCode, ChangedFunction
+    from perfsuite.core.record import StepRan
+    from perfsuite.core.spec import tier_spec
+
+    changed = ChangedCode(("acme/train.py",), (ChangedFunction("acme/train.py", "Engine.step", (10, 12)),))
+    watched: list[Any] = []
+
+    def compare(spec: Any, sides: Any, *a: Any, **k: Any) -> CaseResult:
+        watched.append([(s.watch.root, s.watch.functions) for s in sides])
+        steps = [  # each side watched the function at its own line, and saw it called by no step
+            {"complete": True, "files": {"acme/train.py": 0}, "functions": {f"acme/train.py:{line}": 0}}
+            for line in (10, 12)
+        ]
+        return CaseResult(case=spec.id, ran=(StepRan.from_json(steps[0], "a"), StepRan.from_json(steps[1], "b")))
+
+    monkeypatch.setattr(bisecting, "Side", lambda name, env: _Side(name, env))
+    monkeypatch.setattr(_Side, "closed", [])
+    monkeypatch.setattr(bisecting, "preload_for", lambda specs: None)
+    monkeypatch.setattr(bisecting, "compare_case", compare)
+    said: list[str] = []
+    bisection = bisecting.Bisection(
+        BisectOptions(package=None, metric="memory", device_type="cpu"),
+        tier_spec("tiny-bert", "vanilla"),
+        ["aaa1111", "bbb2222", "ccc3333"],
+        said.append,
+        env_for=lambda point, name: cast(Any, SimpleNamespace(cwd=f"/copies/{point}")),
+        changed_code=changed,
+    )
+    assert bisection.run() == 0
+    assert watched == [[("/copies/aaa1111", ("acme/train.py:10",)), ("/copies/ccc3333", ("acme/train.py:12",))]]
+    assert said[-1] == (
+        "perfsuite: aaa1111 and ccc3333 do not differ in memory on tiny-bert-vanilla; nothing to bisect; of the "
+        "code that differs, not seen in any case's step: acme/train.py:Engine.step"
+    )

@@ -19,12 +19,13 @@ from perfsuite.ab.options import BisectOptions
 from perfsuite.ab.points import FAILURE, changed, counts, evidence, judged, shown
 from perfsuite.ab.rounds import CaseResult, compare_case
 from perfsuite.ab.sides import Side
+from perfsuite.core.changed_code import ChangedCode
 from perfsuite.core.declaration import load_project
 from perfsuite.core.explain.explanation import Explanation
 from perfsuite.core.explain.reference import aspects_failed
 from perfsuite.core.paired import Schedule
 from perfsuite.core.preloads import preload_for
-from perfsuite.core.reach import Ask, described, reach, to_watch, unreached
+from perfsuite.core.reach import Ask, described, reach, to_watch, unreached, unreached_said
 from perfsuite.core.results import write_results
 from perfsuite.core.spec import CaseSpec, parse_case_id, tier_spec
 from perfsuite.core.tolerance import Tolerance
@@ -89,6 +90,9 @@ class Bisection:
     point_floor: float | None = None
     """A time bisection's floor for the points between the ends, once the ends differ: half their change
     (in log ratio) or ``--floor``, the larger. A point is good within it, bad beyond: nearer one end."""
+    changed_code: ChangedCode | None = None
+    """``--own``: what the project's code changes between the ends, watched in their comparison (each
+    side in its own copy), so that ends alike say where the case never called it."""
 
     def _env(self, version: str, name: str) -> Env:
         if self.env_for is not None:
@@ -97,7 +101,11 @@ class Bisection:
 
     def _unseen(self, ends: CaseResult) -> str:
         """``; `flask` 3.0.0 → 3.0.3: seen called in no case's build or step ...`` where the ends' first
-        pair never ran the package bisected: their sameness then says nothing of its releases."""
+        pair never ran the package bisected (with ``--own``, the project's code the ends differ in):
+        their sameness then says nothing of its releases (or commits)."""
+        if self.changed_code is not None:
+            said = unreached_said(reach([ends.as_json()], self.changed_code))
+            return f"; of the code that differs, {said}" if said else ""
         package = canonicalize_name(self.options.package or "")
         found = [r for r in reach([ends.as_json()]) if canonicalize_name(r.name) == package]
         if not found or not unreached(found):
@@ -126,7 +134,12 @@ class Bisection:
             return CaseResult(case=self.spec.id, error=str(exc))
         try:
             side.check_pins()
-            good.watch = side.watch = Ask(to_watch(good.versions(), side.versions()))  # what its first pair ran
+            moved = to_watch(good.versions(), side.versions())  # what its first pair ran
+            good.watch = side.watch = Ask(moved)
+            code = self.changed_code
+            if code is not None and version == self.versions[-1]:  # the ends: the project's code too
+                for index, one in enumerate((good, side)):
+                    one.watch = Ask(moved, one.env.cwd, code.files, code.watched(index))
             result = compare_case(
                 self.spec,
                 (good, side),

@@ -193,6 +193,13 @@ def changes(top: Path, refs: list[str | None], names: list[str], inside: str, wh
     return ChangedCode(tuple(f for f in files if f not in sides or f in found.files), found.functions, found.same)
 
 
+def changed_between(top: Path, good: str, bad: str, inside: Path, what: str) -> ChangedCode:
+    """What the project's Python code changes from the commit ``good`` to ``bad`` (``perfsuite bisect --own``'s
+    ends): its files and the functions the change touches, watched in the ends' comparison."""
+    names = files_differ(top, good, bad)
+    return changes(top, [good, bad], names, inside.as_posix(), what) if names else ChangedCode()
+
+
 def _text(top: Path, revision: str | None, path: str, what: str) -> str | None:
     """``path`` at ``revision`` (``None``: the working tree), or ``None`` where it is not there."""
     if revision is None:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from perfsuite.ab.bisect import Found
     from perfsuite.ab.bisecting import Bisection
     from perfsuite.ab.options import BisectOptions
+    from perfsuite.core.changed_code import ChangedCode
     from perfsuite.core.spec import CaseSpec
 
 METRICS = ("time", "memory", "loss")
@@ -168,8 +169,8 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
         if any(canonicalize_name(r.name) == bisected for r in options.held):
             raise ValueError(f"--with holds {args.package}, the package bisected: each side installs its own release")
         if args.own:
-            points, env_for, scratch, spec = _project_commits(args, options)
-            return _commits(options, spec, say, heard, points, env_for, "commit", scratch)[0]
+            points, env_for, scratch, spec, changed = _project_commits(args, options)
+            return _commits(options, spec, say, heard, points, env_for, "commit", scratch, changed=changed)[0]
         spec = case_spec(args.case, steps=args.steps, threads=args.threads)
         if args.commits:
             return _commits(
@@ -249,15 +250,18 @@ def _releases_commits(
     return code
 
 
-def _project_commits(args: argparse.Namespace, options: BisectOptions) -> tuple[dict[str, Any], Any, Path, CaseSpec]:
+def _project_commits(
+    args: argparse.Namespace, options: BisectOptions
+) -> tuple[dict[str, Any], Any, Path, CaseSpec, ChangedCode]:
     """``--own``: the project's commits from ``--good`` to ``--bad``, each written into a tree of its own
     under a scratch directory when it is tested (:mod:`perfsuite.ab.own`), in this environment; that
-    directory; and ``--case`` as the bad commit declares it (its tree written now: the working tree has
+    directory; what the project's code changes between the ends (watched in their comparison); and
+    ``--case`` as the bad commit declares it (its tree written now: the working tree has
     no say)."""
     from perfsuite.ab import commits
     from perfsuite.ab.bisecting import case_spec
     from perfsuite.ab.envs import EnvError, make_env
-    from perfsuite.ab.own import at_commit, importing_from, project_root
+    from perfsuite.ab.own import at_commit, changed_between, importing_from, project_root
 
     project = project_root()
     top = commits.check_repository(project, "--own")
@@ -279,7 +283,8 @@ def _project_commits(args: argparse.Namespace, options: BisectOptions) -> tuple[
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
-    return found, env_for, scratch, spec
+    shas = [c.sha for c in found.values()]
+    return found, env_for, scratch, spec, changed_between(top, shas[0], shas[-1], inside, "--own")
 
 
 def _clone_commits(args: argparse.Namespace, good: str, bad: str, base: Any) -> tuple[dict[str, Any], Any, str, None]:
@@ -312,6 +317,7 @@ def _commits(
     what: str,
     scratch: Path | None,
     may_switch: bool = True,
+    changed: Any = None,
 ) -> tuple[int, Found | None]:
     """Bisect the commits ``found`` (good first), each side's environment from ``env_for``: the exit
     code and the answer (``None`` where the ends did not differ or could not be tested); ``may_switch``:
@@ -322,7 +328,7 @@ def _commits(
     say(f"perfsuite: {what}s: {len(points) - 1} after {points[0]} (good), up to {points[-1]} (bad)")
     bisection = Bisection(
         options, spec, points, say, env_for=env_for, what=what, describe=lambda p: found[p].describe(), heard=heard,
-        may_switch=may_switch,
+        may_switch=may_switch, changed_code=changed,
     )  # fmt: skip
     try:
         return bisection.run(), bisection.found
