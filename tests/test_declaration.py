@@ -152,12 +152,12 @@ BAD = [
     ),
     (
         '[tool.perfsuite.models.acme]\nconfig = "models/acme"\ntask = "regression"\n',
-        "tool.perfsuite.models.acme: acme: task must be one of",
+        "tool.perfsuite.models.acme: task must be one of",
     ),
     *(
         (
             f'[tool.perfsuite.models.acme]\nconfig = "models/acme"\ntask = "classification"\nnum_labels = 3\n{line}\n',
-            f"tool.perfsuite.models.acme{where}: acme{variant}: {message}",
+            f"tool.perfsuite.models.acme{where}: {message}",
         )
         for line, where, variant, message in [
             ("batch_size = -4", "", "", "batch_size must be a positive integer, not -4"),  # its worker hung
@@ -171,7 +171,7 @@ BAD = [
     ),
     (
         '[tool.perfsuite.models.acme]\nconfig = "models/acme"\ntask = "classification"\nnum_labels = "3"\n',
-        "tool.perfsuite.models.acme: acme: num_labels must be an integer >= 0, not '3'",
+        "tool.perfsuite.models.acme: num_labels must be an integer >= 0, not '3'",
     ),
     (
         "[tool.perfsuite.strategies.team-recipe]\ncompose = ['bf16']\ngrad_accum_steps = 'four'\n",

@@ -361,8 +361,8 @@ def _register_model(
 def _model_spec(path: Path, key: str, name: str, fields: dict[str, Any], *, tiny: bool) -> ModelSpec:
     try:
         return ModelSpec(name=name, tiny=tiny, **fields)
-    except (TypeError, ValueError) as exc:
-        raise DeclarationError(f"{path}: {key}: {exc}") from None
+    except (TypeError, ValueError) as exc:  # the key names the model: the spec's own "name: " is not said again
+        raise DeclarationError(f"{path}: {key}: {str(exc).removeprefix(f'{name}: ')}") from None
 
 
 def _load_strategy(path: Path, name: str, table: dict[str, Any]) -> None:
