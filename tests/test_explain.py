@@ -429,6 +429,10 @@ def test_other_initial_weights_name_the_tensors_that_started_otherwise() -> None
     assert (
         "2 of 3 tensors started from other values, 1 of them from other statistics: h.0.c_proj std 0.00707 → 0.02"
     ) in gradients.describe(cause)
+    # Every parameter the same: the digest of the whole state differs elsewhere (a buffer).
+    buffered = dataclasses.replace(run_b, initial=kept(a, "abz"))
+    cause = gradients.loss_cause([2.0, 1.9], [2.02, 1.95], run_a, buffered, rtol=1e-3, atol=1e-4)
+    assert "each of the 3 parameters started from the same values" in gradients.describe(cause)
     # A seed re-drawn: every value other, every statistic alike.
     reseeded = dataclasses.replace(run_b, initial=kept(a, "cde"))
     cause = gradients.loss_cause([2.0, 1.9], [2.02, 1.95], run_a, reseeded, rtol=1e-3, atol=1e-4)

@@ -15,7 +15,6 @@ from perfsuite.core.gates import (
     check_time,
     compare,
     is_regression,
-    moved_with_the_peak,
 )
 from perfsuite.core.loss import check_loss, max_difference, side_by_side
 from perfsuite.core.observation import Observation, Waiting, observe
@@ -200,9 +199,17 @@ def test_a_category_that_grew_at_a_peak_that_fell_is_no_regression_where_it_move
     later = _observed(peak_bytes=110 * MIB, breakdown={"activations": 70 * MIB, "gradients": 0, "parameters": 2 * MIB})
     checks = check_memory("c", base, later, Tolerance())
     assert [c.metric for c in checks if is_regression(c, checks)] == ["peak memory"]
-    moved = [c.metric for c in checks if moved_with_the_peak(c.metric, checks)]
-    assert moved == ["memory: activations", "memory: gradients"]
+    assert [c.metric for c in checks if c.moment] == ["memory: activations", "memory: gradients"]
     assert "less than the baseline at the peak, which rose: its moment moved" in checks[1].message
+    # From none at all: a peak that fell from the forward, which held no gradients yet, to the backward.
+    none_yet = {"activations": 80 * MIB, "gradients": 0, "parameters": 2 * MIB}
+    forward = _baseline(memory={"peak_bytes": 100 * MIB, "spread": 0.0, "breakdown": none_yet})
+    backward = _observed(
+        peak_bytes=90 * MIB, breakdown={"activations": 60 * MIB, "gradients": MIB, "parameters": 2 * MIB}
+    )
+    checks = check_memory("c", forward, backward, Tolerance())
+    assert [c.metric for c in checks if c.moment] == ["memory: gradients"]
+    assert not any(is_regression(c, checks) for c in checks)
 
 
 def test_a_category_of_a_few_bytes_changes_in_bytes_a_larger_one_in_percent() -> None:

@@ -43,7 +43,7 @@ def _median_step(wrapper: str, **env: str) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # the tool serves docs/ab.md's sensitivity runs, not a push
+@pytest.mark.nightly  # the tool serves docs/ab-sensitivity.md's runs, not a push
 @pytest.mark.alone  # it times steps
 def test_slow_python_lengthens_each_step_by_the_fraction_and_control_python_does_not() -> None:
     control = _median_step("control-python", PERFSUITE_SLOWDOWN="0.5", PERFSUITE_SLOWDOWN_CONTROL="1")

@@ -148,7 +148,7 @@ class Bisection:
                 timeout_s=self.options.timeout or 600.0,
                 device_type=self.options.device_type,
                 progress=lambda so_far, finished: None if finished else self._so_far(version, so_far),
-                loss_seeds=self.options.loss_seeds,
+                loss_seeds=self.options.loss_seeds if self.options.metric == "loss" else 0,  # else no run of them
             )
             if result.interrupted or self.heard() is not None:  # its pairs so far are kept; the search stops
                 self.cut_short = (version, result)
@@ -293,7 +293,7 @@ class Bisection:
         if at.high < end.low or at.low > end.high:
             self.say(
                 f"perfsuite: {first_bad} alone is B/A {at.said()} against the good end, the bad end {end.said()}: "
-                f"the time changed again between them (×{end.ratio / at.ratio:.3f}); --good {first_bad} bisects that"
+                f"the time changed again between them (×{end.ratio / at.ratio:.3f}); a bisection from it finds that"
             )
 
     def _search_failure(self, package: str | None) -> str:

@@ -39,7 +39,7 @@ class Failed(Exception):
 MAX_PAIRS = 60
 """The default cap. A case whose pairs vary by 6% (tiny-bert-grad_ckpt's did by 6-8% on a 2-core EPYC)
 has a 5% change called slower by 60 pairs in nearly every simulated comparison
-(benchmarks/ab/simulate.py; the figures in docs/ab.md, "What the schedule decides")."""
+(benchmarks/ab/simulate.py; the figures in docs/ab-sensitivity.md, "On known noise")."""
 
 
 def cap_problem(pairs: int | None, max_pairs: int | None) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from perfsuite.ab.rounds import CaseResult
 from perfsuite.core.check import Check
-from perfsuite.core.gates import BREAKDOWN_PREFIX, category_change, is_regression, moved_with_the_peak
+from perfsuite.core.gates import BREAKDOWN_PREFIX, category_change, is_regression
 from perfsuite.core.loss import seeds_said, side_by_side
 
 
@@ -13,14 +13,14 @@ def checks_line(result: CaseResult) -> str:
     """Memory and loss as the first pair decided them: ``regressed: loss max |Δ| 25.1 (final 2.1 → 27.2)
     at pair 1``; a loss that moved within its tolerance is said too (on one stack it moves only where the
     code's arithmetic changed), and a breakdown category that moved against a peak that moved, apart
-    from the gains (:func:`~perfsuite.core.gates.moved_with_the_peak`)."""
+    from the gains (:attr:`~perfsuite.core.check.Check.moment`)."""
     failing = [c for c in result.checks if not c.ok]
     moved = loss_within_tolerance(result)
     if not failing:
         same = f"memory as base, {moved}" if moved else "memory and loss as base"
         return f"{same} at pair 1 (time: pairs to come)"
     worse = [c for c in failing if is_regression(c, result.checks)]
-    moment = [c for c in failing if moved_with_the_peak(c.metric, result.checks)]
+    moment = [c for c in failing if c.moment]
     better = [c for c in failing if c not in worse and c not in moment]
     said = (("regressed", worse), ("improved", better), ("moved with the peak's moment", moment))
     parts = [f"{word}: {', '.join(check_change(result, c) for c in checks)}" for word, checks in said if checks]

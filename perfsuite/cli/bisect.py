@@ -280,11 +280,12 @@ def _project_commits(
         bad = at_commit(top, found[list(found)[-1]], inside, scratch, "--bad")
         with importing_from(bad):
             spec = case_spec(args.case, steps=args.steps, threads=args.threads, project=bad.project)
+        shas = [c.sha for c in found.values()]
+        changed = changed_between(top, shas[0], shas[-1], inside, "--own")
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
-    shas = [c.sha for c in found.values()]
-    return found, env_for, scratch, spec, changed_between(top, shas[0], shas[-1], inside, "--own")
+    return found, env_for, scratch, spec, changed
 
 
 def _clone_commits(args: argparse.Namespace, good: str, bad: str, base: Any) -> tuple[dict[str, Any], Any, str, None]:

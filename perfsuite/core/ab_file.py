@@ -140,6 +140,8 @@ class Check(JsonObject):
     tolerance: str | None = from_key(_TEXT)
     rel: float | None = from_key(_NUMBER)
     """Its relative change (the loss against the base's seeds: below 0, lower than theirs)."""
+    moment: bool | None = from_key(optional(flag))
+    """A breakdown category that moved with the peak's moment (:attr:`perfsuite.core.check.Check.moment`)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -38,6 +38,10 @@ class Check:
     seeds: int | None = None
     """The loss, where the run started from other initial weights than its reference: judged against
     this many of the reference's curves at other seeds (:func:`perfsuite.core.loss.check_against_seeds`)."""
+    moment: bool = False
+    """A breakdown category that moved against a peak that moved past its tolerance: the moment the
+    breakdown is taken at moved (:func:`perfsuite.core.gates.moved_with_the_peak`), neither a regression
+    nor a gain."""
 
 
 class TimeCheck(NamedTuple):

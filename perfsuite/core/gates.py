@@ -294,26 +294,25 @@ MOMENT_CATEGORIES = frozenset({"gradients", "activations", "temporaries"})
 others, parameters, buffers, optimizer state and other, hold through a step)."""
 
 
-def moved_with_the_peak(metric: str, checks: Sequence[Check], rel: float | None = None) -> bool:
-    """Whether ``metric`` is a category of :data:`MOMENT_CATEGORIES` that moved against the peak memory,
-    where the peak fell or rose past its tolerance: the breakdown is taken at the moment of the peak, so
-    such a category that grew where the peak fell (or shrank where it rose) is that moment moving, not
-    more (or less) memory. ``rel``: the category's change, where ``checks`` does not hold it yet."""
+def moved_with_the_peak(metric: str, checks: Sequence[Check], rel: float) -> bool:
+    """Whether ``metric``, a change ``rel`` (infinite from 0), is a category of :data:`MOMENT_CATEGORIES`
+    that moved against the peak memory where the peak fell or rose past its tolerance (the peak's check
+    among ``checks``): the breakdown is taken at the moment of the peak, so such a category that grew
+    where the peak fell (or shrank where it rose) is that moment moving, not more (or less) memory."""
     moment = metric.startswith(BREAKDOWN_PREFIX) and metric.removeprefix(BREAKDOWN_PREFIX) in MOMENT_CATEGORIES
-    rel = rel if rel is not None else next((c.rel for c in checks if c.metric == metric), None)
     peak = next((c.rel for c in checks if c.metric == PEAK_MEMORY and not c.ok and c.rel is not None), None)
-    return moment and peak is not None and rel is not None and rel != 0 and (rel > 0) != (peak > 0)
+    return moment and peak is not None and rel != 0 and (rel > 0) != (peak > 0)
 
 
 def is_regression(check: Check, checks: Sequence[Check]) -> bool:
     """Whether a failing ``check`` (one of ``checks``, a case's) is a regression: another loss (but not one
     from other initial weights lower than the base's at its other seeds), or a figure that grew (more
-    memory, a slower step), but not a category that :func:`moved_with_the_peak`."""
+    memory, a slower step), but not a category that moved with the peak's moment (:attr:`Check.moment`)."""
     if check.ok:
         return False
     if check.metric == "loss":  # another curve; from other weights, one lower than the base's seeds' is not
         return not (check.seeds and check.rel is not None and check.rel < 0)
-    if moved_with_the_peak(check.metric, checks):
+    if check.moment:
         return False
     return check.rel is None or check.rel > 0
 
@@ -342,9 +341,9 @@ def check_memory(case_id: str, baseline: Mapping[str, Any], observed: Observatio
         limit = max(tol.memory_rtol * abs(base), tol.memory_atol_bytes)
         ok = abs(now - base) <= limit
         rel = rel_change(now, base)
-        message = ""
+        message, moment = "", not ok and moved_with_the_peak(metric, checks, rel)
         if not ok:
-            if moved_with_the_peak(metric, checks, rel):
+            if moment:
                 more, way = ("more", "fell") if now > base else ("less", "rose")
                 verdict = f"{more} than the baseline at the peak, which {way}: its moment moved; refresh it if expected"
             elif now < base:
@@ -369,6 +368,7 @@ def check_memory(case_id: str, baseline: Mapping[str, Any], observed: Observatio
                 message,
                 rel=rel if math.isfinite(rel) else None,
                 limit=limit / abs(base) if base else None,
+                moment=moment,
             )
         )
     return checks

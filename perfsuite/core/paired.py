@@ -32,7 +32,7 @@ often. It needs no correction for a false alarm; ``perfsuite ab`` still makes no
 first alarm look (:func:`perfsuite.ab.comparison.schedule_for`), because 7 pairs, the fewest
 that can bound a 95% interval, twice made a wrong *same*. The misses the repeated looks for
 *same* leave are measured by simulation (``benchmarks/ab/simulate.py``) and with injected
-slowdowns on this machine (docs/ab.md).
+slowdowns on this machine (docs/ab-sensitivity.md).
 """
 
 from __future__ import annotations

@@ -11,8 +11,7 @@ from typing import Any
 
 from perfsuite.core.baselines import write_text_atomic
 from perfsuite.core.changed_code import ChangedCode
-from perfsuite.core.check import Check
-from perfsuite.core.gates import BREAKDOWN_PREFIX, category_change, moved_with_the_peak
+from perfsuite.core.gates import BREAKDOWN_PREFIX, category_change
 from perfsuite.core.loss import seeds_said, side_by_side
 from perfsuite.core.paired import SAME_CONFIDENCE, bounded
 from perfsuite.core.reach import Reach, described, reach, unreached, unreached_said
@@ -43,13 +42,11 @@ def _memory(case: Mapping[str, Any]) -> tuple[str, str]:
         return "—", "—"
     peak = f"{m['a'] / 2**20:,.2f} → {m['b'] / 2**20:,.2f} ({(m['b'] - m['a']) / max(m['a'], 1):+.1%})"
     changes, few = [], Tolerance().memory_atol_bytes
-    checks = [
-        Check(str(c["metric"]), bool(c["ok"]), "", "", "", "", "", rel=c.get("rel")) for c in case.get("checks") or ()
-    ]
+    moment = {str(c.get("metric")) for c in case.get("checks") or () if c.get("moment")}  # as said beside it
     for name in sorted(set(m["breakdown_a"]) | set(m["breakdown_b"])):
         a, b = m["breakdown_a"].get(name, 0), m["breakdown_b"].get(name, 0)
         if abs(b - a) > max(few, 0.01 * max(a, 1)):
-            moved = moved_with_the_peak(f"{BREAKDOWN_PREFIX}{name}", checks)
+            moved = f"{BREAKDOWN_PREFIX}{name}" in moment
             changes.append(category_change(name, a, b) + (" (the peak's moment moved)" if moved else ""))
     return peak, ", ".join(changes) or "none"
 

@@ -146,7 +146,7 @@ class RefreshStager:
         }
 
     def written_line(self) -> str:
-        """``wrote 3 file(s) under baselines/: 2 baselines and 1 pinned pytest-benchmark file ...``."""
+        """``wrote 3 file(s) under baselines/: 2 baseline(s) and 1 pinned pytest-benchmark file(s), which ...``."""
         pinned = sum(is_pinned(path.name) for path in self.written)
         said = f"wrote {len(self.written)} file(s) under {self.root.name}/"
         if not pinned:

@@ -192,7 +192,7 @@ def loss_cause(
         grads_compared=len(compared),
         reproduced=reproduced,
         started_otherwise=started,
-        parameters=max(len(run_a.initial), len(run_b.initial)),
+        parameters=len({s.name for s in (*run_a.initial, *run_b.initial)}),
         values_differ=values,
         first_losses=(loss_a[0], loss_b[0]) if loss_a and loss_b else None,
         differs_from=first if (first := _first_difference(loss_a, loss_b)) is not None and first < step else None,

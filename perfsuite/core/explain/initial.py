@@ -104,6 +104,10 @@ def describe(found: Sequence[Moved], total: int, differ: int | None = None) -> s
         if not found:
             return "every tensor's initial statistics alike (the draw itself differs)"
         return f"{len(found)} of {total} tensors started from other statistics: {named}{more}"
+    if not differ and not found:
+        return (
+            f"each of the {total} parameters started from the same values (the weights differ in a buffer or a dtype)"
+        )
     values = f"{differ} of {total} tensors started from other values"
     if not found:
         return f"{values}, each with the same statistics (another draw of the same initialisation)"
