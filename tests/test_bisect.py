@@ -883,3 +883,29 @@ def test_own_ends_alike_say_the_code_that_differs_was_never_called(monkeypatch: 
         "perfsuite: aaa1111 and ccc3333 do not differ in memory on tiny-bert-vanilla; nothing to bisect; of the "
         "code that differs, not seen in any case's step: acme/train.py:Engine.step"
     )
+
+
+@pytest.mark.parametrize(
+    ("first_bad", "at", "said"),
+    [
+        ("4.48.0", (1.5, 1.425, 1.575), False),  # the first bad is the bad end: nothing between them
+        ("4.47.0", (1.5, 0.0, float("inf")), False),  # too few pairs to bound it: never apart
+        ("4.47.0", (1.9, 1.8, 2.0), False),  # overlapping the bad end's
+        ("4.47.0", (1.5, 1.425, 1.575), True),
+    ],
+)
+def test_the_time_changed_again_only_where_the_intervals_are_apart(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, first_bad: str, at: tuple[float, float, float], said: bool
+) -> None:
+    from perfsuite.ab.rounds import CaseResult
+    from perfsuite.core.paired import Paired
+
+    def result(ratio: float, low: float, high: float) -> CaseResult:
+        time = Paired(ratio=ratio, low=low, high=high, pairs=9, confidence=0.95, verdict="slower")
+        return CaseResult(case="tiny-bert-vanilla", time=time)
+
+    lines: list[str] = []
+    bisection = _bisection(monkeypatch, tmp_path, lambda point: None, lines)
+    bisection.compared[first_bad] = result(*at)
+    bisection._changed_again(first_bad, result(2.0, 1.9, 2.1))
+    assert bool(lines) == said, lines
