@@ -63,14 +63,14 @@ def evidence(result: CaseResult, metric: str) -> str:
     failing = [c for c in result.checks if not c.ok and counts(c.metric, metric)]
     said = [_good_end(c.message) if c.metric == "attention" else check_change(result, c) for c in failing]
     held = loss_within_tolerance(result) if metric == "loss" else None  # from other weights: against the seeds
-    return ("; ".join(said) or held or f"{metric}: as the good end").replace("the base's", "the good end's")
+    return _good_end("; ".join(said) or held or f"{metric}: as the good end")
 
 
 def _good_end(message: str) -> str:
-    """A gate's message with the good end where it says baseline (a bisect step's reference), and
-    without its advice to refresh a baseline."""
+    """A gate's message with the good end where it says baseline or the base (a bisect step's reference),
+    and without its advice to refresh a baseline."""
     message = message.replace(": refresh it if expected", "")
-    return re.sub(r"\b(the )?baseline('s)?\b", lambda m: "the good end" + (m.group(2) or ""), message)
+    return re.sub(r"\b(the )?base(line)?('s)?\b", lambda m: "the good end" + (m.group(3) or ""), message)
 
 
 def shown(judgement: Judgement) -> str:
