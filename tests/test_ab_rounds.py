@@ -61,6 +61,7 @@ class FakeSide:
     ) -> None:
         self.name, self.scale, self.log, self.fail, self.noise = name, scale, log, fail, noise
         self.loss = loss or {}
+        self.at_seeds: dict[str, CaseRecord] = {}
 
     def reset(self) -> None:
         self.log.append(f"{self.name} reset")
@@ -477,6 +478,42 @@ def test_a_candidate_from_other_weights_is_judged_against_the_bases_curves_at_ot
     result, log = _seeded([2.0, 1.5], b_digest="aa")
     assert not [line for line in log if line.startswith("A seed") and not line.startswith("A seed 0")]
     assert result.verdict == "same"
+
+
+def test_a_side_compared_again_reuses_its_curves_at_other_seeds() -> None:
+    """A bisection compares its good end with each point: the good end runs each other seed once, the
+    first time a point starts from other weights; a later point is judged against the same curves, and
+    a seed whose run failed is run again."""
+    log: list[str] = []
+
+    def a_curve(seed: int) -> list[float]:
+        return [2.0 + 0.01 * (seed * 3 % 5), 1.5 + 0.01 * (seed * 7 % 5)]
+
+    good = Seeded("A", {}, log, digest="aa", curve=a_curve, fail_seed=3)
+    schedule = Schedule(first=1, step=1, cap=1, floor=0.03, confidence=0.95)
+
+    def point(curve: list[float]) -> Any:
+        (result,) = _rounds(
+            [_spec()], (good, Seeded("B", {}, log, digest="bb", curve=lambda _: curve)), schedule, loss_seeds=5
+        )
+        return result
+
+    def other_seeds_run() -> list[str]:
+        runs = [line for line in log if line.startswith("A seed") and not line.startswith("A seed 0")]
+        log.clear()
+        return runs
+
+    point([2.02, 1.51])
+    assert other_seeds_run() == [f"A seed {seed} profile=False" for seed in (1, 2, 3)]  # seed 3 fails
+    good.fail_seed = None
+    first = point([2.02, 1.51])
+    assert other_seeds_run() == [f"A seed {seed} profile=False" for seed in (3, 4, 5)]  # 1 and 2 kept
+    again, worse = point([2.02, 1.51]), point([2.5, 1.9])
+    assert other_seeds_run() == []
+    assert again.checks == first.checks
+    (loss,) = [c for c in again.checks if c.metric == "loss"]
+    assert (loss.ok, loss.seeds) == (True, 6)
+    assert worse.verdict == "regressed"
 
 
 def test_a_loss_that_moved_within_its_tolerance_is_said_with_where_it_ended() -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import statistics
@@ -244,11 +245,12 @@ def other_seeds(
     cancel: threading.Event | None = None,
 ) -> Pair:
     """``pair`` with ``side``'s (A's) loss curves at ``count`` other seeds (the case's seed + 1, + 2, …,
-    each run alone, unprofiled), where its two runs started from other initial weights and their curves
-    of one length differ: B's curve is then judged against A's spread over seeds, not step by step
-    (:func:`perfsuite.core.loss.check_against_seeds`). As it was otherwise; without them, saying why,
-    where a run at another seed failed or started from A's own weights (a model that ignores the seed),
-    or once ``cancel`` is set (the comparison stopped while this ran in a lane of its own)."""
+    each run alone, unprofiled, once per side: :attr:`Side.at_seeds`), where its two runs started from
+    other initial weights and their curves of one length differ: B's curve is then judged against A's
+    spread over seeds, not step by step (:func:`perfsuite.core.loss.check_against_seeds`). As it was
+    otherwise; without them, saying why, where a run at another seed failed or started from A's own
+    weights (a model that ignores the seed), or once ``cancel`` is set (the comparison stopped while this
+    ran in a lane of its own)."""
     a, b = pair.records
     if pair.error is not None or a is None or b is None or not weights_apart(a.initial_weights, b.initial_weights):
         return pair
@@ -258,10 +260,16 @@ def other_seeds(
     for seed in range(fields["seed"] + 1, fields["seed"] + 1 + count):
         if cancel is not None and cancel.is_set():
             return dataclasses.replace(pair, seeds_error="the comparison was stopped")
-        try:
-            record = side.run({**fields, "seed": seed, "profile": False}, timeout_s, env=env)
-        except EnvError as exc:
-            return dataclasses.replace(pair, seeds_error=f"at seed {seed}: {exc}")
+        asked = {**fields, "seed": seed, "profile": False}
+        key = json.dumps([asked, env], sort_keys=True)
+        record = side.at_seeds.get(key)
+        if record is None:
+            try:
+                record = side.run(asked, timeout_s, env=env)
+            except EnvError as exc:
+                return dataclasses.replace(pair, seeds_error=f"at seed {seed}: {exc}")
+            if record.ok:  # a failure is not kept: a time limit or a signal may not come again
+                side.at_seeds[key] = record
         if not record.ok or len(record.loss) != len(b.loss):
             said = failure(side, record) or f"{len(record.loss)} steps, not {len(b.loss)}"
             return dataclasses.replace(pair, seeds_error=f"at seed {seed}: {said}")

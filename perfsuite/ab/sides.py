@@ -72,6 +72,10 @@ class Side:
         self.env = env
         self.watch = Ask()
         """The code whose calls a case's build, first step and profile step count (:mod:`perfsuite.core.reach`)."""
+        self.at_seeds: dict[str, CaseRecord] = {}
+        """Its runs of a case at other seeds (:func:`perfsuite.ab.pairs.other_seeds`), by the request: a loss
+        curve and initial weights on one stack are the same at every run, so a bisection's good end, compared
+        with each point, runs each seed once."""
         environ = {**os.environ, **(server_env or {})}
         if env.path:
             environ["PYTHONPATH"] = os.pathsep.join([*env.path, *filter(None, [environ.get("PYTHONPATH")])])
