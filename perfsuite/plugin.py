@@ -84,7 +84,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(parallel.Controller(config), "perfsuite-xdist-controller")
     for marker in sorted({m for case in registry.matrix_cases() for m in case.markers} - set(MARKERS)):
         config.addinivalue_line("markers", f"{marker}: declared in a perfsuite matrix entry")
-    if not hasattr(config.option, "benchmark_compare"):
+    if not hasattr(config.option, "benchmark_compare"):  # -p no:benchmark: a matrix test's benchmark is None
+        from perfsuite.session.benchmark import WithoutPytestBenchmark
+
+        config.pluginmanager.register(WithoutPytestBenchmark(), "perfsuite-without-pytest-benchmark")
         return
     if config.option.benchmark_compare is True:
         if gpu_tier_selected(config) and config.getoption("perfsuite_no_gpu") == "fail":
@@ -330,28 +333,16 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         _summarize(terminalreporter, exitstatus, config)
 
 
-def _left_complete(cases: dict[str, bool]) -> str:
-    """The line for the cases a refresh ``--missing`` left out (id → untimed on this class)."""
-    line = f"perfsuite: {len(cases)} selected case(s) already have complete baselines here (--missing left them out)"
-    untimed = sorted(case for case, kept_untimed in cases.items() if kept_untimed)
-    if untimed:
-        line += (
-            f"; {len(untimed)} of them {'keeps' if len(untimed) == 1 else 'keep'} no step time on this class, "
-            "too noisy here for their gates "
-            f"(a later `perfsuite baselines pool` decides): {', '.join(untimed)}"
-        )
-    return line
-
-
 def _summarize(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """The perfsuite section of the summary, and the files asked for (``--perfsuite-json``, ``--perfsuite-report``,
     ``--perfsuite-markdown``)."""
     from perfsuite.reports.tables import gate_markdown, gate_text
     from perfsuite.session.results import write_without_cases
+    from perfsuite.session.scope import left_complete
 
     state = _session(config)
     if state.already_complete:
-        terminalreporter.write_line(_left_complete(state.already_complete))
+        terminalreporter.write_line(left_complete(state.already_complete))
     state.report_nothing_gated(terminalreporter, config.getoption("perfsuite_markdown"))
     if not state.outcomes:
         if (said := write_without_cases(config, state)) is not None:

@@ -59,6 +59,26 @@ def test_baseline_10_percent_faster_fails_that_case_as_a_regression(project: pyt
     )
 
 
+def test_without_pytest_benchmark_the_matrix_test_is_gated_all_the_same(project: pytest.Pytester) -> None:
+    """``-p no:benchmark``: the matrix test's ``benchmark`` is ``None``, and perfsuite's gates stand (a
+    faster baseline fails its case); a refresh writes the baselines, saying no pinned file was written."""
+    edit(project, "tiny-bert-fp16", lambda d: scale_median(d, 0.9))
+    result = gate(project, "-p", "no:benchmark")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*tiny-bert-fp16: step time *(+11.1%)*a regression*", "FAILED *tiny-bert-fp16*"])
+    pinned = project.path / "baselines" / "cpu" / "pytest-benchmark.fake-1.2-avx2.json"
+    before = pinned.read_bytes()
+    refreshed = gate(project, "-p", "no:benchmark", "--perfsuite-refresh", "--perfsuite-repeats=1")
+    refreshed.assert_outcomes(passed=3)
+    refreshed.stdout.fnmatch_lines(
+        [
+            "wrote 3 file(s) under baselines/, and no pinned pytest-benchmark file: no case ran with "
+            "pytest-benchmark's `benchmark`"
+        ]
+    )
+    assert pinned.read_bytes() == before
+
+
 def _retrying(project: pytest.Pytester) -> None:
     project.makepyprojecttoml(
         "[tool.perfsuite]\nbaselines = 'baselines'\n"

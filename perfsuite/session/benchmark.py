@@ -91,3 +91,13 @@ class SavedNothingIsNoWarning:
                 "ignore", message="Not saving anything, no benchmarks have been run", category=pytest.PytestWarning
             )
             return (yield)
+
+
+class WithoutPytestBenchmark:
+    """Where pytest-benchmark is not loaded (``-p no:benchmark``): a ``benchmark`` fixture that is ``None``,
+    so a matrix test written for pytest-benchmark still runs. The gate is perfsuite's own either way; what
+    goes is pytest-benchmark's table, ``--benchmark-compare`` and its saved runs."""
+
+    @pytest.fixture
+    def benchmark(self) -> None:
+        return None

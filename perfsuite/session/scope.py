@@ -247,3 +247,16 @@ def gpu_tier_selected(config: pytest.Config) -> bool:
     """Whether ``-m`` asks for the GPU tier (``gpu``, ``gpu and ...``), not merely leaves it in."""
     expression = str(config.getoption("markexpr") or "")
     return re.search(r"(?<!not )\bgpu\b", expression) is not None
+
+
+def left_complete(cases: dict[str, bool]) -> str:
+    """The line for the cases a refresh ``--missing`` left out (id → untimed on this class)."""
+    line = f"perfsuite: {len(cases)} selected case(s) already have complete baselines here (--missing left them out)"
+    untimed = sorted(case for case, kept_untimed in cases.items() if kept_untimed)
+    if untimed:
+        line += (
+            f"; {len(untimed)} of them {'keeps' if len(untimed) == 1 else 'keep'} no step time on this class, "
+            "too noisy here for their gates "
+            f"(a later `perfsuite baselines pool` decides): {', '.join(untimed)}"
+        )
+    return line

@@ -149,6 +149,8 @@ class RefreshStager:
         """``wrote 3 file(s) under baselines/: 2 baseline(s) and 1 pinned pytest-benchmark file(s), which ...``."""
         pinned = sum(is_pinned(path.name) for path in self.written)
         said = f"wrote {len(self.written)} file(s) under {self.root.name}/"
+        if not pinned and self.written and not self.staged_benchmarks:  # -p no:benchmark, or check(spec) alone
+            return f"{said}, and no pinned pytest-benchmark file: no case ran with pytest-benchmark's `benchmark`"
         if not pinned:
             return said
         return (
