@@ -125,6 +125,13 @@ def test_the_terminal_table_notes_each_cause(tmp_path: Path) -> None:
     after = narrow.export_text().split("[1] tiny-bert-vanilla:", 1)[1].splitlines()[1:]
     assert len(after) > 4, after
     assert all(line.startswith("    ") for line in after if line.strip()), after
+    # No line of a log is padded past its text; from ten notes up, each note's text starts in one column.
+    assert all(line == line.rstrip() for line in shown.splitlines()), [line for line in shown.splitlines()][-3:]
+    from perfsuite.reports.tables import Notes
+
+    numbered = Console(width=60, record=True)
+    numbered.print(Notes([f"[{n}] note {n}" for n in range(1, 11)]))
+    assert numbered.export_text().splitlines()[8:] == [" [9] note 9", "[10] note 10"]
 
 
 def test_report_html_draws_the_flame_graph_tensors_and_gradients(tmp_path: Path) -> None:

@@ -242,10 +242,12 @@ def code_lines(payload: Mapping[str, Any]) -> list[str]:
 
 def render_table(payload: Mapping[str, Any]) -> Any:
     """The headline, the table and its notes, for a console: the headline and each note wrapped at the
-    console's width (a log's 200 columns), not at the table's, a note under its own text past its ``[1]``."""
+    console's width (a log's 200 columns), not at the table's (:class:`~perfsuite.reports.tables.Notes`)."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
+
+    from perfsuite.reports.tables import Notes
 
     table = Table()
     for header in HEADERS:
@@ -253,13 +255,8 @@ def render_table(payload: Mapping[str, Any]) -> Any:
         table.add_column(header, overflow="fold")
     for row in rows(payload):
         table.add_row(*row)
-    noted = Table.grid(padding=(0, 1))
-    noted.add_column(no_wrap=True)
-    noted.add_column(overflow="fold")
-    for line in notes(payload):
-        mark, text = line.split(" ", 1) if line.startswith("[") else ("", line.strip())
-        noted.add_row(mark, Text(text))
-    return Group(Text(verdict_line(payload)), table, *([noted] if noted.row_count else []))
+    noted = notes(payload)
+    return Group(Text(verdict_line(payload)), table, *([Notes(noted)] if noted else []))
 
 
 def marker(device_type: str, *, own: bool = False) -> str:
