@@ -84,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(parallel.Controller(config), "perfsuite-xdist-controller")
     for marker in sorted({m for case in registry.matrix_cases() for m in case.markers} - set(MARKERS)):
         config.addinivalue_line("markers", f"{marker}: declared in a perfsuite matrix entry")
-    if not hasattr(config.option, "benchmark_compare"):  # -p no:benchmark: a matrix test's benchmark is None
+    if not hasattr(config.option, "benchmark_compare"):  # pytest-benchmark not installed, or -p no:benchmark
         from perfsuite.session.benchmark import WithoutPytestBenchmark
 
         config.pluginmanager.register(WithoutPytestBenchmark(), "perfsuite-without-pytest-benchmark")

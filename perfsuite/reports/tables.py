@@ -114,14 +114,13 @@ def log_console(*, stderr: bool = False) -> Console:
 
 class Notes:
     """Numbered notes for a console: each wrapped at the console's width under its own text past its
-    ``[n]`` (the marks right-aligned, so ``[9]``'s text and ``[10]``'s start in one column; a line
-    without a mark under the text), and no line of a log padded past its text with spaces."""
+    ``[n]`` (the marks right-aligned: ``[9]`` under ``[10]``'s ``0]``; a line without a mark under the
+    text), and no line of a log padded past its text with spaces."""
 
     def __init__(self, lines: Sequence[str]) -> None:
         self.lines = list(lines)
 
-    def __rich_console__(self, console: Console, options: Any) -> Iterable[Any]:
-        from rich.segment import Segment
+    def _grid(self) -> Table:
         from rich.text import Text
 
         grid = Table.grid(padding=(0, 1))
@@ -130,8 +129,18 @@ class Notes:
         for line in self.lines:
             mark, text = line.split(" ", 1) if line.startswith("[") else ("", line.strip())
             grid.add_row(mark, Text(text))
-        for segments in console.render_lines(grid, options, pad=False):
-            while segments and not segments[-1].text.rstrip():
+        return grid
+
+    def __rich_measure__(self, console: Console, options: Any) -> Any:
+        from rich.measure import Measurement
+
+        return Measurement.get(console, options, self._grid())
+
+    def __rich_console__(self, console: Console, options: Any) -> Iterable[Any]:
+        from rich.segment import Segment
+
+        for segments in console.render_lines(self._grid(), options, pad=False):
+            while segments and not segments[-1].control and not segments[-1].text.rstrip():
                 segments.pop()
             if segments:
                 last = segments.pop()

@@ -94,9 +94,9 @@ class SavedNothingIsNoWarning:
 
 
 class WithoutPytestBenchmark:
-    """Where pytest-benchmark is not loaded (``-p no:benchmark``): a ``benchmark`` fixture that is ``None``,
-    so a matrix test written for pytest-benchmark still runs. The gate is perfsuite's own either way; what
-    goes is pytest-benchmark's table, ``--benchmark-compare`` and its saved runs."""
+    """Where pytest-benchmark is not installed or not loaded (``-p no:benchmark``): a ``benchmark`` fixture
+    that is ``None``, so a matrix test written for pytest-benchmark still runs. The gate is perfsuite's own
+    either way; what goes is pytest-benchmark's table, ``--benchmark-compare`` and its saved runs."""
 
     @pytest.fixture
     def benchmark(self) -> None:
