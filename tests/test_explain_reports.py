@@ -127,7 +127,7 @@ def test_the_terminal_table_notes_each_cause(tmp_path: Path) -> None:
     assert all(line.startswith("    ") for line in after if line.strip()), after
     # No line of a log is padded past its text; from ten notes up, each note's text starts in one column.
     assert all(line == line.rstrip() for line in shown.splitlines()), [line for line in shown.splitlines()][-3:]
-    from perfsuite.reports.tables import Notes
+    from perfsuite.reports.notes import Notes
 
     numbered = Console(width=60, record=True)
     numbered.print(Notes([f"[{n}] note {n}" for n in range(1, 11)]))

@@ -242,12 +242,12 @@ def code_lines(payload: Mapping[str, Any]) -> list[str]:
 
 def render_table(payload: Mapping[str, Any]) -> Any:
     """The headline, the table and its notes, for a console: the headline and each note wrapped at the
-    console's width (a log's 200 columns), not at the table's (:class:`~perfsuite.reports.tables.Notes`)."""
+    console's width (a log's 200 columns), not at the table's (:class:`~perfsuite.reports.notes.Notes`)."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
-    from perfsuite.reports.tables import Notes
+    from perfsuite.reports.notes import Notes
 
     table = Table()
     for header in HEADERS:
