@@ -6,7 +6,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.measure import Measurement
+from rich.segment import Segment
 from rich.table import Table
+from rich.text import Text
 
 
 class Notes:
@@ -18,8 +21,6 @@ class Notes:
         self.lines = list(lines)
 
     def _grid(self) -> Table:
-        from rich.text import Text
-
         grid = Table.grid(padding=(0, 1))
         grid.add_column(no_wrap=True, justify="right")
         grid.add_column(overflow="fold")
@@ -28,14 +29,10 @@ class Notes:
             grid.add_row(mark, Text(text))
         return grid
 
-    def __rich_measure__(self, console: Console, options: Any) -> Any:
-        from rich.measure import Measurement
-
+    def __rich_measure__(self, console: Console, options: Any) -> Measurement:
         return Measurement.get(console, options, self._grid())
 
-    def __rich_console__(self, console: Console, options: Any) -> Iterable[Any]:
-        from rich.segment import Segment
-
+    def __rich_console__(self, console: Console, options: Any) -> Iterable[Segment]:
         for segments in console.render_lines(self._grid(), options, pad=False):
             while segments and not segments[-1].control and not segments[-1].text.rstrip():
                 segments.pop()
