@@ -41,6 +41,13 @@ def warns(spec: CaseSpec) -> dict[str, Any]:
     return ok(spec)
 
 
+def chatty(spec: CaseSpec) -> dict[str, Any]:
+    """A case that prints more than its record keeps: the end is kept, and the record says it was cut."""
+    for i in range(3000):
+        print(f"line {i:04d} of a chatty case")
+    return ok(spec)
+
+
 def wrong_record(spec: CaseSpec) -> dict[str, Any]:
     """An engine's evidence of the wrong type: the case's own fault, not the run's."""
     return {**ok(spec), "applied": None}

@@ -53,6 +53,7 @@ RUN = [
     (["--models", "tiny-bert", "--pretrained", "hub-cache"], "--pretrained hub-cache: tiny-bert has no hub id"),
     (["--models", "tiny-bert", "--tokenizer", "{tmp}"], "--tokenizer is the tokenizer of --dataset"),
     (["--dataset", "{tmp}/none.csv", "--tokenizer", "{tmp}"], "--dataset {tmp}/none.csv: no such file"),
+    (["--dataset", "no_such_set", "--tokenizer", "{tmp}"], "--dataset no_such_set: no such file or directory, nor a"),
     (["--dataset", "{tmp}/empty.json", "--tokenizer", "{tmp}/none"], "--tokenizer {tmp}/none: no such directory"),
 ]
 OVERHEAD = [
@@ -112,6 +113,10 @@ MERGE = [
     (["{tmp}/records-str.json", "-o", "{tmp}/merged.json"], "tiny-bert-vanilla: records is 'oops' (str), not a list"),
     (["{tmp}/gate.json", "{tmp}/gate.json", "-o", "{tmp}/m.json"], "gate.json: given twice ({tmp}/gate.json is the"),
     (["{tmp}/gate.json", "-o", "{tmp}/gate.json"], "--out: {tmp}/gate.json is one of the shards it merges"),
+    (
+        ["{tmp}/lost.json", "-o", "{tmp}/m.json"],
+        "no such results file; write one with `pytest --perfsuite-json {tmp}/lost.json`\n",
+    ),
 ]
 BASELINES = [
     (["refresh", "--repeats", "0"], "--repeats: must be at least 1, got 0"),
@@ -129,7 +134,7 @@ BASELINES = [
     (["pool", "{tmp}/stack-1.json", "{tmp}/stack-1.json", "{tmp}/stack-2.json"], "ran different stacks (torch 1 vs 2)"),
     (["pool", "{tmp}/stack-1.json", "{tmp}/stack-2.json", "{tmp}/stack-1.json"], "different stacks"),
     (["pool", "{tmp}/stack-1.json", "{tmp}/stack-1b.json", "{tmp}/stack-1.json"], "stack-1.json are the same session"),
-    (["pool", "{tmp}/stack-1.json", "{tmp}/stack-1b.json", "{tmp}/stack-1c.json"], "no baselines directory here"),
+    (["pool", "{tmp}/stack-1.json", "{tmp}/stack-1b.json", "{tmp}/stack-1c.json"], "no baselines directory at"),
 ]
 if not cuda_usable():  # the GPU tier asked for on a machine without one
     BASELINES.append((["refresh", "--device", "cuda", "--tests", "{tmp}/file.txt"], "--device cuda: torch sees no"))
@@ -156,6 +161,15 @@ HISTORY = [
     (["track", "--dir", "{tmp}", "--repo", "a/b", "--dry-run"], "no history records in {tmp}"),
     (["judge", "--dir", "{tmp}/history/good", "--results", "{tmp}/env-str.json"], "env is 'nope' (str)"),
     (["judge", "--dir", "{tmp}/history/good", "--results", "{tmp}/run.json"], "needs the gate's results"),
+    # A missing file's hint names only the file these read: the gate's (a run's is refused above).
+    (
+        ["record", "{tmp}/lost.json", "--dir", "{tmp}/h"],
+        "lost.json: no such results file; write one with `pytest --perfsuite-json {tmp}/lost.json`\n",
+    ),
+    (
+        ["judge", "--dir", "{tmp}/history/good", "--results", "{tmp}/lost.json"],
+        "`pytest --perfsuite-json {tmp}/lost.json`\n",
+    ),
     (
         ["judge", "--dir", "{tmp}/history/good", "--markdown", "{tmp}/v.md", "--results", "{tmp}/case-int.json"],
         "case is 123",
@@ -441,3 +455,20 @@ def test_a_refresh_session_that_runs_no_case_ends_without_a_traceback(pytester: 
     result = pytester.runpytest("--perfsuite-refresh", "-k", "nothing", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_dataset_name_is_taken_where_a_cache_holds_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--dataset NAME`` is checked before any case runs: a local directory, or a name the hub cache or
+    ``datasets``' own cache holds, as ``datasets`` names its directories (``ns___name`` in snake case)."""
+    from perfsuite.cli.selection import _cached_dataset
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    for variable in ("HF_HUB_CACHE", "HF_DATASETS_CACHE"):
+        monkeypatch.delenv(variable, raising=False)
+    assert not _cached_dataset("acme/ReviewSet")
+    (tmp_path / "hf" / "datasets" / "acme___review_set").mkdir(parents=True)
+    assert _cached_dataset("acme/ReviewSet")
+    assert not _cached_dataset("imdb")
+    (tmp_path / "hf" / "hub" / "datasets--imdb").mkdir(parents=True)
+    assert _cached_dataset("imdb")
+    assert _cached_dataset(str(tmp_path))  # a directory load_dataset reads

@@ -95,7 +95,7 @@ def test_an_unreadable_baseline_is_named_and_no_baselines_is_one_line(
     (empty / "pyproject.toml").write_text("[tool.perfsuite]\n")
     monkeypatch.chdir(empty)
     assert main(["baselines", "classes"]) == 2
-    assert "no baselines directory here" in capsys.readouterr().err
+    assert "no baselines directory at baselines: run this from" in capsys.readouterr().err
     (empty / "baselines" / "cpu").mkdir(parents=True)  # as a new repository's, before its first refresh
     (empty / "baselines" / "cpu" / "pytest-benchmark.class-a.json").write_text("{}")
     assert main(["baselines", "classes"]) == 0

@@ -252,4 +252,18 @@ def test_a_run_file_says_which_cases_are_outside_their_baselines_an_unreadable_o
     unreadable = parse_results({"cases": [record_of(baseline, REPLAYED_CLASS)]}, "run.json")
     gate_runs(unreadable, tmp_path)
     assert "1 outside their tolerance (tiny-bert-vanilla)" in str(unreadable.run_compared())
-    assert parse_results({"cases": [record_of(baseline, REPLAYED_CLASS)]}, "run.json").run_compared() is None
+    # None compared is said, and why: no directory given or found, none there, or no baseline in it.
+    uncompared = parse_results({"cases": [record_of(baseline, REPLAYED_CLASS)]}, "run.json")
+    assert str(uncompared.run_compared()).startswith(
+        "perfsuite run compared none of its 1 case(s) with a baseline (no baselines directory given "
+    )
+    gate_runs(uncompared, tmp_path / "nowhere")
+    assert f"(no baselines directory at {tmp_path / 'nowhere'}): nothing in it is gated" in str(
+        uncompared.run_compared()
+    )
+    other = record_of(baseline, REPLAYED_CLASS) | {"model": "tiny-t5"}  # no baseline in tmp_path
+    both = parse_results({"cases": [record_of(baseline, REPLAYED_CLASS), other]}, "run.json")
+    gate_runs(both, tmp_path)
+    assert "1 outside their tolerance (tiny-bert-vanilla); 1 compared with none (tiny-t5-vanilla: no baseline" in str(
+        both.run_compared()
+    )

@@ -118,7 +118,8 @@ def test_a_hardware_name_becomes_a_plain_directory_name(tmp_path: Path) -> None:
         record["time_class"] = ""
 
     results = replay({CASE: forge}, date="2026-10-01T02:00:00+00:00", only={CASE})
-    path = write_record(night_record(parse_results(results, "forged")), tmp_path)
+    path, written = write_record(night_record(parse_results(results, "forged")), tmp_path)
+    assert written
     assert path.parent.name == "etc-gpu-x"
     assert path.parent.parent == tmp_path
 
@@ -228,7 +229,14 @@ def test_the_commands_the_nightly_workflow_runs(tmp_path: Path, capsys: pytest.C
     results.write_text(json.dumps(tonight))
     assert main(["history", "record", str(results), "--dir", str(history)]) == 0
     assert len(list(history.glob("*/*.json"))) == 4
-    capsys.readouterr()
+    (path,) = history.glob("*/2026-10-04_*.json")
+    assert capsys.readouterr().out == f"wrote {path}\n"
+    assert main(["history", "record", str(results), "--dir", str(history)]) == 0  # a rerun of the same job
+    assert capsys.readouterr().out == f"{path}: this night's record is there already, unchanged\n"
+    # Three quiet nights and tonight's crash: nothing for the tracker, and said so.
+    assert main(["history", "track", "--dir", str(history), "--repo", "o/r", "--dry-run"]) == 0
+    said = "nothing to open, comment on or close: 4 record(s) in "
+    assert capsys.readouterr().out.startswith(said)
     # one night out: not yet a regression, but the crashed case fails tonight
     assert main(["history", "judge", "--dir", str(history)]) == 0
     assert main(["history", "judge", "--dir", str(history), "--results", str(results)]) == 1
@@ -378,4 +386,4 @@ def test_a_tiny_tolerance_is_kept_above_zero_and_read_back(tmp_path: Path) -> No
             check["limit"] = 2.5e-8
     record = night_record(parse_results(results, "night"))
     assert record["cases"]["tiny-bert-vanilla"]["metrics"]["peak memory"]["tolerance"] == 2.5e-8
-    assert read_record(write_record(record, tmp_path))["cases"] == record["cases"]
+    assert read_record(write_record(record, tmp_path)[0])["cases"] == record["cases"]

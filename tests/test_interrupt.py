@@ -101,7 +101,8 @@ def test_run_writes_the_cases_that_finished_and_exits_with_the_signal(
     assert code == 128 + sig, out + err
     assert took < 10  # not the case in flight finishing: its worker is killed at once
     assert "Traceback" not in out + err
-    assert f"perfsuite run: interrupted by {sig.name} after 1 of 4 cases" in out
+    assert "1 of 4 cases finished: 1 ok, 0 skipped, 0 failed in " in out
+    assert f"perfsuite run: interrupted by {sig.name} after 1 of 4 cases; --json marks the other 3 interrupted" in out
     assert "│ vanilla " in out  # the table: what finished
     assert "│ grad_ckpt " not in out
     payload = json.loads((tmp_path / "out.json").read_text())

@@ -295,6 +295,34 @@ def test_a_perfsuite_run_file_is_gated_against_the_baselines_when_given(tmp_path
     assert f"| {DIVERGED_CASE} | failed |" in head
 
 
+def test_a_run_file_reported_where_no_baselines_are_is_not_called_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside the project (or before its first refresh) nothing is compared: the headline says NOT GATED
+    and the line under it why, never "passed" over cases no gate saw; one case with a baseline and one
+    without is a pass of the one and a case NOT gated."""
+    gated = replay(only={"tiny-bert-vanilla", "tiny-bert-grad_ckpt"})
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"schema_version": 1, "cases": [c["records"][0] for c in gated["cases"]]}))
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(run), "-o", str(tmp_path / "out")]) == 0
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "**perfsuite: NOT GATED: 2 ran, compared with no baseline**" in summary
+    assert "_perfsuite run compared none of its 2 case(s) with a baseline (no baselines directory at " in summary
+    assert "No case was compared with a baseline." in summary
+    assert "passed" not in summary
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "perfsuite: NOT GATED: 2 ran, compared with no baseline" in page
+    (tmp_path / "cpu").mkdir()
+    baseline = Path(__file__).parents[1] / "baselines" / "cpu" / "tiny-bert-vanilla.json"
+    (tmp_path / "cpu" / "tiny-bert-vanilla.json").write_text(baseline.read_text())
+    assert main(["report", str(run), "-o", str(tmp_path / "out"), "--baselines", str(tmp_path)]) == 0
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "**perfsuite: passed: 1 passed, 1 ran but NOT gated" in summary
+    assert "1 compared with none (tiny-bert-grad_ckpt: no baseline, or a figure it needs missing)" in summary
+    assert "Every case passed its gates." not in summary
+
+
 def test_a_case_whose_baseline_cannot_be_read_fails_the_report_as_it_fails_the_gate(tmp_path: Path) -> None:
     """Counted in the headline, not only noted in its row (a baseline whose spec is not an object, too)."""
     cases = ["tiny-bert-vanilla", "tiny-bert-grad_ckpt", "tiny-bert-fp16"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import fault_cases
 import pytest
 
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
 from perfsuite.worker.process import run_in_worker, run_isolated, start_forkserver
 
@@ -134,6 +135,20 @@ def test_the_worker_adds_its_start_up_wall_time_preloads_warnings_and_output_las
     for target in (fault_cases.wrong_record, fault_cases.skip, fault_cases.crash):
         failed = run_isolated(SPEC, timeout_s=30, target=target).to_json()
         assert list(failed) == ["model", "strategy", "engine", "world_size", "status", "error", *WORKER_KEYS]
+
+
+def test_a_worker_that_prints_more_than_its_record_keeps_says_its_output_was_cut() -> None:
+    from perfsuite.worker.process import OUTPUT_LIMIT
+
+    sent = run_in_worker(SPEC, timeout_s=60, target=fault_cases.chatty)
+    record = run_isolated(SPEC, timeout_s=60, target=fault_cases.chatty)
+    assert record.output is not None
+    assert len(record.output) == OUTPUT_LIMIT
+    assert record.output.rstrip().endswith("line 2999 of a chatty case")  # the end, where errors are
+    assert record.output_truncated
+    assert list(record.to_json())[-1] == list(sent)[-1] == "output_truncated"
+    assert CaseRecord.from_json(record.to_json(), SPEC.id).output_truncated
+    assert not run_isolated(SPEC, timeout_s=60, target=fault_cases.warns).output_truncated
 
 
 def test_case_spec_rejects_unknown_names_before_any_worker_starts() -> None:

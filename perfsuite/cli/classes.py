@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from perfsuite.cli.common import fail, project_baselines
+from perfsuite.cli.common import fail, no_baselines_directory, project_baselines
 from perfsuite.core.coverage import ClassCoverage, HardwareCoverage, coverage
 from perfsuite.core.hardware import local_cpu_class
 
@@ -30,8 +30,8 @@ def add_parser(actions: Any) -> None:
 
 def run(args: Any) -> int:  # noqa: ARG001 - the subcommand takes no arguments
     _, root = project_baselines()
-    if root is None:
-        return fail("no baselines directory here: run this from the repository's root (`perfsuite init` makes one)")
+    if not root.is_dir():
+        return fail(no_baselines_directory(root))
     found = coverage(root)
     shown = Path(os.path.relpath(root, Path.cwd()))
     if not found:  # a new repository's, before its first refresh: an answer, not an error

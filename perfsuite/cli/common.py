@@ -4,6 +4,7 @@ and the one-line error every bad input gets."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +26,16 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """A subcommand refuses what it does not know itself, so that the line names it (``perfsuite: error:
+        run: unrecognized arguments: --mod``); argparse leaves them to ``perfsuite``, which cannot say whose."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and " " in self.prog.strip():  # a subcommand's parser: perfsuite's own takes no option of its
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("perfsuite").strip()
         self.exit(2, f"perfsuite: error: {command + ': ' if command else ''}{message}\n")
@@ -45,13 +56,22 @@ def fail(message: str) -> int:
     return 2
 
 
-def project_baselines() -> tuple[dict[str, Any], Path | None]:
-    """The nearest project's ``[tool.perfsuite]`` and its baselines directory (``None`` when there is none);
-    a mistake in the settings is a :class:`DeclarationError` (:func:`~perfsuite.core.declaration.read_pyproject`)."""
+def project_baselines() -> tuple[dict[str, Any], Path]:
+    """The nearest project's ``[tool.perfsuite]`` and where its baselines directory is (it may not exist:
+    a project's first refresh makes it); a mistake in the settings is a :class:`DeclarationError`
+    (:func:`~perfsuite.core.declaration.read_pyproject`)."""
     pyproject = find_pyproject(Path.cwd())
     settings = read_pyproject(pyproject) if pyproject is not None else {}
-    baselines = project_baselines_dir(pyproject.parent if pyproject else Path.cwd(), settings)
-    return settings, baselines if baselines.is_dir() else None
+    return settings, project_baselines_dir(pyproject.parent if pyproject else Path.cwd(), settings)
+
+
+def no_baselines_directory(root: Path) -> str:
+    """What a command that reads the baselines says where ``root`` is no directory."""
+    shown = Path(os.path.relpath(root, Path.cwd())).as_posix()
+    return (
+        f"no baselines directory at {shown}: run this from the repository's root, where `[tool.perfsuite] "
+        "baselines` (default `baselines/`) names it (`perfsuite init` makes one)"
+    )
 
 
 def check_project_code(specs: Sequence[CaseSpec]) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfsuite.cli.common import fail, project_baselines
+from perfsuite.cli.common import fail, no_baselines_directory, project_baselines
 from perfsuite.core.baselines import BaselineError, baseline_path, load_baseline, write_texts_atomic
 from perfsuite.core.drift import drift_group
 from perfsuite.core.observation import observe
@@ -60,8 +60,8 @@ def run(args: Any) -> int:
     if problem is not None:
         return fail(problem)
     settings, root = project_baselines()
-    if root is None:
-        return fail("no baselines directory here: run this from the repository's root (`perfsuite init` makes one)")
+    if not root.is_dir():
+        return fail(no_baselines_directory(root))
     classes = sorted(
         {str(c.record.time_class) for f in files for c in f.cases if c.ran and c.record and c.record.time_class}
     )

@@ -124,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
                 # Redrawn when a case starts or ends, not by a thread 10 times a second: nothing of
                 # perfsuite's runs while a case's steps are timed, the parent included.
                 auto_refresh=False,
+                # Where output is a pipe, a file or a CI log, a bar's frames are noise: the lines say each case.
+                disable=not console.is_terminal,
             ) as progress:
                 task = progress.add_task("starting", total=len(specs))
 
@@ -192,7 +194,8 @@ def _finish(
         if len(startups) > 1:
             startup += f", later workers median {1e3 * statistics.median(startups[1:]):.0f} ms"
     ok = len(finished) - failed - skipped
-    print(f"{len(finished)} cases: {ok} ok, {skipped} skipped, {failed} failed in {wall:.0f} s{startup}")
+    counted = f"{len(finished)} cases" if interrupt is None else f"{len(finished)} of {len(results)} cases finished"
+    print(f"{counted}: {ok} ok, {skipped} skipped, {failed} failed in {wall:.0f} s{startup}")
     threads = sorted({r.threads for r in finished if r.threads})
     if threads:
         tier = " (as the CPU tier's gate times them)" if device_type == "cpu" and threads == [1] else ""
@@ -204,7 +207,9 @@ def _finish(
     if spent is not None:
         print(spent)
     if interrupt is not None:
-        print(f"perfsuite run: interrupted by {interrupt.name} after {len(finished)} of {len(results)} cases")
+        unfinished = len(results) - len(finished)
+        said = f"; --json marks the other {unfinished} interrupted" if args.json and unfinished else ""
+        print(f"perfsuite run: interrupted by {interrupt.name} after {len(finished)} of {len(results)} cases{said}")
     if args.json or args.report:
         from perfsuite.core.provenance import run_facts
         from perfsuite.core.results import write_results

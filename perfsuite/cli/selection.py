@@ -23,8 +23,8 @@ def add_selection(parser: Any) -> None:
     parser.add_argument(
         "--models",
         type=names,
-        help="comma-separated (`perfsuite list` names them); default: the matrix's cases that run on this device "
-        "(tiny models on a CPU, full-size ones on a GPU)",
+        help="comma-separated (`perfsuite list` names them); default: the project's own cases and a quick set of "
+        "the matrix's on this device (tiny models on a CPU, full-size ones on a GPU; --all: the whole matrix)",
     )
     parser.add_argument(
         "--strategies",
@@ -68,7 +68,9 @@ def add_selection(parser: Any) -> None:
         "--timeout", type=positive_seconds, help="seconds before a case's worker is killed (default 600 CPU, 900 GPU)"
     )
     parser.add_argument("--pretrained", help="a save_pretrained directory (one model only), or 'hub-cache'")
-    parser.add_argument("--dataset", help="a local csv/json/parquet file or a cached datasets name")
+    parser.add_argument(
+        "--dataset", help="a local csv/json/jsonl/parquet file, or a `datasets` name already in this machine's cache"
+    )
     parser.add_argument("--tokenizer", help="local tokenizer directory for --dataset")
     parser.add_argument(
         "--no-profile", dest="profile", action="store_false", help="skip the profile step (memory breakdown and FLOPs)"
@@ -153,6 +155,29 @@ def _check_inputs(args: argparse.Namespace, models: list[str]) -> None:
         raise ValueError(f"--tokenizer {args.tokenizer}: no such directory")
     if args.dataset and Path(args.dataset).suffix in _DATA_FILES and not Path(args.dataset).is_file():
         raise ValueError(f"--dataset {args.dataset}: no such file")
+    if args.dataset and Path(args.dataset).suffix not in _DATA_FILES and not _cached_dataset(args.dataset):
+        raise ValueError(
+            f"--dataset {args.dataset}: no such file or directory, nor a `datasets` name in this machine's cache "
+            "(a case reads no network: load it once with `datasets.load_dataset`, or give a csv/json/jsonl/parquet "
+            "file)"
+        )
+
+
+def _cached_dataset(name: str) -> bool:
+    """Whether ``datasets.load_dataset(name)`` finds ``name`` without the network: a local directory, or a
+    name the Hugging Face hub cache or ``datasets``' own cache holds (``ns___name``, the name in snake case,
+    as ``datasets`` names its cache's directories)."""
+    import os
+    import re
+
+    if Path(name).is_dir():
+        return True
+    home = Path(os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface")
+    hub = Path(os.environ.get("HF_HUB_CACHE") or home / "hub").expanduser()
+    own = Path(os.environ.get("HF_DATASETS_CACHE") or home / "datasets").expanduser()
+    *namespace, last = name.split("/")
+    snake = re.sub(r"([a-z\d])([A-Z])", r"\1_\2", re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", last)).lower()
+    return (hub / f"datasets--{name.replace('/', '--')}").is_dir() or (own / "___".join([*namespace, snake])).is_dir()
 
 
 def matrix_selection(args: argparse.Namespace, device_type: str) -> list[tuple[str, str, str, int]]:

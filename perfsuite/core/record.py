@@ -233,6 +233,8 @@ class CaseRecord(JsonObject):
     warnings: tuple[CaughtWarning, ...] = from_key(list_of(nested(CaughtWarning)), ())
     output: str | None = from_key(_TEXT)
     """What the worker printed (the end of it)."""
+    output_truncated: bool = from_key(flag, False)
+    """The worker printed more than ``output`` keeps (its last 20,000 characters)."""
     interrupted: bool = from_key(flag, False)
     """``perfsuite run`` interrupted before or while this case ran."""
     step_ran: StepRan | None = from_key(optional(nested(StepRan)))

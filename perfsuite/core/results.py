@@ -75,6 +75,9 @@ class Results:
     """``gate`` (pytest's file) or ``run`` (``perfsuite run``'s)."""
     env: dict[str, Any]
     cases: list[ReportCase]
+    baselines: Path | None = None
+    """A ``perfsuite run`` file's: the baselines directory :func:`gate_runs` compared its cases with
+    (where one does not exist, none was); ``None`` when none was given."""
 
     def counts(self) -> str:
         """``"1 failed, 30 passed"``: how many cases ended in each status."""
@@ -84,20 +87,34 @@ class Results:
         return ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no case"
 
     def run_compared(self) -> str | None:
-        """For a ``perfsuite run`` file whose cases were compared with their baselines (:func:`gate_runs`):
-        how many were, which are outside their tolerance, and that a run does not gate on them; ``None``
-        for a gate's file, or a run none of whose cases had a baseline."""
-        # A case that ran and failed without checks: its baseline could not be read (the gate fails it too).
-        compared = [c for c in self.cases if c.checks or (c.ran and c.status == "failed")] if self.kind == "run" else []
-        if not compared:
+        """For a ``perfsuite run`` file any of whose cases ran: how many were compared with their baselines
+        (:func:`gate_runs`), which are outside their tolerance, which had none, and that a run does not
+        gate on them; ``None`` for a gate's file, or a run none of whose cases ran."""
+        if self.kind != "run" or not any(c.ran for c in self.cases):
             return None
+        # A case that ran and failed without checks: its baseline could not be read (the gate fails it too).
+        compared = [c for c in self.cases if c.checks or (c.ran and c.status == "failed")]
+        if not compared:
+            return (
+                f"perfsuite run compared none of its {len(self.cases)} case(s) with a baseline "
+                f"({self._why_none()}): nothing in it is gated"
+            )
         out = [c.id for c in compared if c.status == "failed"]
-        named = ", ".join(out[:5]) + (f" and {len(out) - 5} more" if len(out) > 5 else "")
-        said = f"{len(out)} outside their tolerance ({named})" if out else "all within their tolerance"
+        said = f"{len(out)} outside their tolerance ({_named(out)})" if out else "all within their tolerance"
+        left = [c.id for c in self.cases if c.ran and c not in compared]
+        if left:
+            said += f"; {len(left)} compared with none ({_named(left)}: no baseline, or a figure it needs missing)"
         return (
             f"perfsuite run compared {len(compared)} of {len(self.cases)} case(s) with their baselines as the gate "
             f"would: {said}; its exit code does not count them (pytest gates)"
         )
+
+    def _why_none(self) -> str:
+        if self.baselines is None:
+            return "no baselines directory given (`perfsuite report --baselines DIR`) or found from here"
+        if not self.baselines.is_dir():
+            return f"no baselines directory at {self.baselines}"
+        return f"none has one in {self.baselines} for its hardware, or the figures one needs"
 
     def time_checks(self) -> list[TimeCheck]:
         """Per case whose step time was checked, what :func:`perfsuite.reports.tables.verdict` counts."""
@@ -118,6 +135,11 @@ class Results:
         for case in self.cases:
             tables.setdefault(case.table, []).append(case)
         return tables
+
+
+def _named(ids: Sequence[str]) -> str:
+    """The first five of ``ids``, and how many more."""
+    return ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
 
 
 def _identity(record: CaseRecord | None, case_id: str) -> tuple[str, str, str]:
@@ -183,9 +205,10 @@ def write_results(
                 say(f"wrote {path}")
 
 
-def load_results(path: Path) -> Results:
-    """Read ``path`` (either kind of results file); a problem raises :class:`ResultsError` naming it."""
-    return parse_results(read_results_json(path), str(path))
+def load_results(path: Path, *, gate_only: bool = False) -> Results:
+    """Read ``path`` (either kind of results file; a missing one's hint names only the gate's where
+    ``gate_only``); a problem raises :class:`ResultsError` naming it."""
+    return parse_results(read_results_json(path, gate_only=gate_only), str(path))
 
 
 def parse_results(data: Any, path: str, expected: str = EXPECTED) -> Results:
@@ -231,6 +254,9 @@ def gate_runs(results: Results, baselines: Path, settings: Mapping[str, Any] | N
     A case without a baseline, or whose run lacks a figure the gate needs (``--no-profile``), keeps no checks
     and says why in its message; nothing fails. A case whose baseline cannot be read fails, as its gate would.
     """
+    results.baselines = baselines
+    if not baselines.is_dir():  # a project before its first refresh: said once, by Results.run_compared
+        return
     ready: list[tuple[ReportCase, dict[str, Any], Observation, Tolerance, str]] = []
     for case in results.cases:
         if not case.ran or case.checks:

@@ -46,16 +46,16 @@ EXPECTED_REPORT = f"expected {_GATED}, {_RUN} or `perfsuite ab --json`'s (a 'kin
 """What ``perfsuite report``, which also reads an ab file, says it expected."""
 
 
-def read_results_json(path: Path, expected: str = EXPECTED) -> Any:
+def read_results_json(path: Path, expected: str = EXPECTED, *, gate_only: bool = False) -> Any:
     """``path``'s JSON; a missing, unreadable, empty or non-JSON file raises :class:`ResultsError` naming it
-    and saying what was ``expected``."""
+    and saying what was ``expected`` (a missing one, what writes one: the gate alone where ``gate_only``)."""
     path = Path(path)
     try:
         text = path.read_text()
     except FileNotFoundError:
+        run = "" if gate_only else f" or `perfsuite run --json {path}`"
         raise ResultsError(
-            f"{path}: no such results file; write one with `pytest --perfsuite-json {path}` "
-            f"or `perfsuite run --json {path}`"
+            f"{path}: no such results file; write one with `pytest --perfsuite-json {path}`{run}"
         ) from None
     except IsADirectoryError:
         raise ResultsError(f"{path}: is a directory; {expected}") from None

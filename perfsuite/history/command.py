@@ -48,7 +48,7 @@ def not_judged_by_history(results: Results) -> list[str]:
 
 def _tonight(path: Path) -> Results:
     """``judge --results``: tonight's gate file (a ``perfsuite run`` file has no gate to have failed)."""
-    results = load_results(path)
+    results = load_results(path, gate_only=True)
     if results.kind != "gate":
         raise ResultsError(
             f"{path}: `history judge --results` needs the gate's results (`pytest --perfsuite-json`), "
@@ -61,8 +61,10 @@ def run_history(args: argparse.Namespace) -> int:
     # Every input read and checked before anything is printed or written.
     try:
         if args.action == "record":
-            path = write_record(night_record(load_results(args.results), night=args.night), args.dir)
-            print(f"wrote {path}")
+            path, written = write_record(
+                night_record(load_results(args.results, gate_only=True), night=args.night), args.dir
+            )
+            print(f"wrote {path}" if written else f"{path}: this night's record is there already, unchanged")
             return 0
         tonight = _tonight(args.results) if args.action == "judge" and args.results is not None else None
         if args.action == "track" and not args.dry_run and shutil.which("gh") is None:
@@ -91,6 +93,8 @@ def run_history(args: argparse.Namespace) -> int:
         actions = plan(verdicts, [] if args.dry_run else open_tracking_issues(args.repo), commits)
         for action in actions:
             print(f"{action.kind}: {action.title}" + (f" (#{action.number})" if action.number else ""))
+        if not actions:
+            print(f"nothing to open, comment on or close: {len(records)} record(s) in {args.dir} judged")
         if not args.dry_run:
             apply(actions, args.repo)
     except subprocess.CalledProcessError as exc:

@@ -139,19 +139,20 @@ def record_path(record: Mapping[str, Any], directory: Path) -> Path:
     return path
 
 
-def write_record(record: Mapping[str, Any], directory: Path) -> Path:
-    """Append ``record`` under ``directory``; refuse to overwrite a different record of the same night and commit."""
+def write_record(record: Mapping[str, Any], directory: Path) -> tuple[Path, bool]:
+    """Append ``record`` under ``directory``: its path, and whether it was written (``False``: the same
+    record was there already); refuse to overwrite a different record of the same night and commit."""
     path = record_path(record, directory)
     if path.exists():
         if read_record(path) == json.loads(json.dumps(record)):
-            return path
+            return path, False
         raise HistoryError(
             f"{path} exists with other figures; history is append-only: a rerun of the same night and "
             "commit is kept only under another night (`--night YYYY-MM-DD`) or commit"
         )
     # One compact line: a few KB a night even for a hundred cases (git compresses the rest).
     write_text_atomic(path, json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n")
-    return path
+    return path, True
 
 
 def load_records(directory: Path) -> list[dict[str, Any]]:

@@ -115,8 +115,10 @@ def summary_markdown(
     passed = (
         "No case is in this file."
         if not results.cases
+        else "No case was compared with a baseline."
+        if not any(c.checks for c in results.cases)
         else "Every case passed its gates."
-        if all(check.compared for check in results.time_checks())
+        if all(check.compared for check in results.time_checks()) and not any(c.status == "ok" for c in results.cases)
         else "No case failed a gate it was given."
     )
     ran = results.run_compared()

@@ -121,7 +121,8 @@ def render(cases: Sequence[CaseRecord], console: Console | None = None) -> None:
         show_mfu = any(r["mfu"] is not None for r in rows)
         # A model whose batches hold no sequences (an image model's) has no tokens to count.
         show_tokens = any(r["tokens_per_s"] for r in rows) or not any(r["status"] == "ok" for r in rows)
-        table = Table(title=model, title_justify="left", header_style="bold")
+        # "default", not "left": left pads the title to the table's width with spaces, in a CI log too.
+        table = Table(title=model, title_justify="default", header_style="bold")
         token_columns = ("tokens/s", "pad %") if show_tokens else ()
         for column in (
             ("strategy", "status", "step ms", "samples/s")
@@ -251,9 +252,15 @@ def verdict(statuses: Sequence[str], time_checks: Sequence[TimeCheck], unbaselin
     for status in statuses:
         counts[status] = counts.get(status, 0) + 1
     bad = sum(n for status, n in counts.items() if status in ("failed", "missing", "refused"))
+    ran_only = counts.pop("ok", 0)  # a `perfsuite run` file's case compared with no baseline: no gate said so
     # A gate's cases are "not reached" only when the session was interrupted: never a pass.
     head = "FAILED" if bad else "INTERRUPTED" if "not reached" in counts else "passed"
-    line = f"perfsuite: {head}: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    if head == "passed" and ran_only and "passed" not in counts:
+        head = "NOT GATED"
+    said = [f"{n} {status}" for status, n in sorted(counts.items())]
+    if ran_only:
+        said.append(f"{ran_only} ran" + (", compared with no baseline" if head == "NOT GATED" else " but NOT gated"))
+    line = f"perfsuite: {head}: " + ", ".join(said)
     if unbaselined:
         line += (
             f", {unbaselined} NOT gated (no baseline here, skipped: `perfsuite baselines refresh --missing` "

@@ -55,3 +55,19 @@ def raised_at(exc: BaseException) -> str:
     """`` (at file.py:line)``: where ``exc`` was raised (its traceback's innermost frame), or ``""``."""
     frames = traceback.extract_tb(exc.__traceback__)
     return f" (at {frames[-1].filename.rsplit(os.sep, 1)[-1]}:{frames[-1].lineno})" if frames else ""
+
+
+def described_error(exc: BaseException) -> str:
+    """A case's error as its record says it: its type and message, and where it was raised."""
+    from perfsuite.core.registry import DeclarationError
+
+    if isinstance(exc, DeclarationError):  # a project's code that is not what it declared: the line says where
+        return str(exc)
+    from perfsuite.core.spec import NonFiniteLoss
+
+    name = type(exc).__name__
+    if "OutOfMemory" in name or "out of memory" in str(exc).lower():
+        return f"out of memory: {exc}"
+    if isinstance(exc, NonFiniteLoss):  # perfsuite's check of what the step returned: where it checked says nothing
+        return f"{name}: {exc}, as the case's step returned it"
+    return f"{name}: {exc}{raised_at(exc)}"

@@ -33,7 +33,7 @@ from typing import Any
 from perfsuite.core.record import CaseRecord, CaughtWarning
 from perfsuite.core.spec import CaseSkipped, CaseSpec
 from perfsuite.worker import duet
-from perfsuite.worker.capture import captured_output, raised_at, warning_list
+from perfsuite.worker.capture import captured_output, described_error, warning_list
 from perfsuite.worker.start_method import platform_start_method
 
 CaseFn = Callable[[CaseSpec], dict[str, Any]]
@@ -165,21 +165,6 @@ def stop_workers() -> None:
         renew_forkserver()  # reaps it
 
 
-def _describe_error(exc: BaseException) -> str:
-    from perfsuite.core.registry import DeclarationError
-
-    if isinstance(exc, DeclarationError):  # a project's code that is not what it declared: the line says where
-        return str(exc)
-    from perfsuite.core.spec import NonFiniteLoss
-
-    name = type(exc).__name__
-    if "OutOfMemory" in name or "out of memory" in str(exc).lower():
-        return f"out of memory: {exc}"
-    if isinstance(exc, NonFiniteLoss):  # perfsuite's check of what the step returned: where it checked says nothing
-        return f"{name}: {exc}, as the case's step returned it"
-    return f"{name}: {exc}{raised_at(exc)}"
-
-
 def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Connection, env: dict[str, str]) -> None:
     # A process group of its own: a timeout kills the worker with everything it started (ranks, loaders).
     os.setpgid(0, 0)
@@ -198,7 +183,7 @@ def _child(target: CaseFn, spec: CaseSpec, conn: multiprocessing.connection.Conn
         except CaseSkipped as exc:
             message = ("skipped", str(exc))
         except BaseException as exc:  # the worker reports everything; the parent decides
-            message = ("error", _describe_error(exc))
+            message = ("error", described_error(exc))
             traceback.print_exc()
     output = preload.IMPORT_OUTPUT + captured["output"]
     diagnostics = {
@@ -272,14 +257,19 @@ class _Ran:
         return dict(failed_record(spec, status=status, error=str(self.payload)))
 
     def worker_json(self) -> dict[str, Any]:
-        """The worker's start-up, wall time, preloads, warnings and output, as a record's keys hold them."""
+        """The worker's start-up, wall time, preloads, warnings and output (cut: said), as a record's keys hold them."""
         return {
             "worker_startup_s": self.startup_s,
             "wall_s": self.wall_s,
             "preloaded": self.diagnostics.get("preloaded", []),
             "warnings": self.diagnostics.get("warnings", []),
             "output": self.diagnostics.get("output", ""),
+            **self.cut(),
         }
+
+    def cut(self) -> dict[str, bool]:
+        """``output_truncated``, a key only where the output was cut."""
+        return {"output_truncated": True} if self.diagnostics.get("output_truncated") else {}
 
 
 def run_isolated(
@@ -307,6 +297,7 @@ def run_isolated(
         preloaded=tuple(ran.diagnostics.get("preloaded", ())),
         warnings=tuple(CaughtWarning.from_json(w, f"{spec.id}: warnings[{i}]") for i, w in enumerate(caught)),
         output=ran.diagnostics.get("output", ""),
+        **ran.cut(),
     )
 
 
