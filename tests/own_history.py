@@ -126,16 +126,26 @@ def commit(root: Path, subject: str, change: tuple[str, str] | None = None, read
     return git(root, "rev-parse", "HEAD")
 
 
-def repository(root: Path) -> Path:
-    """The team's repository at its first commit (the model, its step and their declaration)."""
+def repository(root: Path, *, before: bool = False) -> Path:
+    """The team's repository at its first commit (the model, its step and their declaration); ``before``:
+    at the commit adopting all three, after one that held a README alone, no pyproject.toml."""
+    if before:
+        root.mkdir(parents=True)
+        (root / "README.md").write_text("# convnet\n")
+        git(root, "init", "-q", "-b", "main")
+        git(root, "config", "user.email", "team@example.com")
+        git(root, "config", "user.name", "Team")
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", "Start")
     (root / "convnet").mkdir(parents=True)
     (root / "convnet" / "__init__.py").write_text("")
     (root / "convnet" / "model.py").write_text(MODEL)
     (root / "convnet" / "train.py").write_text(TRAIN)
     (root / "pyproject.toml").write_text(PYPROJECT)
-    (root / "README.md").write_text("# convnet\n")
-    git(root, "init", "-q", "-b", "main")
-    git(root, "config", "user.email", "team@example.com")
-    git(root, "config", "user.name", "Team")
+    if not before:
+        (root / "README.md").write_text("# convnet\n")
+        git(root, "init", "-q", "-b", "main")
+        git(root, "config", "user.email", "team@example.com")
+        git(root, "config", "user.name", "Team")
     commit(root, "The model and its step")
     return root

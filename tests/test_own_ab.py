@@ -146,6 +146,31 @@ def test_show_sides_names_the_code_each_side_runs(
     assert sys.path == path
 
 
+def test_the_pull_request_adopting_perfsuite_compares_with_a_base_that_has_no_pyproject(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A repository that had no pyproject.toml before the pull request declaring its models: the base
+    declares nothing (its copy gets an empty one), so the case is new there, not a side that cannot be tested."""
+    monkeypatch.chdir(repository(tmp_path / "repo", before=True))
+    assert main(["ab", "--base-ref", "HEAD^1", "--show-sides", *ONE_CASE]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.splitlines()[0].startswith("base: current, the project's code: HEAD^1 (")
+
+
+@pytest.mark.nightly
+def test_the_adopting_pull_requests_cases_are_new_and_its_report_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the pull-request workflow runs, on the pull request adopting perfsuite: exit 0, every case new."""
+    monkeypatch.chdir(repository(tmp_path / "repo", before=True))
+    out = tmp_path / "ab.json"
+    one_pair = ["--pairs", "1", "--max-pairs", "1", "--steps", "4", "--no-explain", "--json", str(out)]
+    code = main(["ab", "--base-ref", "HEAD^1", *ONE_CASE, *one_pair, "--report", str(tmp_path / "report")])
+    assert code == 0, capsys.readouterr().err
+    (case,) = json.loads(out.read_text())["cases"]
+    assert case["verdict"] == "new"
+    assert "nothing compared: 1 new" in (tmp_path / "report" / "summary.md").read_text()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -103,7 +103,9 @@ def trees(refs: list[str | None], what: str, start: Path | None = None) -> Itera
                 made.append(Tree(code_label(top, None, what), root / inside))
                 continue
             found = commits.describe(top, commits.commit(top, commits.check_revision(ref, what), what))
-            tree = at_commit(top, found, inside, scratch, what)
+            # A commit before the project had a pyproject.toml (the pull request adopting perfsuite's base)
+            # declares nothing: each case the other side declares is new there, as for one without [tool.perfsuite].
+            tree = at_commit(top, found, inside, scratch, what, declares_nothing=True)
             made.append(dataclasses.replace(tree, label=code_label(top, ref, what)))
         yield made
     finally:
@@ -150,12 +152,20 @@ def _copy_working_tree(top: Path, into: Path, what: str) -> Path:
     return into
 
 
-def at_commit(top: Path, found: commits.Commit, inside: Path, scratch: Path, what: str) -> Tree:
-    """The tree of ``found`` (a commit of the repository at ``top``) under ``scratch``, its project at ``inside``."""
+def at_commit(
+    top: Path, found: commits.Commit, inside: Path, scratch: Path, what: str, *, declares_nothing: bool = False
+) -> Tree:
+    """The tree of ``found`` (a commit of the repository at ``top``) under ``scratch``, its project at ``inside``.
+    A commit without ``inside``'s ``pyproject.toml`` is refused, or with ``declares_nothing`` given an empty
+    one in its copy (no ``pyproject.toml`` above the scratch directory is read as its)."""
     root = scratch / found.sha
     if not root.is_dir():  # written once, whichever side asks first
         commits.write_tree(top, found.sha, root, what)
-    if not (root / inside / "pyproject.toml").is_file():
+    pyproject = root / inside / "pyproject.toml"
+    if not pyproject.is_file() and declares_nothing:
+        pyproject.parent.mkdir(parents=True, exist_ok=True)
+        pyproject.write_text(f"# {found.short} has no pyproject.toml: it declares nothing to perfsuite\n")
+    if not pyproject.is_file():
         raise commits.GitError(f"{what}: {found.short} has no {inside / 'pyproject.toml'}")
     return Tree(found.describe(), root / inside, found)
 
