@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,17 @@ def test_refresh_outside_a_checkout_says_where_to_run_it(
     assert main(["baselines", "refresh", "-k", "tiny-bert"]) == 2
     said = "no matrix test at tests/test_perf.py ([tool.perfsuite] tests in pyproject.toml); run this from"
     assert said in capsys.readouterr().err
+    # From a directory inside the project, the project's test, from its root.
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_perf.py").write_text("")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    selected: list[list[str]] = []
+    monkeypatch.setattr(
+        "perfsuite.cli.baselines._selects_nothing", lambda selection: selected.append(selection) or True
+    )
+    assert main(["baselines", "refresh", "-k", "nothing"]) == 2
+    assert selected[0][0] == os.path.join("..", "tests", "test_perf.py")
 
 
 def test_list_shows_both_registries(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from perfsuite.cli import classes, pooling
 from perfsuite.cli.common import load_project, project_baselines
 from perfsuite.cli.interrupt import terminate_as_interrupt
 from perfsuite.cli.options import REPEATS, SCOPE, output_file, positive_seconds
-from perfsuite.core.declaration import read_pyproject
+from perfsuite.core.declaration import find_pyproject, read_pyproject
 
 STOP_S = 30
 """Seconds an interrupted refresh's session has to stop its worker and say what had finished."""
@@ -58,7 +59,7 @@ def add_parser(sub: Any) -> None:
     refresh.add_argument(
         "--tests",
         type=Path,
-        help="the matrix test (default: [tool.perfsuite] tests, else tests/test_matrix.py)",
+        help="the matrix test (default: [tool.perfsuite] tests, else tests/test_matrix.py, from the project's root)",
     )
     refresh.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
     pooling.add_parser(actions)
@@ -93,10 +94,12 @@ def _refresh(args: Any) -> int:
     project_baselines()  # [tool.perfsuite] checked here: a mistake is one line, before pytest starts
     load_project()  # and its models, matrix and engines
     where = ""
-    if args.tests is None:
-        configured = read_pyproject(Path("pyproject.toml")).get("tests")
+    if args.tests is None:  # the project's, from its root, wherever in it this runs
+        pyproject = find_pyproject(Path.cwd())
+        configured = read_pyproject(pyproject).get("tests") if pyproject is not None else None
         where = " ([tool.perfsuite] tests in pyproject.toml)" if configured else ""
-        args.tests = Path(configured or "tests/test_matrix.py")
+        root = pyproject.parent if pyproject is not None else Path.cwd()
+        args.tests = Path(os.path.relpath(root / (configured or "tests/test_matrix.py")))
     if not args.tests.is_file():
         print(
             f"perfsuite: error: no matrix test at {args.tests}{where}; run this from the repository's root, "
