@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -56,11 +55,14 @@ def test_refresh_outside_a_checkout_says_where_to_run_it(
     (tmp_path / "sub").mkdir()
     monkeypatch.chdir(tmp_path / "sub")
     selected: list[list[str]] = []
-    monkeypatch.setattr(
-        "perfsuite.cli.baselines._selects_nothing", lambda selection: selected.append(selection) or True
-    )
+
+    def selects_nothing(selection: list[str]) -> bool:
+        selected.append(selection)
+        return True
+
+    monkeypatch.setattr("perfsuite.cli.baselines._selects_nothing", selects_nothing)
     assert main(["baselines", "refresh", "-k", "nothing"]) == 2
-    assert selected[0][0] == os.path.join("..", "tests", "test_perf.py")
+    assert Path(selected[0][0]) == Path("..") / "tests" / "test_perf.py"
 
 
 def test_list_shows_both_registries(capsys: pytest.CaptureFixture[str]) -> None:

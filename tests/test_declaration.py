@@ -351,3 +351,27 @@ def test_reading_a_model_declared_from_a_config_class_imports_no_torch(tmp_path:
     if by_transformers == "True":
         pytest.skip("this transformers imports torch itself (4.x)")
     assert after_load == "False"
+
+
+def test_a_misspelt_config_field_is_refused_before_anything_runs(project: Path) -> None:
+    """transformers keeps a field its config class does not know as an attribute nothing reads: the model
+    is built with the default the field was meant to replace. One close to a field the class has is
+    refused, naming the declaration, in the preflight every command runs before its cases; a field close
+    to none, which the model's own code may read, is left to transformers."""
+    from perfsuite.worker.modeling import build_config
+    from perfsuite.worker.preflight import checked_first
+    from perfsuite.worker.project import check_case
+
+    _declare(project, GOOD.replace("n_embd = 32", "n_embed = 32"))
+    spec = CaseSpec(model="widget", strategy="vanilla")
+    assert checked_first(spec)  # a config the project declares: checked before its cases run
+    assert not checked_first(CaseSpec(model="tiny-bert", strategy="vanilla"))  # perfsuite's own: by its tests
+    with pytest.raises(DeclarationError) as refused:
+        build_config(MODELS["widget"])
+    said = f"{project / 'pyproject.toml'}: tool.perfsuite.models.widget: config: GPT2Config has no field 'n_embed': "
+    assert str(refused.value).startswith(said + "did you mean 'n_embd'?")
+    record = check_case(spec)
+    assert (record["status"], record["error"]) == ("failed", str(refused.value))
+    # The fields perfsuite's own models set that no default holds: read by the model, or taken into another.
+    for name in ("tiny-t5", "tiny-llama"):  # decoder_start_token_id; rope_theta, into rope_parameters
+        build_config(MODELS[name])

@@ -78,9 +78,9 @@ def check_project_code(specs: Sequence[CaseSpec]) -> None:
     """The project's own models and engines ``specs`` use, checked in a worker before anything runs
     (:mod:`perfsuite.worker.preflight`): a :class:`DeclarationError` saying what is wrong."""
     from perfsuite.core.preloads import preload_for
-    from perfsuite.worker.preflight import preflight, uses_project_code
+    from perfsuite.worker.preflight import checked_first, preflight
 
-    if any(uses_project_code(spec) for spec in specs):
+    if any(checked_first(spec) for spec in specs):
         preload_for(specs)  # the forkserver the check boots serves the cases after it
         problem = preflight(specs)
         if problem is not None:

@@ -64,6 +64,7 @@ def build_config(
     else:
         config_class = getattr(transformers, spec.config_class)
     attention = supported_attention(model_class(spec, config_class), attention)
+    check_config_fields(spec, config_class)
     kwargs = dict(spec.config, attn_implementation=attention)
     if spec.num_labels:
         kwargs["num_labels"] = spec.num_labels
@@ -76,6 +77,36 @@ def build_config(
     if not dropout:
         _without_dropout(config)
     return config
+
+
+def check_config_fields(spec: ModelSpec, config_class: type) -> None:
+    """Refuse a field of ``spec.config`` that looks misspelt: one a ``config_class`` neither takes nor holds,
+    close to one it does. transformers keeps it as an attribute nothing reads and builds the model with the
+    default it was meant to replace (``hidden_sizzle``: a BERT 768 wide, not 32). A field close to none
+    (``decoder_start_token_id``, which T5's model reads) is left to transformers. A
+    :class:`DeclarationError` naming the declaration, the field and the one it is close to."""
+    import difflib
+    import inspect
+
+    from perfsuite.core.registry import DeclarationError, source_of
+
+    try:
+        default = config_class()
+    except Exception:  # noqa: BLE001 - a config that needs arguments (a composite one): its fields are not checked
+        return
+    known = set(dir(default)) | set(vars(default))
+    for cls in config_class.__mro__:
+        if "__init__" in vars(cls):
+            known |= set(inspect.signature(vars(cls)["__init__"]).parameters)
+    public = sorted(k for k in known if not k.startswith("_"))
+    for field in spec.config:
+        near = [] if field in known else difflib.get_close_matches(field, public, n=1, cutoff=0.8)
+        if near:
+            raise DeclarationError(
+                f"{source_of('model', spec.name) or spec.name}: config: {config_class.__name__} has no field "
+                f"{field!r}: did you mean {near[0]!r}? (transformers would keep it unread and build the model "
+                f"with {near[0]}'s default)"
+            )
 
 
 def resolve_pretrained(spec: ModelSpec, pretrained: str) -> str:

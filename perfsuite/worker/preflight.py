@@ -1,5 +1,6 @@
 """A project's own code checked before any case runs: each model it builds with a factory and each
-engine of its own, imported and called in a worker (:func:`perfsuite.worker.project.check_case`).
+engine of its own, imported and called in a worker (:func:`perfsuite.worker.project.check_case`), and
+each model it declares from a config, its fields checked against its config class.
 
 The pytest session calls :func:`preflight` once its cases are collected, ``perfsuite run`` and
 ``perfsuite ab`` once they are selected; a problem stops them with one line naming the
@@ -20,6 +21,15 @@ def uses_project_code(spec: CaseSpec) -> bool:
     return spec.model_spec.factory is not None or spec.engine_spec is not None
 
 
+def checked_first(spec: CaseSpec) -> bool:
+    """Whether :func:`preflight` checks ``spec``'s model or engine: the project's own code, or a model it
+    declares from a config (perfsuite's own are checked by its tests)."""
+    from perfsuite.core.matrix import BUILTIN
+    from perfsuite.core.registry import source_of
+
+    return uses_project_code(spec) or source_of("model", spec.model) not in (None, BUILTIN)
+
+
 def _check(spec: CaseSpec) -> dict[str, Any]:
     from perfsuite.worker.project import check_case  # in the worker: torch and the project's code
 
@@ -31,7 +41,7 @@ def preflight(specs: Iterable[CaseSpec], *, timeout_s: float = 300.0) -> str | N
     own; the first problem as one line, or ``None`` (always, without such cases)."""
     first: dict[tuple[str, str], CaseSpec] = {}
     for spec in specs:
-        if uses_project_code(spec):
+        if checked_first(spec):
             first.setdefault((spec.model, spec.engine), spec)
     if not first:
         return None

@@ -241,6 +241,10 @@ def check_case(spec: CaseSpec) -> dict[str, Any]:
             build_model(model_spec, seed=spec.seed, meta=True)
             batch_size = spec.batch_size or spec.strategy_spec.batch_size or model_spec.batch_size
             batch_maker(model_spec, batch_size=batch_size, seq_len=spec.seq_len or model_spec.seq_len, seed=spec.seed)
+        else:  # declared from a config: its fields, checked as its case's build checks them
+            from perfsuite.worker.modeling import build_config
+
+            build_config(model_spec)
         if spec.engine_spec is not None:
             engine_class(spec.engine_spec)
     except DeclarationError as exc:
