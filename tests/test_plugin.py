@@ -380,3 +380,24 @@ def test_a_project_is_found_from_the_working_directory_whatever_the_options_poin
             "*2 tests collected*",
         ]
     )
+
+
+def test_a_matrix_of_no_case_fails_saying_nothing_is_gated(pytester: pytest.Pytester) -> None:
+    """A project that declares no case yet (`perfsuite init` without --example): its CI job would pass
+    having gated nothing under pytest's skip of an empty parameter set. It fails saying why, in the CPU
+    tier (`-m cpu` selects it); a refresh says there is nothing to refresh; the unit tests alone run as before."""
+    from perfsuite.cli.scaffold import template
+    from perfsuite.session.scope import EMPTY_MATRIX
+
+    pytester.makepyfile(test_perfsuite=template("test_perfsuite.py"))
+    pytester.makefile(".toml", pyproject="[tool.perfsuite.matrix]\nbuiltin = false\n")
+    pytester.makepyfile(test_unit="def test_unit():\n    pass\n")
+    for selected in ([], ["-m", "cpu"]):
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", *selected)
+        result.assert_outcomes(failed=1, passed=0 if selected else 1)
+        assert EMPTY_MATRIX in result.stdout.str()
+        assert "warning" not in result.stdout.str()
+    unit = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not cpu and not gpu")
+    unit.assert_outcomes(passed=1, deselected=1)
+    refresh = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "cpu", "--perfsuite-refresh")
+    assert refresh.ret == pytest.ExitCode.NO_TESTS_COLLECTED

@@ -44,7 +44,7 @@ from perfsuite.session.gating import gate
 from perfsuite.session.interrupted import close_outcomes, summary_lines
 from perfsuite.session.results import results_json
 from perfsuite.session.runs import RunCache
-from perfsuite.session.scope import RefreshBudget
+from perfsuite.session.scope import EMPTY_MATRIX, RefreshBudget
 from perfsuite.session.staging import RefreshStager, repeat_while_too_wide
 
 
@@ -233,8 +233,10 @@ class PerfsuiteSession:
 
     # -- the matrix test -----------------------------------------------------------------
 
-    def check(self, spec: CaseSpec, benchmark: Any = None) -> None:
+    def check(self, spec: CaseSpec | None, benchmark: Any = None) -> None:
         """Run ``spec`` and gate its time, memory and loss against the baseline (or stage a refresh)."""
+        if spec is None:  # the matrix declares no case (perfsuite.plugin.pytest_generate_tests)
+            pytest.fail(EMPTY_MATRIX, pytrace=False)
         outcome = Outcome(case=spec.id, status="failed")
         self.outcomes.append(outcome)
         if self.budget is not None and (why := self.budget.why_not(spec.id)) is not None:

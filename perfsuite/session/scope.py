@@ -177,6 +177,13 @@ def nothing_gated(collected: Mapping[str, str | None], outcomes: Iterable[Outcom
     )
 
 
+EMPTY_MATRIX = (
+    "perfsuite: nothing is gated: the matrix declares no case (a model of the project's and the "
+    "[[tool.perfsuite.matrix.cases]] that run it, in pyproject.toml; `perfsuite init --example` writes an "
+    "example, `perfsuite list` shows the matrix)"
+)
+"""Why the matrix test fails where the matrix is empty: a CI job that gated nothing would pass."""
+
 GO_ON = "`perfsuite baselines refresh --missing` goes on from here"
 """What a case the time limit left out says: the run that records it."""
 
