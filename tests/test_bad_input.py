@@ -182,6 +182,8 @@ INIT = [
 AB = [
     # An option is spelled whole: a prefix becomes ambiguous the day another option starts the same way.
     (["--base", "current", "--cand", "current"], "unrecognized arguments: --cand current"),
+    (["--own", ""], "--own: an empty revision; give BASE..HEAD"),
+    (["--base-ref", " "], "--base-ref: an empty revision; give REF"),
     (["--base", "nothing", "--candidate", "current"], "--base 'nothing': neither an interpreter"),
     (["--base", "current", "--candidate", "{tmp}/none/python"], "--candidate '{tmp}/none/python': neither"),
     (["--base", "current", "--candidate", "{tmp}/file.txt"], "not executable; give a Python interpreter"),
@@ -229,6 +231,7 @@ BISECT = [
         "name the package to bisect, or give --own to bisect the project's commits\n",
     ),
     (["transformers", "--own", "--good", "a", "--bad", "b", "--case", "c"], "the project's commits, not both\n"),
+    (["--own", "--good", "a", "--bad", "b", "--case", "c", "--pre"], "--pre adds a package's pre-releases"),
     (
         ["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "tiny-bert-vanilla"]
         + ["--with", "transformers<5"],

@@ -185,6 +185,9 @@ def _sides(args: argparse.Namespace) -> tuple[str, str, Upgrade | None]:
     """The base and the candidate, and with ``--pins`` the :class:`perfsuite.ab.pins.Upgrade` it reads, whose
     sides they are; else ``None``, both sides given (or, comparing the project's own code with ``--base-ref``
     or ``--own``, this environment where not). A ``ValueError`` or ``PinError`` says what is wrong."""
+    for flag, value in (("--base-ref", args.base_ref), ("--own", args.own), ("--pins", args.pins)):
+        if value is not None and not value.strip():
+            raise ValueError(f"{flag}: an empty revision; give {'BASE..HEAD' if flag != '--base-ref' else 'REF'}")
     own = [flag for flag, value in (("--base-ref", args.base_ref), ("--own", args.own)) if value]
     if len(own) > 1 or (own and args.pins):
         raise ValueError(f"give one of --pins, --base-ref and --own, not {' and '.join([*own, '--pins'][:2])}")

@@ -147,6 +147,8 @@ def _run(args: argparse.Namespace, heard: Callable[[], str | None]) -> int:
             raise ValueError(problem)
         if args.commits and not args.repo:
             raise ValueError("--commits bisects a clone's commits: give the clone with --repo")
+        if args.pre and (args.own or args.commits):
+            raise ValueError("--pre adds a package's pre-releases between two releases; commits have none")
         if args.repo is not None:
             from perfsuite.ab.commits import check_clone
 
