@@ -223,6 +223,10 @@ BISECT = [
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "tiny-nope"], "'tiny-nope' is not a case id"),
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "tiny-bert-vanila"], "valid: vanilla, fp16"),
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "tiny-bert-vanilla-ws2"], "combine it with"),
+    (
+        ["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "tiny-bert-ddp-trainer-ws2"],
+        "did you mean 'tiny-bert-ddp-ws2-trainer'?",
+    ),
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "c", "--metric", "speed"], "invalid choice"),
     (["transformers", "--good", "4.57.6", "--bad", "5.0.0", "--case", "c", "--threads", "0"], "--threads: must be"),
     (["transformers", "--good", "4.57.6"], "the following arguments are required: --bad, --case"),

@@ -256,6 +256,9 @@ def parse_case_id(case_id: str) -> tuple[str, str, str, int]:
                 continue
             return model, strategy, engine, world_size
     why = f" ({problems[0]})" if problems else f"; models: {', '.join(MODELS)}"
+    swapped = next((n for n in engine_names() if n != "loop" and f"-{n}-ws" in case_id), None)
+    if swapped is not None and ranks.isdigit():  # the ranks before the engine, as ids are written
+        why += f"; did you mean {case_id.replace(f'-{swapped}-ws{ranks}', f'-ws{ranks}-{swapped}')!r}?"
     raise ValueError(
         f"{case_id!r} is not a case id <model>-<strategy>[+<strategy>...][-ws<N>][-<engine>], "
         f"as `perfsuite run` names cases{why}"
