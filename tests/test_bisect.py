@@ -309,6 +309,7 @@ def test_a_failure_search_names_the_bad_ends_error_where_the_first_bad_fails_oth
     broken = CaseResult(case="tiny-bert-vanilla", error="good: RuntimeError: boom")
     assert _bisection(monkeypatch, tmp_path, lambda point: broken, said).run() == 3
     assert said[-1] == "perfsuite: cannot test the good end 4.44.0: good: RuntimeError: boom"
+    assert not any("(bad end)" in line for line in said)  # the good end's failure is not the bad end's evidence
 
 
 def test_ends_alike_where_the_package_never_ran_say_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

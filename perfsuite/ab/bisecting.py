@@ -214,7 +214,8 @@ class Bisection:
             return 3
         try:
             ends = self.ends = self._compare(good, self.versions[-1])
-            self.say(f"  {self.versions[-1]} (bad end): {evidence(ends, metric)}")
+            if not (ends.error or "").startswith(("good:", "good (")):  # the good end's failure: said below, once
+                self.say(f"  {self.versions[-1]} (bad end): {evidence(ends, metric)}")
             if ends.candidate_failed and metric != FAILURE and self.may_switch:  # its run fails, the good end's runs
                 metric = self._search_failure(package)
             if ends.error and not (metric == FAILURE and ends.candidate_failed):
