@@ -261,6 +261,9 @@ def test_a_run_file_says_which_cases_are_outside_their_baselines_an_unreadable_o
     assert f"(no baselines directory at {tmp_path / 'nowhere'}): nothing in it is gated" in str(
         uncompared.run_compared()
     )
+    (tmp_path / "empty").mkdir()
+    gate_runs(uncompared, tmp_path / "empty")
+    assert f"(none has a baseline in {tmp_path / 'empty'} for its hardware," in str(uncompared.run_compared())
     other = record_of(baseline, REPLAYED_CLASS) | {"model": "tiny-t5"}  # no baseline in tmp_path
     both = parse_results({"cases": [record_of(baseline, REPLAYED_CLASS), other]}, "run.json")
     gate_runs(both, tmp_path)

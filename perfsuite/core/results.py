@@ -114,7 +114,7 @@ class Results:
             return "no baselines directory given (`perfsuite report --baselines DIR`) or found from here"
         if not self.baselines.is_dir():
             return f"no baselines directory at {self.baselines}"
-        return f"none has one in {self.baselines} for its hardware, or the figures one needs"
+        return f"none has a baseline in {self.baselines} for its hardware, or each run lacks a figure the gate needs"
 
     def time_checks(self) -> list[TimeCheck]:
         """Per case whose step time was checked, what :func:`perfsuite.reports.tables.verdict` counts."""
