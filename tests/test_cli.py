@@ -250,3 +250,17 @@ def test_the_perfsuite_script_is_not_run_again_in_every_worker(monkeypatch: pyte
     monkeypatch.setitem(sys.modules, "__main__", other)
     cli._as_python_m()
     assert spawn.get_preparation_data("worker")["init_main_from_path"] == "/home/team/train.py"
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly() -> None:
+    """`perfsuite list | head -1`: the rest of what it prints has no reader; no traceback, exit 0."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "perfsuite", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdout.close()  # before it writes a line
+        err = proc.stderr.read()
+        assert proc.wait(60) == 0, err
+    assert "Traceback" not in err
+    assert err == ""

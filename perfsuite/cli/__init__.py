@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -89,6 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C outside a command's own handling (perfsuite.cli.interrupt): no traceback
         print("perfsuite: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # its reader stopped reading (`perfsuite list | head -1`): what it wanted, it has
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 0
 
 
 if __name__ == "__main__":
