@@ -95,9 +95,9 @@ def test_a_written_baseline_loads_back(tmp_path: Path) -> None:
 
 def test_a_missing_baseline_names_the_refresh_command(tmp_path: Path) -> None:
     path = baseline_path(tmp_path, "cpu", "tiny-bert-fp16")
-    with pytest.raises(MissingBaseline, match=r"record one with `perfsuite baselines refresh -k tiny-bert-fp16`"):
+    with pytest.raises(MissingBaseline, match=r"record one with `perfsuite baselines refresh -k '\[tiny-bert-fp16\]'`"):
         load_baseline(path, case_id="tiny-bert-fp16", hardware="cpu")
-    with pytest.raises(MissingBaseline, match=r"-k bert-base-uncased-fp16` \(on a machine with that GPU\)"):
+    with pytest.raises(MissingBaseline, match=r"-k '\[bert-base-uncased-fp16\]'` \(on a machine with that GPU\)"):
         load_baseline(path, case_id="bert-base-uncased-fp16", hardware="nvidia-h100-80gb-hbm3")
 
 
@@ -137,7 +137,7 @@ def test_a_bad_baseline_names_its_path_and_the_fix(tmp_path: Path, payload: str,
     message = str(info.value)
     assert message.startswith(f"{path}: ")
     assert problem in message
-    assert "perfsuite baselines refresh -k tiny-bert-vanilla" in message
+    assert "perfsuite baselines refresh -k '[tiny-bert-vanilla]'" in message
 
 
 @pytest.mark.parametrize(

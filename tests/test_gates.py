@@ -90,7 +90,7 @@ def test_time_in_another_unit_fails_instead_of_comparing_apples_to_pears() -> No
     assert "stores a 'calibrated' time (calibration numpy-mix-v1) but this run measured 's'" in check.message
     other = check_time("c", _baseline(), _observed(calibration="numpy-mix-v2"), Tolerance(), "cpu")
     assert not other.ok
-    assert "refresh with `perfsuite baselines refresh -k c`" in other.message
+    assert "refresh with `perfsuite baselines refresh -k '[c]'`" in other.message
 
 
 def test_time_of_another_cpu_class_is_not_compared_and_says_how_to_record_it() -> None:
@@ -102,7 +102,7 @@ def test_time_of_another_cpu_class_is_not_compared_and_says_how_to_record_it() -
     assert not time.compared
     assert time.change == "not compared"
     assert f"step times for {CLASS}, this machine is {xeon}" in time.message
-    assert "`perfsuite baselines refresh -k tiny-bert-fp16`" in time.message
+    assert "`perfsuite baselines refresh -k '[tiny-bert-fp16]'`" in time.message
     assert all(c.ok and c.compared for c in checks[1:])  # memory and loss still gated
     strict = check_time("tiny-bert-fp16", _baseline(), observed, Tolerance(), "cpu", fail_uncompared=True)
     assert not strict.ok
@@ -361,7 +361,7 @@ def test_a_refusal_says_what_to_run_next() -> None:
     assert reason.startswith(
         "step time spread 13.4% over 3 repeats, so its gate would be ±40.2% (3 × spread), wider than its ceiling ±15%"
     )
-    assert "Next: run `perfsuite baselines refresh --missing -k convnet-vanilla-conv_step` again" in reason
+    assert "Next: run `perfsuite baselines refresh --missing -k '[convnet-vanilla-conv_step]'` again" in reason
     assert '[tool.perfsuite.overrides."cpu/convnet-vanilla-conv_step"] time_ceiling = 0.41' in reason
     assert "catches only changes of 41% or more" in reason
 

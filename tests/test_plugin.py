@@ -135,7 +135,7 @@ def test_an_unexpected_speed_up_fails_too_and_says_refresh(project: pytest.Pytes
     result.stdout.fnmatch_lines(
         [
             "*tiny-bert-grad_ckpt: step time *(-9.1%)*faster than the baseline*"
-            "perfsuite baselines refresh -k tiny-bert-grad_ckpt*"
+            "perfsuite baselines refresh -k '[[]tiny-bert-grad_ckpt]'*"
         ]
     )
 
@@ -177,7 +177,7 @@ def test_a_deleted_baseline_fails_with_the_refresh_command(
     result.stdout.fnmatch_lines(
         [
             "*no baseline for tiny-bert-fp16 on cpu: *tiny-bert-fp16.json does not exist; "
-            "record one with `perfsuite baselines refresh -k tiny-bert-fp16`*"
+            "record one with `perfsuite baselines refresh -k '[[]tiny-bert-fp16]'`*"
         ]
     )
     said = result.stdout.str()

@@ -69,7 +69,7 @@ def test_a_noisy_refresh_is_refused_and_writes_nothing_for_that_case(
             "*tiny-bert-fp16: not recorded: step time spread 30.0% over 5 repeats (the 1 farthest set aside), "
             "over max_refresh_spread 15%*the machine is too noisy to record this case's time now. It stopped at "
             "5 of at most 9 repeats: more could not have settled it*Next: run "
-            "`perfsuite baselines refresh --missing -k tiny-bert-fp16` again when nothing else runs*"
+            "`perfsuite baselines refresh --missing -k '[[]tiny-bert-fp16]'` again when nothing else runs*"
         ]
     )
     assert baseline(project, "tiny-bert-fp16").read_text() == before

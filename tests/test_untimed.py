@@ -78,7 +78,7 @@ def test_the_gate_says_the_class_is_too_noisy_and_passes_even_where_a_missing_ti
     assert again == (
         "tiny-bert-all: step time not gated on fake-1.2-avx2: no time kept there, though its gate now admits the "
         f"pooled spread (6 sessions to 2026-12-06 spread 14.2%, within the {wider.widest_spread:.1%} its gate "
-        "admits): record it with `perfsuite baselines refresh -k tiny-bert-all`; memory and loss "
+        "admits): record it with `perfsuite baselines refresh -k '[tiny-bert-all]'`; memory and loss "
         "were gated"
     )
     bare = check_time("tiny-bert-all", _stored(), observed, Tolerance(), "cpu", fail_uncompared=True)

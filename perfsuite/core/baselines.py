@@ -46,8 +46,8 @@ class MissingBaseline(BaselineError):
 
 
 def refresh_command(case_id: str | None = None, *, hardware: str = "cpu") -> str:
-    """The command that (re)writes baselines, selected like pytest's ``-k``, quoted for a message."""
-    command = "`perfsuite baselines refresh" + (f" -k {case_id}" if case_id else "") + "`"
+    """The command that (re)writes baselines, ``case_id``'s alone (``-k '[id]'``: a bare id matches others)."""
+    command = "`perfsuite baselines refresh" + (f" -k '[{case_id}]'" if case_id else "") + "`"
     return command if hardware == "cpu" else f"{command} (on a machine with that GPU)"
 
 

@@ -57,7 +57,7 @@ def too_noisy(new: Mapping[str, Any], time_class: str, tol: Tolerance) -> str:
             if len(repeats) < tol.refresh_max_repeats
             else ""
         )
-        + f" Next: run `perfsuite baselines refresh --missing -k {case}` again when "
+        + f" Next: run `perfsuite baselines refresh --missing -k '[{case}]'` again when "
         "nothing else runs on the machine (the cases that fit are written), or compare side by side with "
         f'`perfsuite ab`, or accept a wider gate knowingly: [tool.perfsuite.overrides."{hardware}/{case}"] '
         f"time_ceiling = {ceiling:g}"
