@@ -214,12 +214,12 @@ class Bisection:
             return 3
         try:
             ends = self.ends = self._compare(good, self.versions[-1])
-            if not (ends.error or "").startswith(("good:", "good (")):  # the good end's failure: said below, once
+            failed = "good" if (ends.error or "").startswith(("good:", "good (")) else "bad"
+            if failed == "bad":  # the good end's failure is said below, once, not as the bad end's evidence
                 self.say(f"  {self.versions[-1]} (bad end): {evidence(ends, metric)}")
             if ends.candidate_failed and metric != FAILURE and self.may_switch:  # its run fails, the good end's runs
                 metric = self._search_failure(package)
             if ends.error and not (metric == FAILURE and ends.candidate_failed):
-                failed = "good" if ends.error.startswith(("good:", "good (")) else "bad"
                 self.say(f"perfsuite: cannot test the {failed} end {self.versions[0 if failed == 'good' else -1]}: "
                          f"{ends.error}")  # fmt: skip
                 self._write(None, ends)
