@@ -8,7 +8,6 @@ so ``pytest --help`` and collection stay fast.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import tempfile
 from pathlib import Path
@@ -21,7 +20,8 @@ from perfsuite.core import registry
 from perfsuite.core.engines import ENGINES, OWN_ENGINES
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec, tier_spec
-from perfsuite.core.strategies import OPTIONAL_PACKAGES, install_hint
+from perfsuite.core.strategies import OPTIONAL_PACKAGES
+from perfsuite.session.collection import MARKER_OF_MODULE, NO_GPU, NOT_FOR_HERE, mark_unrunnable, skipped_why
 from perfsuite.session.scope import gpu_tier_selected
 
 MARKERS = {
@@ -37,14 +37,7 @@ MARKERS = {
     # One per optional package, named for its extra.
     **{p.extra: f"needs {p.distribution} installed" for p in OPTIONAL_PACKAGES},
 }
-# Marker → (module it needs, the install that brings it).
-OPTIONAL = {p.extra: (p.module, install_hint([p.module])) for p in OPTIONAL_PACKAGES}
-_MARKER_OF_MODULE = {module: marker for marker, (module, _) in OPTIONAL.items()}
 _SESSION = "perfsuite-session"
-_NO_GPU = (
-    "the GPU tier is selected (-m gpu) but torch sees no CUDA GPU here, so nothing would be "
-    "measured; run it on a GPU machine, or pass --perfsuite-no-gpu=skip to skip its tests"
-)
 _REGISTRY = pytest.StashKey[registry.Snapshot]()
 _WORKER = "perfsuite-xdist-worker"
 
@@ -94,7 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
             from perfsuite.worker.device import cuda_usable
 
             if not cuda_usable():  # what is wrong, rather than the missing CPU file it would compare with
-                raise pytest.UsageError(_NO_GPU)
+                raise pytest.UsageError(NO_GPU)
         # A bare --benchmark-compare would take "the latest saved run", letting slowdowns creep in
         # night by night; compare against the file pinned next to this hardware's baselines instead.
         from perfsuite.core.pinned import compare_problem
@@ -172,7 +165,7 @@ def _param(case: registry.MatrixCase) -> Any:
         marks.append(getattr(pytest.mark, case.engine))
     marks += [getattr(pytest.mark, marker) for marker in case.markers]
     requires = spec.strategy_spec.requires
-    marks += [getattr(pytest.mark, _MARKER_OF_MODULE[m]) for m in requires if m in _MARKER_OF_MODULE]
+    marks += [getattr(pytest.mark, MARKER_OF_MODULE[m]) for m in requires if m in MARKER_OF_MODULE]
     return pytest.param(spec, id=spec.id, marks=marks)
 
 
@@ -188,27 +181,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         from perfsuite.session.scope import select_by_baselines
 
         select_by_baselines(config, items, _session(config), _case_of)
-    has_cuda: bool | None = None
-    gpus = 0
-    for item in items:
-        for marker, (module, install) in OPTIONAL.items():
-            if item.get_closest_marker(marker) and importlib.util.find_spec(module) is None:
-                item.add_marker(pytest.mark.skip(reason=f"needs {module}: {install}"))
-        if item.get_closest_marker("gpu"):
-            if has_cuda is None:
-                from perfsuite.worker.device import cuda_device_count, cuda_usable
+    mark_unrunnable(config, items, {item.nodeid: spec for item in items if (spec := _case_of(item)) is not None})
 
-                has_cuda = cuda_usable()
-                gpus = cuda_device_count() if has_cuda else 0
-            if not has_cuda:
-                if gpu_tier_selected(config) and config.getoption("perfsuite_no_gpu") == "fail":
-                    raise pytest.UsageError(_NO_GPU)
-                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU: run `pytest -m gpu` on a GPU machine"))
-                continue
-            spec = _case_of(item)
-            if spec is not None and spec.world_size > gpus:
-                item.add_marker(pytest.mark.skip(reason=f"needs {spec.world_size} GPUs; this machine has {gpus}"))
-            _session(config).note_gpu_case(spec, item)
+
+def pytest_runtest_protocol(item: pytest.Item) -> None:
+    """A matrix case this process runs or skips counts towards whether the session gated anything."""
+    spec = _case_of(item)
+    if spec is not None and not item.stash.get(NOT_FOR_HERE, False):
+        _session(item.config).note_case(spec, skipped_why(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    try:
+        return (yield)
+    except KeyboardInterrupt:  # a case stopped before its timing did not leave pytest-benchmark's fixture unused
+        if _case_of(item) is not None and (timer := getattr(item, "funcargs", {}).get("benchmark")) is not None:
+            timer.skipped = True
+        raise
 
 
 def _case_of(item: pytest.Item) -> CaseSpec | None:
@@ -333,7 +323,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
         recorder = Recorder()
         _summarize(recorder, session.exitstatus, session.config)
-        worker.send_summary(recorder.written)
+        worker.send_summary(recorder.written, session.exitstatus)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -147,19 +147,26 @@ def _project(root: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_sessions_up_front_runs_are_in_its_json(tmp_path: Path) -> None:
+@pytest.mark.parametrize("xdist", [pytest.param((), id="one-process"), pytest.param(("-n", "2"), id="xdist")])
+def test_the_sessions_up_front_runs_are_in_its_json(tmp_path: Path, xdist: tuple[str, ...]) -> None:
     """The CPU cases run once each before any is gated (where the session's drift gates them): an
-    interrupt there keeps those runs."""
+    interrupt there keeps those runs. Under pytest-xdist the signal reaches the controller alone (a
+    ``kill`` of pytest's process): it passes it on to its workers and prints the summary the
+    interrupted worker sent, as one process would."""
     _project(tmp_path)
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text(pyproject.read_text() + '[tool.perfsuite.overrides."cpu/*"]\ntime_drift_limit = 0.15\n')
     cases = "tiny-bert-vanilla or tiny-bert-bf16 or tiny-bert-adafactor or tiny-bert-grad_ckpt or tiny-bert-fp16"
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "cpu and not trainer and not distributed"]
-    argv += ["-k", cases, "--perfsuite-json", "results.json"]
+    argv += ["-k", cases, "--perfsuite-json", "results.json", *xdist]
     code, _, out, err = _interrupt(argv, tmp_path, ready="[1/")
     assert code == pytest.ExitCode.INTERRUPTED, out + err
     assert "Traceback" not in out + err
     assert "perfsuite: INTERRUPTED: " in out  # the verdict line: not a pass
+    assert out.count("perfsuite: INTERRUPTED: ") == 1
+    assert "nothing was gated" not in out  # an interrupt says so itself
+    assert "crashed while running" not in out  # the test in flight is not a crash
+    assert "Benchmark fixture was not used" not in out
     outcomes = json.loads((tmp_path / "results.json").read_text())["cases"]
     assert len(outcomes) >= 5
     assert all(o["status"] == "not reached" for o in outcomes)

@@ -182,3 +182,27 @@ def test_a_turn_alone_waits_for_the_tests_in_flight_and_holds_new_ones_back(tmp_
     for lock in (first, run, second):
         lock.close()
     assert times["first end"] <= times["run start"] < times["run end"] <= times["second start"]
+
+
+def test_an_interrupt_before_any_worker_started_stops_the_controller_at_once(tmp_path: Path) -> None:
+    """The controller passes an interrupt on only to workers that can end interrupted and report:
+    with none started, or at a second signal, it is pytest's own interrupt, at once."""
+    import signal
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from perfsuite.session.parallel import Controller
+
+    controller = Controller(SimpleNamespace(getoption=lambda name: "load"))  # type: ignore[arg-type]
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        controller._pass_on(signal.SIGTERM, None)
+    worker = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])  # ends on the signal
+    (controller.directory / f"worker.{worker.pid}").touch()
+    try:
+        controller._pass_on(signal.SIGTERM, None)  # passed on: the session goes on to hear the workers end
+        assert worker.wait(30) == -signal.SIGTERM  # the worker heard it
+        with pytest.raises(KeyboardInterrupt, match="SIGINT"):
+            controller._pass_on(signal.SIGINT, None)  # a second one: at once
+    finally:
+        controller.pytest_unconfigure()

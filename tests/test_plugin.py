@@ -195,6 +195,27 @@ def test_a_deleted_baseline_fails_with_the_refresh_command(
     skipped.stdout.fnmatch_lines(["perfsuite: passed: 2 passed, 1 NOT gated (no baseline here, skipped: *--missing*"])
 
 
+def test_a_cpu_gate_where_every_case_was_skipped_fails_saying_nothing_was_gated(project: pytest.Pytester) -> None:
+    """No baseline here for any selected case, under --perfsuite-missing=skip: every case is
+    skipped before it runs. The session measured nothing, so it fails saying so, in one process
+    and under pytest-xdist (where the worker that ran the cases tells the controller)."""
+    for path in (project.path / "baselines" / "cpu").glob("tiny-bert-*.json"):
+        path.unlink()
+    line = (
+        "perfsuite: nothing was gated: all 3 case(s) were skipped (tiny-bert-*: no baseline for tiny-bert-* on cpu: *)"
+    )
+    result = gate(project, "--perfsuite-missing=skip")
+    result.assert_outcomes(skipped=3)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([line])
+    spread = project.runpytest_subprocess(
+        "-m", "cpu and not trainer", "-k", CASES, "--perfsuite-missing=skip", "-n", "2"
+    )
+    spread.assert_outcomes(skipped=3)
+    assert spread.ret == pytest.ExitCode.TESTS_FAILED
+    spread.stdout.fnmatch_lines([line])
+
+
 def test_a_gpu_gate_where_every_case_was_skipped_fails_saying_nothing_was_gated(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -210,7 +231,7 @@ def test_a_gpu_gate_where_every_case_was_skipped_fails_saying_nothing_was_gated(
     result = pytester.runpytest(*gpu, "--perfsuite-missing=skip", "--perfsuite-markdown", "summary.md")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert result.parseoutcomes()["skipped"] > 1
-    line = "perfsuite: nothing was gated: all * GPU case(s) were skipped (bert-base-uncased-*: no baseline for *)"
+    line = "perfsuite: nothing was gated: all * case(s) were skipped (bert-base-uncased-*: no baseline for *)"
     result.stdout.fnmatch_lines([line])
     assert len([x for x in result.outlines if "nothing was gated" in x]) == 1
     assert "nothing was gated" in (pytester.path / "summary.md").read_text()

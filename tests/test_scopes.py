@@ -155,18 +155,18 @@ def test_a_misspelt_scope_marker_stops_collection_naming_the_test(tmp_path: Path
     assert "test_marked.py::test_x: unknown scope 'nighty'; valid: push, nightly, weekly" in proc.stderr
 
 
-def test_a_gpu_gate_fails_only_when_none_of_its_gpu_cases_was_gated() -> None:
+def test_a_gate_fails_only_when_none_of_its_cases_was_gated() -> None:
     from perfsuite.core.gates import Outcome
     from perfsuite.session.scope import nothing_gated
 
     collected: dict[str, str | None] = {"a": "no baseline for a on nvidia-h100\nrecord one", "b": None}
     skipped = [Outcome("b", "skipped", message="b: skipped: needs deepspeed")]
     assert nothing_gated(collected, skipped) == (
-        "perfsuite: nothing was gated: all 2 GPU case(s) were skipped (a: no baseline for a on nvidia-h100)"
+        "perfsuite: nothing was gated: all 2 case(s) were skipped (a: no baseline for a on nvidia-h100)"
     )
     assert nothing_gated({"b": None}, skipped) == (
-        "perfsuite: nothing was gated: all 1 GPU case(s) were skipped (b: b: skipped: needs deepspeed)"
+        "perfsuite: nothing was gated: all 1 case(s) were skipped (b: b: skipped: needs deepspeed)"
     )
     assert nothing_gated(collected, [Outcome("b", "passed")]) is None
     assert nothing_gated(collected, [Outcome("b", "failed")]) is None  # the gate fails on its own
-    assert nothing_gated({}, []) is None  # no GPU case selected: a CPU session
+    assert nothing_gated({}, []) is None  # no matrix case reached

@@ -129,8 +129,9 @@ class PerfsuiteSession:
         """The matrix cases this session runs, in order (an interrupt reports the rest as not reached)."""
         self.interrupt: Interrupt | None = None
         """What stopped the session from outside; ``None`` until the cases start, and while nothing did."""
-        self.gpu_collected: dict[str, str | None] = {}
-        """On a GPU machine, the GPU cases collected: id → why collection skipped it (``None``: to run)."""
+        self.interrupted = False
+        self.reached: dict[str, str | None] = {}
+        """The matrix cases this process ran or skipped: id → why collection skipped it (``None``: to run)."""
         self._signals = contextlib.ExitStack()
 
     def header(self) -> str:
@@ -214,11 +215,13 @@ class PerfsuiteSession:
         """Stop runs nobody waits for any more; after an interrupt, every worker and the forkserver,
         and every selected case gets an outcome (those not gated: not reached, with their runs)."""
         self.runs.close()
+        self.interrupted = interrupted
         if interrupted:
             from perfsuite.worker.process import stop_workers
 
             stop_workers()
-            close_outcomes(self.outcomes, self.selected, self.runs.records)
+            if self.reached or not hasattr(self.config, "workerinput"):  # an xdist worker: the one that ran cases
+                close_outcomes(self.outcomes, self.selected, self.runs.records)
 
     def interrupted_lines(self) -> list[str]:
         """What the summary says of an interrupted session, after its table."""
@@ -348,22 +351,20 @@ class PerfsuiteSession:
 
     # -- end of session ------------------------------------------------------------------
 
-    def note_gpu_case(self, spec: CaseSpec | None, item: pytest.Item) -> None:
-        """On a GPU machine, a GPU matrix case collected, with why collection skipped it (``None``: to run)."""
-        if spec is not None:
-            skip = item.get_closest_marker("skip")
-            self.gpu_collected[spec.id] = None if skip is None else str(skip.kwargs.get("reason", ""))
+    def note_case(self, spec: CaseSpec, skipped: str | None) -> None:
+        """A matrix case this process reached, with why collection skipped it (``None``: to run)."""
+        self.reached[spec.id] = skipped
 
     def nothing_gated(self) -> str | None:
-        """The line that fails a gate on a GPU machine whose GPU cases were all skipped (a refresh gates nothing)."""
+        """The line that fails a gate whose matrix cases were all skipped (a refresh gates nothing)."""
         from perfsuite.session.scope import nothing_gated
 
-        if self.refresh or self.config.option.collectonly:  # a refresh, or a collection, gates nothing
+        if self.refresh or self.config.option.collectonly or self.interrupted:  # each says so itself
             return None
-        return nothing_gated(self.gpu_collected, self.outcomes)
+        return nothing_gated(self.reached, self.outcomes)
 
     def gated_exit(self, exitstatus: int) -> int:
-        """``exitstatus``, or a failure where it would pass but a GPU gate gated nothing."""
+        """``exitstatus``, or a failure where it would pass but the gate gated nothing."""
         if exitstatus == pytest.ExitCode.OK and self.nothing_gated() is not None:
             return pytest.ExitCode.TESTS_FAILED
         return exitstatus

@@ -22,15 +22,19 @@ def close_outcomes(
     outcomes: list[Outcome], selected: Sequence[CaseSpec], records: Mapping[CaseSpec, list[CaseRecord]]
 ) -> None:
     """The case in flight (its outcome has no verdict yet) and every selected case without an outcome
-    become ``not reached``, each with the runs it finished."""
+    become ``not reached``, each with the runs it finished (under pytest-xdist the cases measured
+    first run inside the first case's test, so that case too may have one)."""
+    finished = {spec.id: list(runs) for spec, runs in records.items() if runs}
     for outcome in outcomes:
-        if outcome.status == "failed" and not outcome.message:
-            outcome.status, outcome.message = NOT_REACHED, f"{outcome.case}: interrupted while it ran"
+        if outcome.status == "failed" and not outcome.message:  # its runs so far: those made before its test
+            outcome.records = outcome.records or finished.get(outcome.case, [])
+            why = "interrupted before it was gated; its run is kept" if outcome.records else "interrupted while it ran"
+            outcome.status, outcome.message = NOT_REACHED, f"{outcome.case}: {why}"
     seen = {outcome.case for outcome in outcomes}
     for spec in dict.fromkeys(selected):
         if spec.id in seen:
             continue
-        runs = list(records.get(spec, []))
+        runs = finished.get(spec.id, [])
         why = "interrupted before it was gated; its run is kept" if runs else "interrupted before it ran"
         outcomes.append(Outcome(case=spec.id, status=NOT_REACHED, message=f"{spec.id}: {why}", records=runs))
 

@@ -15,16 +15,22 @@ cases stay in one of them, and every timed run has the machine to itself.
 - The worker that owns the session sends its summary to the controller, which prints it where pytest
   prints its own; that worker writes ``--perfsuite-json``, ``--perfsuite-report`` and
   ``--perfsuite-markdown``.
+- SIGTERM or Ctrl-C stops the session as it does without xdist: the controller passes the signal
+  on to every worker and waits for them to end interrupted (each turns one signal into pytest's
+  interrupt), so the summary it prints is the interrupted session's, table included; a second
+  signal, or a minute without them, stops it at once.
 - A refresh, an explanation, the GPU tier and pytest-benchmark's files need one process: with
   ``-n auto`` or ``logical`` perfsuite asks for none, with an explicit ``-n`` it refuses in one line.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import fcntl
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -46,6 +52,10 @@ _LOCK_DIR = "perfsuite_lock_dir"
 _GROUPED = "perfsuite_grouped"
 _SESSION_TESTS = "session-tests"
 _SUMMARY = "perfsuite_summary"
+_PID = "worker."
+WAIT_FOR_WORKERS_S = 60.0
+"""How long the controller waits, after passing an interrupt on, for its workers to end."""
+_FAILED = "perfsuite_failed"
 _BENCHMARK_FILES = ("benchmark_compare", "benchmark_json", "benchmark_save", "benchmark_autosave")
 
 
@@ -141,7 +151,11 @@ class Controller:
     def __init__(self, config: pytest.Config) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="perfsuite-xdist-"))
         self.dist = str(config.getoption("dist"))
-        self.summaries: list[list[tuple[str, str]]] = []
+        self.summaries: dict[str, list[tuple[str, str]]] = {}  # worker id → its summary
+        self.failed = False
+        self._heard: int | None = None  # the signal passed on to the workers
+        self._handlers: dict[int, Any] = {}  # the handlers the signals had before the session
+        self._timer: threading.Timer | None = None
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -173,14 +187,58 @@ class Controller:
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         output = getattr(node, "workeroutput", None) or {}
         summary = output.get(_SUMMARY)
-        if isinstance(summary, list) and summary:
-            self.summaries.append([(str(kind), str(text)) for kind, text in summary])
+        if isinstance(summary, list) and summary:  # once a worker (an interrupted one's node goes down twice)
+            self.summaries[str(getattr(node.gateway, "id", node))] = [(str(kind), str(text)) for kind, text in summary]
+        self.failed = self.failed or output.get(_FAILED) is True
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """The test a worker was running when it heard the interrupt passed on is not a crash: it is
+        reported skipped, saying so (without xdist an interrupted test is not reported at all)."""
+        if self._heard is not None:
+            report.outcome = "skipped"
+            why = f"interrupted by {signal.Signals(self._heard).name} while it ran"
+            report.longrepr = (crashitem.split("::")[0], 0, f"Skipped: {why}")
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """A worker's session that failed with no test failing (its gate gated nothing) fails this one."""
+        if self.failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        for summary in self.summaries:
+        for summary in self.summaries.values():
             replay(summary, terminalreporter)
 
+    def pytest_sessionstart(self) -> None:
+        if threading.current_thread() is threading.main_thread():  # where Python lets a handler be set
+            self._handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+            for sig in self._handlers:
+                signal.signal(sig, self._pass_on)
+
+    def _pass_on(self, signum: int, frame: object) -> None:
+        """The first SIGTERM or SIGINT goes on to every worker, and the session waits for them to end
+        interrupted, their summaries sent. A second one, one with no worker started yet, or a
+        minute without the workers ending, interrupts the controller at once."""
+        workers = self.worker_pids()
+        if self._heard is not None or not workers:
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+        self._heard = signum
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+        self._timer = threading.Timer(WAIT_FOR_WORKERS_S, _thread.interrupt_main)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def worker_pids(self) -> list[int]:
+        """The process ids of the workers started so far (each names itself in the shared folder)."""
+        return [int(path.name[len(_PID) :]) for path in self.directory.glob(f"{_PID}*")]
+
     def pytest_unconfigure(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for sig, handler in self._handlers.items():
+            signal.signal(sig, handler)
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
@@ -194,6 +252,13 @@ class Worker:
         self.grouped = bool(workerinput.get(_GROUPED))
         self.lock = MachineLock(self.directory) if self.directory is not None else None
         self._own_line = False  # the terminal's cursor is at the start of a line this worker began
+        self._signals = contextlib.ExitStack()
+        if self.directory is not None and threading.current_thread() is threading.main_thread():
+            from perfsuite.cli.interrupt import terminate_as_interrupt
+
+            # One SIGTERM or SIGINT (the controller's, and the process group's too) is one interrupt.
+            self._signals.enter_context(terminate_as_interrupt())
+            (self.directory / f"{_PID}{os.getpid()}").touch()
 
     @pytest.hookimpl(tryfirst=True)  # before xdist sends the controller the collected ids
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -235,13 +300,18 @@ class Worker:
         """The machine to this process alone, for a timed run."""
         return self.lock.alone() if self.lock is not None else contextlib.nullcontext()
 
-    def send_summary(self, summary: list[tuple[str, str]]) -> None:
+    def send_summary(self, summary: list[tuple[str, str]], exitstatus: int) -> None:
+        """Send the controller this worker's summary, and whether its session failed."""
         if summary:
             self.config.workeroutput[_SUMMARY] = summary  # type: ignore[attr-defined]
+        self.config.workeroutput[_FAILED] = exitstatus == pytest.ExitCode.TESTS_FAILED  # type: ignore[attr-defined]
 
     def pytest_unconfigure(self) -> None:
         if self.lock is not None:
             self.lock.close()
+        if self.directory is not None:
+            (self.directory / f"{_PID}{os.getpid()}").unlink(missing_ok=True)
+        self._signals.close()
 
 
 class Recorder:

@@ -3,7 +3,7 @@ or one shard (``--perfsuite-shard``); from the baselines this machine already ha
 it is given, a refresh of only the cases whose baselines here are incomplete
 (``--perfsuite-refresh-missing``), only as many as fit a time limit
 (``--perfsuite-refresh-time-limit``); a gate that skips the cases without a baseline here
-(``--perfsuite-missing=skip``) before running them; and a GPU gate that gated nothing.
+(``--perfsuite-missing=skip``) before running them; and a gate that gated nothing.
 
 The refresh and skip options are for a machine held for a while (a CI job with a time limit, a GPU runner
 shared by several jobs): a refresh cut off from outside writes nothing, so it must stop
@@ -160,21 +160,20 @@ def complete_on_this_machine(
     return complete
 
 
-def nothing_gated(collected: Mapping[str, str | None], outcomes: Iterable[Outcome]) -> str | None:
-    """The one line a gate on a GPU machine ends with when none of its ``collected`` GPU cases
-    (id → why it was skipped at collection, ``None`` when it was to run) was compared with a
-    baseline: each skipped before or in its run (no baseline for this GPU under
-    ``--perfsuite-missing=skip``, a package missing). Such a run would pass having measured nothing."""
-    if not collected:
+def nothing_gated(reached: Mapping[str, str | None], outcomes: Iterable[Outcome]) -> str | None:
+    """The one line a gate ends with when none of the matrix cases it ``reached`` (id → why it was
+    skipped at collection, ``None`` when it was to run) was compared with a baseline: each skipped
+    before or in its run (no baseline here under ``--perfsuite-missing=skip``, a package missing,
+    too few GPUs). Such a run would pass having measured nothing. A GPU case on a machine with no
+    GPU (``--perfsuite-no-gpu=skip``) is never reached: that machine was not asked to gate it."""
+    if not reached:
         return None
     ran = {o.case: o for o in outcomes}
-    if any(ran[case].status in ("passed", "failed") for case in collected if case in ran):
+    if any(ran[case].status in ("passed", "failed") for case in reached if case in ran):
         return None
-    first = next(iter(collected))
-    why = collected[first] or (ran[first].message if first in ran else "") or "skipped"
-    return (
-        f"perfsuite: nothing was gated: all {len(collected)} GPU case(s) were skipped ({first}: {why.splitlines()[0]})"
-    )
+    first = next(iter(reached))
+    why = reached[first] or (ran[first].message if first in ran else "") or "skipped"
+    return f"perfsuite: nothing was gated: all {len(reached)} case(s) were skipped ({first}: {why.splitlines()[0]})"
 
 
 EMPTY_MATRIX = (
