@@ -419,6 +419,26 @@ def test_a_refresh_on_a_new_class_says_when_it_would_change_memory_or_loss() -> 
     assert rows["loss changed"][2].startswith("rewritten for every time class")
 
 
+def test_a_refresh_says_a_memory_move_its_gate_admits_is_within_it_and_asks_a_review_past_it() -> None:
+    old, new = _baseline(), _baseline()
+    category = next(iter(new["memory"]["breakdown"]))
+    new["memory"]["breakdown"][category] += 128  # allocator slack: the gate passes it
+    rows = {metric: (after, change) for metric, _, after, change in diff_rows(old, new, CLASS, Tolerance())}
+    assert "memory changed" not in rows
+    assert rows["memory moved"] == (
+        "by 128 bytes at most",
+        "within the memory gate (±1%, at least 65,536 bytes): rewritten for every class",
+    )
+    new["memory"]["peak_bytes"] += 10 * 1024 * 1024  # past both ±1% and 64 KiB
+    rows = {metric: (after, change) for metric, _, after, change in diff_rows(old, new, CLASS, Tolerance())}
+    assert rows["memory changed"][1] == "rewritten for every time class: review before merging"
+    assert "memory moved" not in rows
+    # Without a tolerance to judge by, any byte moved asks for a review.
+    moved = _baseline()
+    moved["memory"]["peak_bytes"] += 1
+    assert "memory changed" in {row[0] for row in diff_rows(old, moved, CLASS)}
+
+
 def test_step_times_compare_step_by_step_when_the_baseline_has_them() -> None:
     # Length-grouped batches: steps differ 10x, so the median is one step's time and jumps
     # with that step's noise; step by step, every step moved 2%.

@@ -338,7 +338,7 @@ def check_memory(case_id: str, baseline: Mapping[str, Any], observed: Observatio
                 )
             )
             continue
-        limit = max(tol.memory_rtol * abs(base), tol.memory_atol_bytes)
+        limit = tol.memory_limit(base)
         ok = abs(now - base) <= limit
         rel = rel_change(now, base)
         message, moment = "", not ok and moved_with_the_peak(metric, checks, rel)

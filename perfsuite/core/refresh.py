@@ -21,8 +21,8 @@ def refusals(new: Mapping[str, Any], tol: Tolerance, time_class: str, *, gate_ti
     if gate_time and not tol.spread_fits(time["spread"]):
         reasons.append(too_noisy(new, time_class, tol))
     memory_spread = new["memory"]["spread"]
-    if memory_spread is not None and memory_spread * new["memory"]["peak_bytes"] > max(
-        tol.memory_rtol * new["memory"]["peak_bytes"], tol.memory_atol_bytes
+    if memory_spread is not None and memory_spread * new["memory"]["peak_bytes"] > tol.memory_limit(
+        new["memory"]["peak_bytes"]
     ):
         reasons.append(f"peak memory differs by {memory_spread:.2%} between repeats; it should be deterministic")
     loss_diff = new.get("loss_repeat_max_abs_diff")
@@ -67,12 +67,14 @@ def too_noisy(new: Mapping[str, Any], time_class: str, tol: Tolerance) -> str:
 
 
 def diff_rows(
-    old: Mapping[str, Any] | None, new: Mapping[str, Any], time_class: str
+    old: Mapping[str, Any] | None, new: Mapping[str, Any], time_class: str, tol: Tolerance | None = None
 ) -> list[tuple[str, str, str, str]]:
     """``(metric, old, new, change)`` for a refresh's old → new table.
 
     The step time is this time class's; memory and loss are shared by every class, so a
-    change there is called out: it rewrites what the other classes are gated on too.
+    change there is called out: it rewrites what the other classes are gated on too. A memory
+    move the gate's memory tolerance ``tol`` admits (a few bytes of allocator slack) is said to be
+    within it; one past it, or any loss change, asks for a review.
     """
     entry = new["time"][time_class]
     unit = entry["unit"]
@@ -108,16 +110,26 @@ def diff_rows(
         loss_changed = len(old["loss"]) != len(new["loss"]) or any(
             a != b for a, b in zip(old["loss"], new["loss"], strict=False)
         )
-        memory_changed = (
-            old["memory"]["peak_bytes"] != new["memory"]["peak_bytes"]
-            or old["memory"]["breakdown"] != new["memory"]["breakdown"]
-        )
-        changed = [name for name, flag in (("memory", memory_changed), ("loss", loss_changed)) if flag]
+        moved = _memory_moves(old["memory"], new["memory"])
+        admitted = tol is not None and all(abs(after - before) <= tol.memory_limit(before) for before, after in moved)
+        changed = [name for name, flag in (("memory", moved and not admitted), ("loss", loss_changed)) if flag]
         if changed:
             rows.append(
                 (f"{' and '.join(changed)} changed", "", "", "rewritten for every time class: review before merging")
             )
+        if moved and admitted and tol is not None:
+            largest = max(abs(after - before) for before, after in moved)
+            within = f"within the memory gate (±{tol.memory_rtol:.0%}, at least {tol.memory_atol_bytes:,} bytes)"
+            rows.append(("memory moved", "", f"by {largest:,} bytes at most", f"{within}: rewritten for every class"))
     return rows
+
+
+def _memory_moves(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """(old, new) bytes of the peak and each breakdown category that differ between two baselines."""
+    pairs = [(old["peak_bytes"], new["peak_bytes"])]
+    for category in sorted(set(old["breakdown"]) | set(new["breakdown"])):
+        pairs.append((old["breakdown"].get(category, 0), new["breakdown"].get(category, 0)))
+    return [(int(before), int(after)) for before, after in pairs if before != after]
 
 
 def _spread(entry: Mapping[str, Any] | None) -> str:

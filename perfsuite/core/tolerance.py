@@ -54,6 +54,10 @@ class Tolerance:
     change of its cases) while that drift is within this limit; 0 gates each case on its
     own change (a GPU, and multi-rank CPU cases, which do not drift with the rest)."""
 
+    def memory_limit(self, base: float) -> float:
+        """How far a peak or breakdown category of ``base`` bytes may move and pass its gate."""
+        return max(self.memory_rtol * abs(base), self.memory_atol_bytes)
+
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             problem = _value_problem(field.name, getattr(self, field.name))

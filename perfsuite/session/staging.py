@@ -95,7 +95,7 @@ class RefreshStager:
             old: dict[str, Any] | None = load_baseline(path, case_id=spec.id, hardware=hardware)
         except BaselineError:
             old = None
-        outcome.diff = diff_rows(old, new, time_class)
+        outcome.diff = diff_rows(old, new, time_class, tolerance)
         noisy = self.untimed(old, time_class, tolerance)
         if noisy is not None:  # a pool found this class too noisy to gate: one refresh does not outweigh it
             metric, _, measured, _ = outcome.diff[0]  # the step time's row, then its spread's (diff_rows)
