@@ -92,8 +92,9 @@ def pytest_configure(config: pytest.Config) -> None:
         # night by night; compare against the file pinned next to this hardware's baselines instead.
         from perfsuite.core.pinned import compare_problem
 
-        pinned = session.pinned_benchmark(*_local_hardware())
-        if (problem := compare_problem(pinned)) is not None:
+        hardware, time_class = _local_hardware()
+        pinned = session.pinned_benchmark(hardware, time_class)
+        if (problem := compare_problem(pinned, time_class)) is not None:
             raise pytest.UsageError(f"--benchmark-compare: {problem}")
         config.option.benchmark_compare = str(pinned)
     if session.refresh:

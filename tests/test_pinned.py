@@ -11,7 +11,7 @@ import pytest
 from perfsuite.core.baselines import BaselineError
 from perfsuite.core.coverage import coverage
 from perfsuite.core.goalposts import baseline_moves
-from perfsuite.core.pinned import is_pinned, merged, pinned_path, read_pinned, without
+from perfsuite.core.pinned import compare_problem, is_pinned, merged, pinned_path, read_pinned, without
 
 GPU = "nvidia-h100-80gb-hbm3"
 
@@ -76,3 +76,28 @@ def test_a_pool_removes_only_the_withdrawn_cases_entries() -> None:
     assert without(pinned, ["tiny-llama-all"]) is None  # nothing to rewrite
     assert without({}, ["tiny-bert-all"]) is None
     assert pinned["benchmarks"] == [_entry("tiny-bert-all"), _entry("tiny-bert-vanilla")]  # untouched
+
+
+def test_with_no_file_the_compare_suggests_a_refresh_only_where_it_would_not_replace_pooled_times(
+    tmp_path: Path,
+) -> None:
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    path = pinned_path(tmp_path, "cpu", "amd-26.2-avx512-vnni-bf16")
+    assert compare_problem(path, "amd-26.2-avx512-vnni-bf16") == (
+        f"no pinned pytest-benchmark file {path}; record one with `perfsuite baselines refresh`"
+    )
+    sessions = [{"date": "2026-12-07T17:17:31+00:00", "commit": "c013dea", "host": "vm"}] * 5
+    pooled = {"time": {"amd-26.2-avx512-vnni-bf16": {"median": 17.1, "sessions": sessions}}}
+    (cpu / "tiny-bert-vanilla.json").write_text(json.dumps(pooled))
+    (cpu / "corrupt.json").write_text("{")  # the gate reports it; the message is not lost to it
+    problem = compare_problem(path, "amd-26.2-avx512-vnni-bf16")
+    assert problem is not None
+    assert "pooled from 5 sessions (`perfsuite baselines pool`), which records no pytest-benchmark rounds" in problem
+    assert "run without --benchmark-compare" in problem
+    assert "would write the file, but replace the pooled times with one session's" in problem
+    # Another class's pooled times say nothing of this one's.
+    assert compare_problem(pinned_path(tmp_path, "cpu", "amd-25.1-avx2"), "amd-25.1-avx2") == (
+        f"no pinned pytest-benchmark file {pinned_path(tmp_path, 'cpu', 'amd-25.1-avx2')}; "
+        "record one with `perfsuite baselines refresh`"
+    )

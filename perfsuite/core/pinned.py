@@ -48,10 +48,19 @@ def read_pinned(path: Path) -> dict[str, Any]:
     return data
 
 
-def compare_problem(path: Path) -> str | None:
-    """Why ``--benchmark-compare`` cannot compare with ``path``: no file there, or what is wrong with it;
-    ``None`` where it can."""
+def compare_problem(path: Path, time_class: str) -> str | None:
+    """Why ``--benchmark-compare`` cannot compare with ``path``, the pinned file of ``time_class``: no
+    file there, or what is wrong with it; ``None`` where it can. Where the class's step times were
+    pooled from sessions, no refresh is suggested: it would replace them with one session's."""
     if not path.is_file():
+        sessions = pooled_sessions(path.parent, time_class)
+        if sessions:
+            return (
+                f"no pinned pytest-benchmark file {path}: this time class's step times were pooled from "
+                f"{max(sessions)} sessions (`perfsuite baselines pool`), which records no pytest-benchmark rounds; "
+                "perfsuite's own gate compares them, so run without --benchmark-compare (a `perfsuite baselines "
+                "refresh` would write the file, but replace the pooled times with one session's)"
+            )
         return f"no pinned pytest-benchmark file {path}; record one with `perfsuite baselines refresh`"
     try:
         read_pinned(path)
@@ -78,3 +87,20 @@ def without(pinned: dict[str, Any], cases: Collection[str]) -> dict[str, Any] | 
 
 def _corrupt(path: Path, why: str) -> BaselineError:
     return BaselineError(f"{path}: corrupt pinned pytest-benchmark file ({why}); delete it and refresh")
+
+
+def pooled_sessions(directory: Path, time_class: str) -> list[int]:
+    """How many sessions each of ``directory``'s baselines pooled its ``time_class`` time from (those
+    pooled only: a pool lists its sessions; a file that is not a readable baseline is skipped, the
+    gate reports it)."""
+    counts = []
+    for path in sorted(directory.glob("*.json")):
+        if is_pinned(path.name):
+            continue
+        try:
+            entry = json.loads(path.read_text(encoding="utf-8"))["time"][time_class]
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("sessions"), list) and entry["sessions"]:
+            counts.append(len(entry["sessions"]))
+    return counts
