@@ -111,9 +111,10 @@ def _preload_error() -> str | None:
     return last + (f" ({where[-1]})" if where else "")
 
 
-def _start_within(proc: multiprocessing.process.BaseProcess, limit_s: float) -> None:
+def _start_within(proc: multiprocessing.process.BaseProcess, limit_s: float, *, case: bool = False) -> None:
     """``proc.start()``, which waits for the forkserver's preloads; past ``limit_s`` the forkserver is
-    killed (renewed for the next worker) and :class:`ForkserverHung` says so, instead of a wait for ever."""
+    killed (renewed for the next worker) and :class:`ForkserverHung` says so, instead of a wait for ever:
+    where ``limit_s`` is a ``case``'s time limit shorter than a boot may take, that the limit ran out."""
     done = threading.Event()
 
     def stop() -> None:
@@ -137,6 +138,12 @@ def _start_within(proc: multiprocessing.process.BaseProcess, limit_s: float) -> 
             renew_forkserver()
             raise ForkserverDied(f"the worker's forkserver exited during its imports: {why}") from exc
         renew_forkserver()
+        if case and limit_s < BOOT_LIMIT_S:
+            raise ForkserverHung(
+                f"its time limit ({limit_s:.3g} s) ran out while the worker's forkserver was still importing "
+                "what the session's cases need: give it a longer one (--time-limit, --timeout; a first DeepSpeed "
+                f"CPU Adam build alone takes 30 s or more); imports that outlast {BOOT_LIMIT_S:g} s hang"
+            ) from exc
         raise ForkserverHung(
             f"the worker's forkserver did not finish its imports in {limit_s:g} s and was stopped "
             f"(an import or DeepSpeed's CPU Adam build hangs; a build lock left by an interrupted one?)"
@@ -339,7 +346,7 @@ def _run_in(spec: CaseSpec, *, timeout_s: float, target: CaseFn | None, env: dic
         _RUNNING.add(proc)
         stops = _STOPS
     try:
-        _start_within(proc, timeout_s)  # the case's limit covers its worker's start
+        _start_within(proc, timeout_s, case=True)  # the case's limit covers its worker's start
     except (ForkserverHung, ForkserverDied) as exc:
         with _RUNNING_LOCK:
             _RUNNING.discard(proc)
