@@ -107,3 +107,22 @@ def test_vanilla_costs_what_a_bare_loop_costs(engine: str, threads: int) -> None
         assert result.interleaved_ratio is not None
         assert result.interleaved_ratio <= 1.05, result.as_json()
     assert all(b is not None and b <= threads for b in result.busy_threads), result.busy_threads
+
+
+@pytest.mark.parametrize(
+    ("pairs", "rounds", "title"),
+    [
+        (60, 6, "the median of 60 pairs of steps in one process and of 6 rounds of separate processes"),
+        (4, 0, "the median of 4 pairs of steps in one process (no rounds: the columns across processes read —)"),
+        (0, 3, "the median of 3 rounds of separate processes (no pairs: the column in one process reads —)"),
+    ],
+)
+def test_the_title_names_only_what_was_measured(
+    pairs: int, rounds: int, title: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from types import SimpleNamespace
+
+    from perfsuite.cli.overhead import _report
+
+    assert _report(SimpleNamespace(pairs=pairs, rounds=rounds, json=None), [], "cpu", None) == 0
+    assert title in " ".join(capsys.readouterr().out.split())

@@ -159,10 +159,13 @@ def _report(args: Any, results: list[Overhead], device_type: str, interrupt: Int
 
     from perfsuite.core.baselines import write_json_atomic
 
-    table = Table(
-        title=f"perfsuite's overhead on {device_type}: case step ÷ bare-loop step, the median of {args.pairs} pairs of "
-        f"steps in one process and of {args.rounds} rounds of separate processes"
-    )
+    pairs, rounds = f"{args.pairs} pairs of steps in one process", f"{args.rounds} rounds of separate processes"
+    measured = {
+        (True, True): f"{pairs} and of {rounds}",
+        (True, False): f"{pairs} (no rounds: the columns across processes read —)",
+        (False, True): f"{rounds} (no pairs: the column in one process reads —)",
+    }[(args.pairs > 0, args.rounds > 0)]  # both 0 is refused up front
+    table = Table(title=f"perfsuite's overhead on {device_type}: case step ÷ bare-loop step, the median of {measured}")
     for header in HEADERS:
         table.add_column(header)
     for row in table_rows(results):
