@@ -74,7 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
         session.runs.alone, session.runs.beside_others = worker.alone, True
         session.runs.ahead = functools.partial(_boot_ahead, config)
     elif parallel.distributing(config):
-        config.pluginmanager.register(parallel.Controller(config), "perfsuite-xdist-controller")
+        config.pluginmanager.register(parallel.Controller(config), parallel.CONTROLLER)
     for marker in sorted({m for case in registry.matrix_cases() for m in case.markers} - set(MARKERS)):
         config.addinivalue_line("markers", f"{marker}: declared in a perfsuite matrix entry")
     if not hasattr(config.option, "benchmark_compare"):  # pytest-benchmark not installed, or -p no:benchmark
@@ -324,7 +324,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
         recorder = Recorder()
         _summarize(recorder, session.exitstatus, session.config)
-        worker.send_summary(recorder.written, session.exitstatus)
+        wrote = bool(_session(session.config).outcomes) and session.config.getoption("perfsuite_json") is not None
+        worker.send_summary(recorder.written, session.exitstatus, wrote_results=wrote)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

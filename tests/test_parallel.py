@@ -107,10 +107,11 @@ def test_timed_runs_and_tests_marked_alone_run_with_nothing_beside_them(
 def test_a_session_that_ran_no_matrix_case_writes_a_results_file_saying_so(
     xdist_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Not no file, which `perfsuite report` would ask to be written by the command just run: under
-    xdist the controller writes it, its workers ran no case."""
+    """Not no file, which `perfsuite report` would ask to be written by the command just run, nor an
+    earlier session's left in place: under xdist the controller writes it, its workers ran no case."""
     monkeypatch.setenv("PARALLEL_LOG", str(xdist_project.path / "log.txt"))
     out = xdist_project.path / "results.json"
+    out.write_text(json.dumps({"cases": [{"case": "tiny-bert-vanilla", "status": "passed"}]}))  # an earlier run's
     result = xdist_project.runpytest_subprocess(
         "-n", "2", "-p", "no:cacheprovider", "-k", "test_plain and not alone", "--perfsuite-json", str(out)
     )  # fmt: skip

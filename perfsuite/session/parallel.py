@@ -56,6 +56,9 @@ _PID = "worker."
 WAIT_FOR_WORKERS_S = 60.0
 """How long the controller waits, after passing an interrupt on, for its workers to end."""
 _FAILED = "perfsuite_failed"
+_WROTE = "perfsuite_wrote_results"
+CONTROLLER = "perfsuite-xdist-controller"
+"""The controller's plugin name."""
 _BENCHMARK_FILES = ("benchmark_compare", "benchmark_json", "benchmark_save", "benchmark_autosave")
 
 
@@ -153,6 +156,7 @@ class Controller:
         self.dist = str(config.getoption("dist"))
         self.summaries: dict[str, list[tuple[str, str]]] = {}  # worker id → its summary
         self.failed = False
+        self.results_written = False  # a worker wrote --perfsuite-json: the cases it ran
         self._heard: int | None = None  # the signal passed on to the workers
         self._handlers: dict[int, Any] = {}  # the handlers the signals had before the session
         self._timer: threading.Timer | None = None
@@ -190,6 +194,7 @@ class Controller:
         if isinstance(summary, list) and summary:  # once a worker (an interrupted one's node goes down twice)
             self.summaries[str(getattr(node.gateway, "id", node))] = [(str(kind), str(text)) for kind, text in summary]
         self.failed = self.failed or output.get(_FAILED) is True
+        self.results_written = self.results_written or output.get(_WROTE) is True
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
@@ -300,11 +305,14 @@ class Worker:
         """The machine to this process alone, for a timed run."""
         return self.lock.alone() if self.lock is not None else contextlib.nullcontext()
 
-    def send_summary(self, summary: list[tuple[str, str]], exitstatus: int) -> None:
-        """Send the controller this worker's summary, and whether its session failed."""
+    def send_summary(self, summary: list[tuple[str, str]], exitstatus: int, *, wrote_results: bool) -> None:
+        """Send the controller this worker's summary, whether its session failed, and whether it
+        wrote ``--perfsuite-json`` (the controller writes one saying no case ran where none did)."""
+        output = self.config.workeroutput  # type: ignore[attr-defined]
         if summary:
-            self.config.workeroutput[_SUMMARY] = summary  # type: ignore[attr-defined]
-        self.config.workeroutput[_FAILED] = exitstatus == pytest.ExitCode.TESTS_FAILED  # type: ignore[attr-defined]
+            output[_SUMMARY] = summary
+        output[_FAILED] = exitstatus == pytest.ExitCode.TESTS_FAILED
+        output[_WROTE] = wrote_results
 
     def pytest_unconfigure(self) -> None:
         if self.lock is not None:

@@ -48,14 +48,15 @@ def results_json(
 
 def write_without_cases(config: Any, state: Any) -> str | None:
     """``--perfsuite-json`` of a session in which no matrix case ran (unit tests, a ``-k`` matching
-    none): a file that says so rather than none, which a script reads next; what to say (``None``:
-    not asked, a refresh, or an xdist worker). Under xdist the controller writes it only where no
-    worker did (one that ran cases writes its own first)."""
+    none): a file that says so rather than none, which a script reads next (never an earlier
+    session's left in place); what to say (``None``: not asked, a refresh, or an xdist worker).
+    Under xdist the controller writes it only where no worker did (one that ran cases writes its own)."""
     from perfsuite.core.baselines import write_json_atomic
+    from perfsuite.session.parallel import CONTROLLER
 
     path = config.getoption("perfsuite_json")
-    distributed = config.pluginmanager.has_plugin("dsession")
-    if path is None or state.refresh or hasattr(config, "workerinput") or (distributed and path.exists()):
+    controller = config.pluginmanager.get_plugin(CONTROLLER)
+    if path is None or state.refresh or hasattr(config, "workerinput") or getattr(controller, "results_written", False):
         return None
     write_json_atomic(path, state.results_json())
     return f"perfsuite: no matrix case ran in this session: {path} lists none"
