@@ -104,7 +104,8 @@ def pytest_configure(config: pytest.Config) -> None:
         if config.option.benchmark_json is None:
             # pytest-benchmark builds its JSON (machine_info included) only when asked to write one.
             session.benchmark_scratch = Path(tempfile.mkdtemp(prefix="perfsuite-")) / "benchmark.json"
-            config.option.benchmark_json = JsonTarget(session.benchmark_scratch)
+            scratch = "a scratch file, which perfsuite merges into each time class's pinned pytest-benchmark file"
+            config.option.benchmark_json = JsonTarget(session.benchmark_scratch, label=scratch)
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)

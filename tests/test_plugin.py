@@ -276,8 +276,13 @@ def test_a_crashed_case_fails_alone(project: pytest.Pytester, monkeypatch: pytes
 def test_benchmark_compare_reads_the_pinned_file(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     # --benchmark-compare picks the file of this machine's class before any case runs; record that class's.
     monkeypatch.setenv("FAKE_CLASS", local_class())
-    project.runpytest_subprocess("-m", "cpu and not trainer", "-k", CASES, "--perfsuite-refresh").assert_outcomes(
-        passed=3
+    refresh = project.runpytest_subprocess("-m", "cpu and not trainer", "-k", CASES, "--perfsuite-refresh")
+    refresh.assert_outcomes(passed=3)
+    # pytest-benchmark's own line names no temporary file the refresh then removes.
+    said = refresh.stdout.lines + refresh.stderr.lines
+    assert (
+        "Wrote benchmark data in: a scratch file, which perfsuite merges into each time class's pinned "
+        in "\n".join(said)
     )
     # In a process of its own too, as the refresh: the pinned file's machine_info has that
     # process's thread count, and this one's differs (pytest-benchmark would warn of it).

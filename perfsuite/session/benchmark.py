@@ -59,15 +59,17 @@ class JsonTarget(os.PathLike[str]):
     (Python 3.12 warns on ``Path.__enter__``; 3.11 has no ``Path.write``).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, label: str | None = None) -> None:
         self.path = path
+        self.label = label
+        """What pytest-benchmark's "Wrote benchmark data in: ..." line names (default: the path)."""
         self._file: BinaryIO | None = None
 
     def __fspath__(self) -> str:
         return str(self.path)
 
     def __str__(self) -> str:
-        return str(self.path)
+        return self.label or str(self.path)
 
     def __enter__(self) -> BinaryIO:
         self._file = self.path.open("wb")
