@@ -18,8 +18,9 @@ def pytest_perfsuite_run_case(
     """Run one case and return its record: a :class:`~perfsuite.core.record.CaseRecord`, or the JSON object
     :func:`perfsuite.worker.run.run_case` makes (checked and typed as it is taken).
 
-    ``env`` is what the case's process must have set before it starts: the GPU pool's
-    ``CUDA_VISIBLE_DEVICES`` when cases share a machine's GPUs, else empty.
+    ``env`` is what the case's process must have set before it starts: for a GPU case, the
+    ``CUDA_VISIBLE_DEVICES`` of the GPUs it holds (of those ``--perfsuite-gpus`` selects); for a CPU
+    case, empty.
 
     The default runs it in an isolated worker process on this machine. Implement it to
     run cases elsewhere (a remote GPU box) or, in perfsuite's own plugin tests, to feed

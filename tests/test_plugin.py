@@ -248,6 +248,27 @@ def test_a_gpu_gate_where_every_case_was_skipped_fails_saying_nothing_was_gated(
     assert "nothing was gated" not in asked.stdout.str()
 
 
+def test_a_gpu_case_wider_than_the_gpus_selected_is_skipped_saying_so_and_a_count_of_0_is_refused(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--perfsuite-gpus picks the GPUs every run holds: a case on more ranks than it selects does not
+    run on the others; 0 selects nothing, which is no selection at all."""
+    import importlib
+
+    device = importlib.import_module("perfsuite.worker.device")  # the module the run imports, not a stale one
+
+    write_project(pytester.path)
+    monkeypatch.setattr(device, "cuda_usable", lambda: True)
+    monkeypatch.setenv("PERFSUITE_GPUS", "2")  # a faked machine's GPUs (perfsuite.worker.pool)
+    monkeypatch.setattr(device, "get_device", lambda kind="auto": device.Device("cuda", "NVIDIA H100 80GB HBM3"))
+    gpu = ("-W", "default", "--import-mode=importlib", "-m", "gpu", "-k", "bert-base-uncased-ddp-ws2", "-rs")
+    narrow = pytester.runpytest(*gpu, "--perfsuite-gpus", "1")
+    narrow.stdout.fnmatch_lines(["SKIPPED*needs 2 GPUs; --perfsuite-gpus selects 1 (0)"])
+    none = pytester.runpytest(*gpu, "--perfsuite-gpus", "0")
+    assert none.ret == pytest.ExitCode.USAGE_ERROR
+    none.stderr.fnmatch_lines(["ERROR: --perfsuite-gpus: 0 GPUs asked for: a count is 1 or more*"])
+
+
 @pytest.mark.parametrize(
     ("content", "problem"),
     [

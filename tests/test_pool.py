@@ -15,8 +15,9 @@ from pathlib import Path
 import fault_cases
 import pytest
 
+from perfsuite.core.record import CaseRecord
 from perfsuite.core.spec import CaseSpec
-from perfsuite.worker.pool import GPUPool, PoolRunner, parse_gpus, submit_cases, visible_gpus
+from perfsuite.worker.pool import GPUPool, PoolRunner, parse_gpus, submit_cases, too_wide, visible_gpus
 from perfsuite.worker.process import run_isolated
 
 
@@ -32,6 +33,49 @@ def test_the_visible_gpus_come_from_a_faked_count_the_cuda_list_or_the_device_co
         parse_gpus("0,7", ["0", "1"])
     with pytest.raises(ValueError, match="3 GPUs asked for; 2 visible"):
         parse_gpus("3", ["0", "1"])
+    with pytest.raises(ValueError, match="0 GPUs asked for: a count is 1 or more"):
+        parse_gpus("0", ["0", "1"])  # not "all of none", nor the default
+
+
+def test_a_case_wider_than_the_selection_is_named_before_any_runs() -> None:
+    cases = [
+        CaseSpec(model="tiny-bert", strategy="ddp", world_size=2, device="cuda"),
+        CaseSpec(model="tiny-bert", strategy="vanilla"),
+    ]
+    assert too_wide(cases, ["3"]) == "tiny-bert-ddp-ws2 (2) need(s) more GPUs than the 1 selected (3)"
+    assert too_wide(cases, ["0", "1"]) is None
+
+
+def test_a_session_run_outside_the_pool_holds_the_selected_gpus_and_sees_only_them(tmp_path: Path) -> None:
+    """Repeats and retries run after the pool's first runs: each holds the GPUs it runs on (another
+    session waits for them) and its worker sees only those, never a GPU outside the selection."""
+    from types import SimpleNamespace
+
+    from perfsuite.session.runs import RunCache
+
+    seen: list[tuple[str | None, bool]] = []
+    other = GPUPool(["3"], lock_dir=tmp_path)  # another session on the same machine
+
+    def free() -> bool:
+        held = other._try(1)
+        for _, handle in held:
+            handle.close()
+        return bool(held)
+
+    def run_case(config: object, spec: CaseSpec, timeout_s: float, env: dict[str, str]) -> CaseRecord:
+        seen.append((env.get("CUDA_VISIBLE_DEVICES"), free()))
+        return CaseRecord.failed(spec, status="skipped", error="faked")
+
+    config = SimpleNamespace(hook=SimpleNamespace(pytest_perfsuite_run_case=run_case))
+    cache = RunCache(config)  # type: ignore[arg-type]
+    cache._pool = GPUPool(["3"], lock_dir=tmp_path)
+    spec = CaseSpec(model="tiny-bert", strategy="vanilla", device="cuda")
+    record = cache.run(spec, timed=False)
+    assert seen == [("3", False)]  # GPU 3 alone, and held meanwhile
+    assert (record.gpus, record.gpu_pool) == (("3",), ("3",))
+    assert free()  # given back
+    cache.run(spec, {"CUDA_VISIBLE_DEVICES": "3"}, timed=False)  # from the pool's thread: held there already
+    assert seen[-1][0] == "3"
 
 
 def test_a_case_asking_for_more_gpus_than_the_pool_has_is_refused(tmp_path: Path) -> None:

@@ -46,14 +46,18 @@ def _time_left(elapsed: float, done: int, total: int) -> str:
     return f" · about {left / 60:.0f} min left" if left >= 90 else f" · about {left:.0f} s left"
 
 
-def _gpu_pool(args: argparse.Namespace, device_type: str) -> Any:
-    """The GPUs cases share, or ``None`` where they run one after another (a CPU, one GPU)."""
+def _gpu_pool(args: argparse.Namespace, device_type: str, specs: list[Any]) -> Any:
+    """The GPUs ``--gpus`` selects, which the cases share (one GPU: one case after another, each
+    holding it, so that another run on the machine waits), or ``None`` on a CPU. A ``ValueError``
+    says what is wrong: the option, or a case wider than the selection."""
     if device_type != "cuda":
         return None
-    from perfsuite.worker.pool import GPUPool, machine_gpus
+    from perfsuite.worker.pool import GPUPool, machine_gpus, too_wide
 
     gpus = machine_gpus(args.gpus)
-    return GPUPool(gpus) if len(gpus) > 1 else None
+    if (why := too_wide(specs, gpus)) is not None:
+        raise ValueError(why)
+    return GPUPool(gpus)
 
 
 def _run_on_pool(
@@ -103,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             console.print(line, markup=False, highlight=False)
     preload_for(specs)
     try:
-        pool = _gpu_pool(args, device_type)
+        pool = _gpu_pool(args, device_type, specs)
     except ValueError as exc:
         console.print(f"perfsuite: error: --gpus: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2

@@ -30,10 +30,11 @@ never this machine's to gate, so it does not count towards whether the session g
 def mark_unrunnable(config: pytest.Config, items: list[pytest.Item], spec_of: dict[str, CaseSpec]) -> None:
     """Skip, saying why, each item that cannot run here: a package its marker names is missing, it
     is a GPU test and torch sees no CUDA GPU (a usage error where the GPU tier was asked for and
-    ``--perfsuite-no-gpu`` is ``fail``), or its case needs more GPUs than this machine has.
+    ``--perfsuite-no-gpu`` is ``fail``), or its case needs more GPUs than ``--perfsuite-gpus`` selects.
     ``spec_of`` maps a matrix item's node id to its case."""
     has_cuda: bool | None = None
-    gpus = 0
+    selected: list[str] = []
+    gpus = ""
     for item in items:
         for marker, (module, install) in OPTIONAL.items():
             if item.get_closest_marker(marker) and importlib.util.find_spec(module) is None:
@@ -41,10 +42,15 @@ def mark_unrunnable(config: pytest.Config, items: list[pytest.Item], spec_of: di
         if not item.get_closest_marker("gpu"):
             continue
         if has_cuda is None:
-            from perfsuite.worker.device import cuda_device_count, cuda_usable
+            from perfsuite.worker.device import cuda_usable
+            from perfsuite.worker.pool import machine_gpus
 
             has_cuda = cuda_usable()
-            gpus = cuda_device_count() if has_cuda else 0
+            try:
+                selected = machine_gpus(config.getoption("perfsuite_gpus")) if has_cuda else []
+            except ValueError as exc:
+                raise pytest.UsageError(f"--perfsuite-gpus: {exc}") from None
+            gpus = f"--perfsuite-gpus selects {len(selected)} ({', '.join(selected)})"
         if not has_cuda:
             if gpu_tier_selected(config) and config.getoption("perfsuite_no_gpu") == "fail":
                 raise pytest.UsageError(NO_GPU)
@@ -52,8 +58,8 @@ def mark_unrunnable(config: pytest.Config, items: list[pytest.Item], spec_of: di
             item.stash[NOT_FOR_HERE] = True
             continue
         spec = spec_of.get(item.nodeid)
-        if spec is not None and spec.world_size > gpus:
-            item.add_marker(pytest.mark.skip(reason=f"needs {spec.world_size} GPUs; this machine has {gpus}"))
+        if spec is not None and spec.world_size > len(selected):
+            item.add_marker(pytest.mark.skip(reason=f"needs {spec.world_size} GPUs; {gpus}"))
 
 
 def skipped_why(item: pytest.Item) -> str | None:

@@ -24,6 +24,7 @@ class RunCache:
         self.records: dict[CaseSpec, list[CaseRecord]] = {}
         self._pending: dict[CaseSpec, Future[CaseRecord]] = {}
         self._runner: Any = None
+        self._pool: Any = None  # the GPUs --perfsuite-gpus selects, which every GPU run holds
         self._stopping = False
         self.deadline: float | None = None
         """A ``time.monotonic()`` past which no run may go on (a refresh's time limit): a run
@@ -89,6 +90,12 @@ class RunCache:
             from perfsuite.worker.process import renew_forkserver
 
             renew_forkserver()
+        if self._pool is not None and spec.device != "cpu" and "CUDA_VISIBLE_DEVICES" not in (env or {}):
+            from perfsuite.worker.pool import gpu_env, with_gpus
+
+            with self._pool.acquire(max(1, spec.world_size)) as ids:  # not from the pool's own threads: held there
+                held = {**(env or {}), **gpu_env(ids)}
+                return with_gpus(self._run(spec, held), held, self._pool)
         timeout = defaults.timeout
         if self.deadline is not None:
             timeout = max(min(timeout, self.deadline - time.monotonic()), 1.0)
@@ -100,18 +107,17 @@ class RunCache:
         return CaseRecord.from_json(answer, f"{spec.id}: pytest_perfsuite_run_case's record")
 
     def prefetch(self, specs: list[CaseSpec]) -> None:
-        """Start the first run of each GPU case on the GPU pool, when it has more than one GPU
-        (:mod:`perfsuite.worker.pool`); a case's test then waits for its run. Repeats and
-        retries run one at a time, on all the GPUs."""
+        """Start the first run of each GPU case on the pool of the GPUs ``--perfsuite-gpus`` selects
+        (:mod:`perfsuite.worker.pool`; one GPU: one case after another); a case's test then waits
+        for its run. Repeats and retries run one at a time, each holding the GPUs it runs on, so a
+        run never touches a GPU outside the selection or one another session holds."""
         from perfsuite.worker.pool import GPUPool, PoolRunner, machine_gpus, submit_cases
 
         try:
             gpus = machine_gpus(self.config.getoption("perfsuite_gpus"))
         except ValueError as exc:
             raise pytest.UsageError(f"--perfsuite-gpus: {exc}") from None
-        if len(gpus) < 2:
-            return
-        pool = GPUPool(gpus)
+        pool = self._pool = GPUPool(gpus)
         self._runner = PoolRunner(pool)
         fitting = [spec for spec in specs if spec.world_size <= len(gpus)]
         self._pending.update(submit_cases(self._runner, pool, fitting, self.run))

@@ -36,6 +36,8 @@ def parse_gpus(value: str, available: Sequence[str]) -> list[str]:
         return list(available)
     if value.isdigit():
         count = int(value)
+        if count == 0:
+            raise ValueError("0 GPUs asked for: a count is 1 or more (`all` for every visible GPU)")
         if count > len(available):
             raise ValueError(f"{count} GPUs asked for; {len(available)} visible ({', '.join(available) or 'none'})")
         return list(available[:count])
@@ -161,6 +163,15 @@ def machine_gpus(option: str) -> list[str]:
     from perfsuite.worker.device import cuda_device_count
 
     return parse_gpus(option, visible_gpus(cuda_device_count))
+
+
+def too_wide(specs: Iterable[Any], gpus: Sequence[str]) -> str | None:
+    """Why some of ``specs`` cannot run on the GPUs selected (``gpus``): a case on more ranks than
+    there are; ``None`` where all can."""
+    wide = [f"{spec.id} ({spec.world_size})" for spec in dict.fromkeys(specs) if spec.world_size > len(gpus)]
+    if not wide:
+        return None
+    return f"{', '.join(wide)} need(s) more GPUs than the {len(gpus)} selected ({', '.join(gpus)})"
 
 
 def submit_cases(
