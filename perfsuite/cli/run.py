@@ -71,7 +71,7 @@ def _run_on_pool(
     from perfsuite.worker.process import run_isolated
 
     runner = PoolRunner(pool)
-    progress.update(task, description=f"{len(pool.gpus)} GPUs: {', '.join(pool.gpus)}", refresh=True)
+    progress.update(task, description=f"GPUs {', '.join(pool.gpus)}", refresh=True)
 
     def run(spec: Any, env: dict[str, str]) -> CaseRecord:
         records.setdefault(spec, None)
