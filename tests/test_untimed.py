@@ -12,7 +12,7 @@ import pytest
 from plugin_project import REFRESH, baseline, edit, gate, local_class
 
 from perfsuite.core.baselines import BaselineError, incomplete, load_baseline
-from perfsuite.core.check import UNTIMED
+from perfsuite.core.check import RECORDABLE, UNTIMED
 from perfsuite.core.gates import check_time
 from perfsuite.core.observation import Observation
 from perfsuite.core.tolerance import Tolerance
@@ -74,7 +74,9 @@ def test_the_gate_says_the_class_is_too_noisy_and_passes_even_where_a_missing_ti
         f"14.2%, past the {Tolerance().widest_spread:.1%} its gate admits); memory and loss were gated"
     )
     wider = Tolerance(time_ceiling=0.5, max_refresh_spread=0.2)  # widened knowingly since: the refresh it needs
-    again = check_time("tiny-bert-all", stored, observed, wider, "cpu").message
+    recordable = check_time("tiny-bert-all", stored, observed, wider, "cpu")
+    assert (recordable.ok, recordable.compared, recordable.change) == (True, False, RECORDABLE)
+    again = recordable.message
     assert again == (
         "tiny-bert-all: step time not gated on fake-1.2-avx2: no time kept there, though its gate now admits the "
         f"pooled spread (6 sessions to 2026-12-06 spread 14.2%, within the {wider.widest_spread:.1%} its gate "
@@ -133,6 +135,14 @@ def test_a_gate_and_a_refresh_on_a_class_too_noisy_to_gate(project: pytest.Pytes
 
     # A spread the case's gate allows now (its tolerance widened since) lifts the class's withdrawal.
     edit(project, "tiny-bert-fp16", withdraw({**WHY, "spread": 0.03, "widest": 0.02}))
+    # Before that refresh, the summary says which cases it would give a time, and the command.
+    admitted = gate(project, "--perfsuite-markdown", "summary.md")
+    first = next(line for line in admitted.outlines if line.startswith("perfsuite: passed"))
+    assert ", 1 of them now admitted by a gate widened since: a refresh of each records its time;" in first
+    assert (
+        "time not compared: no time kept, though its gate now admits the pooled spread: "
+        "`perfsuite baselines refresh -k '[tiny-bert-fp16]'`"
+    ) in (project.path / "summary.md").read_text()
     pinned = baseline(project, f"pytest-benchmark.{CLASS}")
     benchmarks = json.loads(pinned.read_text())
     benchmarks["benchmarks"] = [b for b in benchmarks["benchmarks"] if b["param"] != "tiny-bert-vanilla"]

@@ -7,10 +7,17 @@ from typing import NamedTuple
 
 UNTIMED = "too noisy here"
 """A step-time check's change where its class keeps no time of the case (:mod:`perfsuite.core.untimed`)."""
+RECORDABLE = "no time kept"
+"""Its change where the class keeps no time of the case, but the case's gate now admits the pooled
+spread (widened knowingly): a refresh of the case records one."""
 BUSY = "machine busy"
 """A step-time check's change where the run waited for a CPU too long to gate (:func:`perfsuite.core.gates.busy`)."""
 BUSY_NOTE = "the machine was busy"
 """What a table's note says of such a check."""
+RECORDABLE_NOTE = (
+    "no time kept, though its gate now admits the pooled spread: `perfsuite baselines refresh -k '[{case}]'`"
+)
+"""What a table's note says of a :data:`RECORDABLE` check (``{case}``: its id)."""
 
 
 @dataclass(frozen=True)
@@ -55,3 +62,10 @@ class TimeCheck(NamedTuple):
     """Not compared because its class keeps no time of the case: too noisy there (:data:`UNTIMED`)."""
     busy: bool = False
     """Not compared because the machine was busy while it was timed (:data:`BUSY`)."""
+    recordable: bool = False
+    """Untimed, but its gate now admits the pooled spread: a refresh records its time (:data:`RECORDABLE`)."""
+
+    @classmethod
+    def of(cls, compared: bool, time_class: str | None, limit: float | None, change: str) -> TimeCheck:
+        """The check whose change is ``change`` (what each kind of step time not compared says)."""
+        return cls(compared, time_class, limit, change in (UNTIMED, RECORDABLE), change == BUSY, change == RECORDABLE)

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perfsuite.core.baselines import refresh_command
-from perfsuite.core.check import BUSY, UNTIMED, Check
+from perfsuite.core.check import BUSY, RECORDABLE, UNTIMED, Check
 from perfsuite.core.drift import Drift
 from perfsuite.core.kernels import check_kernels
 from perfsuite.core.loss import check_loss
@@ -189,7 +189,7 @@ def check_time(
             True,
             f"(none: sessions spread {withdrawn.spread:.1%})",
             format_time(observed.time, observed.time_unit),
-            UNTIMED,
+            RECORDABLE if tol.spread_fits(withdrawn.spread) else UNTIMED,
             "—",
             f"{case_id}: step time not gated on {observed.time_class}: {why}; memory and loss were gated",
             compared=False,

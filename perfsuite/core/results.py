@@ -22,7 +22,7 @@ from typing import Any
 
 from perfsuite.core.ab_file import is_ab
 from perfsuite.core.baselines import BaselineError, MissingBaseline, baseline_path, load_baseline, write_json_atomic
-from perfsuite.core.check import BUSY, UNTIMED, TimeCheck
+from perfsuite.core.check import TimeCheck
 from perfsuite.core.drift import drift_group, estimate
 from perfsuite.core.gates import baseline_figures, compare, time_change
 from perfsuite.core.observation import Observation, observe
@@ -127,7 +127,7 @@ class Results:
             time_class = case.record.time_class if case.record is not None else None
             limit = float(limit) if compared and isinstance(limit, (int, float)) else None
             change = check.get("change")
-            checks.append(TimeCheck(compared, time_class, limit, change == UNTIMED, change == BUSY))
+            checks.append(TimeCheck.of(compared, time_class, limit, str(change)))
         return checks
 
     def by_table(self) -> dict[str, list[ReportCase]]:

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from perfsuite.core.check import BUSY, BUSY_NOTE, UNTIMED, Check, TimeCheck
+from perfsuite.core.check import BUSY, BUSY_NOTE, RECORDABLE, RECORDABLE_NOTE, UNTIMED, Check, TimeCheck
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.stats import percent_of
 from perfsuite.core.tolerance import GATE_SENSITIVE
@@ -186,6 +186,7 @@ def _gate_cells(outcome: Any) -> list[str]:
         why = {
             "not gated": "not gated (--perfsuite-time=off)",
             UNTIMED: "too noisy on this time class",
+            RECORDABLE: RECORDABLE_NOTE.format(case=outcome.case),
             BUSY: BUSY_NOTE,
         }.get(time.change, "no figure for this time class")
         notes.insert(0, f"time not compared: {why}")
@@ -291,9 +292,15 @@ def verdict(statuses: Sequence[str], time_checks: Sequence[TimeCheck], unbaselin
             + f"no baseline figures for this machine's time class {', '.join(missing)}"
         )
     if noisy:
+        recordable = sum(c.recordable for c in uncompared)
         why.append(
             (f"{untimed} " if several else "")
             + f"too noisy on {', '.join(noisy)} to keep a time, as a pool of sessions there found"
+            + (
+                f", {recordable} of them now admitted by a gate widened since: a refresh of each records its time"
+                if recordable
+                else ""
+            )
         )
     if busy:
         why.append(
@@ -320,7 +327,7 @@ def outcomes_verdict(outcomes: Sequence[Any], unbaselined: int = 0) -> str:
         if check is not None and check.change != "not gated":
             time_class = outcome.records[0].time_class if outcome.records else None
             compared, limit = bool(check.compared), check.limit
-            time_checks.append(TimeCheck(compared, time_class, limit, check.change == UNTIMED, check.change == BUSY))
+            time_checks.append(TimeCheck.of(compared, time_class, limit, check.change))
     line = verdict([o.status for o in outcomes], time_checks, unbaselined)
     other = sum(1 for o in outcomes for c in o.checks if c.metric == "loss" and not c.compared)
     if other:
