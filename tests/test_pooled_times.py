@@ -401,6 +401,15 @@ def test_a_session_given_twice_or_run_otherwise_is_refused(
     copy.write_text((tmp_path / "session-2.json").read_text())
     assert main(["baselines", "pool", "session-1.json", "session-2.json", "copy.json"]) == 2
     assert "session-2.json and copy.json are the same session" in capsys.readouterr().err
+    for name in ("session-1.json", "session-2.json", "session-3.json"):  # files that name no session
+        undated = json.loads((tmp_path / name).read_text())
+        for key in ("date", "commit", "host"):
+            undated["env"].pop(key, None)
+        (tmp_path / f"undated-{name}").write_text(json.dumps(undated))
+    main(
+        ["baselines", "pool", "--dry-run", "undated-session-1.json", "undated-session-2.json", "undated-session-3.json"]
+    )
+    assert "are the same session" not in capsys.readouterr().err
 
     data = json.loads((tmp_path / "session-2.json").read_text())
     lora = next(c for c in data["cases"] if c["strategy"] == "lora")

@@ -209,3 +209,19 @@ def test_a_plain_dataclass_is_read_by_its_fields_types_and_a_wrong_value_named_b
         with pytest.raises(ValueError, match="^it: ") as caught:
             read_as(_Outer, data, "it")
         assert str(caught.value) == said
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        CaseSpec(model="tiny-bert", strategy="vanilla"),
+        CaseSpec(model="tiny-bert", strategy="ddp", world_size=2),
+        CaseSpec(model="tiny-bert", strategy="fp16", engine="trainer"),
+    ],
+    ids=lambda spec: spec.id,
+)
+def test_a_record_names_its_case_as_the_case_itself_does(spec: CaseSpec) -> None:
+    """What a message about a record names (a pool's refusal of a file's case) is the case's id,
+    ranks and engine included, never ``<model>-<strategy>`` alone."""
+    record = CaseRecord.from_json(failed_json(spec, status="failed", error="x"), "record")
+    assert record.case_id == spec.id

@@ -70,7 +70,8 @@ def run(args: Any) -> int:
     time_class = args.time_class or (classes[0] if len(classes) == 1 else None)
     if time_class not in classes:
         named = f"--time-class {args.time_class}: no case of that class" if args.time_class else "several classes"
-        return fail(f"{named} in these files (they hold: {', '.join(classes) or 'none'})")
+        pick = "" if args.time_class else "; name one with --time-class"
+        return fail(f"{named} in these files (they hold: {', '.join(classes) or 'none'}){pick}")
     try:
         sessions = [_session(f, time_class, name) for f, name in zip(files, _short_names(files), strict=True)]
     except ValueError as exc:
@@ -150,10 +151,10 @@ def _distinct(files: Sequence[Results]) -> str | None:
     of one session (the same date, commit and host), would pool as repeats that agree by construction."""
     seen: dict[object, str] = {}
     for f in files:
-        for key in (
-            ("path", Path(f.path).resolve()),
-            ("env", f.env.get("date"), f.env.get("commit"), f.env.get("host")),
-        ):
+        keys: list[tuple[object, ...]] = [("path", Path(f.path).resolve())]
+        if f.env.get("date") is not None:  # a file that names no date says nothing of its session
+            keys.append(("env", f.env.get("date"), f.env.get("commit"), f.env.get("host")))
+        for key in keys:
             if key in seen:
                 return f"{seen[key]} and {f.path} are the same session: pool different sessions' files"
             seen[key] = f.path

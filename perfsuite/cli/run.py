@@ -206,7 +206,7 @@ def _finish(
         print(f"timed on {'/'.join(map(str, threads))} torch thread(s) per case{tier}; --threads N for another count")
     for record in finished:  # a dash in the table's memory columns, said why (a gate would refuse the case)
         if record.status == "ok" and record.peak_memory_bytes is None and record.memory_breakdown_error:
-            print(f"{record.model}-{record.strategy}: no peak memory measured: {record.memory_breakdown_error}")
+            print(f"{record.case_id}: no peak memory measured: {record.memory_breakdown_error}")
     spent = wall_time_line(finished)
     if spent is not None:
         print(spent)

@@ -74,8 +74,7 @@ class Observation:
 def _peak(record: CaseRecord) -> int:
     if record.peak_memory_bytes is None:
         raise ValueError(
-            f"{record.model}-{record.strategy}: no peak memory was measured "
-            f"({record.memory_breakdown_error or 'no breakdown'})"
+            f"{record.case_id}: no peak memory was measured ({record.memory_breakdown_error or 'no breakdown'})"
         )
     return int(record.peak_memory_bytes)
 
@@ -89,8 +88,8 @@ def observe(record: CaseRecord, *, time_unit: str) -> Observation:
         calibrated = record.step_time_calibrated
         if not calibrated:
             raise ValueError(
-                f"{record.model}-{record.strategy}: no calibrated step time (only CPU runs are calibrated); "
-                "use --perfsuite-time=absolute"
+                f"{record.case_id}: no calibrated step time (a CPU run that did not calibrate); "
+                "pytest's --perfsuite-time=absolute gates seconds instead"
             )
         time = float(calibrated.median)
         steps = [float(v) for v in calibrated.samples]

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from perfsuite.core.spec import case_id
 from perfsuite.core.typed_json import (
     EMPTY,
     JsonObject,
@@ -249,10 +250,15 @@ class CaseRecord(JsonObject):
     def ok(self) -> bool:
         return self.status == "ok"
 
+    @property
+    def case_id(self) -> str:
+        """The id of the case this record is of (:func:`case_id`)."""
+        return case_id(self.model, self.strategy, self.world_size or 1, self.engine or "loop")
+
     def timed(self) -> Summary:
         """The timed steps' seconds; a ``ValueError`` names the case when it has none (it did not run)."""
         if self.step_time_s is None:
-            raise ValueError(f"{self.model}-{self.strategy}: no step times (status {self.status})")
+            raise ValueError(f"{self.case_id}: no step times (status {self.status})")
         return self.step_time_s
 
 

@@ -15,6 +15,14 @@ from perfsuite.core.models import ModelSpec, get_model_spec
 from perfsuite.core.strategies import Strategy, resolve
 
 
+def case_id(model: str, strategy: str, world_size: int = 1, engine: str = "loop") -> str:
+    """A case's id: ``<model>-<strategy>``, plus ``-ws<N>`` beyond one rank (``tiny-bert-ddp-ws2``)
+    and ``-<engine>`` beyond the loop (``tiny-bert-fp16-trainer``)."""
+    ranks = "" if world_size == 1 else f"-ws{world_size}"
+    suffix = "" if engine == "loop" else f"-{engine}"
+    return f"{model}-{strategy}{ranks}{suffix}"
+
+
 @dataclass(frozen=True)
 class RunDefaults:
     """How long a device's cases run when not told otherwise (``perfsuite run`` and the pytest tiers)."""
@@ -169,9 +177,7 @@ class CaseSpec:
     def id(self) -> str:
         """``<model>-<strategy>``, plus ``-ws<N>`` beyond one rank (``tiny-bert-ddp-ws2``) and
         ``-<engine>`` beyond the loop (``tiny-bert-fp16-trainer``)."""
-        ranks = "" if self.world_size == 1 else f"-ws{self.world_size}"
-        suffix = "" if self.engine == "loop" else f"-{self.engine}"
-        return f"{self.model}-{self.strategy}{ranks}{suffix}"
+        return case_id(self.model, self.strategy, self.world_size, self.engine)
 
 
 def _wrong_engine(spec: CaseSpec, *, factory: bool, own: bool) -> str | None:

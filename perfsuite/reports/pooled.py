@@ -93,7 +93,7 @@ def case_lines(result: Pool, targets: Mapping[str, Target], sessions: int) -> li
     if few:
         lines.append(
             f"{plural(len(few), 'case')} not pooled, read in fewer than {MIN_SESSIONS} of the {sessions} "
-            f"sessions (the files hold different cases): {_named(few)}"
+            f"sessions (the others did not run them on {result.time_class}): {_named(few)}"
         )
     return lines
 

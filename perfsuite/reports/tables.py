@@ -39,16 +39,6 @@ def table_title(case: CaseRecord) -> str:
     return case.model if engine == "loop" else f"{case.model} · {engine}"
 
 
-def _case_id(case: CaseRecord) -> str:
-    engine = case.engine or "loop"
-    ranks = int(case.world_size or 1)
-    return (
-        f"{case.model}-{case.strategy}"
-        + ("" if ranks == 1 else f"-ws{ranks}")
-        + ("" if engine == "loop" else f"-{engine}")
-    )
-
-
 def strategy_label(case: CaseRecord) -> str:
     """The strategy, with its ranks beyond one (``ddp ×2``: its memory is the largest rank's)."""
     ranks = int(case.world_size or 1)
@@ -75,7 +65,7 @@ def summary_rows(cases: Iterable[CaseRecord]) -> dict[str, list[dict[str, Any]]]
             losses = case.loss
             rows.append(
                 {
-                    "id": _case_id(case),
+                    "id": case.case_id,
                     "strategy": strategy_label(case),
                     "world_size": int(case.world_size or 1),
                     "peak_memory_sum_bytes": case.peak_memory_sum_bytes if ok else None,
