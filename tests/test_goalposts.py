@@ -148,3 +148,30 @@ def test_nothing_moved_prints_nothing_and_a_bad_ref_is_one_line(
     err = capsys.readouterr().err
     assert err.startswith("goalposts: error: ")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("where", ["./baselines", "baselines/.", "baselines/", "./baselines/cpu/.."])
+def test_a_baselines_path_written_otherwise_hides_no_rewrite(branch: Path, where: str) -> None:
+    """perfsuite reads ``baselines = "./baselines"`` as the same directory; so does the block, and
+    the setting's own move is a goalpost: a pull request cannot hide a rewrite behind its spelling."""
+    git(branch, "checkout", "-q", "change")
+    pyproject = branch / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('baselines = "baselines"', f'baselines = "{where}"'))
+    git(branch, "commit", "-q", "-am", "the same directory, spelt otherwise")
+    lines = goalposts.from_git(branch, "main", "change")
+    assert f"`tiny-bert-vanilla` on cpu: {SLOWER}" in lines
+    assert f"`pyproject.toml` `[tool.perfsuite] baselines`: baselines → {where}" in lines
+
+
+def test_a_file_that_is_not_text_or_a_settings_table_that_is_not_one_is_named_not_a_traceback(
+    branch: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    git(branch, "checkout", "-q", "change")
+    (branch / "baselines" / "cpu" / "tiny-bert-fp16.json").write_bytes(b'{"case": "\xff"}')
+    (branch / "pyproject.toml").write_text("tool = 1\n")
+    git(branch, "add", "-A")
+    git(branch, "commit", "-q", "-m", "bytes")
+    assert goalposts.main(["--repo", str(branch), "main", "change"]) == 0
+    out = capsys.readouterr().out
+    assert "`baselines/cpu/tiny-bert-fp16.json`: unreadable (JSONDecodeError), so what it moves cannot be said" in out
+    assert "`pyproject.toml` `[tool.perfsuite] overrides.cpu/*.time_floor`: 0.15 → —" in out  # its settings gone

@@ -322,6 +322,27 @@ def test_a_moved_baseline_comes_first(fake: Fake, capsys: pytest.CaptureFixture[
     assert "`tiny-bert-vanilla` on cpu: peak memory 92.96 → 185.9 MiB (+100.0%)" in after_frame
 
 
+def test_a_moved_baseline_where_the_project_keeps_its_baselines_comes_first(
+    fake: Fake, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The comment reads the project's ``[tool.perfsuite] baselines``, as goalposts.py does, not a
+    fixed ``baselines/``."""
+    path = "perf/baselines/cpu/tiny-bert-vanilla.json"
+    data = json.loads(BASELINE)
+    data["memory"]["peak_bytes"] *= 2
+    pyproject = '[tool.perfsuite]\nbaselines = "perf/baselines"\n'
+    fake.state["files"]["7"] = ["requirements.txt", path]
+    fake.state["contents"] = {
+        f"{MERGE_BASE}:{path}": BASELINE,
+        f"{HEAD}:{path}": json.dumps(data),
+        f"{MERGE_BASE}:pyproject.toml": pyproject,
+        f"{HEAD}:pyproject.toml": pyproject,
+    }
+    assert fake.step(capsys)[0] == 0
+    (body,) = fake.comments()
+    assert "`tiny-bert-vanilla` on cpu: peak memory 92.96 → 185.9 MiB (+100.0%)" in body
+
+
 def test_the_gpu_run_needs_an_open_labelled_branch_of_this_repository(
     fake: Fake, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from perfsuite.core.goalposts import baselines_dir, moves, under
 from perfsuite.core.goalposts import markdown as goalposts_markdown
-from perfsuite.core.goalposts import moves
 from perfsuite.reports.verdict import MARKERS, Binding, Refused, read_binding, read_summary, render, stale
 
 BOT = "github-actions[bot]"
@@ -188,12 +188,14 @@ def _unverified(gh: GitHub, pull: dict[str, Any], pin_files: list[str]) -> list[
 def _goalposts(gh: GitHub, pull: dict[str, Any]) -> str:
     """The baselines and tolerances the pull request moves, from the API (its merge base and head)."""
     names = [str(f["filename"]) for f in gh.list(f"pulls/{pull['number']}/files")]
-    wanted = [name for name in names if name == "pyproject.toml" or name.startswith("baselines/")]
+    since = gh.get(f"compare/{pull['base']['sha']}...{pull['head']['sha']}")["merge_base_commit"]["sha"]
+    # Where each side's gate reads its baselines: the project's setting, not a fixed directory.
+    where = [baselines_dir(gh.raw("pyproject.toml", ref)) for ref in (since, pull["head"]["sha"])]
+    wanted = [name for name in names if name == "pyproject.toml" or under(name, where)]
     if not wanted:
         return ""
-    since = gh.get(f"compare/{pull['base']['sha']}...{pull['head']['sha']}")["merge_base_commit"]["sha"]
     texts = {name: (gh.raw(name, since), gh.raw(name, pull["head"]["sha"])) for name in wanted}
-    return goalposts_markdown(moves(texts))
+    return goalposts_markdown(moves(texts, where))
 
 
 def post(args: Any, gh: GitHub, run: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ data; what does not parse is named, never trusted.
 from __future__ import annotations
 
 import json
+import posixpath
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -108,12 +109,39 @@ def _flat(table: Any, prefix: str = "") -> dict[str, Any]:
     return found
 
 
+def _settings(text: str | None) -> dict[str, Any]:
+    """A ``pyproject.toml``'s ``[tool.perfsuite]`` (``{}`` where there is none, or it is no table);
+    ``tomllib.TOMLDecodeError`` where the text is not TOML."""
+    data = tomllib.loads(text) if text is not None else {}
+    tool = data.get("tool")
+    settings = tool.get("perfsuite") if isinstance(tool, dict) else None
+    return settings if isinstance(settings, dict) else {}
+
+
+GOALPOSTS = ("tolerance", "overrides", "baselines")
+"""The settings of ``[tool.perfsuite]`` that move the gate: its tolerances, and where its baselines are."""
+
+
 def _tolerances(text: str | None) -> dict[str, Any]:
-    """``[tool.perfsuite]``'s tolerance settings (``tolerance``, ``overrides``), flattened to dotted keys."""
-    if text is None:
-        return {}
-    settings = tomllib.loads(text).get("tool", {}).get("perfsuite", {})
-    return {k: v for k, v in _flat(settings).items() if k.split(".", 1)[0] in ("tolerance", "overrides")}
+    """``[tool.perfsuite]``'s settings that move the gate (:data:`GOALPOSTS`), flattened to dotted keys."""
+    return {k: v for k, v in _flat(_settings(text)).items() if k.split(".", 1)[0] in GOALPOSTS}
+
+
+def baselines_dir(pyproject: str | None) -> str:
+    """Where a ``pyproject.toml``'s gate reads its baselines, as git names paths (``./baselines/``
+    → ``baselines``); ``baselines`` where it says nothing, or cannot be read."""
+    if tomllib is None:  # pragma: no cover - Python 3.10 without tomli
+        return "baselines"
+    try:
+        where = _settings(pyproject).get("baselines", "baselines")
+    except tomllib.TOMLDecodeError:
+        return "baselines"
+    return posixpath.normpath(str(where).replace("\\", "/")) if isinstance(where, str) and where else "baselines"
+
+
+def under(path: str, directories: Sequence[str]) -> bool:
+    """Whether ``path`` (as git names it) is a JSON file in one of ``directories`` or below."""
+    return path.endswith(".json") and any(d == "." or path.startswith(f"{d.rstrip('/')}/") for d in directories)
 
 
 def tolerance_moves(path: str, old: str | None, new: str | None) -> list[str]:
@@ -131,12 +159,16 @@ def tolerance_moves(path: str, old: str | None, new: str | None) -> list[str]:
     ]
 
 
-def moves(texts: Texts, *, baselines: str = "baselines") -> list[str]:
-    """Every goalpost ``texts`` moves: changed baseline files under ``baselines``, then tolerances."""
+def moves(texts: Texts, directories: Sequence[str] | None = None) -> list[str]:
+    """Every goalpost ``texts`` moves: changed baseline files under the baselines ``directories``
+    (default: those ``pyproject.toml`` names before and after, where ``texts`` holds it), then the settings."""
+    if directories is None:
+        old_settings, new_settings = texts.get("pyproject.toml", (None, None))
+        directories = [baselines_dir(old_settings), baselines_dir(new_settings)]
     lines = [
         line
         for path, (old, new) in sorted(texts.items())
-        if path.startswith(f"{baselines.rstrip('/')}/") and path.endswith(".json")
+        if under(path, directories)
         if (line := baseline_moves(path, old, new)) is not None
     ]
     for path, (old, new) in sorted(texts.items()):
@@ -157,25 +189,34 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True, timeout=60).stdout
 
 
+NOT_TEXT = "\0 not UTF-8 text"
+"""What a file that is not UTF-8 reads as: no JSON or TOML parses it, so it is named unreadable."""
+
+
+def as_text(data: bytes) -> str:
+    """A file's bytes as text, or :data:`NOT_TEXT`."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return NOT_TEXT
+
+
 def _show(repo: Path, rev: str, path: str) -> str | None:
-    done = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=repo, capture_output=True, text=True, timeout=60)
-    return done.stdout if done.returncode == 0 else None
+    done = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=repo, capture_output=True, timeout=60)
+    return as_text(done.stdout) if done.returncode == 0 else None
 
 
 def from_git(repo: Path, base: str, head: str) -> list[str]:
     """The goalposts ``head`` moves since it left ``base`` (from their merge base, as a pull request's
-    diff reads), from git's objects: nothing is checked out or run."""
+    diff reads), from git's objects: nothing is checked out or run. The baselines directory is the one
+    each side's ``pyproject.toml`` names, both read; a change of where it is, is a goalpost too."""
     since = _git(repo, "merge-base", base, head).strip()
-    baselines = "baselines"
-    if tomllib is not None:
-        try:
-            settings = tomllib.loads(_show(repo, head, "pyproject.toml") or "").get("tool", {}).get("perfsuite", {})
-            baselines = str(settings.get("baselines", baselines))
-        except tomllib.TOMLDecodeError:
-            pass
-    changed = _git(repo, "diff", "--name-only", "-z", since, head, "--", baselines, "pyproject.toml").split("\0")
+    directories = {baselines_dir(_show(repo, rev, "pyproject.toml")) for rev in (since, head)}
+    # One outside the repository has no file in its history (its move is the setting's line).
+    where = sorted(d for d in directories | {"baselines"} if not (d.startswith("/") or d.split("/")[0] == ".."))
+    changed = _git(repo, "diff", "--name-only", "-z", since, head, "--", *where, "pyproject.toml").split("\0")
     texts = {path: (_show(repo, since, path), _show(repo, head, path)) for path in changed if path}
-    return moves(texts, baselines=baselines)
+    return moves(texts, where)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
