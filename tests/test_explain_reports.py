@@ -59,10 +59,11 @@ def _payload(tmp_path: Path) -> dict[str, Any]:
         "explanation": found.as_json(),
     }
     same = {**case, "case": "tiny-bert-adafactor", "verdict": "same", "time": None, "explanation": None}
-    probe = {"libraries": {"torch": {"version": "2.13.0"}}}
+    project = {"pyproject": str(tmp_path / "pyproject.toml"), "code": {"team.model": str(tmp_path / "team/model.py")}}
+    probe = {"libraries": {"torch": {"version": "2.13.0"}}, "project": project}
     payload: dict[str, Any] = json.loads(json.dumps({
         "kind": "perfsuite-ab", "date": "2026-11-27", "device_type": "cpu", "wall_s": 10.0, "interrupted": 0,
-        "schedule": {"first": 1, "cap": 1, "floor": 0.03, "confidence": 0.95, "alarms": [1]},
+        "schedule": {"first": 1, "cap": 1, "floor": 0.03, "confidence": 0.95, "same_confidence": 0.95, "alarms": [1]},
         "sides": {s: {"env": "current", "overlay": [], "probe": probe} for s in ("base", "candidate")},
         "cases": [same, case], "verdicts": {"regressed": 1, "same": 1}, "engines": ["loop"],
         "strategies_using": {"bitsandbytes": {"built-in": {"adamw_8bit": ["loop"]}, "project": {"acme-8bit": []}}},

@@ -407,6 +407,28 @@ def test_a_bad_results_file_is_named(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda base: base["loss"].__setitem__(0, None), ": baseline.loss[0] is null, not a number"),
+        (lambda base: base.update(memory="x"), ": baseline.memory is 'x' (str), not an object"),
+    ],
+    ids=["a-null-loss", "a-memory-of-text"],
+)
+def test_a_hand_edited_baseline_in_a_results_file_is_one_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: Any, problem: str
+) -> None:
+    results = _results()
+    case = next(c for c in results["cases"] if c.get("baseline"))
+    change(case["baseline"])
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results))
+    assert main(["report", str(path), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert f"{case['case']}{problem}" in err[0]
+
+
 @pytest.mark.nightly
 def test_the_whole_tiny_matrix_renders(tmp_path: Path) -> None:
     """All 121 tiny-model cases with baselines (loop and Trainer), every table's three charts, under 2 MB, no

@@ -18,6 +18,7 @@ from perfsuite.core import typed_json
 from perfsuite.core.explain.explanation import Explanation
 from perfsuite.core.paired import Verdict as TimeVerdict
 from perfsuite.core.typed_json import (
+    EMPTY,
     JsonObject,
     Wrong,
     fail,
@@ -84,9 +85,19 @@ class Library(JsonObject):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ProjectCode(JsonObject):
+    """Where a side imported the project's own code from: its ``pyproject.toml``, and per module its file."""
+
+    pyproject: str | None = from_key(_TEXT)
+    code: Mapping[str, Any] = from_key(values_of(_TEXT), EMPTY)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Probe(JsonObject):
     libraries: Mapping[str, Any] = from_key(values_of(optional(nested(Library))), _REQUIRED)
     """Each library's version on the side (``null``: a library the probe could not read)."""
+    project: ProjectCode | None = from_key(optional(nested(ProjectCode)))
+    """The project's own code, where the side ran it (``--base-ref``, ``--own``)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -186,6 +197,8 @@ class Schedule(JsonObject):
     cap: int = from_key(integer, _REQUIRED)
     floor: float = from_key(number, _REQUIRED)
     confidence: float = from_key(number, _REQUIRED)
+    same_confidence: float | None = from_key(number, None)
+    """The confidence a *same* verdict's interval holds at (absent in files that predate it)."""
     alarms: tuple[int, ...] = from_key(list_of(integer), ())
 
 

@@ -171,7 +171,7 @@ def _case_from_outcome(outcome: Mapping[str, Any], where: str) -> ReportCase:
 
 def _case_from_record(record: CaseRecord) -> ReportCase:
     model, strategy, engine = _identity(record, "")
-    case_id = f"{model}-{strategy}" + ("" if engine == "loop" else f"-{engine}")
+    case_id = record.case_id
     return ReportCase(
         id=case_id,
         model=model,

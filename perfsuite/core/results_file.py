@@ -159,5 +159,7 @@ def check_outcome(outcome: Mapping[str, Any], path: str, index: int) -> None:
             tolerance, {"loss_rtol": _NUMBER, "loss_atol": _NUMBER}, f"{where}tolerance.", ("loss_rtol", "loss_atol")
         )
     numbers = {f"baseline.loss[{i}]": v for i, v in enumerate(figures.get("loss") or [])}
+    if (step := next((k for k, v in numbers.items() if v is None), None)) is not None:  # a curve has no gaps
+        raise ResultsError(f"{where}{step} is null, not a number")
     numbers |= {f"tolerance.{k}": v for k, v in (tolerance or {}).items()}
     _typed(numbers, dict.fromkeys(numbers, _NUMBER), where)
