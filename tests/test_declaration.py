@@ -240,6 +240,10 @@ BAD = [
         "[[tool.perfsuite.matrix.cases]]\nmodels = ['tiny-bert']\nstrategies = ['fp16']\n",
         "tool.perfsuite.matrix.cases[0]: the case tiny-bert × fp16 × loop is already declared by perfsuite's built-in",
     ),
+    (
+        "[[tool.perfsuite.matrix.cases]]\nmodels = ['tiny-bert']\nstrategies = ['ddp']\nworld_sizes = [2, 2]\n",
+        "tool.perfsuite.matrix.cases[0].world_sizes names 2 twice: each world size once",
+    ),
 ]
 
 

@@ -165,6 +165,20 @@ def test_lanes_need_a_core_for_each_cases_threads(monkeypatch: pytest.MonkeyPatc
     assert lanes("auto", [one]) == 1
 
 
+def test_more_lanes_than_cores_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each lane is a core of its own: three on two cores would time three cases on two."""
+    import argparse
+
+    from perfsuite.cli.options import cpu_lanes
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    assert cpu_lanes("2") == 2
+    with pytest.raises(
+        argparse.ArgumentTypeError, match="3 lanes, each on a core of its own, and this process may use 2"
+    ):
+        cpu_lanes("3")
+
+
 def test_an_interrupt_while_cases_run_side_by_side_stops_the_one_in_flight_and_keeps_no_other() -> None:
     import threading
     import time

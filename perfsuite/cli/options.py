@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.util
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -141,6 +142,9 @@ def cpu_lanes(text: str) -> str | int:
         return text
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected auto or a whole number of at least 1")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if int(text) > cores:
+        raise argparse.ArgumentTypeError(f"{text} lanes, each on a core of its own, and this process may use {cores}")
     return int(text)
 
 

@@ -187,6 +187,9 @@ def _scope(path: Path, key: str, value: Any) -> str:
 def _sizes(path: Path, key: str, value: Any) -> list[int]:
     if not isinstance(value, list) or not value or not all(type(v) is int and v >= 1 for v in value):
         raise DeclarationError(f"{path}: {key} must be a non-empty array of positive integers, e.g. [1, 2]")
+    if len(set(value)) < len(value):
+        twice = sorted({v for v in value if value.count(v) > 1})
+        raise DeclarationError(f"{path}: {key} names {', '.join(map(str, twice))} twice: each world size once")
     return value
 
 
