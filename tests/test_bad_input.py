@@ -209,6 +209,8 @@ AB = [
     (["--base", "current", "--candidate", "current", "--report", "{tmp}/file.txt"], "--report: {tmp}/file.txt: is"),
     (["--base", "current", "--candidate", "current", "--explain", "--no-explain"], "--no-explain: not allowed with"),
 ]
+if not list(Path("/dev").glob("nvidia[0-9]*")):  # the sides' torch could see a GPU; no machine without one
+    AB.append((["--base", "current", "--candidate", "current", "--device", "cuda"], "this machine has no NVIDIA GPU"))
 BISECT = [
     (["transformers", "--good", "5.0.0", "--bad", "4.57.6", "--case", "tiny-gpt2-vanilla"], "wrong order"),
     (

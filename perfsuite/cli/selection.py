@@ -108,6 +108,9 @@ def select(
     for name in args.engine or ():
         check_engine(name)
     device_type = asked_device_type(args.device) if here or args.device == "auto" else args.device
+    if device_type == "cuda" and not here and not any(Path("/dev").glob("nvidia[0-9]*")):
+        # The sides' own torch may see a GPU this one does not, but none sees one the machine lacks.
+        raise ValueError("--device cuda: this machine has no NVIDIA GPU (no /dev/nvidia*)")
     for flag, chosen in (("--all", args.all), ("--every-push", args.every_push), ("--scope", args.scope)):
         if chosen and (args.models or args.strategies):
             raise ValueError(f"{flag} runs the matrix's cases; it takes no --models or --strategies")
