@@ -64,7 +64,7 @@ def test_one_lane_is_the_single_lane_of_old(jobs: int, cores: range | list[int],
     ("jobs", "device_type", "message"),
     [
         (0, "cpu", "--jobs 0: must be at least 1"),
-        (3, "cpu", "--jobs 3: 3 duets need 6 cores, two each; this process may use 5 (0-4)"),
+        (3, "cpu", "--jobs 3: 3 lanes need 6 cores, two each; this process may use 5 (0-4)"),
         (3, "cuda", "--jobs 3: 3 lanes need a GPU each; 2 visible (0, 1)"),
     ],
 )
@@ -330,7 +330,7 @@ def test_jobs_beyond_the_cores_is_one_line_and_exit_2(
     args = ["ab", "--base", "current", "--candidate", "current", "--models", "tiny-bert", "--strategies", "vanilla"]
     assert main([*args, "--device", "cpu", "--jobs", "2"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line == "perfsuite: error: --jobs 2: 2 duets need 4 cores, two each; this process may use 3 (0-2)"
+    assert line == "perfsuite: error: --jobs 2: 2 lanes need 4 cores, two each; this process may use 3 (0-2)"
     with pytest.raises(SystemExit, match="2"):
         main([*args, "--jobs", "0"])
     (line,) = capsys.readouterr().err.strip().splitlines()

@@ -248,6 +248,10 @@ _COMMENTING = ["--artifact", "{tmp}", "--workflow", "w.yml", "--repo", "o/r"]
 COMMENT = [
     (["--workflow", "w.yml"], "the following arguments are required: --artifact"),
     (
+        ["--artifact", "{tmp}", "--workflow", "w.yml", "--event", "{tmp}/none.json", "--repo", "o/r"],
+        "none.json: cannot read the event file (No such file or directory)",
+    ),
+    (
         ["--artifact", "{tmp}", "--workflow", "w.yml", "--event", "{tmp}/not-json.json", "--repo", "o/r"],
         "not-json.json is",
     ),

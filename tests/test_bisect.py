@@ -910,3 +910,18 @@ def test_the_time_changed_again_only_where_the_intervals_are_apart(
     bisection.compared[first_bad] = result(*at)
     bisection._changed_again(first_bad, result(2.0, 1.9, 2.1))
     assert bool(lines) == said, lines
+
+
+def test_a_file_at_a_commit_that_is_not_text_is_named_with_its_commit(tmp_path: Path) -> None:
+    """``--pins`` and the bisects read pin files with ``git show``: bytes that are not UTF-8 are one
+    line naming the commit and the file, not a decoder's error naming neither."""
+    from perfsuite.ab.commits import GitError, git
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "requirements.txt").write_bytes(b"torch==2.13.0\n# \xff\n")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "-A"], check=True)
+    subprocess.run(
+        ["git", "-C", str(tmp_path), "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "a"], check=True
+    )
+    with pytest.raises(GitError, match=r"--pins: `git show HEAD:requirements.txt` is not UTF-8 text"):
+        git(tmp_path, "show", "HEAD:requirements.txt", what="--pins")

@@ -315,3 +315,11 @@ def test_a_comparing_run_binds_its_verdict_before_any_pull_request_code(path: Pa
     }
     assert upload["with"]["name"] == "perfsuite-upgrade-binding"
     assert "pull-request" not in path.read_text().replace("pull-requests", "")  # the old number file, gone
+
+
+def test_pins_with_no_pin_file_changed_read_as_one_sentence() -> None:
+    from perfsuite.reports.ab import _pins_lines
+
+    pins = {"files": [], "moved": [], "skipped": [], "base_ref": "HEAD~1", "head_ref": "HEAD"}
+    pins |= {"base_commit": "e5a5722", "head_commit": "eb38990"}
+    assert _pins_lines(None, None, pins) == ["- pins of `HEAD~1` (e5a5722) → `HEAD` (eb38990): no pin file changed"]

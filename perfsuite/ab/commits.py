@@ -26,6 +26,8 @@ def git(repo: Path, *args: str, what: str = "git", timeout: float = 60) -> subpr
         )
     except FileNotFoundError:
         raise GitError(f"{what} reads the commits with git, which is not installed") from None
+    except UnicodeDecodeError:  # a file at a commit (git show REV:PATH) that is not text
+        raise GitError(f"{what}: `git {' '.join(args)}` is not UTF-8 text") from None
     except subprocess.TimeoutExpired:
         raise GitError(f"{what}: git {args[0]} did not answer within {timeout:g} s") from None
 

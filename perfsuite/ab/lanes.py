@@ -105,7 +105,7 @@ def plan_lanes(
     cores = sorted(cores)
     if jobs > max(1, len(cores) // 2):
         raise ValueError(
-            f"--jobs {jobs}: {jobs} duets need {2 * jobs} cores, two each; this process may use {len(cores)} "
+            f"--jobs {jobs}: {jobs} lanes need {2 * jobs} cores, two each; this process may use {len(cores)} "
             f"({_cores(cores) if cores else 'none'})"
         )
     pairs = min(jobs, len(cores) // 2, duets)

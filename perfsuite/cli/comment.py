@@ -236,8 +236,12 @@ def workflow_run(event_path: str) -> dict[str, Any]:
     """The event's ``workflow_run``, each field this step reads checked: the event is data, and its
     ``head_sha`` goes into API paths. A bad one raises ``ValueError`` naming the file and the field."""
     try:
-        run = json.loads(Path(event_path).read_text())["workflow_run"]
-    except (OSError, ValueError, KeyError, TypeError):
+        text = Path(event_path).read_text()
+    except OSError as exc:
+        raise ValueError(f"{event_path}: cannot read the event file ({exc.strerror or exc})") from None
+    try:
+        run = json.loads(text)["workflow_run"]
+    except (ValueError, KeyError, TypeError):
         raise ValueError(f"{event_path} is not a workflow_run event") from None
     if not isinstance(run, dict) or not isinstance(run.get("event"), str):
         raise ValueError(f"{event_path}: workflow_run is not an object naming its event: not a workflow_run event")

@@ -274,10 +274,10 @@ def _pins_lines(base: str | None, candidate: str | None, pins: Mapping[str, Any]
     """The two sides (unless ``None``), and with ``--pins`` the commits, the pins that moved and what was skipped."""
     lines = [f"- {name}: `{env}`" for name, env in (("base", base), ("candidate", candidate)) if env is not None]
     if pins:
-        moved = f"in {', '.join(pins['files'])}: {', '.join(pins['moved']) or 'none changed'}"
+        moved = f" in {', '.join(pins['files'])}: {', '.join(pins['moved']) or 'none changed'}"
         lines.append(
-            f"- pins of `{pins['base_ref']}` ({pins['base_commit']}) → `{pins['head_ref']}` ({pins['head_commit']}) "
-            f"{moved if pins['files'] else 'no pin file changed'}"
+            f"- pins of `{pins['base_ref']}` ({pins['base_commit']}) → `{pins['head_ref']}` ({pins['head_commit']})"
+            f"{moved if pins['files'] else ': no pin file changed'}"
         )
         lines += [f"- skipped {s['name']}: {s['why']}".replace("<", "&lt;") for s in pins["skipped"]]
     return lines
