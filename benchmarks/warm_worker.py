@@ -144,7 +144,11 @@ def main() -> int:
     parser.add_argument("--analyse", type=Path, metavar="FILE", help="only print the analysis of FILE")
     args = parser.parse_args()
     if args.analyse:
-        print("\n".join(analyse(json.loads(args.analyse.read_text())["runs"])))
+        try:
+            runs = json.loads(args.analyse.read_text())["runs"]
+            print("\n".join(analyse(runs)))
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # a file of another kind, or none
+            parser.error(f"--analyse {args.analyse}: not a file this script wrote ({type(exc).__name__}: {exc})")
         return 0
     if args.json is None:
         parser.error("--json is required unless --analyse")
@@ -153,6 +157,11 @@ def main() -> int:
     from perfsuite.worker.process import run_isolated
 
     cases, pool = args.cases.split(","), args.predecessors.split(",")
+    try:
+        for case in cases + pool:
+            _spec(case)
+    except ValueError as exc:
+        parser.error(str(exc))
     preload_for([_spec(c) for c in cases + pool])  # one forkserver for every run, as a session has
     env = {_RESET: "1"} if args.reset else {}
     rng = random.Random(0)

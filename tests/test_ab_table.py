@@ -46,3 +46,12 @@ def test_interrupted_cases_and_each_comparisons_spread(tmp_path: Path) -> None:
     # the median |log r - log 1.04| (0.01942, from 1.02's), 2.9%, which its 1.30 does not move;
     # the median of it and `decided`'s 0 is 1.4%.
     assert "14 pairs in 36 s (2.6 s a pair); a case's robust sd 1.4% (0.0-2.9%)" in out
+
+
+def test_a_file_that_is_not_an_ab_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "aa-1.json").write_text("")
+    done = subprocess.run([sys.executable, str(AB / "table.py"), str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"{tmp_path / 'aa-1.json'}: not a `perfsuite ab --json` file " + (
+        "(JSONDecodeError: Expecting value: line 1 column 1 (char 0))"
+    )

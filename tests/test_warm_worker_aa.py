@@ -57,3 +57,18 @@ def test_a_warm_run_that_moves_memory_or_loss_or_fails_is_named() -> None:
 def test_fresh_runs_that_disagree_are_said() -> None:
     lines = _module().analyse([_row("F"), _row("F", loss=[1.5, 1.0])])
     assert lines == ["tiny-bert-vanilla: fresh 2 (loss and memory alike: False), warm 0 of 0 ran"]
+
+
+def test_a_file_it_did_not_write_or_a_case_that_is_none_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "run.json").write_text('{"cases": []}')  # a `perfsuite run` file: no "runs"
+    for argv, said in (
+        (["--analyse", str(tmp_path / "run.json")], "not a file this script wrote (KeyError: 'runs')"),
+        (["--cases", "nosuch", "--json", str(tmp_path / "x.json")], "'nosuch' is not a case id"),
+    ):
+        done = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True)
+        assert done.returncode == 2, done.stderr
+        assert said in done.stderr.splitlines()[-1]
+        assert "Traceback" not in done.stderr

@@ -97,11 +97,16 @@ def from_log(path: Path) -> None:
 
 
 def main(directory: Path) -> None:
-    runs = {
-        name: json.loads((directory / f"{name}.json").read_text())
-        for name in ORDER
-        if (directory / f"{name}.json").exists()
-    }
+    runs = {}
+    for name in ORDER:
+        path = directory / f"{name}.json"
+        if path.exists():
+            try:
+                runs[name] = json.loads(path.read_text())
+                [(c["case"], c["ratios"]) for c in runs[name]["cases"]]  # noqa: B018 - what the table reads
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                print(f"{path}: not a `perfsuite ab --json` file ({type(exc).__name__}: {exc})", file=sys.stderr)
+                raise SystemExit(2) from None
     if not runs:
         raise SystemExit(f"no {', '.join(ORDER)} JSON files in {directory}")
     names = list(runs)
