@@ -187,15 +187,13 @@ def _scope(path: Path, key: str, value: Any) -> str:
 def _sizes(path: Path, key: str, value: Any) -> list[int]:
     if not isinstance(value, list) or not value or not all(type(v) is int and v >= 1 for v in value):
         raise DeclarationError(f"{path}: {key} must be a non-empty array of positive integers, e.g. [1, 2]")
-    if len(set(value)) < len(value):
-        twice = sorted({v for v in value if value.count(v) > 1})
-        raise DeclarationError(f"{path}: {key} names {', '.join(map(str, twice))} twice: each world size once")
+    if twice := sorted({str(v) for v in value if value.count(v) > 1}):
+        raise DeclarationError(f"{path}: {key} names {', '.join(twice)} twice: each world size once")
     return value
 
 
 def _local(root: Path, value: str) -> Path:
-    path = Path(value)
-    return path if path.is_absolute() else root / path
+    return path if (path := Path(value)).is_absolute() else root / path
 
 
 def _config_source(path: Path, root: Path, key: str, value: Any) -> dict[str, Any]:
