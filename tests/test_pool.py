@@ -168,3 +168,17 @@ def test_a_stopped_runner_starts_no_case_that_was_waiting_for_gpus(tmp_path: Pat
     with pytest.raises(CancelledError):
         waiting.result(10)
     assert started == []
+
+
+def test_with_one_gpu_a_session_starts_nothing_ahead_and_still_holds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One GPU: runs are made in their tests, one at a time (a refresh's time limit decides each), each
+    holding the GPU; several: the first runs start on them side by side when collection ends."""
+    from types import SimpleNamespace
+
+    from perfsuite.session.runs import RunCache
+
+    config = SimpleNamespace(getoption=lambda name, default=None: "all")
+    monkeypatch.setenv("PERFSUITE_GPUS", "1")
+    one = RunCache(config)  # type: ignore[arg-type]
+    one.prefetch([CaseSpec(model="tiny-bert", strategy="vanilla", device="cuda")])
+    assert (one._pool.gpus, one._runner, one._pending) == (["0"], None, {})

@@ -107,10 +107,11 @@ class RunCache:
         return CaseRecord.from_json(answer, f"{spec.id}: pytest_perfsuite_run_case's record")
 
     def prefetch(self, specs: list[CaseSpec]) -> None:
-        """Start the first run of each GPU case on the pool of the GPUs ``--perfsuite-gpus`` selects
-        (:mod:`perfsuite.worker.pool`; one GPU: one case after another); a case's test then waits
-        for its run. Repeats and retries run one at a time, each holding the GPUs it runs on, so a
-        run never touches a GPU outside the selection or one another session holds."""
+        """Hold every GPU run to the GPUs ``--perfsuite-gpus`` selects (:mod:`perfsuite.worker.pool`):
+        each holds the GPUs it runs on and sees only those, so a run never touches a GPU outside the
+        selection or one another session holds. With two or more, start the first run of each GPU
+        case on them side by side; a case's test then waits for its run. With one, and for repeats
+        and retries, a run is made in its test, one at a time (a refresh's time limit decides each)."""
         from perfsuite.worker.pool import GPUPool, PoolRunner, machine_gpus, submit_cases
 
         try:
@@ -118,6 +119,8 @@ class RunCache:
         except ValueError as exc:
             raise pytest.UsageError(f"--perfsuite-gpus: {exc}") from None
         pool = self._pool = GPUPool(gpus)
+        if len(gpus) < 2:
+            return
         self._runner = PoolRunner(pool)
         fitting = [spec for spec in specs if spec.world_size <= len(gpus)]
         self._pending.update(submit_cases(self._runner, pool, fitting, self.run))
