@@ -17,7 +17,10 @@ from perfsuite.core import goalposts
 
 BASELINE = (ROOT / "baselines" / "cpu" / "tiny-bert-vanilla.json").read_text()
 _MEDIAN = json.loads(BASELINE)["time"]["amd-25.1-avx2"]["median"]
-SLOWER = f"step time [amd-25.1-avx2] {_MEDIAN:.4g} → {_MEDIAN * 1.25:.4g} calibrated (+25.0%)"
+SLOWER = (
+    f"step time [amd-25.1-avx2] {_MEDIAN:.4g} → {_MEDIAN * 1.25:.4g} calibrated (+25.0%); "
+    "also time.amd-25.1-avx2.repeats"  # what the median is the median of, moved with it
+)
 """How a 25% slower copy of the committed baseline's step time reads (the figures follow a refresh)."""
 PYPROJECT = '[tool.perfsuite]\nbaselines = "baselines"\n[tool.perfsuite.overrides."cpu/*"]\ntime_floor = 0.15\n'
 
@@ -42,8 +45,30 @@ def test_a_rewritten_baseline_says_each_figure_old_to_new() -> None:
 
     line = goalposts.baseline_moves("baselines/cpu/tiny-bert-vanilla.json", BASELINE, _moved(everything))
     assert line is not None
-    assert line.startswith(f"`tiny-bert-vanilla` on cpu: {SLOWER}")
+    assert line.startswith(f"`tiny-bert-vanilla` on cpu: {SLOWER.split(';')[0]}")
     assert "; peak memory 92.96 → 94.96 MiB (+2.2%); loss curve changed" in line
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        (
+            lambda d: d["time"]["amd-25.1-avx2"].update(steps=[v * 1.4 for v in d["time"]["amd-25.1-avx2"]["steps"]]),
+            "time.amd-25.1-avx2.steps",
+        ),
+        (lambda d: d["time"]["amd-25.1-avx2"].update(spread=0.05), "time.amd-25.1-avx2.spread"),
+        (lambda d: d["spec"].update(initial_weights="0" * 32), "spec.initial_weights"),
+        (lambda d: d["memory"]["breakdown"].update(activations=1), "memory.breakdown.activations"),
+    ],
+    ids=["steps", "spread", "initial-weights", "breakdown"],
+)
+def test_a_figure_the_gate_reads_that_no_line_names_is_still_said(change: Any, key: str) -> None:
+    """The stored steps (the gate pairs them), the spread (its tolerance), the initial weights' digest
+    (a loss compared or not), a breakdown category: a pull request that moves one alone moves the gate."""
+    line = goalposts.baseline_moves("baselines/cpu/tiny-bert-vanilla.json", BASELINE, _moved(change))
+    assert line == f"`tiny-bert-vanilla` on cpu: also {key}"
+    when = _moved(lambda d: d["provenance"].update(date="2027-01-01", commit="f" * 40))
+    assert goalposts.baseline_moves("baselines/cpu/tiny-bert-vanilla.json", BASELINE, when) is None
 
 
 def test_added_removed_unreadable_and_unmoved_baselines() -> None:
@@ -175,3 +200,25 @@ def test_a_file_that_is_not_text_or_a_settings_table_that_is_not_one_is_named_no
     out = capsys.readouterr().out
     assert "`baselines/cpu/tiny-bert-fp16.json`: unreadable (JSONDecodeError), so what it moves cannot be said" in out
     assert "`pyproject.toml` `[tool.perfsuite] overrides.cpu/*.time_floor`: 0.15 → —" in out  # its settings gone
+
+
+def test_what_else_moves_the_gate_is_said(branch: Path) -> None:
+    """pytest's own options (``addopts`` can set ``--perfsuite-time=off``), a pytest.ini that pytest
+    reads first, a conftest, the matrix the gate runs, and a baseline renamed away (its case then
+    has none): each is a line of the block."""
+    git(branch, "checkout", "-q", "change")
+    pyproject = branch / "pyproject.toml"
+    text = pyproject.read_text() + "[tool.perfsuite.matrix]\nbuiltin = false\n"
+    pyproject.write_text(text + '[tool.pytest.ini_options]\naddopts = ["--perfsuite-time=off"]\n')
+    (branch / "pytest.ini").write_text("[pytest]\naddopts = --perfsuite-missing=skip\n")
+    (branch / "tests").mkdir()
+    (branch / "tests" / "conftest.py").write_text("")
+    git(branch, "add", "-A")
+    git(branch, "mv", "baselines/cpu/tiny-bert-vanilla.json", "baselines/cpu/zz-archived.json")
+    git(branch, "commit", "-q", "-m", "quieter")
+    lines = goalposts.from_git(branch, "main", "change")
+    assert "`pyproject.toml` `[tool.pytest.ini_options] addopts`: — → ['--perfsuite-time=off']" in lines
+    assert "`pyproject.toml` `[tool.perfsuite] matrix.builtin`: — → False" in lines
+    assert "`pytest.ini` added: pytest's configuration, whose addopts can set any --perfsuite-* option" in lines
+    assert "`tests/conftest.py` added: a conftest, whose hooks and fixtures run before the gate" in lines
+    assert "`tiny-bert-vanilla` on cpu: baseline removed (`baselines/cpu/tiny-bert-vanilla.json`)" in lines

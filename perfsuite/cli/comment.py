@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from perfsuite.core.goalposts import baselines_dir, moves, under
+from perfsuite.core.goalposts import baselines_dir, is_config, moves, under
 from perfsuite.core.goalposts import markdown as goalposts_markdown
 from perfsuite.reports.verdict import MARKERS, Binding, Refused, read_binding, read_summary, render, stale
 
@@ -177,7 +177,9 @@ def _unverified(gh: GitHub, pull: dict[str, Any], pin_files: list[str]) -> list[
     why = []
     if pull["head"]["repo"]["full_name"] != gh.repo:
         why.append("it comes from a fork")
-    names = [str(f["filename"]) for f in gh.list(f"pulls/{pull['number']}/files")]
+    files = gh.list(f"pulls/{pull['number']}/files")
+    # A renamed file is its old name removed as well as its new one added (a baseline moved away).
+    names = sorted({str(n) for f in files for n in (f["filename"], f.get("previous_filename")) if n})
     others = [name for name in names if not is_pin_file(name, pin_files)]
     if others:
         shown = ", ".join(f"`{name}`" for name in others[:3]) + (", …" if len(others) > 3 else "")
@@ -187,11 +189,13 @@ def _unverified(gh: GitHub, pull: dict[str, Any], pin_files: list[str]) -> list[
 
 def _goalposts(gh: GitHub, pull: dict[str, Any]) -> str:
     """The baselines and tolerances the pull request moves, from the API (its merge base and head)."""
-    names = [str(f["filename"]) for f in gh.list(f"pulls/{pull['number']}/files")]
+    files = gh.list(f"pulls/{pull['number']}/files")
+    # A renamed file is its old name removed as well as its new one added (a baseline moved away).
+    names = sorted({str(n) for f in files for n in (f["filename"], f.get("previous_filename")) if n})
     since = gh.get(f"compare/{pull['base']['sha']}...{pull['head']['sha']}")["merge_base_commit"]["sha"]
     # Where each side's gate reads its baselines: the project's setting, not a fixed directory.
     where = [baselines_dir(gh.raw("pyproject.toml", ref)) for ref in (since, pull["head"]["sha"])]
-    wanted = [name for name in names if name == "pyproject.toml" or under(name, where)]
+    wanted = [name for name in names if name == "pyproject.toml" or under(name, where) or is_config(name)]
     if not wanted:
         return ""
     texts = {name: (gh.raw(name, since), gh.raw(name, pull["head"]["sha"])) for name in wanted}

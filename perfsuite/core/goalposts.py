@@ -97,7 +97,29 @@ def baseline_moves(path: str, old: str | None, new: str | None) -> str | None:
         moves.append(f"peak memory {_change(before['memory'], after['memory'], ' MiB', 2**20)}")
     if before["loss"] != after["loss"]:
         moves.append("loss curve changed")
+    if others := other_changes(json.loads(old or "{}"), json.loads(new or "{}")):
+        shown = ", ".join(others[:8]) + (f" and {len(others) - 8} more" if len(others) > 8 else "")
+        moves.append(f"also {shown}")
     return f"{where}: {'; '.join(moves)}" if moves else None
+
+
+def _said(key: str) -> bool:
+    """Whether :func:`baseline_moves` says a change of ``key`` in its own words, or it moves no gate
+    (when and where a figure was recorded, which sessions a pool read)."""
+    parts = key.split(".")
+    return (
+        key in ("loss", "memory.peak_bytes")
+        or parts[0] in ("provenance", "untimed")
+        or (parts[0] == "time" and parts[-1] in ("median", "unit", "recorded", "sessions"))
+    )
+
+
+def other_changes(old: Any, new: Any) -> list[str]:
+    """Every other key of a baseline whose value changed (the stored steps, the spread, the breakdown,
+    the initial weights' digest, ...): each can move what the gate admits, so none goes unsaid."""
+    before, after = _flat(old if isinstance(old, dict) else {}), _flat(new if isinstance(new, dict) else {})
+    gone = object()
+    return sorted(k for k in set(before) | set(after) if before.get(k, gone) != after.get(k, gone) and not _said(k))
 
 
 def _flat(table: Any, prefix: str = "") -> dict[str, Any]:
@@ -118,13 +140,44 @@ def _settings(text: str | None) -> dict[str, Any]:
     return settings if isinstance(settings, dict) else {}
 
 
-GOALPOSTS = ("tolerance", "overrides", "baselines")
-"""The settings of ``[tool.perfsuite]`` that move the gate: its tolerances, and where its baselines are."""
+GOALPOSTS = ("tolerance", "overrides", "baselines", "matrix")
+"""The settings of ``[tool.perfsuite]`` that move the gate: its tolerances, where its baselines are,
+and which cases it runs."""
+
+PYTEST_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg")
+"""pytest's own configuration files (read before ``pyproject.toml``): their ``addopts`` can set any
+``--perfsuite-*`` option, ``--perfsuite-time=off`` among them."""
 
 
 def _tolerances(text: str | None) -> dict[str, Any]:
-    """``[tool.perfsuite]``'s settings that move the gate (:data:`GOALPOSTS`), flattened to dotted keys."""
-    return {k: v for k, v in _flat(_settings(text)).items() if k.split(".", 1)[0] in GOALPOSTS}
+    """``[tool.perfsuite]``'s settings that move the gate (:data:`GOALPOSTS`), and pytest's own
+    (``[tool.pytest.ini_options]``: its ``addopts`` set options), flattened to dotted keys."""
+    found = {k: v for k, v in _flat(_settings(text)).items() if k.split(".", 1)[0] in GOALPOSTS}
+    tool = (tomllib.loads(text) if text is not None else {}).get("tool")
+    pytest_table = tool.get("pytest") if isinstance(tool, dict) else None
+    pytest_options = pytest_table.get("ini_options") if isinstance(pytest_table, dict) else None
+    if isinstance(pytest_options, dict):
+        found |= {f"(pytest) {k}": v for k, v in _flat(pytest_options).items()}
+    return found
+
+
+def is_config(path: str) -> bool:
+    """Whether ``path`` is pytest's own configuration file or a ``conftest.py``."""
+    return path in PYTEST_FILES or path.rsplit("/", 1)[-1] == "conftest.py"
+
+
+def config_moves(path: str, old: str | None, new: str | None) -> str | None:
+    """A line for a changed file that can change what the gate runs or how: pytest's own configuration
+    file, or a ``conftest.py`` (code of the pull request's that pytest runs first)."""
+    if old == new or not is_config(path):
+        return None
+    how = "added" if old is None else "removed" if new is None else "changed"
+    what = (
+        "pytest's configuration, whose addopts can set any --perfsuite-* option"
+        if path in PYTEST_FILES
+        else ("a conftest, whose hooks and fixtures run before the gate")
+    )
+    return f"`{path}` {how}: {what}"
 
 
 def baselines_dir(pyproject: str | None) -> str:
@@ -145,7 +198,7 @@ def under(path: str, directories: Sequence[str]) -> bool:
 
 
 def tolerance_moves(path: str, old: str | None, new: str | None) -> list[str]:
-    """One line per tolerance setting of ``[tool.perfsuite]`` added, removed or changed."""
+    """One line per setting that moves the gate (:func:`_tolerances`) added, removed or changed."""
     if tomllib is None:  # pragma: no cover - Python 3.10 without tomli
         return [f"`{path}` changed; this Python has no TOML reader to say what it does to the tolerances"]
     try:
@@ -153,10 +206,16 @@ def tolerance_moves(path: str, old: str | None, new: str | None) -> list[str]:
     except tomllib.TOMLDecodeError:
         return [f"`{path}`: not TOML, so what it does to the tolerances cannot be said"]
     return [
-        f"`{path}` `[tool.perfsuite] {key}`: {before.get(key, '—')} → {after.get(key, '—')}"
+        f"`{path}` `{_table_of(key)}`: {before.get(key, '—')} → {after.get(key, '—')}"
         for key in sorted(set(before) | set(after))
         if before.get(key) != after.get(key)
     ]
+
+
+def _table_of(key: str) -> str:
+    """``[tool.perfsuite] KEY``, or for pytest's own options ``[tool.pytest.ini_options] KEY``."""
+    pytest_key = key.removeprefix("(pytest) ")
+    return f"[tool.pytest.ini_options] {pytest_key}" if pytest_key != key else f"[tool.perfsuite] {key}"
 
 
 def moves(texts: Texts, directories: Sequence[str] | None = None) -> list[str]:
@@ -174,6 +233,8 @@ def moves(texts: Texts, directories: Sequence[str] | None = None) -> list[str]:
     for path, (old, new) in sorted(texts.items()):
         if path == "pyproject.toml":
             lines += tolerance_moves(path, old, new)
+        elif (line := config_moves(path, old, new)) is not None:
+            lines.append(line)
     return lines
 
 
@@ -214,7 +275,9 @@ def from_git(repo: Path, base: str, head: str) -> list[str]:
     directories = {baselines_dir(_show(repo, rev, "pyproject.toml")) for rev in (since, head)}
     # One outside the repository has no file in its history (its move is the setting's line).
     where = sorted(d for d in directories | {"baselines"} if not (d.startswith("/") or d.split("/")[0] == ".."))
-    changed = _git(repo, "diff", "--name-only", "-z", since, head, "--", *where, "pyproject.toml").split("\0")
+    # --no-renames: a baseline moved away is a removal (its case then has none), not only an addition.
+    watched = [*where, "pyproject.toml", *PYTEST_FILES, ":(glob)**/conftest.py"]
+    changed = _git(repo, "diff", "--name-only", "--no-renames", "-z", since, head, "--", *watched).split("\0")
     texts = {path: (_show(repo, since, path), _show(repo, head, path)) for path in changed if path}
     return moves(texts, where)
 
