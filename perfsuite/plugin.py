@@ -368,8 +368,10 @@ def _summarize(terminalreporter: Any, exitstatus: int, config: pytest.Config) ->
     markdown = config.getoption("perfsuite_markdown")
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)
+        nothing = state.nothing_gated()  # first, as on the terminal: the summary's "passed" counts skips
         markdown.write_text(
-            gate_markdown(state.outcomes, refresh=state.refresh, notes=state.summary_notes(), unbaselined=unbaselined)
+            (f"**{nothing}**\n\n" if nothing else "")
+            + gate_markdown(state.outcomes, refresh=state.refresh, notes=state.summary_notes(), unbaselined=unbaselined)
         )
     results = config.getoption("perfsuite_json")
     report = config.getoption("perfsuite_report")

@@ -47,6 +47,8 @@ def pytest_perfsuite_run_case(config, spec, timeout_s):
     if os.environ.get("FAKE_CRASH") == spec.id:
         return {"model": spec.model, "strategy": spec.strategy, "status": "failed",
                 "error": "worker killed by signal SIGKILL"}
+    if spec.id in os.environ.get("FAKE_SKIP", "").split(","):
+        return {"model": spec.model, "strategy": spec.strategy, "status": "skipped", "error": "needs a GPU"}
     jitter = float(os.environ.get("FAKE_JITTER", "0")) * ((repeat % 3) - 1) * (spec.strategy != "vanilla")
     # FAKE_SLOW="<case>=<factor>:<n>": that case's first n runs are <factor> slower.
     target, _, slow = os.environ.get("FAKE_SLOW", "").partition("=")

@@ -207,3 +207,34 @@ def test_an_interrupt_before_any_worker_started_stops_the_controller_at_once(tmp
             controller._pass_on(signal.SIGINT, None)  # a second one: at once
     finally:
         controller.pytest_unconfigure()
+
+
+def test_a_worker_takes_an_interrupt_heard_twice_for_one_and_never_ignores_a_signal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker hears an interrupt twice (its process group's and the controller's): one interrupt.
+    A later one is an interrupt again, the processes its tests start see the signals at their
+    defaults, and its handlers go back when it ends."""
+    import signal
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from perfsuite.session import parallel
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    worker = parallel.Worker(SimpleNamespace(workerinput={"perfsuite_lock_dir": str(tmp_path)}))  # type: ignore[arg-type]
+    try:
+        assert signal.getsignal(signal.SIGTERM) == worker._interrupt
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            worker._interrupt(signal.SIGTERM, None)
+        worker._interrupt(signal.SIGINT, None)  # the same interrupt, heard again: nothing
+        monkeypatch.setattr("time.monotonic", lambda: 1e9)
+        with pytest.raises(KeyboardInterrupt, match="SIGINT"):
+            worker._interrupt(signal.SIGINT, None)  # a new one, later
+        child = "import signal; print(signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)"
+        said = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout
+        assert said.strip() == "True"
+    finally:
+        worker.pytest_unconfigure()
+    assert {sig: signal.getsignal(sig) for sig in before} == before

@@ -195,7 +195,9 @@ def test_a_deleted_baseline_fails_with_the_refresh_command(
     skipped.stdout.fnmatch_lines(["perfsuite: passed: 2 passed, 1 NOT gated (no baseline here, skipped: *--missing*"])
 
 
-def test_a_cpu_gate_where_every_case_was_skipped_fails_saying_nothing_was_gated(project: pytest.Pytester) -> None:
+def test_a_cpu_gate_where_every_case_was_skipped_fails_saying_nothing_was_gated(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No baseline here for any selected case, under --perfsuite-missing=skip: every case is
     skipped before it runs. The session measured nothing, so it fails saying so, in one process
     and under pytest-xdist (where the worker that ran the cases tells the controller)."""
@@ -208,6 +210,15 @@ def test_a_cpu_gate_where_every_case_was_skipped_fails_saying_nothing_was_gated(
     result.assert_outcomes(skipped=3)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([line])
+    # Cases that ran and skipped themselves gate nothing either; the markdown summary (a CI job's
+    # summary) says so first, not only its "passed: N skipped".
+    for path in (project.path / "baselines" / "cpu").glob("*.json"):
+        path.unlink()
+    monkeypatch.setenv("FAKE_SKIP", "tiny-bert-vanilla,tiny-bert-fp16,tiny-bert-grad_ckpt")
+    ran = gate(project, "--perfsuite-markdown", "summary.md")
+    assert ran.ret == pytest.ExitCode.TESTS_FAILED
+    assert (project.path / "summary.md").read_text().startswith("**perfsuite: nothing was gated: all 3 case(s)")
+    monkeypatch.delenv("FAKE_SKIP")
     spread = project.runpytest_subprocess(
         "-m", "cpu and not trainer", "-k", CASES, "--perfsuite-missing=skip", "-n", "2"
     )

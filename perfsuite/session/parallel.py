@@ -34,6 +34,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -206,7 +207,10 @@ class Controller:
             report.longrepr = (crashitem.split("::")[0], 0, f"Skipped: {why}")
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """A worker's session that failed with no test failing (its gate gated nothing) fails this one."""
+        """A worker's session that failed with no test failing (its gate gated nothing) fails this one.
+        The workers are down: an interrupt's wait for them is over."""
+        if self._timer is not None:
+            self._timer.cancel()
         if self.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -229,15 +233,18 @@ class Controller:
             raise KeyboardInterrupt(signal.Signals(signum).name)
         self._heard = signum
         for pid in workers:
-            with contextlib.suppress(ProcessLookupError):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
         self._timer = threading.Timer(WAIT_FOR_WORKERS_S, _thread.interrupt_main)
         self._timer.daemon = True
         self._timer.start()
 
     def worker_pids(self) -> list[int]:
-        """The process ids of the workers started so far (each names itself in the shared folder)."""
-        return [int(path.name[len(_PID) :]) for path in self.directory.glob(f"{_PID}*")]
+        """The process ids of this session's workers alive now: each names itself in the shared folder,
+        and is this process's child (a worker killed outright leaves its name, and its pid may be
+        another process's by now)."""
+        pids = [int(path.name[len(_PID) :]) for path in self.directory.glob(f"{_PID}*")]
+        return [pid for pid in pids if _parent(pid) == os.getpid()]
 
     def pytest_unconfigure(self) -> None:
         if self._timer is not None:
@@ -245,6 +252,21 @@ class Controller:
         for sig, handler in self._handlers.items():
             signal.signal(sig, handler)
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _parent(pid: int) -> int | None:
+    """The parent of process ``pid`` (``None`` where there is no such process, or it cannot be read)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # after the command's name, which may hold spaces
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+
+
+REPEAT_S = 5.0
+"""How long a worker takes a second SIGTERM or SIGINT for the first heard again (the process group's
+and the controller's), not a new interrupt."""
 
 
 class Worker:
@@ -257,13 +279,23 @@ class Worker:
         self.grouped = bool(workerinput.get(_GROUPED))
         self.lock = MachineLock(self.directory) if self.directory is not None else None
         self._own_line = False  # the terminal's cursor is at the start of a line this worker began
-        self._signals = contextlib.ExitStack()
+        self._handlers: dict[int, Any] = {}
+        self._heard_at = -REPEAT_S
         if self.directory is not None and threading.current_thread() is threading.main_thread():
-            from perfsuite.cli.interrupt import terminate_as_interrupt
-
-            # One SIGTERM or SIGINT (the controller's, and the process group's too) is one interrupt.
-            self._signals.enter_context(terminate_as_interrupt())
+            self._handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+            for sig in self._handlers:
+                signal.signal(sig, self._interrupt)
             (self.directory / f"{_PID}{os.getpid()}").touch()
+
+    def _interrupt(self, signum: int, frame: object) -> None:
+        """SIGTERM, as SIGINT, is pytest's interrupt; the same one heard again within :data:`REPEAT_S`
+        (through the process group and from the controller) is not a second. A handler, never
+        ``SIG_IGN``: the processes a test starts later do not inherit an ignored signal."""
+        now = time.monotonic()
+        if now - self._heard_at < REPEAT_S:
+            return
+        self._heard_at = now
+        raise KeyboardInterrupt(signal.Signals(signum).name)
 
     @pytest.hookimpl(tryfirst=True)  # before xdist sends the controller the collected ids
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -314,12 +346,14 @@ class Worker:
         output[_FAILED] = exitstatus == pytest.ExitCode.TESTS_FAILED
         output[_WROTE] = wrote_results
 
+    @pytest.hookimpl(trylast=True)  # after the session has put back the handlers it found (these)
     def pytest_unconfigure(self) -> None:
         if self.lock is not None:
             self.lock.close()
         if self.directory is not None:
             (self.directory / f"{_PID}{os.getpid()}").unlink(missing_ok=True)
-        self._signals.close()
+        for sig, handler in self._handlers.items():
+            signal.signal(sig, handler)
 
 
 class Recorder:
