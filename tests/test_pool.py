@@ -182,3 +182,37 @@ def test_with_one_gpu_a_session_starts_nothing_ahead_and_still_holds_it(monkeypa
     one = RunCache(config)  # type: ignore[arg-type]
     one.prefetch([CaseSpec(model="tiny-bert", strategy="vanilla", device="cuda")])
     assert (one._pool.gpus, one._runner, one._pending) == (["0"], None, {})
+
+
+def test_a_gpu_run_waits_for_its_gpus_no_longer_than_the_time_limit_and_needs_no_gpu_case_selected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim's run (no GPU matrix case selected, so no pool was made at collection) holds the GPUs
+    selected too; a run whose GPUs another session holds past the time limit fails saying so."""
+    import time
+    from types import SimpleNamespace
+
+    from perfsuite.session.runs import RunCache
+
+    def run_case(config: object, spec: CaseSpec, timeout_s: float, env: dict[str, str]) -> CaseRecord:
+        return CaseRecord.failed(spec, status="skipped", error=env.get("CUDA_VISIBLE_DEVICES", "none"))
+
+    config = SimpleNamespace(getoption=lambda name, default=None: "all")
+    config.hook = SimpleNamespace(pytest_perfsuite_run_case=run_case)
+    monkeypatch.setenv("PERFSUITE_GPUS", "1")
+    spec = CaseSpec(model="tiny-bert", strategy="vanilla", device="cuda")
+    claims = RunCache(config)  # type: ignore[arg-type]
+    assert claims.run(spec, timed=False).error == "0"  # GPU 0 of the selection, held
+    assert claims._pool.gpus == ["0"]
+
+    limited = RunCache(config)  # type: ignore[arg-type]
+    limited._pool = GPUPool(["0"], lock_dir=tmp_path, poll_s=0.02)
+    limited.deadline = time.monotonic() + 0.3
+    with GPUPool(["0"], lock_dir=tmp_path).acquire(1):  # another session's run
+        started = time.monotonic()
+        record = limited.run(spec, timed=False)
+    assert time.monotonic() - started < 5
+    assert (record.status, record.error) == (
+        "failed",
+        "its time limit ran out while it waited for its GPUs (another run on the machine held them)",
+    )

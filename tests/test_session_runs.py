@@ -31,7 +31,10 @@ def _logging_cache(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[str]]:
     # dropped it from sys.modules, the dotted path would reach the old module through its package.
     monkeypatch.setattr(importlib.import_module("perfsuite.worker.process"), "renew_forkserver", renew)
     hook = SimpleNamespace(pytest_perfsuite_run_case=run_case)
-    return RunCache(SimpleNamespace(hook=hook)), log  # type: ignore[arg-type]
+    monkeypatch.delenv("PERFSUITE_GPUS", raising=False)  # a machine without GPUs: no run holds one
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    config = SimpleNamespace(hook=hook, getoption=lambda name, default=None: "all")
+    return RunCache(config), log  # type: ignore[arg-type]
 
 
 def test_a_refresh_repeat_or_a_retry_on_a_cpu_runs_on_a_new_forkserver(monkeypatch: pytest.MonkeyPatch) -> None:

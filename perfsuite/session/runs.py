@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, as_completed, wait
 from typing import Any
 
 import pytest
@@ -90,12 +91,8 @@ class RunCache:
             from perfsuite.worker.process import renew_forkserver
 
             renew_forkserver()
-        if self._pool is not None and spec.device != "cpu" and "CUDA_VISIBLE_DEVICES" not in (env or {}):
-            from perfsuite.worker.pool import gpu_env, with_gpus
-
-            with self._pool.acquire(max(1, spec.world_size)) as ids:  # not from the pool's own threads: held there
-                held = {**(env or {}), **gpu_env(ids)}
-                return with_gpus(self._run(spec, held), held, self._pool)
+        if spec.device != "cpu" and "CUDA_VISIBLE_DEVICES" not in (env or {}) and self._selected() is not None:
+            return self._holding_gpus(spec, env or {})  # not from the pool's threads: held there
         timeout = defaults.timeout
         if self.deadline is not None:
             timeout = max(min(timeout, self.deadline - time.monotonic()), 1.0)
@@ -106,21 +103,53 @@ class RunCache:
             return answer
         return CaseRecord.from_json(answer, f"{spec.id}: pytest_perfsuite_run_case's record")
 
+    def _holding_gpus(self, spec: CaseSpec, env: dict[str, str]) -> CaseRecord:
+        """A GPU run outside the pool's threads (a repeat, a retry, a claim's run, one GPU's runs):
+        it waits for the GPUs it needs of those selected (another session's run may hold them), at
+        most until the time limit, then runs seeing only them."""
+        from perfsuite.worker.pool import gpu_env, with_gpus
+
+        pool = self._selected()
+        stop = threading.Event()
+        timer = threading.Timer(self.deadline - time.monotonic(), stop.set) if self.deadline is not None else None
+        if timer is not None:
+            timer.start()
+        try:
+            with pool.acquire(max(1, spec.world_size), stop) as ids:
+                held = {**env, **gpu_env(ids)}
+                return with_gpus(self._run(spec, held), held, pool)
+        except CancelledError:
+            why = "its time limit ran out while it waited for its GPUs (another run on the machine held them)"
+            return CaseRecord.failed(spec, status="failed", error=why)
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _selected(self) -> Any:
+        """The pool of the GPUs ``--perfsuite-gpus`` selects, made once; ``None`` where this machine
+        shows none (a project's runner that runs its cases elsewhere)."""
+        from perfsuite.worker.pool import GPUPool, machine_gpus
+
+        if self._pool is None:
+            try:
+                gpus = machine_gpus(self.config.getoption("perfsuite_gpus"))
+            except ValueError as exc:
+                raise pytest.UsageError(f"--perfsuite-gpus: {exc}") from None
+            self._pool = GPUPool(gpus) if gpus else False
+        return self._pool or None
+
     def prefetch(self, specs: list[CaseSpec]) -> None:
         """Hold every GPU run to the GPUs ``--perfsuite-gpus`` selects (:mod:`perfsuite.worker.pool`):
         each holds the GPUs it runs on and sees only those, so a run never touches a GPU outside the
         selection or one another session holds. With two or more, start the first run of each GPU
         case on them side by side; a case's test then waits for its run. With one, and for repeats
         and retries, a run is made in its test, one at a time (a refresh's time limit decides each)."""
-        from perfsuite.worker.pool import GPUPool, PoolRunner, machine_gpus, submit_cases
+        from perfsuite.worker.pool import PoolRunner, submit_cases
 
-        try:
-            gpus = machine_gpus(self.config.getoption("perfsuite_gpus"))
-        except ValueError as exc:
-            raise pytest.UsageError(f"--perfsuite-gpus: {exc}") from None
-        pool = self._pool = GPUPool(gpus)
-        if len(gpus) < 2:
+        pool = self._selected()
+        if pool is None or len(pool.gpus) < 2:
             return
+        gpus = pool.gpus
         self._runner = PoolRunner(pool)
         fitting = [spec for spec in specs if spec.world_size <= len(gpus)]
         self._pending.update(submit_cases(self._runner, pool, fitting, self.run))
