@@ -217,10 +217,11 @@ class PerfsuiteSession:
         self.runs.close()
         self.interrupted = interrupted
         if interrupted:
+            from perfsuite.session.parallel import is_worker
             from perfsuite.worker.process import stop_workers
 
             stop_workers()
-            if self.reached or not hasattr(self.config, "workerinput"):  # an xdist worker: the one that ran cases
+            if self.reached or not is_worker(self.config):  # an xdist worker: the one that ran cases
                 close_outcomes(self.outcomes, self.selected, self.runs.records)
 
     def interrupted_lines(self) -> list[str]:

@@ -219,10 +219,7 @@ class Controller:
             replay(summary, terminalreporter)
 
     def pytest_sessionstart(self) -> None:
-        if threading.current_thread() is threading.main_thread():  # where Python lets a handler be set
-            self._handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-            for sig in self._handlers:
-                signal.signal(sig, self._pass_on)
+        self._handlers = _take_signals(self._pass_on)
 
     def _pass_on(self, signum: int, frame: object) -> None:
         """The first SIGTERM or SIGINT goes on to every worker, and the session waits for them to end
@@ -249,9 +246,25 @@ class Controller:
     def pytest_unconfigure(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        for sig, handler in self._handlers.items():
-            signal.signal(sig, handler)
+        _give_back(self._handlers)
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _take_signals(handler: Callable[[int, Any], None]) -> dict[int, Any]:
+    """``handler`` for SIGTERM and SIGINT; the handlers they had (none off the main thread, where
+    Python lets no handler be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    handlers: dict[int, Any] = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in handlers:
+        signal.signal(sig, handler)
+    return handlers
+
+
+def _give_back(handlers: dict[int, Any]) -> None:
+    """Put back the handlers :func:`_take_signals` found."""
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
 
 
 def _parent(pid: int) -> int | None:
@@ -281,10 +294,8 @@ class Worker:
         self._own_line = False  # the terminal's cursor is at the start of a line this worker began
         self._handlers: dict[int, Any] = {}
         self._heard_at = -REPEAT_S
-        if self.directory is not None and threading.current_thread() is threading.main_thread():
-            self._handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-            for sig in self._handlers:
-                signal.signal(sig, self._interrupt)
+        if self.directory is not None and (handlers := _take_signals(self._interrupt)):
+            self._handlers = handlers
             (self.directory / f"{_PID}{os.getpid()}").touch()
 
     def _interrupt(self, signum: int, frame: object) -> None:
@@ -352,8 +363,7 @@ class Worker:
             self.lock.close()
         if self.directory is not None:
             (self.directory / f"{_PID}{os.getpid()}").unlink(missing_ok=True)
-        for sig, handler in self._handlers.items():
-            signal.signal(sig, handler)
+        _give_back(self._handlers)
 
 
 class Recorder:

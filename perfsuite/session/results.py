@@ -52,11 +52,11 @@ def write_without_cases(config: Any, state: Any) -> str | None:
     session's left in place); what to say (``None``: not asked, a refresh, or an xdist worker).
     Under xdist the controller writes it only where no worker did (one that ran cases writes its own)."""
     from perfsuite.core.baselines import write_json_atomic
-    from perfsuite.session.parallel import CONTROLLER
+    from perfsuite.session.parallel import CONTROLLER, is_worker
 
     path = config.getoption("perfsuite_json")
     controller = config.pluginmanager.get_plugin(CONTROLLER)
-    if path is None or state.refresh or hasattr(config, "workerinput") or getattr(controller, "results_written", False):
+    if path is None or state.refresh or is_worker(config) or getattr(controller, "results_written", False):
         return None
     write_json_atomic(path, state.results_json())
     return f"perfsuite: no matrix case ran in this session: {path} lists none"
