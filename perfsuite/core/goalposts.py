@@ -131,13 +131,17 @@ def _flat(table: Any, prefix: str = "") -> dict[str, Any]:
     return found
 
 
+def _table(data: Any, *keys: str) -> dict[str, Any]:
+    """``data``'s table under ``keys`` (``{}`` where there is none, or a value on the way is no table)."""
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
 def _settings(text: str | None) -> dict[str, Any]:
     """A ``pyproject.toml``'s ``[tool.perfsuite]`` (``{}`` where there is none, or it is no table);
     ``tomllib.TOMLDecodeError`` where the text is not TOML."""
-    data = tomllib.loads(text) if text is not None else {}
-    tool = data.get("tool")
-    settings = tool.get("perfsuite") if isinstance(tool, dict) else None
-    return settings if isinstance(settings, dict) else {}
+    return _table(tomllib.loads(text) if text is not None else {}, "tool", "perfsuite")
 
 
 GOALPOSTS = ("tolerance", "overrides", "baselines", "matrix")
@@ -152,13 +156,9 @@ PYTEST_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg")
 def _tolerances(text: str | None) -> dict[str, Any]:
     """``[tool.perfsuite]``'s settings that move the gate (:data:`GOALPOSTS`), and pytest's own
     (``[tool.pytest.ini_options]``: its ``addopts`` set options), flattened to dotted keys."""
-    found = {k: v for k, v in _flat(_settings(text)).items() if k.split(".", 1)[0] in GOALPOSTS}
-    tool = (tomllib.loads(text) if text is not None else {}).get("tool")
-    pytest_table = tool.get("pytest") if isinstance(tool, dict) else None
-    pytest_options = pytest_table.get("ini_options") if isinstance(pytest_table, dict) else None
-    if isinstance(pytest_options, dict):
-        found |= {f"(pytest) {k}": v for k, v in _flat(pytest_options).items()}
-    return found
+    data = tomllib.loads(text) if text is not None else {}
+    found = {k: v for k, v in _flat(_table(data, "tool", "perfsuite")).items() if k.split(".", 1)[0] in GOALPOSTS}
+    return found | {f"(pytest) {k}": v for k, v in _flat(_table(data, "tool", "pytest", "ini_options")).items()}
 
 
 def is_config(path: str) -> bool:
