@@ -500,3 +500,23 @@ def test_a_failed_case_is_named_once_in_the_summarys_notes() -> None:
     failed = {"case": "tiny-bert-vanilla", "status": "failed", "message": "tiny-bert-vanilla: peak memory +25.00%"}
     text = summary_markdown(parse_results({"cases": [failed], "refresh": False}, "gate.json"))
     assert "- `tiny-bert-vanilla`: peak memory +25.00%" in text
+
+
+@pytest.mark.parametrize(
+    ("change", "note"),
+    [
+        ("not gated", "time not compared (not gated (--perfsuite-time=off))"),
+        ("too noisy here", "time not compared (too noisy on this time class)"),
+        ("machine busy", "time not compared (the machine was busy)"),
+        ("not compared", "time not compared (no figure for this time class)"),
+    ],
+)
+def test_a_reports_row_says_why_a_step_time_was_not_compared_as_the_terminal_does(change: str, note: str) -> None:
+    """The report's table reads a results file's checks; a time gated by nothing on purpose
+    (--perfsuite-time=off) is not one with no figure for its class."""
+    from perfsuite.core.results import ReportCase
+    from perfsuite.reports.summary import gate_row
+
+    check = {"metric": "step time", "ok": True, "compared": False, "change": change}
+    case = ReportCase(id="c", model="m", strategy="s", engine="loop", status="passed", record=None, checks=[check])
+    assert note in gate_row(case, "")

@@ -12,12 +12,19 @@ RECORDABLE = "no time kept"
 spread (widened knowingly): a refresh of the case records one."""
 BUSY = "machine busy"
 """A step-time check's change where the run waited for a CPU too long to gate (:func:`perfsuite.core.gates.busy`)."""
-BUSY_NOTE = "the machine was busy"
-"""What a table's note says of such a check."""
-RECORDABLE_NOTE = (
-    "no time kept, though its gate now admits the pooled spread: `perfsuite baselines refresh -k '[{case}]'`"
-)
-"""What a table's note says of a :data:`RECORDABLE` check (``{case}``: its id)."""
+NOT_GATED = "not gated"
+"""Its change under ``--perfsuite-time=off``: measured, gated on purpose by nothing."""
+
+
+def why_not_compared(change: str, case: str) -> str:
+    """What a table's note says of ``case``'s step time not compared, by its check's ``change``."""
+    return {
+        NOT_GATED: "not gated (--perfsuite-time=off)",
+        UNTIMED: "too noisy on this time class",
+        RECORDABLE: f"no time kept, though its gate now admits the pooled spread: "
+        f"`perfsuite baselines refresh -k '[{case}]'`",
+        BUSY: "the machine was busy",
+    }.get(change, "no figure for this time class")
 
 
 @dataclass(frozen=True)

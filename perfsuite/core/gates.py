@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perfsuite.core.baselines import refresh_command
-from perfsuite.core.check import BUSY, RECORDABLE, UNTIMED, Check
+from perfsuite.core.check import BUSY, NOT_GATED, RECORDABLE, UNTIMED, Check
 from perfsuite.core.drift import Drift
 from perfsuite.core.kernels import check_kernels
 from perfsuite.core.loss import check_loss
@@ -176,7 +176,7 @@ def check_time(
             True,
             "—",
             format_time(observed.time, observed.time_unit),
-            "not gated",
+            NOT_GATED,
             "—",
             f"{case_id}: step time not gated (--perfsuite-time=off; memory and loss were gated)",
             compared=False,

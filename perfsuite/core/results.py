@@ -22,7 +22,7 @@ from typing import Any
 
 from perfsuite.core.ab_file import is_ab
 from perfsuite.core.baselines import BaselineError, MissingBaseline, baseline_path, load_baseline, write_json_atomic
-from perfsuite.core.check import TimeCheck
+from perfsuite.core.check import NOT_GATED, TimeCheck
 from perfsuite.core.drift import drift_group, estimate
 from perfsuite.core.gates import baseline_figures, compare, time_change
 from perfsuite.core.observation import Observation, observe
@@ -121,7 +121,7 @@ class Results:
         checks = []
         for case in self.cases:
             check = case.check("step time")
-            if check is None or check.get("change") == "not gated":
+            if check is None or check.get("change") == NOT_GATED:
                 continue
             compared, limit = bool(check.get("compared", True)), check.get("limit")
             time_class = case.record.time_class if case.record is not None else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from perfsuite.core.check import BUSY, BUSY_NOTE, RECORDABLE, RECORDABLE_NOTE, UNTIMED
+from perfsuite.core.check import why_not_compared
 from perfsuite.core.results import ReportCase, Results, regressions_first
 from perfsuite.history.records import judge_all
 from perfsuite.reports.tables import catches_cell, verdict
@@ -39,11 +39,7 @@ def gate_row(case: ReportCase, trend: str) -> list[str]:
     time, memory, loss = case.check("step time"), case.check("peak memory"), case.check("loss")
     note = "; ".join(f"{m} out of tolerance" for m in case.failed_metrics)
     if time is not None and not time.get("compared", True):
-        why = {
-            UNTIMED: "too noisy on this time class",
-            RECORDABLE: RECORDABLE_NOTE.format(case=case.id),
-            BUSY: BUSY_NOTE,
-        }.get(str(time.get("change")), "no figure for this time class")
+        why = why_not_compared(str(time.get("change")), case.id)
         note = f"time not compared ({why})" + (f"; {note}" if note else "")
     if loss is not None and not loss.get("compared", True):
         note = "loss not compared (other initial weights)" + (f"; {note}" if note else "")

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from perfsuite.core.check import BUSY, BUSY_NOTE, RECORDABLE, RECORDABLE_NOTE, UNTIMED, Check, TimeCheck
+from perfsuite.core.check import NOT_GATED, Check, TimeCheck, why_not_compared
 from perfsuite.core.record import CaseRecord
 from perfsuite.core.stats import percent_of
 from perfsuite.core.tolerance import GATE_SENSITIVE
@@ -173,12 +173,7 @@ def _gate_cells(outcome: Any) -> list[str]:
     failing = [c for c in outcome.checks if not c.ok and c.compared]
     notes = [f"{c.metric} out of tolerance" for c in failing]
     if time is not None and not time.compared:
-        why = {
-            "not gated": "not gated (--perfsuite-time=off)",
-            UNTIMED: "too noisy on this time class",
-            RECORDABLE: RECORDABLE_NOTE.format(case=outcome.case),
-            BUSY: BUSY_NOTE,
-        }.get(time.change, "no figure for this time class")
+        why = why_not_compared(time.change, outcome.case)
         notes.insert(0, f"time not compared: {why}")
     if loss is not None and not loss.compared:
         notes.insert(0, "loss not compared: other initial weights")
@@ -314,7 +309,7 @@ def outcomes_verdict(outcomes: Sequence[Any], unbaselined: int = 0) -> str:
     time_checks = []
     for outcome in outcomes:
         check = next((c for c in outcome.checks if c.metric == "step time"), None)
-        if check is not None and check.change != "not gated":
+        if check is not None and check.change != NOT_GATED:
             time_class = outcome.records[0].time_class if outcome.records else None
             compared, limit = bool(check.compared), check.limit
             time_checks.append(TimeCheck.of(compared, time_class, limit, check.change))
